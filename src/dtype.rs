@@ -1,0 +1,205 @@
+//! Element types shared by graphs, lowering and the runtime.
+
+use std::fmt;
+
+use half::{bf16, f16};
+
+/// The element types stablegraph supports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DType {
+    /// Boolean (`i1` in StableHLO, one byte per element on the host).
+    Pred,
+    /// Unsigned 8-bit integer.
+    U8,
+    /// Signed 32-bit integer.
+    I32,
+    /// Signed 64-bit integer.
+    I64,
+    /// IEEE half precision.
+    F16,
+    /// bfloat16.
+    BF16,
+    /// IEEE single precision.
+    F32,
+    /// IEEE double precision.
+    F64,
+}
+
+impl DType {
+    /// Every supported element type.
+    pub const ALL: [DType; 8] = [
+        DType::Pred,
+        DType::U8,
+        DType::I32,
+        DType::I64,
+        DType::F16,
+        DType::BF16,
+        DType::F32,
+        DType::F64,
+    ];
+
+    /// Bytes per element on the host.
+    pub fn size_in_bytes(self) -> usize {
+        match self {
+            DType::Pred | DType::U8 => 1,
+            DType::F16 | DType::BF16 => 2,
+            DType::I32 | DType::F32 => 4,
+            DType::I64 | DType::F64 => 8,
+        }
+    }
+
+    /// The element type's name in MLIR (`f32`, `bf16`, `i1`, `ui8`, ...).
+    pub fn mlir_name(self) -> &'static str {
+        match self {
+            DType::Pred => "i1",
+            DType::U8 => "ui8",
+            DType::I32 => "i32",
+            DType::I64 => "i64",
+            DType::F16 => "f16",
+            DType::BF16 => "bf16",
+            DType::F32 => "f32",
+            DType::F64 => "f64",
+        }
+    }
+
+    /// Whether this is a floating-point type.
+    pub fn is_float(self) -> bool {
+        matches!(self, DType::F16 | DType::BF16 | DType::F32 | DType::F64)
+    }
+
+    /// The `PJRT_Buffer_Type` value.
+    pub(crate) fn to_pjrt(self) -> i32 {
+        match self {
+            DType::Pred => 1,
+            DType::I32 => 4,
+            DType::I64 => 5,
+            DType::U8 => 6,
+            DType::F16 => 10,
+            DType::F32 => 11,
+            DType::F64 => 12,
+            DType::BF16 => 13,
+        }
+    }
+
+    /// The dtype of a `PJRT_Buffer_Type` value, or `None` for types stablegraph does not support.
+    pub(crate) fn from_pjrt(raw: i32) -> Option<DType> {
+        DType::ALL.into_iter().find(|d| d.to_pjrt() == raw)
+    }
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let name = match self {
+            DType::Pred => "pred",
+            DType::U8 => "u8",
+            DType::I32 => "i32",
+            DType::I64 => "i64",
+            DType::F16 => "f16",
+            DType::BF16 => "bf16",
+            DType::F32 => "f32",
+            DType::F64 => "f64",
+        };
+        f.write_str(name)
+    }
+}
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// A Rust type that holds one element of a [`DType`]: `bool`, `u8`, `i32`, `i64`, `f16`, `bf16`,
+/// `f32`, `f64`. Sealed: the runtime copies these to and from devices byte for byte.
+pub trait Element: sealed::Sealed + Copy + Send + Sync + fmt::Debug + 'static {
+    /// The element type this Rust type stores.
+    const DTYPE: DType;
+    /// The zero value (used to allocate host memory before a copy).
+    const ZERO: Self;
+
+    /// Decodes host bytes in the device's element encoding (`bytes.len()` is a multiple of the
+    /// element size).
+    #[doc(hidden)]
+    fn from_bytes(bytes: &[u8]) -> Vec<Self> {
+        let n = bytes.len() / std::mem::size_of::<Self>();
+        let mut out = vec![Self::ZERO; n];
+        // SAFETY: every implementor except `bool` (which overrides this) is plain old data for
+        // which any bit pattern is valid; the destination holds exactly `n` elements.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                bytes.as_ptr(),
+                out.as_mut_ptr().cast::<u8>(),
+                n * std::mem::size_of::<Self>(),
+            );
+        }
+        out
+    }
+}
+
+macro_rules! element {
+    ($t:ty, $d:expr, $zero:expr) => {
+        impl sealed::Sealed for $t {}
+        impl Element for $t {
+            const DTYPE: DType = $d;
+            const ZERO: Self = $zero;
+        }
+    };
+}
+
+element!(u8, DType::U8, 0);
+element!(i32, DType::I32, 0);
+element!(i64, DType::I64, 0);
+element!(f16, DType::F16, f16::ZERO);
+element!(bf16, DType::BF16, bf16::ZERO);
+element!(f32, DType::F32, 0.0);
+element!(f64, DType::F64, 0.0);
+
+impl sealed::Sealed for bool {}
+impl Element for bool {
+    const DTYPE: DType = DType::Pred;
+    const ZERO: Self = false;
+
+    fn from_bytes(bytes: &[u8]) -> Vec<Self> {
+        bytes.iter().map(|&b| b != 0).collect()
+    }
+}
+
+/// Views a slice of elements as its bytes (every [`Element`] is valid as bytes, `bool` included).
+pub(crate) fn as_bytes<T: Element>(data: &[T]) -> &[u8] {
+    // SAFETY: `Element` is sealed to types without padding whose every byte is initialised.
+    unsafe { std::slice::from_raw_parts(data.as_ptr().cast::<u8>(), std::mem::size_of_val(data)) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_match_rust_types() {
+        assert_eq!(DType::Pred.size_in_bytes(), std::mem::size_of::<bool>());
+        assert_eq!(DType::U8.size_in_bytes(), std::mem::size_of::<u8>());
+        assert_eq!(DType::I32.size_in_bytes(), std::mem::size_of::<i32>());
+        assert_eq!(DType::I64.size_in_bytes(), std::mem::size_of::<i64>());
+        assert_eq!(DType::F16.size_in_bytes(), std::mem::size_of::<f16>());
+        assert_eq!(DType::BF16.size_in_bytes(), std::mem::size_of::<bf16>());
+        assert_eq!(DType::F32.size_in_bytes(), std::mem::size_of::<f32>());
+        assert_eq!(DType::F64.size_in_bytes(), std::mem::size_of::<f64>());
+    }
+
+    #[test]
+    fn pjrt_codes_round_trip_and_are_distinct() {
+        for d in DType::ALL {
+            assert_eq!(DType::from_pjrt(d.to_pjrt()), Some(d));
+        }
+        // S8 (2) and C64 (14) are PJRT types we do not support.
+        assert_eq!(DType::from_pjrt(2), None);
+        assert_eq!(DType::from_pjrt(14), None);
+    }
+
+    #[test]
+    fn bytes_round_trip() {
+        let v = [1.5f32, -2.0, 0.0];
+        assert_eq!(f32::from_bytes(as_bytes(&v)), v.to_vec());
+        let b = [true, false, true];
+        assert_eq!(bool::from_bytes(as_bytes(&b)), b.to_vec());
+        assert_eq!(bool::from_bytes(&[0, 2, 255]), vec![false, true, true]);
+    }
+}

@@ -1,0 +1,248 @@
+//! Device buffers: moving typed data between the host and a device.
+
+use ndarray::{ArrayBase, ArrayD, Data, Dimension, IxDyn};
+
+use super::api::pjrt_call;
+use super::client::Client;
+use super::ffi;
+use crate::dtype::{as_bytes, DType, Element};
+use crate::error::{Error, Result};
+
+/// An array that lives on a device. Executions take buffers and return buffers, so a result can
+/// feed the next execution without a trip through the host.
+///
+/// `Buffer` is `Send + Sync`: a PJRT buffer may be read, copied to the host or passed to
+/// executions from any thread. It is destroyed exactly once, when dropped.
+pub struct Buffer {
+    client: Client,
+    raw: *mut ffi::PJRT_Buffer,
+    dtype: DType,
+    dims: Vec<usize>,
+}
+
+// SAFETY: PJRT buffers (`xla::PjRtBuffer`) are thread-safe; `Buffer` only exposes operations that
+// PJRT allows concurrently (reads, transfers to host, use as an execution argument).
+unsafe impl Send for Buffer {}
+unsafe impl Sync for Buffer {}
+
+impl Drop for Buffer {
+    fn drop(&mut self) {
+        let mut args = ffi::PJRT_Buffer_Destroy_Args::new();
+        args.buffer = self.raw;
+        // An error while freeing cannot be acted on; it is converted (and so destroyed).
+        let _ = pjrt_call!(self.client.api(), PJRT_Buffer_Destroy, &mut args);
+    }
+}
+
+impl std::fmt::Debug for Buffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Buffer({}{:?})", self.dtype, self.dims)
+    }
+}
+
+fn element_count(dims: &[usize]) -> Result<usize> {
+    dims.iter()
+        .try_fold(1usize, |n, &d| n.checked_mul(d))
+        .ok_or_else(|| Error::InvalidArgument(format!("shape {dims:?} has too many elements")))
+}
+
+impl Client {
+    /// Copies `data` (row-major, `dims` shape) to device 0.
+    pub fn buffer_from_slice<T: Element>(&self, data: &[T], dims: &[usize]) -> Result<Buffer> {
+        self.buffer_from_bytes(T::DTYPE, dims, as_bytes(data), 0)
+    }
+
+    /// Copies an ndarray (any memory order) to device 0.
+    pub fn buffer_from_array<T, S, D>(&self, array: &ArrayBase<S, D>) -> Result<Buffer>
+    where
+        T: Element,
+        S: Data<Elem = T>,
+        D: Dimension,
+    {
+        let dims = array.shape().to_vec();
+        match array.as_slice() {
+            Some(slice) => self.buffer_from_slice(slice, &dims),
+            None => {
+                let owned: Vec<T> = array.iter().copied().collect();
+                self.buffer_from_slice(&owned, &dims)
+            }
+        }
+    }
+
+    /// Copies a scalar to device 0 as a rank-0 buffer.
+    pub fn buffer_from_scalar<T: Element>(&self, value: T) -> Result<Buffer> {
+        self.buffer_from_slice(&[value], &[])
+    }
+
+    /// Copies raw row-major bytes of `dtype` elements with shape `dims` to the device at `device`
+    /// (an index into [`Client::devices`]). `bytes` must hold exactly the shape's elements.
+    pub fn buffer_from_bytes(
+        &self,
+        dtype: DType,
+        dims: &[usize],
+        bytes: &[u8],
+        device: usize,
+    ) -> Result<Buffer> {
+        let expected = element_count(dims)?
+            .checked_mul(dtype.size_in_bytes())
+            .ok_or_else(|| Error::InvalidArgument(format!("shape {dims:?} is too large")))?;
+        if bytes.len() != expected {
+            return Err(Error::InvalidArgument(format!(
+                "a {dtype} buffer of shape {dims:?} needs {expected} bytes, got {}",
+                bytes.len()
+            )));
+        }
+        let dims_i64: Vec<i64> = dims.iter().map(|&d| d as i64).collect();
+        let mut args = ffi::PJRT_Client_BufferFromHostBuffer_Args::new();
+        args.client = self.inner.raw;
+        // PJRT reads nothing for an empty shape, but the pointer must not be null.
+        args.data = if bytes.is_empty() {
+            std::ptr::NonNull::<u64>::dangling().as_ptr().cast()
+        } else {
+            bytes.as_ptr().cast()
+        };
+        args.type_ = dtype.to_pjrt();
+        args.dims = dims_i64.as_ptr();
+        args.num_dims = dims_i64.len();
+        args.host_buffer_semantics = ffi::PJRT_HOST_BUFFER_IMMUTABLE_ONLY_DURING_CALL;
+        args.device = self.raw_device(device)?;
+        pjrt_call!(self.api(), PJRT_Client_BufferFromHostBuffer, &mut args)?;
+        let buffer = Buffer {
+            client: self.clone(),
+            raw: args.buffer,
+            dtype,
+            dims: dims.to_vec(),
+        };
+        // The host data was only borrowed for the call; the event says when PJRT is done with it.
+        self.api().await_event(
+            args.done_with_host_buffer,
+            "PJRT_Client_BufferFromHostBuffer",
+        )?;
+        Ok(buffer)
+    }
+}
+
+impl Buffer {
+    /// Wraps a buffer returned by an execution, reading its element type and shape.
+    pub(crate) fn from_raw(client: &Client, raw: *mut ffi::PJRT_Buffer) -> Result<Buffer> {
+        let api = client.api();
+        // Take ownership first, so that the buffer is destroyed whatever happens below.
+        let mut buffer = Buffer {
+            client: client.clone(),
+            raw,
+            dtype: DType::F32,
+            dims: Vec::new(),
+        };
+        let mut ty = ffi::PJRT_Buffer_ElementType_Args::new();
+        ty.buffer = raw;
+        pjrt_call!(api, PJRT_Buffer_ElementType, &mut ty)?;
+        buffer.dtype = DType::from_pjrt(ty.type_).ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "the program returned a buffer of PJRT element type {}, which stablegraph does \
+                 not support",
+                ty.type_
+            ))
+        })?;
+        let mut dims = ffi::PJRT_Buffer_Dimensions_Args::new();
+        dims.buffer = raw;
+        pjrt_call!(api, PJRT_Buffer_Dimensions, &mut dims)?;
+        if !dims.dims.is_null() {
+            // SAFETY: owned by the buffer, valid for `num_dims` elements.
+            buffer.dims = unsafe { std::slice::from_raw_parts(dims.dims, dims.num_dims) }
+                .iter()
+                .map(|&d| d as usize)
+                .collect();
+        }
+        Ok(buffer)
+    }
+
+    pub(crate) fn raw(&self) -> *mut ffi::PJRT_Buffer {
+        self.raw
+    }
+
+    pub(crate) fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// The shape.
+    pub fn dims(&self) -> &[usize] {
+        &self.dims
+    }
+
+    /// The number of elements.
+    pub fn element_count(&self) -> usize {
+        self.dims.iter().product()
+    }
+
+    /// Copies the buffer to the host as raw row-major bytes, waiting for the copy to finish (and
+    /// so for the computation that produces the buffer).
+    pub fn to_bytes(&self) -> Result<Vec<u8>> {
+        let api = self.client.api();
+        let expected = self.element_count() * self.dtype.size_in_bytes();
+        let mut query = ffi::PJRT_Buffer_ToHostBuffer_Args::new();
+        query.src = self.raw;
+        pjrt_call!(api, PJRT_Buffer_ToHostBuffer, &mut query)?;
+        if query.dst_size != expected {
+            return Err(Error::InvalidArgument(format!(
+                "the device reports {} bytes for a {} buffer of shape {:?}, expected {expected} \
+                 (a non-dense device layout is not supported)",
+                query.dst_size, self.dtype, self.dims
+            )));
+        }
+        let mut out = vec![0u8; expected];
+        if expected == 0 {
+            return Ok(out);
+        }
+        let mut args = ffi::PJRT_Buffer_ToHostBuffer_Args::new();
+        args.src = self.raw;
+        args.dst = out.as_mut_ptr().cast();
+        args.dst_size = out.len();
+        pjrt_call!(api, PJRT_Buffer_ToHostBuffer, &mut args)?;
+        // `out` must stay alive and untouched until the copy completes.
+        api.await_event(args.event, "PJRT_Buffer_ToHostBuffer")?;
+        Ok(out)
+    }
+
+    fn check_dtype<T: Element>(&self) -> Result<()> {
+        if T::DTYPE != self.dtype {
+            return Err(Error::InvalidArgument(format!(
+                "cannot read a {} buffer of shape {:?} as {}",
+                self.dtype,
+                self.dims,
+                T::DTYPE
+            )));
+        }
+        Ok(())
+    }
+
+    /// Copies the buffer to the host as a row-major `Vec`; `T` must match [`Buffer::dtype`].
+    pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
+        self.check_dtype::<T>()?;
+        Ok(T::from_bytes(&self.to_bytes()?))
+    }
+
+    /// Copies the buffer to the host as an ndarray; `T` must match [`Buffer::dtype`].
+    pub fn to_array<T: Element>(&self) -> Result<ArrayD<T>> {
+        let data = self.to_vec::<T>()?;
+        ArrayD::from_shape_vec(IxDyn(&self.dims), data)
+            .map_err(|e| Error::InvalidArgument(format!("buffer shape {:?}: {e}", self.dims)))
+    }
+
+    /// Copies a rank-0 (or one-element) buffer to the host as a scalar.
+    pub fn to_scalar<T: Element>(&self) -> Result<T> {
+        let v = self.to_vec::<T>()?;
+        match v.as_slice() {
+            [x] => Ok(*x),
+            _ => Err(Error::InvalidArgument(format!(
+                "to_scalar on a buffer of shape {:?} ({} elements)",
+                self.dims,
+                v.len()
+            ))),
+        }
+    }
+}

@@ -1,0 +1,222 @@
+//! `xla.CompileOptionsProto`, serialized by a small protobuf encoder (no protoc, no prost).
+//!
+//! Field numbers follow `xla/pjrt/proto/compile_options.proto`:
+//! `CompileOptionsProto.executable_build_options = 3`, and in `ExecutableBuildOptionsProto`
+//! `device_ordinal = 1`, `num_replicas = 4`, `num_partitions = 5`. Empty options make the CPU
+//! plugin abort (it reads `num_replicas = 0`), so the replica and partition counts are always sent.
+
+/// Options for compiling a program.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct CompileOptions {
+    /// Number of replicas (data-parallel copies). Must be at least 1.
+    pub num_replicas: i64,
+    /// Number of partitions (SPMD shards). Must be at least 1.
+    pub num_partitions: i64,
+    /// The device to build for, or `None` to let the plugin choose (device 0).
+    pub device_ordinal: Option<i64>,
+}
+
+impl Default for CompileOptions {
+    fn default() -> Self {
+        CompileOptions {
+            num_replicas: 1,
+            num_partitions: 1,
+            device_ordinal: None,
+        }
+    }
+}
+
+const COMPILE_OPTIONS_EXECUTABLE_BUILD_OPTIONS: u32 = 3;
+const BUILD_OPTIONS_DEVICE_ORDINAL: u32 = 1;
+const BUILD_OPTIONS_NUM_REPLICAS: u32 = 4;
+const BUILD_OPTIONS_NUM_PARTITIONS: u32 = 5;
+
+const WIRE_VARINT: u32 = 0;
+const WIRE_LEN: u32 = 2;
+
+impl CompileOptions {
+    /// The serialized `CompileOptionsProto`.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut build = Vec::new();
+        if let Some(ordinal) = self.device_ordinal {
+            put_varint_field(&mut build, BUILD_OPTIONS_DEVICE_ORDINAL, ordinal as u64);
+        }
+        put_varint_field(
+            &mut build,
+            BUILD_OPTIONS_NUM_REPLICAS,
+            self.num_replicas as u64,
+        );
+        put_varint_field(
+            &mut build,
+            BUILD_OPTIONS_NUM_PARTITIONS,
+            self.num_partitions as u64,
+        );
+        let mut out = Vec::new();
+        put_key(&mut out, COMPILE_OPTIONS_EXECUTABLE_BUILD_OPTIONS, WIRE_LEN);
+        put_varint(&mut out, build.len() as u64);
+        out.extend_from_slice(&build);
+        out
+    }
+
+    /// Parses a serialized `CompileOptionsProto`, reading the fields [`CompileOptions`] holds and
+    /// skipping any others. Returns `None` for malformed input.
+    pub fn decode(bytes: &[u8]) -> Option<CompileOptions> {
+        let mut options = CompileOptions {
+            num_replicas: 0,
+            num_partitions: 0,
+            device_ordinal: None,
+        };
+        for field in Fields::new(bytes) {
+            let (number, value) = field?;
+            if let (COMPILE_OPTIONS_EXECUTABLE_BUILD_OPTIONS, FieldValue::Bytes(build)) =
+                (number, value)
+            {
+                for inner in Fields::new(build) {
+                    match inner? {
+                        (BUILD_OPTIONS_DEVICE_ORDINAL, FieldValue::Varint(v)) => {
+                            options.device_ordinal = Some(v as i64)
+                        }
+                        (BUILD_OPTIONS_NUM_REPLICAS, FieldValue::Varint(v)) => {
+                            options.num_replicas = v as i64
+                        }
+                        (BUILD_OPTIONS_NUM_PARTITIONS, FieldValue::Varint(v)) => {
+                            options.num_partitions = v as i64
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+        Some(options)
+    }
+}
+
+fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+fn put_key(out: &mut Vec<u8>, field: u32, wire: u32) {
+    put_varint(out, u64::from(field << 3 | wire));
+}
+
+fn put_varint_field(out: &mut Vec<u8>, field: u32, v: u64) {
+    put_key(out, field, WIRE_VARINT);
+    put_varint(out, v);
+}
+
+enum FieldValue<'a> {
+    Varint(u64),
+    Bytes(&'a [u8]),
+    Fixed,
+}
+
+/// Iterates over the top-level fields of a protobuf message.
+struct Fields<'a> {
+    rest: &'a [u8],
+}
+
+impl<'a> Fields<'a> {
+    fn new(bytes: &'a [u8]) -> Self {
+        Fields { rest: bytes }
+    }
+
+    fn varint(&mut self) -> Option<u64> {
+        let mut v = 0u64;
+        for shift in (0..64).step_by(7) {
+            let (&b, rest) = self.rest.split_first()?;
+            self.rest = rest;
+            v |= u64::from(b & 0x7f) << shift;
+            if b & 0x80 == 0 {
+                return Some(v);
+            }
+        }
+        None
+    }
+
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        if n > self.rest.len() {
+            return None;
+        }
+        let (head, rest) = self.rest.split_at(n);
+        self.rest = rest;
+        Some(head)
+    }
+}
+
+impl<'a> Iterator for Fields<'a> {
+    type Item = Option<(u32, FieldValue<'a>)>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.rest.is_empty() {
+            return None;
+        }
+        let parsed = (|| {
+            let key = self.varint()?;
+            let number = u32::try_from(key >> 3).ok()?;
+            let value = match key & 7 {
+                0 => FieldValue::Varint(self.varint()?),
+                1 => self.take(8).map(|_| FieldValue::Fixed)?,
+                2 => {
+                    let n = usize::try_from(self.varint()?).ok()?;
+                    FieldValue::Bytes(self.take(n)?)
+                }
+                5 => self.take(4).map(|_| FieldValue::Fixed)?,
+                _ => return None,
+            };
+            Some((number, value))
+        })();
+        if parsed.is_none() {
+            self.rest = &[];
+        }
+        Some(parsed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_options_encode_to_the_known_bytes() {
+        // field 3, length 4: { field 4 = 1, field 5 = 1 } -- worked out by hand from the wire format.
+        assert_eq!(
+            CompileOptions::default().encode(),
+            vec![0x1a, 0x04, 0x20, 0x01, 0x28, 0x01]
+        );
+    }
+
+    #[test]
+    fn decode_reads_back_what_encode_wrote() {
+        for options in [
+            CompileOptions::default(),
+            CompileOptions {
+                num_replicas: 2,
+                num_partitions: 300,
+                device_ordinal: Some(3),
+            },
+            CompileOptions {
+                num_replicas: 1,
+                num_partitions: 1,
+                device_ordinal: Some(-1),
+            },
+        ] {
+            assert_eq!(CompileOptions::decode(&options.encode()), Some(options));
+        }
+    }
+
+    #[test]
+    fn decode_skips_unknown_fields_and_rejects_truncation() {
+        let mut bytes = vec![0x08, 0x01]; // field 1 (argument_layouts slot) as a varint: unknown here
+        bytes.extend(CompileOptions::default().encode());
+        assert_eq!(
+            CompileOptions::decode(&bytes),
+            Some(CompileOptions::default())
+        );
+        let full = CompileOptions::default().encode();
+        assert_eq!(CompileOptions::decode(&full[..full.len() - 1]), None);
+    }
+}

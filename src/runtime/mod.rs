@@ -1,0 +1,25 @@
+//! The PJRT runtime: plugins, clients, compiled executables and device buffers.
+//!
+//! This layer knows nothing of graphs: it takes StableHLO text and buffers. It talks to a PJRT
+//! plugin through the PJRT C API, declared by hand in `ffi` and loaded with `libloading`.
+//!
+//! Thread safety: [`Plugin`], [`Client`], [`Executable`] and [`Buffer`] are `Send + Sync`, because
+//! the PJRT objects behind them are thread-safe: one client may compile and transfer from many
+//! threads, one executable may run from many threads at once, and a buffer may be read or passed
+//! to executions from any thread.
+
+mod api;
+mod buffer;
+mod client;
+mod compile_options;
+mod executable;
+mod ffi;
+pub mod install;
+mod plugin;
+
+pub use buffer::Buffer;
+pub use client::{Client, Device};
+pub use compile_options::CompileOptions;
+pub use executable::{Executable, OutputType};
+pub use install::{resolve_cpu_plugin, PluginResolver, PluginSource, PluginWheel};
+pub use plugin::{Plugin, Value};
