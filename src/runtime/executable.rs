@@ -6,13 +6,13 @@ use super::api::pjrt_call;
 use super::buffer::Buffer;
 use super::client::Client;
 use super::compile_options::CompileOptions;
-use super::ffi;
+use super::{ffi, signature};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 
-/// The element type and shape of one program output.
+/// The element type and shape of a program parameter or output.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OutputType {
+pub struct TensorType {
     /// Element type.
     pub dtype: DType,
     /// Shape.
@@ -31,7 +31,8 @@ pub struct Executable {
 struct ExecutableInner {
     client: Client,
     loaded: *mut ffi::PJRT_LoadedExecutable,
-    outputs: Vec<OutputType>,
+    inputs: Option<Vec<TensorType>>,
+    outputs: Vec<TensorType>,
 }
 
 // SAFETY: `xla::PjRtLoadedExecutable` is thread-safe, including concurrent `Execute` calls.
@@ -100,6 +101,7 @@ impl Client {
         let mut inner = ExecutableInner {
             client: self.clone(),
             loaded: args.executable,
+            inputs: signature::main_parameters(mlir),
             outputs: Vec::new(),
         };
         // From here on, dropping `inner` destroys the loaded executable.
@@ -113,7 +115,7 @@ impl Client {
 fn output_types(
     client: &Client,
     loaded: *mut ffi::PJRT_LoadedExecutable,
-) -> Result<Vec<OutputType>> {
+) -> Result<Vec<TensorType>> {
     let api = client.api();
     let mut get = ffi::PJRT_LoadedExecutable_GetExecutable_Args::new();
     get.loaded_executable = loaded;
@@ -171,7 +173,7 @@ fn output_types(
             .map(|&d| d as usize)
             .collect();
         at += rank;
-        outputs.push(OutputType { dtype, dims: shape });
+        outputs.push(TensorType { dtype, dims: shape });
     }
     Ok(outputs)
 }
@@ -187,24 +189,58 @@ impl Executable {
         self.inner.outputs.len()
     }
 
+    /// The element type and shape of each parameter, read from the `@main` signature of the
+    /// compiled text; `None` when that signature uses forms the reader does not handle (dynamic
+    /// dimensions, tuples, unsupported element types), in which case arguments go unchecked.
+    pub fn input_types(&self) -> Option<&[TensorType]> {
+        self.inner.inputs.as_deref()
+    }
+
     /// The element type and shape of each output, as the compiled program declares them.
-    pub fn output_types(&self) -> &[OutputType] {
+    pub fn output_types(&self) -> &[TensorType] {
         &self.inner.outputs
     }
 
-    /// Runs the program on device 0 with `args` (which must belong to the same client) and
-    /// returns its outputs as device buffers, after the execution has finished. Arguments are
-    /// not consumed: they can be passed again.
-    pub fn execute(&self, args: &[&Buffer]) -> Result<Vec<Buffer>> {
-        let client = &self.inner.client;
-        let api = client.api();
+    /// Checks `args` against the program's parameters and client.
+    fn check_args(&self, args: &[&Buffer]) -> Result<()> {
         for (i, a) in args.iter().enumerate() {
-            if !a.client().same_as(client) {
+            if !a.client().same_as(&self.inner.client) {
                 return Err(Error::InvalidArgument(format!(
                     "argument {i} ({a:?}) belongs to another client than the executable"
                 )));
             }
         }
+        let Some(inputs) = &self.inner.inputs else {
+            return Ok(());
+        };
+        if inputs.len() != args.len() {
+            return Err(Error::InvalidArgument(format!(
+                "the program takes {} arguments, got {}",
+                inputs.len(),
+                args.len()
+            )));
+        }
+        for (i, (want, got)) in inputs.iter().zip(args).enumerate() {
+            if want.dtype != got.dtype() || want.dims != got.dims() {
+                return Err(Error::InvalidArgument(format!(
+                    "argument {i} is {}{:?}, the program's parameter {i} is {}{:?}",
+                    got.dtype(),
+                    got.dims(),
+                    want.dtype,
+                    want.dims
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs the program on device 0 with `args` (which must belong to the same client and match
+    /// the parameter types) and returns its outputs as device buffers, after the execution has
+    /// finished. Arguments are not consumed: they can be passed again.
+    pub fn execute(&self, args: &[&Buffer]) -> Result<Vec<Buffer>> {
+        self.check_args(args)?;
+        let client = &self.inner.client;
+        let api = client.api();
         let arg_ptrs: Vec<*mut ffi::PJRT_Buffer> = args.iter().map(|a| a.raw()).collect();
         let arg_lists: [*const *mut ffi::PJRT_Buffer; 1] = [arg_ptrs.as_ptr()];
         let mut outputs: Vec<*mut ffi::PJRT_Buffer> =

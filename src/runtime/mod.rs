@@ -16,10 +16,11 @@ mod executable;
 mod ffi;
 pub mod install;
 mod plugin;
+mod signature;
 
 pub use buffer::Buffer;
 pub use client::{Client, Device};
 pub use compile_options::CompileOptions;
-pub use executable::{Executable, OutputType};
+pub use executable::{Executable, TensorType};
 pub use install::{resolve_cpu_plugin, PluginResolver, PluginSource, PluginWheel};
 pub use plugin::{Plugin, Value};

@@ -1,0 +1,63 @@
+//! Helpers shared by the integration tests.
+#![allow(dead_code)]
+
+use std::sync::OnceLock;
+
+use stablegraph::runtime::{Buffer, Client, Executable};
+
+/// One CPU client per test binary (the plugin is resolved, and fetched on first use, as for users).
+pub fn client() -> Client {
+    static CLIENT: OnceLock<Client> = OnceLock::new();
+    CLIENT
+        .get_or_init(|| Client::cpu().expect("the CPU plugin must load for the tests"))
+        .clone()
+}
+
+/// Compiles `mlir`, panicking with the plugin's message on failure.
+pub fn compile(mlir: &str) -> Executable {
+    client()
+        .compile(mlir)
+        .unwrap_or_else(|e| panic!("compile failed: {e}\n{mlir}"))
+}
+
+/// Uploads an f32 array.
+pub fn f32_buffer(data: &[f32], dims: &[usize]) -> Buffer {
+    client().buffer_from_slice(data, dims).unwrap()
+}
+
+/// A small deterministic generator (SplitMix64) so tests need no RNG crate and are reproducible.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Rng(seed)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in [lo, hi).
+    pub fn uniform(&mut self, lo: f64, hi: f64) -> f64 {
+        lo + (hi - lo) * ((self.next_u64() >> 11) as f64 / (1u64 << 53) as f64)
+    }
+
+    pub fn f32s(&mut self, n: usize, lo: f64, hi: f64) -> Vec<f32> {
+        (0..n).map(|_| self.uniform(lo, hi) as f32).collect()
+    }
+}
+
+/// Asserts `got` and `want` agree elementwise within `rtol * |want| + atol`.
+pub fn assert_close(got: &[f32], want: &[f32], rtol: f32, atol: f32) {
+    assert_eq!(got.len(), want.len(), "length");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!(
+            (g - w).abs() <= rtol * w.abs() + atol,
+            "element {i}: got {g}, want {w}"
+        );
+    }
+}

@@ -1,0 +1,178 @@
+//! Bad input gives clear errors and the process goes on: invalid MLIR, wrong plugin files, and
+//! arguments that do not fit the program.
+
+mod common;
+
+use std::path::PathBuf;
+
+use common::{client, compile, f32_buffer};
+use stablegraph::runtime::{Client, Plugin};
+use stablegraph::{Error, ErrorCode};
+
+const ADD: &str = r#"func.func @main(%a: tensor<2xf32>, %b: tensor<2xf32>) -> tensor<2xf32> {
+  %0 = stablehlo.add %a, %b : tensor<2xf32>
+  return %0 : tensor<2xf32>
+}"#;
+
+#[test]
+fn invalid_mlir_is_an_error_with_the_parser_message_and_the_client_goes_on() {
+    let c = client();
+    let bad = "func.func @main(%a: tensor<2xf32>) -> tensor<2xf32> {\n  %0 = stablehlo.frobnicate %a : tensor<2xf32>\n  return %0 : tensor<2xf32>\n}";
+    match c.compile(bad) {
+        Err(Error::Pjrt {
+            call,
+            code,
+            message,
+        }) => {
+            assert_eq!(call, "PJRT_Client_Compile");
+            assert!(message.contains("frobnicate"), "{message}");
+            assert!(!matches!(code, ErrorCode::Other(_)), "{code}");
+        }
+        other => panic!("expected a compile error, got {other:?}"),
+    }
+    // Type errors are caught by the verifier, with its message.
+    let mistyped =
+        "func.func @main(%a: tensor<2xf32>) -> tensor<3xf32> {\n  return %a : tensor<2xf32>\n}";
+    let err = c.compile(mistyped).unwrap_err().to_string();
+    assert!(err.contains("PJRT_Client_Compile"), "{err}");
+    // Not MLIR at all.
+    assert!(c.compile("this is not a program").is_err());
+    assert!(c.compile("").is_err());
+
+    // The same client still compiles and runs a valid program.
+    let exe = c.compile(ADD).unwrap();
+    let out = exe
+        .execute(&[
+            &f32_buffer(&[1.0, 2.0], &[2]),
+            &f32_buffer(&[3.0, 4.0], &[2]),
+        ])
+        .unwrap();
+    assert_eq!(out[0].to_vec::<f32>().unwrap(), vec![4.0, 6.0]);
+}
+
+#[test]
+fn a_missing_plugin_file_is_plugin_not_found() {
+    let path = PathBuf::from("/nonexistent/dir/libpjrt_nothing.so");
+    match Plugin::load(&path) {
+        Err(Error::PluginNotFound { path: p }) => assert_eq!(p, path),
+        other => panic!("expected PluginNotFound, got {other:?}"),
+    }
+    let err = Client::from_plugin_path(&path).unwrap_err().to_string();
+    assert!(
+        err.contains("does not exist") && err.contains("libpjrt_nothing.so"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_file_that_is_not_a_shared_library_is_plugin_load() {
+    let dir = std::env::temp_dir().join(format!("stablegraph-errors-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("not_a_plugin.so");
+    std::fs::write(&path, b"this is a text file, not an ELF shared object\n").unwrap();
+    let result = Plugin::load(&path);
+    std::fs::remove_dir_all(&dir).unwrap();
+    match result {
+        Err(Error::PluginLoad { path: p, message }) => {
+            assert_eq!(p, path);
+            assert!(!message.is_empty());
+        }
+        other => panic!("expected PluginLoad, got {other:?}"),
+    }
+}
+
+/// A shared library that is certainly loaded in this process and is not a PJRT plugin.
+#[cfg(target_os = "linux")]
+fn loaded_system_library() -> PathBuf {
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    maps.lines()
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .find(|p| p.contains("/libc.so") || p.contains("/libc-"))
+        .map(PathBuf::from)
+        .expect("libc is mapped into every Rust process on Linux")
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn a_shared_library_without_get_pjrt_api_is_not_a_plugin() {
+    let libc = loaded_system_library();
+    match Plugin::load(&libc) {
+        Err(Error::NotAPlugin { path }) => assert_eq!(path, libc.canonicalize().unwrap()),
+        other => panic!("expected NotAPlugin, got {other:?}"),
+    }
+    let err = Plugin::load(&libc).unwrap_err().to_string();
+    assert!(err.contains("GetPjrtApi"), "{err}");
+}
+
+#[test]
+fn the_three_plugin_errors_are_distinct() {
+    let missing = Plugin::load("/nonexistent.so").unwrap_err();
+    assert!(matches!(missing, Error::PluginNotFound { .. }));
+    // A directory is not a file either.
+    let dir = Plugin::load(std::env::temp_dir()).unwrap_err();
+    assert!(matches!(dir, Error::PluginNotFound { .. }));
+    // The others are covered above; here we check the messages differ in kind.
+    #[cfg(target_os = "linux")]
+    {
+        let not_plugin = Plugin::load(loaded_system_library()).unwrap_err();
+        assert_ne!(missing.to_string(), not_plugin.to_string());
+    }
+}
+
+#[test]
+fn wrong_argument_count_is_an_error() {
+    let exe = compile(ADD);
+    let a = f32_buffer(&[1.0, 2.0], &[2]);
+    let err = exe.execute(&[&a]).unwrap_err().to_string();
+    assert!(err.contains("takes 2 arguments, got 1"), "{err}");
+    let err = exe.execute(&[&a, &a, &a]).unwrap_err().to_string();
+    assert!(err.contains("takes 2 arguments, got 3"), "{err}");
+    // Still usable.
+    let out = exe.execute(&[&a, &a]).unwrap();
+    assert_eq!(out[0].to_vec::<f32>().unwrap(), vec![2.0, 4.0]);
+}
+
+#[test]
+fn wrong_argument_shape_or_type_is_an_error() {
+    let exe = compile(ADD);
+    let a = f32_buffer(&[1.0, 2.0], &[2]);
+    let long = f32_buffer(&[1.0, 2.0, 3.0], &[3]);
+    let err = exe.execute(&[&a, &long]).unwrap_err().to_string();
+    assert!(
+        err.contains("argument 1 is f32[3]") && err.contains("f32[2]"),
+        "{err}"
+    );
+    let ints = client().buffer_from_slice(&[1i32, 2], &[2]).unwrap();
+    let err = exe.execute(&[&a, &ints]).unwrap_err().to_string();
+    assert!(err.contains("argument 1 is i32[2]"), "{err}");
+    let short = f32_buffer(&[1.0], &[1]);
+    let err = exe.execute(&[&short, &a]).unwrap_err().to_string();
+    assert!(err.contains("argument 0 is f32[1]"), "{err}");
+}
+
+#[test]
+fn arguments_from_another_client_are_rejected() {
+    let c = client();
+    let other = Client::new(c.plugin(), &[]).unwrap();
+    let exe = compile(ADD);
+    let mine = f32_buffer(&[1.0, 2.0], &[2]);
+    let theirs = other.buffer_from_slice(&[1.0f32, 2.0], &[2]).unwrap();
+    let err = exe.execute(&[&mine, &theirs]).unwrap_err().to_string();
+    assert!(
+        err.contains("argument 1") && err.contains("another client"),
+        "{err}"
+    );
+}
+
+#[test]
+fn compile_options_without_replicas_are_rejected_before_the_plugin() {
+    let options = stablegraph::runtime::CompileOptions {
+        num_replicas: 0,
+        ..Default::default()
+    };
+    let err = client()
+        .compile_with(ADD, &options)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("at least one replica"), "{err}");
+}

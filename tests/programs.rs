@@ -1,0 +1,177 @@
+//! Hand-written StableHLO programs compiled and run through the CPU plugin; every expected value
+//! is computed independently in the test on the host.
+
+mod common;
+
+use common::{assert_close, client, compile, f32_buffer, Rng};
+
+#[test]
+fn elementwise_arithmetic() {
+    let exe = compile(
+        r#"func.func @main(%a: tensor<2x3xf32>, %b: tensor<2x3xf32>) -> tensor<2x3xf32> {
+  %s = stablehlo.add %a, %b : tensor<2x3xf32>
+  %d = stablehlo.subtract %a, %b : tensor<2x3xf32>
+  %p = stablehlo.multiply %s, %d : tensor<2x3xf32>
+  %e = stablehlo.exponential %b : tensor<2x3xf32>
+  %q = stablehlo.divide %p, %e : tensor<2x3xf32>
+  %t = stablehlo.tanh %q : tensor<2x3xf32>
+  return %t : tensor<2x3xf32>
+}"#,
+    );
+    let mut rng = Rng::new(1);
+    let a = rng.f32s(6, -2.0, 2.0);
+    let b = rng.f32s(6, -2.0, 2.0);
+    let out = exe
+        .execute(&[&f32_buffer(&a, &[2, 3]), &f32_buffer(&b, &[2, 3])])
+        .unwrap();
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].dims(), &[2, 3]);
+    let want: Vec<f32> = a
+        .iter()
+        .zip(&b)
+        .map(|(&x, &y)| (((x + y) * (x - y)) / y.exp()).tanh())
+        .collect();
+    assert_close(&out[0].to_vec::<f32>().unwrap(), &want, 1e-5, 1e-6);
+}
+
+#[test]
+fn dot_general_batched_matmul() {
+    // out[b, i, j] = sum_k x[b, i, k] * y[b, k, j]
+    let (bs, m, k, n) = (3, 4, 5, 2);
+    let exe = compile(&format!(
+        r#"func.func @main(%x: tensor<{bs}x{m}x{k}xf32>, %y: tensor<{bs}x{k}x{n}xf32>) -> tensor<{bs}x{m}x{n}xf32> {{
+  %0 = stablehlo.dot_general %x, %y, batching_dims = [0] x [0], contracting_dims = [2] x [1] : (tensor<{bs}x{m}x{k}xf32>, tensor<{bs}x{k}x{n}xf32>) -> tensor<{bs}x{m}x{n}xf32>
+  return %0 : tensor<{bs}x{m}x{n}xf32>
+}}"#
+    ));
+    let mut rng = Rng::new(2);
+    let x = rng.f32s(bs * m * k, -1.0, 1.0);
+    let y = rng.f32s(bs * k * n, -1.0, 1.0);
+    let out = exe
+        .execute(&[&f32_buffer(&x, &[bs, m, k]), &f32_buffer(&y, &[bs, k, n])])
+        .unwrap();
+    let mut want = vec![0f32; bs * m * n];
+    for b in 0..bs {
+        for i in 0..m {
+            for j in 0..n {
+                want[(b * m + i) * n + j] = (0..k)
+                    .map(|kk| x[(b * m + i) * k + kk] * y[(b * k + kk) * n + j])
+                    .sum();
+            }
+        }
+    }
+    assert_eq!(out[0].dims(), &[bs, m, n]);
+    assert_close(&out[0].to_vec::<f32>().unwrap(), &want, 1e-5, 1e-6);
+}
+
+#[test]
+fn while_loop_computes_a_factorial_and_a_sum() {
+    // Carry (i, acc, sum): while i < n { acc *= i + 1; sum += i; i += 1 }.
+    let exe = compile(
+        r#"func.func @main(%n: tensor<i64>) -> (tensor<i64>, tensor<i64>) {
+  %zero = stablehlo.constant dense<0> : tensor<i64>
+  %one = stablehlo.constant dense<1> : tensor<i64>
+  %r:3 = stablehlo.while(%i = %zero, %acc = %one, %sum = %zero) : tensor<i64>, tensor<i64>, tensor<i64>
+    cond {
+      %c = stablehlo.compare LT, %i, %n : (tensor<i64>, tensor<i64>) -> tensor<i1>
+      stablehlo.return %c : tensor<i1>
+    } do {
+      %i1 = stablehlo.add %i, %one : tensor<i64>
+      %acc1 = stablehlo.multiply %acc, %i1 : tensor<i64>
+      %sum1 = stablehlo.add %sum, %i : tensor<i64>
+      stablehlo.return %i1, %acc1, %sum1 : tensor<i64>, tensor<i64>, tensor<i64>
+    }
+  return %r#1, %r#2 : tensor<i64>, tensor<i64>
+}"#,
+    );
+    for n in [0i64, 1, 5, 20] {
+        let arg = client().buffer_from_scalar(n).unwrap();
+        let out = exe.execute(&[&arg]).unwrap();
+        let factorial: i64 = (1..=n).product();
+        let sum: i64 = (0..n).sum();
+        assert_eq!(out[0].to_scalar::<i64>().unwrap(), factorial, "n = {n}");
+        assert_eq!(out[1].to_scalar::<i64>().unwrap(), sum, "n = {n}");
+    }
+}
+
+#[test]
+fn multiple_outputs_of_mixed_types_and_shapes() {
+    let exe = compile(
+        r#"func.func @main(%x: tensor<4xf32>) -> (tensor<4xf32>, tensor<f32>, tensor<4xi1>, tensor<2x2xf32>) {
+  %zero = stablehlo.constant dense<0.0> : tensor<f32>
+  %neg = stablehlo.negate %x : tensor<4xf32>
+  %sum = stablehlo.reduce(%x init: %zero) applies stablehlo.add across dimensions = [0] : (tensor<4xf32>, tensor<f32>) -> tensor<f32>
+  %zb = stablehlo.broadcast_in_dim %zero, dims = [] : (tensor<f32>) -> tensor<4xf32>
+  %pos = stablehlo.compare GT, %x, %zb : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xi1>
+  %m = stablehlo.reshape %x : (tensor<4xf32>) -> tensor<2x2xf32>
+  return %neg, %sum, %pos, %m : tensor<4xf32>, tensor<f32>, tensor<4xi1>, tensor<2x2xf32>
+}"#,
+    );
+    let types = exe.output_types();
+    assert_eq!(types.len(), 4);
+    assert_eq!(types[0].dtype, stablegraph::DType::F32);
+    assert_eq!(types[1].dims, Vec::<usize>::new());
+    assert_eq!(types[2].dtype, stablegraph::DType::Pred);
+    assert_eq!(types[3].dims, vec![2, 2]);
+
+    let x = [1.5f32, -2.0, 0.0, 4.25];
+    let out = exe.execute(&[&f32_buffer(&x, &[4])]).unwrap();
+    assert_eq!(out.len(), 4);
+    assert_eq!(
+        out[0].to_vec::<f32>().unwrap(),
+        vec![-1.5, 2.0, -0.0, -4.25]
+    );
+    assert_eq!(out[1].to_scalar::<f32>().unwrap(), 1.5 - 2.0 + 0.0 + 4.25);
+    assert_eq!(
+        out[2].to_vec::<bool>().unwrap(),
+        vec![true, false, false, true]
+    );
+    let m = out[3].to_array::<f32>().unwrap();
+    assert_eq!(m.shape(), &[2, 2]);
+    assert_eq!(m[[1, 0]], 0.0);
+    assert_eq!(m[[1, 1]], 4.25);
+    for (o, t) in out.iter().zip(types) {
+        assert_eq!((o.dtype(), o.dims()), (t.dtype, t.dims.as_slice()));
+    }
+}
+
+#[test]
+fn outputs_feed_the_next_execution_without_the_host() {
+    // y = 2x + 1, applied 10 times to its own output on the device.
+    let exe = compile(
+        r#"func.func @main(%x: tensor<3xf32>) -> tensor<3xf32> {
+  %two = stablehlo.constant dense<2.0> : tensor<3xf32>
+  %one = stablehlo.constant dense<1.0> : tensor<3xf32>
+  %y = stablehlo.multiply %x, %two : tensor<3xf32>
+  %z = stablehlo.add %y, %one : tensor<3xf32>
+  return %z : tensor<3xf32>
+}"#,
+    );
+    let x0 = [0.0f32, 1.0, -1.0];
+    let mut buf = f32_buffer(&x0, &[3]);
+    for _ in 0..10 {
+        buf = exe.execute(&[&buf]).unwrap().remove(0);
+    }
+    // x_10 = 2^10 x_0 + (2^10 - 1)
+    let want: Vec<f32> = x0.iter().map(|x| 1024.0 * x + 1023.0).collect();
+    assert_eq!(buf.to_vec::<f32>().unwrap(), want);
+}
+
+#[test]
+fn client_reports_platform_and_devices() {
+    let c = client();
+    assert_eq!(c.platform_name().unwrap(), "cpu");
+    assert!(c.device_count() >= 1);
+    let d = &c.devices()[0];
+    assert_eq!(d.kind().unwrap().to_lowercase(), "cpu");
+    assert!(d.id().unwrap() >= 0);
+    let (major, minor) = c.plugin().api_version();
+    assert_eq!(major, 0);
+    assert!(minor >= 81, "API minor {minor}");
+    let v = c
+        .plugin()
+        .stablehlo_version()
+        .expect("stablehlo version attribute");
+    assert_eq!(v.len(), 3);
+    assert!(v[0] >= 1, "StableHLO {v:?}");
+}
