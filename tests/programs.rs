@@ -4,6 +4,7 @@
 mod common;
 
 use common::{assert_close, client, compile, f32_buffer, Rng};
+use stablegraph::runtime::{Client, Value};
 
 #[test]
 fn elementwise_arithmetic() {
@@ -174,4 +175,25 @@ fn client_reports_platform_and_devices() {
         .expect("stablehlo version attribute");
     assert_eq!(v.len(), 3);
     assert!(v[0] >= 1, "StableHLO {v:?}");
+}
+
+#[test]
+fn cpu_device_count_create_option_sets_the_number_of_devices() {
+    let plugin = client().plugin().clone();
+    for n in [1, 3] {
+        let c = Client::new(&plugin, &[("cpu_device_count", Value::Int64(n))]).unwrap();
+        assert_eq!(c.device_count(), n as usize);
+        let ids: Vec<i32> = c.devices().iter().map(|d| d.id().unwrap()).collect();
+        assert_eq!(ids, (0..n as i32).collect::<Vec<_>>());
+        // A buffer can be placed on the last device.
+        let b = c
+            .buffer_from_bytes(
+                stablegraph::DType::F32,
+                &[1],
+                &2.5f32.to_le_bytes(),
+                n as usize - 1,
+            )
+            .unwrap();
+        assert_eq!(b.to_scalar::<f32>().unwrap(), 2.5);
+    }
 }

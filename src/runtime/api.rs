@@ -205,3 +205,121 @@ pub(crate) unsafe fn string_from(ptr: *const c_char, len: usize) -> String {
     let bytes = unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) };
     String::from_utf8_lossy(bytes).into_owned()
 }
+
+#[cfg(test)]
+mod tests {
+    //! A fake plugin table built in memory: checks the bounds rule and the error conversion
+    //! without any real plugin.
+
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+
+    static DESTROYED: AtomicUsize = AtomicUsize::new(0);
+    const MESSAGE: &str = "fake failure";
+
+    unsafe extern "C" fn fake_destroy(_args: *mut c_void) {
+        DESTROYED.fetch_add(1, Ordering::SeqCst);
+    }
+
+    unsafe extern "C" fn fake_message(args: *mut c_void) {
+        let args = unsafe { &mut *args.cast::<ffi::PJRT_Error_Message_Args>() };
+        args.message = MESSAGE.as_ptr().cast();
+        args.message_size = MESSAGE.len();
+    }
+
+    unsafe extern "C" fn fake_code(args: *mut c_void) -> *mut PJRT_Error {
+        let args = unsafe { &mut *args.cast::<ffi::PJRT_Error_GetCode_Args>() };
+        args.code = 5; // NOT_FOUND
+        std::ptr::null_mut()
+    }
+
+    unsafe extern "C" fn failing_call(_args: *mut c_void) -> *mut PJRT_Error {
+        // Any non-null pointer is an error handle to the caller; the fake functions ignore it.
+        std::ptr::NonNull::<u64>::dangling().as_ptr().cast()
+    }
+
+    /// A zeroed table of the given `struct_size`, with fake error functions and a failing
+    /// `PJRT_Client_Create`.
+    fn table(struct_size: usize) -> Box<PJRT_Api> {
+        // SAFETY: all-zero is valid for the table (integers, null pointers, `None` slots).
+        let mut t: Box<PJRT_Api> = Box::new(unsafe { std::mem::zeroed() });
+        t.struct_size = struct_size;
+        t.pjrt_api_version.minor_version = 81;
+        t.PJRT_Error_Destroy = Some(fake_destroy);
+        t.PJRT_Error_Message = Some(fake_message);
+        t.PJRT_Error_GetCode = Some(fake_code);
+        t.PJRT_Client_Create = Some(failing_call);
+        t
+    }
+
+    fn end_of(offset: usize) -> usize {
+        offset + std::mem::size_of::<usize>()
+    }
+
+    #[test]
+    fn a_slot_beyond_the_table_is_unsupported_and_never_called() {
+        // The table ends just before PJRT_Client_Create.
+        let size = std::mem::offset_of!(PJRT_Api, PJRT_Client_Create);
+        let t = table(size);
+        let api = unsafe { Api::new(&*t) }.unwrap();
+        let mut args = ffi::PJRT_Client_Create_Args::new();
+        match pjrt_call!(api, PJRT_Client_Create, &mut args) {
+            Err(Error::Unsupported {
+                function,
+                table_size,
+                slot_end,
+                api_version,
+            }) => {
+                assert_eq!(function, "PJRT_Client_Create");
+                assert_eq!(table_size, size);
+                assert_eq!(slot_end, end_of(size));
+                assert_eq!(api_version, "0.81");
+            }
+            other => panic!("expected Unsupported, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_null_slot_inside_the_table_is_unsupported() {
+        let t = table(std::mem::size_of::<PJRT_Api>());
+        let api = unsafe { Api::new(&*t) }.unwrap();
+        let mut args = ffi::PJRT_Client_Destroy_Args::new();
+        let err = pjrt_call!(api, PJRT_Client_Destroy, &mut args).unwrap_err();
+        assert!(matches!(
+            err,
+            Error::Unsupported {
+                function: "PJRT_Client_Destroy",
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn a_returned_error_is_converted_and_destroyed_once() {
+        let t = table(end_of(std::mem::offset_of!(PJRT_Api, PJRT_Client_Create)));
+        let api = unsafe { Api::new(&*t) }.unwrap();
+        let before = DESTROYED.load(Ordering::SeqCst);
+        let mut args = ffi::PJRT_Client_Create_Args::new();
+        match pjrt_call!(api, PJRT_Client_Create, &mut args) {
+            Err(Error::Pjrt {
+                call,
+                code,
+                message,
+            }) => {
+                assert_eq!(call, "PJRT_Client_Create");
+                assert_eq!(code, ErrorCode::NotFound);
+                assert_eq!(message, MESSAGE);
+            }
+            other => panic!("expected a PJRT error, got {other:?}"),
+        }
+        assert_eq!(DESTROYED.load(Ordering::SeqCst), before + 1);
+    }
+
+    #[test]
+    fn a_table_shorter_than_its_header_is_refused() {
+        let t = table(8);
+        assert!(unsafe { Api::new(&*t) }.is_err());
+        assert!(unsafe { Api::new(std::ptr::null()) }.is_err());
+    }
+}
