@@ -28,6 +28,8 @@
 //! # }
 //! ```
 
+#![warn(missing_docs)]
+
 pub mod dtype;
 pub mod error;
 pub mod runtime;

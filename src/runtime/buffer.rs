@@ -187,6 +187,8 @@ impl Buffer {
         let mut query = ffi::PJRT_Buffer_ToHostBuffer_Args::new();
         query.src = self.raw;
         pjrt_call!(api, PJRT_Buffer_ToHostBuffer, &mut query)?;
+        // A size query starts no copy; should a plugin return an event anyway, free it.
+        api.await_event(query.event, "PJRT_Buffer_ToHostBuffer")?;
         if query.dst_size != expected {
             return Err(Error::InvalidArgument(format!(
                 "the device reports {} bytes for a {} buffer of shape {:?}, expected {expected} \

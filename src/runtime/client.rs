@@ -56,18 +56,10 @@ impl Client {
     /// `("cpu_device_count", Value::Int64(4))` for the CPU plugin.
     pub fn new(plugin: &Plugin, options: &[(&str, Value)]) -> Result<Client> {
         let api = plugin.api();
-        // The named values point into `options` and `lists`, which outlive the call.
-        let lists: Vec<Option<&Vec<i64>>> = options
-            .iter()
-            .map(|(_, v)| match v {
-                Value::Int64List(l) => Some(l),
-                _ => None,
-            })
-            .collect();
+        // The named values point into `options`, which outlives the call.
         let named: Vec<ffi::PJRT_NamedValue> = options
             .iter()
-            .zip(&lists)
-            .map(|((name, value), list)| {
+            .map(|(name, value)| {
                 let (type_, raw, size) = match value {
                     Value::String(s) => (
                         ffi::PJRT_NAMED_VALUE_STRING,
@@ -75,14 +67,11 @@ impl Client {
                         s.len(),
                     ),
                     Value::Int64(i) => (ffi::PJRT_NAMED_VALUE_INT64, *i as u64, 1),
-                    Value::Int64List(_) => {
-                        let l = list.map(|l| l.as_slice()).unwrap_or(&[]);
-                        (
-                            ffi::PJRT_NAMED_VALUE_INT64_LIST,
-                            l.as_ptr() as usize as u64,
-                            l.len(),
-                        )
-                    }
+                    Value::Int64List(l) => (
+                        ffi::PJRT_NAMED_VALUE_INT64_LIST,
+                        l.as_ptr() as usize as u64,
+                        l.len(),
+                    ),
                     Value::Float(f) => (ffi::PJRT_NAMED_VALUE_FLOAT, f.to_bits() as u64, 1),
                     Value::Bool(b) => (ffi::PJRT_NAMED_VALUE_BOOL, *b as u64, 1),
                 };
