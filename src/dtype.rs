@@ -11,6 +11,10 @@ pub enum DType {
     Pred,
     /// Unsigned 8-bit integer.
     U8,
+    /// Unsigned 32-bit integer.
+    U32,
+    /// Unsigned 64-bit integer.
+    U64,
     /// Signed 32-bit integer.
     I32,
     /// Signed 64-bit integer.
@@ -27,9 +31,11 @@ pub enum DType {
 
 impl DType {
     /// Every supported element type.
-    pub const ALL: [DType; 8] = [
+    pub const ALL: [DType; 10] = [
         DType::Pred,
         DType::U8,
+        DType::U32,
+        DType::U64,
         DType::I32,
         DType::I64,
         DType::F16,
@@ -43,8 +49,8 @@ impl DType {
         match self {
             DType::Pred | DType::U8 => 1,
             DType::F16 | DType::BF16 => 2,
-            DType::I32 | DType::F32 => 4,
-            DType::I64 | DType::F64 => 8,
+            DType::I32 | DType::U32 | DType::F32 => 4,
+            DType::I64 | DType::U64 | DType::F64 => 8,
         }
     }
 
@@ -53,6 +59,8 @@ impl DType {
         match self {
             DType::Pred => "i1",
             DType::U8 => "ui8",
+            DType::U32 => "ui32",
+            DType::U64 => "ui64",
             DType::I32 => "i32",
             DType::I64 => "i64",
             DType::F16 => "f16",
@@ -60,6 +68,19 @@ impl DType {
             DType::F32 => "f32",
             DType::F64 => "f64",
         }
+    }
+
+    /// Whether this is an integer type (signed or unsigned; not `Pred`).
+    pub fn is_int(self) -> bool {
+        matches!(
+            self,
+            DType::U8 | DType::U32 | DType::U64 | DType::I32 | DType::I64
+        )
+    }
+
+    /// Whether this is an unsigned integer type.
+    pub fn is_unsigned(self) -> bool {
+        matches!(self, DType::U8 | DType::U32 | DType::U64)
     }
 
     /// Whether this is a floating-point type.
@@ -74,6 +95,8 @@ impl DType {
             DType::I32 => 4,
             DType::I64 => 5,
             DType::U8 => 6,
+            DType::U32 => 8,
+            DType::U64 => 9,
             DType::F16 => 10,
             DType::F32 => 11,
             DType::F64 => 12,
@@ -92,6 +115,8 @@ impl fmt::Display for DType {
         let name = match self {
             DType::Pred => "pred",
             DType::U8 => "u8",
+            DType::U32 => "u32",
+            DType::U64 => "u64",
             DType::I32 => "i32",
             DType::I64 => "i64",
             DType::F16 => "f16",
@@ -100,6 +125,42 @@ impl fmt::Display for DType {
             DType::F64 => "f64",
         };
         f.write_str(name)
+    }
+}
+
+/// The element type and shape of a tensor.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct TensorType {
+    /// Element type.
+    pub dtype: DType,
+    /// Shape (row-major; empty for a scalar).
+    pub dims: Vec<usize>,
+}
+
+impl TensorType {
+    /// A tensor type.
+    pub fn new(dtype: DType, dims: &[usize]) -> Self {
+        TensorType {
+            dtype,
+            dims: dims.to_vec(),
+        }
+    }
+
+    /// The number of elements.
+    pub fn element_count(&self) -> usize {
+        self.dims.iter().product()
+    }
+
+    /// The rank (number of dimensions).
+    pub fn rank(&self) -> usize {
+        self.dims.len()
+    }
+}
+
+impl fmt::Display for TensorType {
+    /// Writes `f32[2, 3]`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}{:?}", self.dtype, self.dims)
     }
 }
 
@@ -145,6 +206,8 @@ macro_rules! element {
 }
 
 element!(u8, DType::U8, 0);
+element!(u32, DType::U32, 0);
+element!(u64, DType::U64, 0);
 element!(i32, DType::I32, 0);
 element!(i64, DType::I64, 0);
 element!(f16, DType::F16, f16::ZERO);
@@ -176,6 +239,8 @@ mod tests {
     fn sizes_match_rust_types() {
         assert_eq!(DType::Pred.size_in_bytes(), std::mem::size_of::<bool>());
         assert_eq!(DType::U8.size_in_bytes(), std::mem::size_of::<u8>());
+        assert_eq!(DType::U32.size_in_bytes(), std::mem::size_of::<u32>());
+        assert_eq!(DType::U64.size_in_bytes(), std::mem::size_of::<u64>());
         assert_eq!(DType::I32.size_in_bytes(), std::mem::size_of::<i32>());
         assert_eq!(DType::I64.size_in_bytes(), std::mem::size_of::<i64>());
         assert_eq!(DType::F16.size_in_bytes(), std::mem::size_of::<f16>());

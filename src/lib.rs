@@ -34,5 +34,5 @@ pub mod dtype;
 pub mod error;
 pub mod runtime;
 
-pub use dtype::{DType, Element};
+pub use dtype::{DType, Element, TensorType};
 pub use error::{Error, ErrorCode, Result};

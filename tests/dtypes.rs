@@ -82,6 +82,8 @@ fn every_dtype_round_trips_for_every_shape() {
         round_trip::<i32>((0..k).map(|_| rng.next_u64() as i32).collect(), dims);
         round_trip::<i64>((0..k).map(|_| rng.next_u64() as i64).collect(), dims);
         round_trip::<u8>((0..k).map(|_| rng.next_u64() as u8).collect(), dims);
+        round_trip::<u32>((0..k).map(|_| rng.next_u64() as u32).collect(), dims);
+        round_trip::<u64>((0..k).map(|_| rng.next_u64()).collect(), dims);
         round_trip::<bool>((0..k).map(|_| rng.next_u64() & 1 == 1).collect(), dims);
     }
 }

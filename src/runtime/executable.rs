@@ -7,17 +7,8 @@ use super::buffer::Buffer;
 use super::client::Client;
 use super::compile_options::CompileOptions;
 use super::{ffi, signature};
-use crate::dtype::DType;
+use crate::dtype::{DType, TensorType};
 use crate::error::{Error, Result};
-
-/// The element type and shape of a program parameter or output.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TensorType {
-    /// Element type.
-    pub dtype: DType,
-    /// Shape.
-    pub dims: Vec<usize>,
-}
 
 /// A compiled program, loaded on its client's devices. Cheap to clone.
 ///

@@ -21,6 +21,6 @@ mod signature;
 pub use buffer::Buffer;
 pub use client::{Client, Device};
 pub use compile_options::CompileOptions;
-pub use executable::{Executable, TensorType};
+pub use executable::Executable;
 pub use install::{resolve_cpu_plugin, PluginResolver, PluginSource, PluginWheel};
 pub use plugin::{Plugin, Value};

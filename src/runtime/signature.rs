@@ -5,9 +5,7 @@
 //! of a short buffer. So the runtime reads the parameter types from the module text it compiles
 //! and checks every execution's arguments against them.
 
-use crate::dtype::DType;
-
-use super::executable::TensorType;
+use crate::dtype::{DType, TensorType};
 
 /// The parameter types of `func.func @main`, or `None` when the signature is not in the plain
 /// textual form with static `tensor<...>` types of supported element types.
