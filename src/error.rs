@@ -68,6 +68,19 @@ pub enum Error {
     /// The CPU plugin could not be found or installed into the plugin cache.
     #[error("cannot provide the XLA CPU PJRT plugin: {0}")]
     PluginInstall(String),
+    /// A graph builder rejected its operands (wrong shapes or dtypes, operands of another graph).
+    #[error("{op}: {message} (at {location})")]
+    Graph {
+        /// The op being built.
+        op: &'static str,
+        /// What was wrong, with the operand types.
+        message: String,
+        /// The caller's `file:line:column`.
+        location: String,
+    },
+    /// The interpreter cannot evaluate a graph (missing inputs, wrong input types).
+    #[error("interpreter: {0}")]
+    Interp(String),
     /// An argument given to a stablegraph function is invalid.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),

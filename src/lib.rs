@@ -32,6 +32,7 @@
 
 pub mod dtype;
 pub mod error;
+pub mod ops;
 pub mod runtime;
 
 pub use dtype::{DType, Element, TensorType};

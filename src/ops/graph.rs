@@ -1,0 +1,586 @@
+//! The graph: an arena of typed nodes, the primitive [`Op`] set, and the [`Tensor`] handle.
+//!
+//! Every node is a primitive with precise semantics, written down here once; the lowering
+//! (`crate::lower`) and the reference interpreter (`crate::interp`) each implement exactly these.
+//! Composites (softplus, einsum, tril, ...) are built from primitives by the builder methods.
+
+use std::cell::RefCell;
+use std::panic::Location;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::dtype::{DType, TensorType};
+use crate::error::{Error, Result};
+
+/// Elementwise functions of one operand; the output has the operand's type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum UnaryOp {
+    /// `-x` (wrapping for integers).
+    Neg,
+    /// `|x|`.
+    Abs,
+    /// `e^x` (float).
+    Exp,
+    /// `e^x - 1`, accurate near 0 (float).
+    Expm1,
+    /// Natural logarithm (float).
+    Log,
+    /// `ln(1 + x)`, accurate near 0 (float).
+    Log1p,
+    /// Square root (float).
+    Sqrt,
+    /// `1 / sqrt(x)` (float).
+    Rsqrt,
+    /// Hyperbolic tangent (float).
+    Tanh,
+    /// `1 / (1 + e^-x)` (float).
+    Logistic,
+    /// Round toward negative infinity (float).
+    Floor,
+    /// Round toward positive infinity (float).
+    Ceil,
+    /// -1, 0 or 1 (and NaN for NaN); for integers -1, 0, 1.
+    Sign,
+    /// Sine (float).
+    Sin,
+    /// Cosine (float).
+    Cos,
+    /// Logical not for pred, bitwise not for integers.
+    Not,
+}
+
+/// Elementwise functions of two operands of the same type; the output has that type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BinaryOp {
+    /// `a + b` (wrapping for integers).
+    Add,
+    /// `a - b` (wrapping for integers).
+    Sub,
+    /// `a * b` (wrapping for integers).
+    Mul,
+    /// `a / b`; integers truncate toward zero, `x / 0 = -1` for integers (XLA's definition).
+    Div,
+    /// `a ^ b`.
+    Pow,
+    /// Maximum (NaN if either is NaN).
+    Max,
+    /// Minimum (NaN if either is NaN).
+    Min,
+    /// Remainder with the sign of `a` (C `fmod`); for integers `x % 0 = x` (XLA's definition).
+    Rem,
+    /// Logical and for pred, bitwise and for integers.
+    And,
+    /// Logical or for pred, bitwise or for integers.
+    Or,
+    /// Logical xor for pred, bitwise xor for integers.
+    Xor,
+    /// `a << b` for integers (0 when `b` >= bit width).
+    ShiftLeft,
+    /// Logical `a >> b` for integers (0 when `b` >= bit width).
+    ShiftRightLogical,
+}
+
+/// Comparison directions; floats compare as IEEE (every comparison with NaN is false, except `Ne`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Comparison {
+    /// `==`
+    Eq,
+    /// `!=`
+    Ne,
+    /// `<`
+    Lt,
+    /// `<=`
+    Le,
+    /// `>`
+    Gt,
+    /// `>=`
+    Ge,
+}
+
+/// Reduction monoids.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ReduceKind {
+    /// Sum, identity 0.
+    Sum,
+    /// Product, identity 1.
+    Prod,
+    /// Maximum, identity -inf (floats) or the type's minimum (integers).
+    Max,
+    /// Minimum, identity +inf (floats) or the type's maximum (integers).
+    Min,
+}
+
+/// Which extreme an arg-reduction looks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ArgKind {
+    /// Index of the maximum.
+    Max,
+    /// Index of the minimum.
+    Min,
+}
+
+/// The primitive operations. Operands are the node's `inputs`, in the order given here; every
+/// shape below is checked by the builder that creates the node.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Op {
+    /// Parameter number `index` of the program, named `name`. No inputs.
+    Parameter {
+        /// Position in the parameter list.
+        index: usize,
+        /// The user's name for it.
+        name: String,
+    },
+    /// A constant. `data` holds little-endian element bytes (`Pred`: one byte, 0 or 1) either for
+    /// every element in row-major order, or for exactly one element that fills the whole shape
+    /// (a splat). No inputs.
+    Constant {
+        /// The element bytes.
+        data: Vec<u8>,
+    },
+    /// `out[i_0, ..., i_n] = i_dim`, converted to the output dtype. No inputs.
+    Iota {
+        /// The counting dimension.
+        dim: usize,
+    },
+    /// An elementwise function of `inputs[0]`.
+    Unary(UnaryOp),
+    /// An elementwise function of `inputs[0]` and `inputs[1]` (same type as the output).
+    Binary(BinaryOp),
+    /// Elementwise comparison of `inputs[0]` and `inputs[1]` (same type); output `Pred`.
+    Compare(Comparison),
+    /// `inputs[0] ? inputs[1] : inputs[2]` elementwise; the predicate is `Pred` of the output's
+    /// shape, the branches have the output type.
+    Select,
+    /// `min(max(inputs[1], inputs[0]), inputs[2])`: clamp(lo, x, hi), all of the output type.
+    Clamp,
+    /// Elementwise conversion of `inputs[0]` to the output dtype: float to integer rounds toward
+    /// zero, to `Pred` is `x != 0`, from `Pred` gives 0 or 1; float narrowing rounds to nearest.
+    Convert,
+    /// Reinterprets the bits of `inputs[0]` as the output dtype (same element size, same shape).
+    BitcastConvert,
+    /// Broadcasts `inputs[0]`: its dimension `i` becomes output dimension `dims[i]` (`dims`
+    /// strictly increasing), where it must have size 1 or the output's size.
+    BroadcastInDim {
+        /// For each operand dimension, the output dimension it maps to.
+        dims: Vec<usize>,
+    },
+    /// Row-major reshape of `inputs[0]` to the output shape (same element count).
+    Reshape,
+    /// Output dimension `i` is operand dimension `perm[i]`.
+    Transpose {
+        /// A permutation of the operand's dimensions.
+        perm: Vec<usize>,
+    },
+    /// `out[i] = x[start + i * stride]` per dimension, for `start <= index < limit`.
+    Slice {
+        /// First index per dimension.
+        start: Vec<usize>,
+        /// End (exclusive) per dimension.
+        limit: Vec<usize>,
+        /// Step per dimension (at least 1).
+        stride: Vec<usize>,
+    },
+    /// A window of `sizes` from `inputs[0]` at start indices `inputs[1..]` (one rank-0 integer
+    /// per dimension, all of one dtype), each clamped to `[0, dim - size]`.
+    DynamicSlice {
+        /// Window size per dimension.
+        sizes: Vec<usize>,
+    },
+    /// `inputs[0]` with `inputs[1]` written at start indices `inputs[2..]` (one rank-0 integer
+    /// per dimension, all of one dtype), each clamped to `[0, dim - update_dim]`.
+    DynamicUpdateSlice,
+    /// Concatenates all inputs (same dtype, same shape except along `axis`) along `axis`.
+    Concatenate {
+        /// The joining dimension.
+        axis: usize,
+    },
+    /// Pads `inputs[0]` with the rank-0 `inputs[1]`: `low`/`high` elements before/after each
+    /// dimension (negative values crop) and `interior` elements between neighbours.
+    Pad {
+        /// Padding before, per dimension.
+        low: Vec<i64>,
+        /// Padding after, per dimension.
+        high: Vec<i64>,
+        /// Padding between elements, per dimension.
+        interior: Vec<usize>,
+    },
+    /// Reverses `inputs[0]` along each of `axes`.
+    Reverse {
+        /// Dimensions to reverse.
+        axes: Vec<usize>,
+    },
+    /// Reduces `inputs[0]` over `axes` (sorted, distinct), which disappear from the shape.
+    Reduce {
+        /// The monoid.
+        kind: ReduceKind,
+        /// Reduced dimensions.
+        axes: Vec<usize>,
+    },
+    /// The index (output dtype `I64`) of the first maximum or minimum of `inputs[0]` along
+    /// `axis`, which disappears from the shape. NaN is treated as larger than every number.
+    ArgReduce {
+        /// Max or min.
+        kind: ArgKind,
+        /// Reduced dimension.
+        axis: usize,
+    },
+    /// Inclusive running sum of `inputs[0]` along `axis`, first to last.
+    Cumsum {
+        /// The scanned dimension.
+        axis: usize,
+    },
+    /// `dot_general(inputs[0], inputs[1])`: batch dimensions pair up, contracting dimensions are
+    /// summed over; output dimensions are the batch dimensions (in `lhs_batch` order), then the
+    /// lhs's remaining dimensions, then the rhs's remaining dimensions, each in operand order.
+    /// Both operands and the output have one dtype.
+    DotGeneral {
+        /// Batch dimensions of the lhs.
+        lhs_batch: Vec<usize>,
+        /// Batch dimensions of the rhs, paired with `lhs_batch`.
+        rhs_batch: Vec<usize>,
+        /// Contracting dimensions of the lhs.
+        lhs_contract: Vec<usize>,
+        /// Contracting dimensions of the rhs, paired with `lhs_contract`.
+        rhs_contract: Vec<usize>,
+    },
+    /// Rows of the table `inputs[0]` (shape `[n, rest...]`) picked by the integer tensor
+    /// `inputs[1]` (any shape `I`): output shape `I ++ rest`. Indices are clamped to `[0, n-1]`.
+    Take,
+    /// Sorts along `axis`, stable. `inputs[0]` are the keys; an optional `inputs[1]` (same shape)
+    /// is permuted along with them. Outputs: sorted keys, then the permuted second input if any.
+    /// Floats sort with NaN last (first when descending).
+    Sort {
+        /// The sorted dimension.
+        axis: usize,
+        /// Largest first.
+        descending: bool,
+    },
+}
+
+impl Op {
+    /// A short name for messages (`add`, `dot_general`, ...).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Op::Parameter { .. } => "parameter",
+            Op::Constant { .. } => "constant",
+            Op::Iota { .. } => "iota",
+            Op::Unary(_) => "unary",
+            Op::Binary(_) => "binary",
+            Op::Compare(_) => "compare",
+            Op::Select => "select",
+            Op::Clamp => "clamp",
+            Op::Convert => "convert",
+            Op::BitcastConvert => "bitcast_convert",
+            Op::BroadcastInDim { .. } => "broadcast_in_dim",
+            Op::Reshape => "reshape",
+            Op::Transpose { .. } => "transpose",
+            Op::Slice { .. } => "slice",
+            Op::DynamicSlice { .. } => "dynamic_slice",
+            Op::DynamicUpdateSlice => "dynamic_update_slice",
+            Op::Concatenate { .. } => "concatenate",
+            Op::Pad { .. } => "pad",
+            Op::Reverse { .. } => "reverse",
+            Op::Reduce { .. } => "reduce",
+            Op::ArgReduce { .. } => "arg_reduce",
+            Op::Cumsum { .. } => "cumsum",
+            Op::DotGeneral { .. } => "dot_general",
+            Op::Take => "take",
+            Op::Sort { .. } => "sort",
+        }
+    }
+}
+
+/// One output of one node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ValueId {
+    /// The node's index in [`Graph::nodes`].
+    pub node: usize,
+    /// Which of the node's outputs.
+    pub output: usize,
+}
+
+/// A node of the graph: a primitive, its operands and its output types.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Node {
+    /// The primitive.
+    pub op: Op,
+    /// Operands, all defined by earlier nodes.
+    pub inputs: Vec<ValueId>,
+    /// Output types (one for every op except a `Sort` with two inputs).
+    pub outputs: Vec<TensorType>,
+}
+
+static NEXT_GRAPH_ID: AtomicU64 = AtomicU64::new(1);
+
+#[derive(Debug)]
+struct GraphData {
+    id: u64,
+    nodes: Vec<Node>,
+    params: Vec<ValueId>,
+    outputs: Vec<ValueId>,
+}
+
+/// A tensor program under construction: named parameters, nodes, outputs. Cheap to clone (a
+/// shared handle to the same graph). Not `Send`: build a graph on one thread; the compiled
+/// program it produces is `Send + Sync`.
+#[derive(Clone)]
+pub struct Graph {
+    data: Rc<RefCell<GraphData>>,
+}
+
+/// A value in a [`Graph`]: a handle holding the graph, the value's id and its type. Builder
+/// methods on it add nodes to its graph.
+#[derive(Clone)]
+pub struct Tensor {
+    graph: Graph,
+    id: ValueId,
+    ty: TensorType,
+}
+
+impl Default for Graph {
+    fn default() -> Self {
+        Graph::new()
+    }
+}
+
+impl std::fmt::Debug for Graph {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let d = self.data.borrow();
+        f.debug_struct("Graph")
+            .field("id", &d.id)
+            .field("nodes", &d.nodes.len())
+            .field("params", &d.params.len())
+            .field("outputs", &d.outputs.len())
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for Tensor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Tensor({} @ node {}", self.ty, self.id.node)?;
+        if self.id.output > 0 {
+            write!(f, "#{}", self.id.output)?;
+        }
+        write!(f, ")")
+    }
+}
+
+/// Builds a graph error naming the op, what was wrong, and the caller's location.
+pub(crate) fn graph_error(
+    op: &'static str,
+    message: impl Into<String>,
+    location: &'static Location<'static>,
+) -> Error {
+    Error::Graph {
+        op,
+        message: message.into(),
+        location: format!("{}:{}:{}", location.file(), location.line(), location.column()),
+    }
+}
+
+impl Graph {
+    /// An empty graph.
+    pub fn new() -> Graph {
+        Graph {
+            data: Rc::new(RefCell::new(GraphData {
+                id: NEXT_GRAPH_ID.fetch_add(1, Ordering::Relaxed),
+                nodes: Vec::new(),
+                params: Vec::new(),
+                outputs: Vec::new(),
+            })),
+        }
+    }
+
+    /// This graph's identity (distinct for every graph made in the process).
+    pub fn id(&self) -> u64 {
+        self.data.borrow().id
+    }
+
+    /// Adds a named parameter of the given type. Parameters are the program's inputs, in the
+    /// order they are added.
+    #[track_caller]
+    pub fn parameter(&self, name: &str, dtype: DType, dims: &[usize]) -> Result<Tensor> {
+        let location = Location::caller();
+        let valid = !name.is_empty()
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.');
+        if !valid {
+            return Err(graph_error(
+                "parameter",
+                format!("name {name:?} must be non-empty ASCII letters, digits, '_' or '.'"),
+                location,
+            ));
+        }
+        let index = self.data.borrow().params.len();
+        if self.parameter_names().iter().any(|n| n == name) {
+            return Err(graph_error(
+                "parameter",
+                format!("a parameter named {name:?} already exists"),
+                location,
+            ));
+        }
+        let t = self.push(
+            Op::Parameter {
+                index,
+                name: name.to_string(),
+            },
+            vec![],
+            vec![TensorType::new(dtype, dims)],
+        )?;
+        self.data.borrow_mut().params.push(t[0].id);
+        Ok(t.into_iter().next().expect("one output"))
+    }
+
+    /// The parameter names, in order.
+    pub fn parameter_names(&self) -> Vec<String> {
+        let d = self.data.borrow();
+        d.params
+            .iter()
+            .map(|p| match &d.nodes[p.node].op {
+                Op::Parameter { name, .. } => name.clone(),
+                _ => String::new(),
+            })
+            .collect()
+    }
+
+    /// The parameter types, in order.
+    pub fn parameter_types(&self) -> Vec<TensorType> {
+        let d = self.data.borrow();
+        d.params
+            .iter()
+            .map(|p| d.nodes[p.node].outputs[p.output].clone())
+            .collect()
+    }
+
+    /// Sets the program's outputs (replacing earlier ones).
+    #[track_caller]
+    pub fn set_outputs(&self, outputs: &[&Tensor]) -> Result<()> {
+        let location = Location::caller();
+        for t in outputs {
+            self.check_same(t, "set_outputs", location)?;
+        }
+        self.data.borrow_mut().outputs = outputs.iter().map(|t| t.id).collect();
+        Ok(())
+    }
+
+    /// The output values.
+    pub fn outputs(&self) -> Vec<ValueId> {
+        self.data.borrow().outputs.clone()
+    }
+
+    /// The output types, in order.
+    pub fn output_types(&self) -> Vec<TensorType> {
+        let d = self.data.borrow();
+        d.outputs
+            .iter()
+            .map(|o| d.nodes[o.node].outputs[o.output].clone())
+            .collect()
+    }
+
+    /// A copy of all nodes, in creation (topological) order.
+    pub fn nodes(&self) -> Vec<Node> {
+        self.data.borrow().nodes.clone()
+    }
+
+    /// Calls `f` with the nodes, without copying them.
+    pub fn with_nodes<R>(&self, f: impl FnOnce(&[Node]) -> R) -> R {
+        f(&self.data.borrow().nodes)
+    }
+
+    /// The parameter values, in order.
+    pub fn parameters(&self) -> Vec<ValueId> {
+        self.data.borrow().params.clone()
+    }
+
+    /// The type of a value.
+    pub fn value_type(&self, id: ValueId) -> Option<TensorType> {
+        let d = self.data.borrow();
+        d.nodes.get(id.node)?.outputs.get(id.output).cloned()
+    }
+
+    /// Whether `t` belongs to this graph.
+    pub fn owns(&self, t: &Tensor) -> bool {
+        Rc::ptr_eq(&self.data, &t.graph.data)
+    }
+
+    pub(crate) fn check_same(
+        &self,
+        t: &Tensor,
+        op: &'static str,
+        location: &'static Location<'static>,
+    ) -> Result<()> {
+        if self.owns(t) {
+            Ok(())
+        } else {
+            Err(graph_error(
+                op,
+                format!(
+                    "operand {} belongs to graph {}, not to graph {}",
+                    t.ty,
+                    t.graph.id(),
+                    self.id()
+                ),
+                location,
+            ))
+        }
+    }
+
+    /// Appends a node whose inputs and outputs the caller has checked; returns its outputs.
+    pub(crate) fn push(
+        &self,
+        op: Op,
+        inputs: Vec<ValueId>,
+        outputs: Vec<TensorType>,
+    ) -> Result<Vec<Tensor>> {
+        let mut d = self.data.borrow_mut();
+        let node = d.nodes.len();
+        d.nodes.push(Node {
+            op,
+            inputs,
+            outputs: outputs.clone(),
+        });
+        drop(d);
+        Ok(outputs
+            .into_iter()
+            .enumerate()
+            .map(|(output, ty)| Tensor {
+                graph: self.clone(),
+                id: ValueId { node, output },
+                ty,
+            })
+            .collect())
+    }
+}
+
+impl Tensor {
+    /// The graph this tensor belongs to.
+    pub fn graph(&self) -> &Graph {
+        &self.graph
+    }
+
+    /// The value's id in its graph.
+    pub fn id(&self) -> ValueId {
+        self.id
+    }
+
+    /// The element type and shape.
+    pub fn ty(&self) -> &TensorType {
+        &self.ty
+    }
+
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        self.ty.dtype
+    }
+
+    /// The shape.
+    pub fn dims(&self) -> &[usize] {
+        &self.ty.dims
+    }
+
+    /// The rank.
+    pub fn rank(&self) -> usize {
+        self.ty.dims.len()
+    }
+}

@@ -1,0 +1,13 @@
+//! The graph DSL: a [`Graph`] of typed nodes built through [`Tensor`] methods that check shapes
+//! and dtypes at once and return [`crate::Result`]; errors name the op, the operand types and the
+//! caller's source line.
+//!
+//! Each op family keeps its shape rules beside its builders: `elementwise`, `reduce`, `shape`,
+//! `linalg` (dot_general, matmul, einsum), `mask` (iota, tril, triu), `gather` (take, one_hot),
+//! `conv`, `random`, `sort`.
+
+mod graph;
+
+pub use graph::{
+    ArgKind, BinaryOp, Comparison, Graph, Node, Op, ReduceKind, Tensor, UnaryOp, ValueId,
+};
