@@ -30,10 +30,12 @@
 
 #![warn(missing_docs)]
 
+pub mod array;
 pub mod dtype;
 pub mod error;
 pub mod ops;
 pub mod runtime;
 
+pub use array::HostArray;
 pub use dtype::{DType, Element, TensorType};
 pub use error::{Error, ErrorCode, Result};

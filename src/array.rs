@@ -1,0 +1,196 @@
+//! [`HostArray`]: an ndarray of any supported dtype, the host-side value of a tensor.
+
+use half::{bf16, f16};
+use ndarray::{ArrayD, IxDyn};
+
+use crate::dtype::{DType, Element, TensorType};
+use crate::error::{Error, Result};
+
+/// A host array of one of the supported element types.
+#[derive(Debug, Clone, PartialEq)]
+pub enum HostArray {
+    /// `Pred`
+    Pred(ArrayD<bool>),
+    /// `U8`
+    U8(ArrayD<u8>),
+    /// `U32`
+    U32(ArrayD<u32>),
+    /// `U64`
+    U64(ArrayD<u64>),
+    /// `I32`
+    I32(ArrayD<i32>),
+    /// `I64`
+    I64(ArrayD<i64>),
+    /// `F16`
+    F16(ArrayD<f16>),
+    /// `BF16`
+    BF16(ArrayD<bf16>),
+    /// `F32`
+    F32(ArrayD<f32>),
+    /// `F64`
+    F64(ArrayD<f64>),
+}
+
+/// Applies `$body` to the inner array of a [`HostArray`], binding it as `$a`.
+#[macro_export]
+#[doc(hidden)]
+macro_rules! with_host_array {
+    ($value:expr, $a:ident => $body:expr) => {
+        match $value {
+            $crate::array::HostArray::Pred($a) => $body,
+            $crate::array::HostArray::U8($a) => $body,
+            $crate::array::HostArray::U32($a) => $body,
+            $crate::array::HostArray::U64($a) => $body,
+            $crate::array::HostArray::I32($a) => $body,
+            $crate::array::HostArray::I64($a) => $body,
+            $crate::array::HostArray::F16($a) => $body,
+            $crate::array::HostArray::BF16($a) => $body,
+            $crate::array::HostArray::F32($a) => $body,
+            $crate::array::HostArray::F64($a) => $body,
+        }
+    };
+}
+
+/// Element types that have a [`HostArray`] variant.
+pub trait HostElement: Element {
+    /// Wraps an array.
+    fn wrap(a: ArrayD<Self>) -> HostArray;
+    /// Borrows the array if `h` holds this type.
+    fn peek(h: &HostArray) -> Option<&ArrayD<Self>>;
+}
+
+macro_rules! host_element {
+    ($t:ty, $v:ident) => {
+        impl HostElement for $t {
+            fn wrap(a: ArrayD<Self>) -> HostArray {
+                HostArray::$v(a)
+            }
+            fn peek(h: &HostArray) -> Option<&ArrayD<Self>> {
+                match h {
+                    HostArray::$v(a) => Some(a),
+                    _ => None,
+                }
+            }
+        }
+
+        impl From<ArrayD<$t>> for HostArray {
+            fn from(a: ArrayD<$t>) -> Self {
+                HostArray::$v(a)
+            }
+        }
+    };
+}
+
+host_element!(bool, Pred);
+host_element!(u8, U8);
+host_element!(u32, U32);
+host_element!(u64, U64);
+host_element!(i32, I32);
+host_element!(i64, I64);
+host_element!(f16, F16);
+host_element!(bf16, BF16);
+host_element!(f32, F32);
+host_element!(f64, F64);
+
+impl HostArray {
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        match self {
+            HostArray::Pred(_) => DType::Pred,
+            HostArray::U8(_) => DType::U8,
+            HostArray::U32(_) => DType::U32,
+            HostArray::U64(_) => DType::U64,
+            HostArray::I32(_) => DType::I32,
+            HostArray::I64(_) => DType::I64,
+            HostArray::F16(_) => DType::F16,
+            HostArray::BF16(_) => DType::BF16,
+            HostArray::F32(_) => DType::F32,
+            HostArray::F64(_) => DType::F64,
+        }
+    }
+
+    /// The shape.
+    pub fn dims(&self) -> &[usize] {
+        with_host_array!(self, a => a.shape())
+    }
+
+    /// The element type and shape.
+    pub fn ty(&self) -> TensorType {
+        TensorType::new(self.dtype(), self.dims())
+    }
+
+    /// A scalar (rank-0) array.
+    pub fn scalar<T: HostElement>(v: T) -> HostArray {
+        T::wrap(ArrayD::from_elem(IxDyn(&[]), v))
+    }
+
+    /// Builds an array from row-major data.
+    pub fn from_vec<T: HostElement>(dims: &[usize], data: Vec<T>) -> Result<HostArray> {
+        ArrayD::from_shape_vec(IxDyn(dims), data)
+            .map(T::wrap)
+            .map_err(|e| Error::InvalidArgument(format!("shape {dims:?}: {e}")))
+    }
+
+    /// Decodes row-major little-endian element bytes (as in a constant or a device buffer).
+    pub fn from_bytes(ty: &TensorType, bytes: &[u8]) -> Result<HostArray> {
+        fn make<T: HostElement>(dims: &[usize], bytes: &[u8]) -> Result<HostArray> {
+            HostArray::from_vec(dims, T::from_bytes(bytes))
+        }
+        let expected = ty.element_count() * ty.dtype.size_in_bytes();
+        if bytes.len() != expected {
+            return Err(Error::InvalidArgument(format!(
+                "{ty} needs {expected} bytes, got {}",
+                bytes.len()
+            )));
+        }
+        let d = &ty.dims;
+        match ty.dtype {
+            DType::Pred => make::<bool>(d, bytes),
+            DType::U8 => make::<u8>(d, bytes),
+            DType::U32 => make::<u32>(d, bytes),
+            DType::U64 => make::<u64>(d, bytes),
+            DType::I32 => make::<i32>(d, bytes),
+            DType::I64 => make::<i64>(d, bytes),
+            DType::F16 => make::<f16>(d, bytes),
+            DType::BF16 => make::<bf16>(d, bytes),
+            DType::F32 => make::<f32>(d, bytes),
+            DType::F64 => make::<f64>(d, bytes),
+        }
+    }
+
+    /// Row-major little-endian element bytes.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        with_host_array!(self, a => {
+            let v: Vec<_> = a.iter().copied().collect();
+            crate::dtype::as_bytes(&v).to_vec()
+        })
+    }
+
+    /// Borrows the inner array as `T`, or fails naming both types.
+    pub fn as_array<T: HostElement>(&self) -> Result<&ArrayD<T>> {
+        T::peek(self).ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "the array is {}, not {}",
+                self.ty(),
+                T::DTYPE
+            ))
+        })
+    }
+
+    /// Every element converted to `f64` (`Pred` as 0 or 1), row-major. For comparisons in tests
+    /// and reports.
+    pub fn to_f64_vec(&self) -> Vec<f64> {
+        match self {
+            HostArray::Pred(a) => a.iter().map(|&x| f64::from(u8::from(x))).collect(),
+            HostArray::U8(a) => a.iter().map(|&x| f64::from(x)).collect(),
+            HostArray::U32(a) => a.iter().map(|&x| f64::from(x)).collect(),
+            HostArray::U64(a) => a.iter().map(|&x| x as f64).collect(),
+            HostArray::I32(a) => a.iter().map(|&x| f64::from(x)).collect(),
+            HostArray::I64(a) => a.iter().map(|&x| x as f64).collect(),
+            HostArray::F16(a) => a.iter().map(|&x| x.to_f64()).collect(),
+            HostArray::BF16(a) => a.iter().map(|&x| x.to_f64()).collect(),
+            HostArray::F32(a) => a.iter().map(|&x| f64::from(x)).collect(),
+            HostArray::F64(a) => a.iter().copied().collect(),
+        }
+    }
+}
