@@ -374,7 +374,12 @@ pub(crate) fn graph_error(
     Error::Graph {
         op,
         message: message.into(),
-        location: format!("{}:{}:{}", location.file(), location.line(), location.column()),
+        location: format!(
+            "{}:{}:{}",
+            location.file(),
+            location.line(),
+            location.column()
+        ),
     }
 }
 

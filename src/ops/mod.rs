@@ -2,12 +2,15 @@
 //! and dtypes at once and return [`crate::Result`]; errors name the op, the operand types and the
 //! caller's source line.
 //!
-//! Each op family keeps its shape rules beside its builders: `elementwise`, `reduce`, `shape`,
-//! `linalg` (dot_general, matmul, einsum), `mask` (iota, tril, triu), `gather` (take, one_hot),
-//! `conv`, `random`, `sort`.
+//! Each op family keeps its shape rules beside its builders: `elementwise` (creation,
+//! elementwise, conversions, composites, operators), `reduce`, `shape`, `linalg` (dot_general,
+//! matmul, einsum), `mask` (tril, triu), `gather` (take, one_hot), `conv`, `random`, `sort`.
 
+mod elementwise;
 mod graph;
+mod util;
 
+pub use elementwise::Operand;
 pub use graph::{
     ArgKind, BinaryOp, Comparison, Graph, Node, Op, ReduceKind, Tensor, UnaryOp, ValueId,
 };

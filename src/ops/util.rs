@@ -1,0 +1,114 @@
+//! Small helpers shared by the builders: axis normalisation, operand checks, scalar encoding.
+
+use std::panic::Location;
+
+use half::{bf16, f16};
+
+use super::graph::{graph_error, Graph, Op, Tensor};
+use crate::dtype::{DType, TensorType};
+use crate::error::Result;
+
+/// Where a builder was called from.
+pub(crate) type Loc = &'static Location<'static>;
+
+/// Normalises a possibly negative axis for a tensor of rank `rank`.
+pub(crate) fn axis(op: &'static str, t: &Tensor, axis: isize, loc: Loc) -> Result<usize> {
+    axis_of(op, t.ty(), axis, loc)
+}
+
+/// Normalises a possibly negative axis for a type of rank `ty.rank()`.
+pub(crate) fn axis_of(op: &'static str, ty: &TensorType, axis: isize, loc: Loc) -> Result<usize> {
+    let rank = ty.rank() as isize;
+    let a = if axis < 0 { axis + rank } else { axis };
+    if a < 0 || a >= rank {
+        return Err(graph_error(
+            op,
+            format!("axis {axis} is out of range for {ty} (rank {rank})"),
+            loc,
+        ));
+    }
+    Ok(a as usize)
+}
+
+/// Normalises a list of axes, rejecting duplicates; returns them sorted.
+pub(crate) fn axes(op: &'static str, t: &Tensor, list: &[isize], loc: Loc) -> Result<Vec<usize>> {
+    let mut out = Vec::with_capacity(list.len());
+    for &a in list {
+        let a = axis(op, t, a, loc)?;
+        if out.contains(&a) {
+            return Err(graph_error(
+                op,
+                format!("axis {a} is given twice in {list:?} for {}", t.ty()),
+                loc,
+            ));
+        }
+        out.push(a);
+    }
+    out.sort_unstable();
+    Ok(out)
+}
+
+/// Checks that every operand belongs to `g`.
+pub(crate) fn same_graph(
+    g: &Graph,
+    operands: &[&Tensor],
+    op: &'static str,
+    loc: Loc,
+) -> Result<()> {
+    for t in operands {
+        g.check_same(t, op, loc)?;
+    }
+    Ok(())
+}
+
+/// Appends a one-output node to `g` after checking its operands belong to it.
+pub(crate) fn node(
+    g: &Graph,
+    op: Op,
+    operands: &[&Tensor],
+    out: TensorType,
+    name: &'static str,
+    loc: Loc,
+) -> Result<Tensor> {
+    same_graph(g, operands, name, loc)?;
+    let inputs = operands.iter().map(|t| t.id()).collect();
+    let mut outs = g.push(op, inputs, vec![out])?;
+    Ok(outs.remove(0))
+}
+
+/// Formats operand types for messages: `f32[2, 3], f32[3]`.
+pub(crate) fn types(operands: &[&Tensor]) -> String {
+    operands
+        .iter()
+        .map(|t| t.ty().to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The little-endian bytes of `value` as one element of `dtype`. Integer types need an integral
+/// value in range; `Pred` is `value != 0`.
+pub(crate) fn scalar_bytes(value: f64, dtype: DType) -> std::result::Result<Vec<u8>, String> {
+    let int = |lo: f64, hi: f64| -> std::result::Result<f64, String> {
+        if value.fract() != 0.0 || !(lo..=hi).contains(&value) {
+            Err(format!("{value} is not a {dtype} value"))
+        } else {
+            Ok(value)
+        }
+    };
+    Ok(match dtype {
+        DType::Pred => vec![u8::from(value != 0.0)],
+        DType::U8 => vec![int(0.0, 255.0)? as u8],
+        DType::U32 => (int(0.0, u32::MAX as f64)? as u32).to_le_bytes().to_vec(),
+        DType::U64 => (int(0.0, u64::MAX as f64)? as u64).to_le_bytes().to_vec(),
+        DType::I32 => (int(i32::MIN as f64, i32::MAX as f64)? as i32)
+            .to_le_bytes()
+            .to_vec(),
+        DType::I64 => (int(i64::MIN as f64, i64::MAX as f64)? as i64)
+            .to_le_bytes()
+            .to_vec(),
+        DType::F16 => f16::from_f64(value).to_le_bytes().to_vec(),
+        DType::BF16 => bf16::from_f64(value).to_le_bytes().to_vec(),
+        DType::F32 => (value as f32).to_le_bytes().to_vec(),
+        DType::F64 => value.to_le_bytes().to_vec(),
+    })
+}
