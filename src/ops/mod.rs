@@ -6,8 +6,14 @@
 //! elementwise, conversions, composites, operators), `reduce`, `shape`, `linalg` (dot_general,
 //! matmul, einsum), `mask` (tril, triu), `gather` (take, one_hot), `conv`, `random`, `sort`.
 
+mod conv;
 mod elementwise;
+mod gather;
 mod graph;
+mod mask;
+mod reduce;
+mod shape;
+mod sort;
 mod util;
 
 pub use elementwise::Operand;

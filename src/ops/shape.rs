@@ -1,0 +1,457 @@
+//! Shape ops: reshape, transpose, expand_dims, squeeze, slice, dynamic slices, concatenate, pad,
+//! reverse.
+
+use std::panic::Location;
+
+use super::graph::{graph_error, Op, Tensor};
+use super::util::{axes, axis, node, same_graph, types, Loc};
+use crate::dtype::TensorType;
+use crate::error::Result;
+
+impl Tensor {
+    /// Row-major reshape; at most one dimension may be `-1` (inferred).
+    #[track_caller]
+    pub fn reshape(&self, dims: &[isize]) -> Result<Tensor> {
+        let loc = Location::caller();
+        let n = self.ty().element_count();
+        let known: usize = dims
+            .iter()
+            .filter(|&&d| d >= 0)
+            .map(|&d| d as usize)
+            .product();
+        let inferred = dims.iter().filter(|&&d| d == -1).count();
+        let bad = || {
+            graph_error(
+                "reshape",
+                format!("cannot reshape {} ({n} elements) to {dims:?}", self.ty()),
+                loc,
+            )
+        };
+        if dims.iter().any(|&d| d < -1) || inferred > 1 {
+            return Err(bad());
+        }
+        let out: Vec<usize> = if inferred == 1 {
+            if known == 0 || n % known != 0 {
+                return Err(bad());
+            }
+            dims.iter()
+                .map(|&d| if d == -1 { n / known } else { d as usize })
+                .collect()
+        } else {
+            if known != n {
+                return Err(bad());
+            }
+            dims.iter().map(|&d| d as usize).collect()
+        };
+        self.reshape_at(&out, loc)
+    }
+
+    pub(crate) fn reshape_at(&self, dims: &[usize], loc: Loc) -> Result<Tensor> {
+        if dims == self.dims() {
+            return Ok(self.clone());
+        }
+        if dims.iter().product::<usize>() != self.ty().element_count() {
+            return Err(graph_error(
+                "reshape",
+                format!("cannot reshape {} to {dims:?}", self.ty()),
+                loc,
+            ));
+        }
+        node(
+            self.graph(),
+            Op::Reshape,
+            &[self],
+            TensorType::new(self.dtype(), dims),
+            "reshape",
+            loc,
+        )
+    }
+
+    /// Permutes dimensions: output dimension `i` is input dimension `perm[i]`.
+    #[track_caller]
+    pub fn transpose(&self, perm: &[isize]) -> Result<Tensor> {
+        let loc = Location::caller();
+        if perm.len() != self.rank() {
+            return Err(graph_error(
+                "transpose",
+                format!("permutation {perm:?} does not fit {}", self.ty()),
+                loc,
+            ));
+        }
+        // Validates range and distinctness; the caller's order is kept below.
+        axes("transpose", self, perm, loc)?;
+        let perm: Vec<usize> = perm
+            .iter()
+            .map(|&a| axis("transpose", self, a, loc))
+            .collect::<Result<_>>()?;
+        self.transpose_at(&perm, loc)
+    }
+
+    pub(crate) fn transpose_at(&self, perm: &[usize], loc: Loc) -> Result<Tensor> {
+        if perm.iter().enumerate().all(|(i, &p)| i == p) {
+            return Ok(self.clone());
+        }
+        let dims: Vec<usize> = perm.iter().map(|&p| self.dims()[p]).collect();
+        node(
+            self.graph(),
+            Op::Transpose {
+                perm: perm.to_vec(),
+            },
+            &[self],
+            TensorType::new(self.dtype(), &dims),
+            "transpose",
+            loc,
+        )
+    }
+
+    /// Swaps the last two dimensions.
+    #[track_caller]
+    pub fn t(&self) -> Result<Tensor> {
+        let loc = Location::caller();
+        let r = self.rank();
+        if r < 2 {
+            return Err(graph_error(
+                "t",
+                format!("t needs rank >= 2, got {}", self.ty()),
+                loc,
+            ));
+        }
+        let mut perm: Vec<usize> = (0..r).collect();
+        perm.swap(r - 2, r - 1);
+        self.transpose_at(&perm, loc)
+    }
+
+    /// Inserts a size-1 dimension at `axis` (in `-(rank+1)..=rank`).
+    #[track_caller]
+    pub fn expand_dims(&self, axis_: isize) -> Result<Tensor> {
+        let loc = Location::caller();
+        let r = self.rank() as isize;
+        let a = if axis_ < 0 { axis_ + r + 1 } else { axis_ };
+        if a < 0 || a > r {
+            return Err(graph_error(
+                "expand_dims",
+                format!("axis {axis_} is out of range for {}", self.ty()),
+                loc,
+            ));
+        }
+        let mut dims = self.dims().to_vec();
+        dims.insert(a as usize, 1);
+        self.reshape_at(&dims, loc)
+    }
+
+    /// Removes the given size-1 dimensions (all size-1 dimensions when `axes` is empty).
+    #[track_caller]
+    pub fn squeeze(&self, axes_: &[isize]) -> Result<Tensor> {
+        let loc = Location::caller();
+        let drop = if axes_.is_empty() {
+            (0..self.rank()).filter(|&i| self.dims()[i] == 1).collect()
+        } else {
+            axes("squeeze", self, axes_, loc)?
+        };
+        if let Some(&bad) = drop.iter().find(|&&a| self.dims()[a] != 1) {
+            return Err(graph_error(
+                "squeeze",
+                format!("dimension {bad} of {} is not 1", self.ty()),
+                loc,
+            ));
+        }
+        let dims: Vec<usize> = (0..self.rank())
+            .filter(|i| !drop.contains(i))
+            .map(|i| self.dims()[i])
+            .collect();
+        self.reshape_at(&dims, loc)
+    }
+
+    /// `x[start:stop:step]` along `axis`, with Python semantics for negative or out-of-range
+    /// `start`/`stop` (counted from the end, then clipped); `step >= 1`.
+    #[track_caller]
+    pub fn slice(&self, axis_: isize, start: isize, stop: isize, step: usize) -> Result<Tensor> {
+        let loc = Location::caller();
+        let a = axis("slice", self, axis_, loc)?;
+        if step == 0 {
+            return Err(graph_error("slice", "step must be at least 1", loc));
+        }
+        let n = self.dims()[a] as isize;
+        let clip = |i: isize| (if i < 0 { i + n } else { i }).clamp(0, n) as usize;
+        let (lo, hi) = (clip(start), clip(stop));
+        let hi = hi.max(lo);
+        let mut start_v = vec![0; self.rank()];
+        let mut limit_v = self.dims().to_vec();
+        let mut stride_v = vec![1; self.rank()];
+        start_v[a] = lo;
+        limit_v[a] = hi;
+        stride_v[a] = step;
+        self.slice_all_at(&start_v, &limit_v, &stride_v, loc)
+    }
+
+    /// `len` elements from `start` along `axis` (both must be in range).
+    #[track_caller]
+    pub fn narrow(&self, axis_: isize, start: usize, len: usize) -> Result<Tensor> {
+        let loc = Location::caller();
+        let a = axis("narrow", self, axis_, loc)?;
+        if start + len > self.dims()[a] {
+            return Err(graph_error(
+                "narrow",
+                format!(
+                    "[{start}, {}) is out of range along axis {a} of {}",
+                    start + len,
+                    self.ty()
+                ),
+                loc,
+            ));
+        }
+        let mut s = vec![0; self.rank()];
+        let mut l = self.dims().to_vec();
+        s[a] = start;
+        l[a] = start + len;
+        self.slice_all_at(&s, &l, &vec![1; self.rank()], loc)
+    }
+
+    /// A strided slice over every dimension: `start <= i < limit` in steps of `stride`.
+    #[track_caller]
+    pub fn slice_all(&self, start: &[usize], limit: &[usize], stride: &[usize]) -> Result<Tensor> {
+        self.slice_all_at(start, limit, stride, Location::caller())
+    }
+
+    pub(crate) fn slice_all_at(
+        &self,
+        start: &[usize],
+        limit: &[usize],
+        stride: &[usize],
+        loc: Loc,
+    ) -> Result<Tensor> {
+        let r = self.rank();
+        let ok = start.len() == r
+            && limit.len() == r
+            && stride.len() == r
+            && (0..r).all(|i| start[i] <= limit[i] && limit[i] <= self.dims()[i] && stride[i] >= 1);
+        if !ok {
+            return Err(graph_error(
+                "slice",
+                format!(
+                    "start {start:?}, limit {limit:?}, stride {stride:?} do not fit {}",
+                    self.ty()
+                ),
+                loc,
+            ));
+        }
+        let dims: Vec<usize> = (0..r)
+            .map(|i| (limit[i] - start[i]).div_ceil(stride[i]))
+            .collect();
+        if start.iter().all(|&s| s == 0) && stride.iter().all(|&s| s == 1) && dims == self.dims() {
+            return Ok(self.clone());
+        }
+        node(
+            self.graph(),
+            Op::Slice {
+                start: start.to_vec(),
+                limit: limit.to_vec(),
+                stride: stride.to_vec(),
+            },
+            &[self],
+            TensorType::new(self.dtype(), &dims),
+            "slice",
+            loc,
+        )
+    }
+
+    fn check_indices(&self, op: &'static str, starts: &[&Tensor], loc: Loc) -> Result<()> {
+        same_graph(self.graph(), starts, op, loc)?;
+        let int_scalars = starts
+            .iter()
+            .all(|s| s.rank() == 0 && s.dtype().is_int() && s.dtype() == starts[0].dtype());
+        if starts.len() != self.rank() || !int_scalars {
+            return Err(graph_error(
+                op,
+                format!(
+                    "{op} on {} needs {} rank-0 integer start indices of one dtype, got [{}]",
+                    self.ty(),
+                    self.rank(),
+                    types(starts)
+                ),
+                loc,
+            ));
+        }
+        Ok(())
+    }
+
+    /// A window of `sizes` starting at the runtime indices `starts` (one rank-0 integer tensor
+    /// per dimension), each clamped so that the window stays inside.
+    #[track_caller]
+    pub fn dynamic_slice(&self, starts: &[&Tensor], sizes: &[usize]) -> Result<Tensor> {
+        let loc = Location::caller();
+        self.check_indices("dynamic_slice", starts, loc)?;
+        if sizes.len() != self.rank() || sizes.iter().zip(self.dims()).any(|(s, d)| s > d) {
+            return Err(graph_error(
+                "dynamic_slice",
+                format!("sizes {sizes:?} do not fit {}", self.ty()),
+                loc,
+            ));
+        }
+        let mut operands = vec![self];
+        operands.extend_from_slice(starts);
+        node(
+            self.graph(),
+            Op::DynamicSlice {
+                sizes: sizes.to_vec(),
+            },
+            &operands,
+            TensorType::new(self.dtype(), sizes),
+            "dynamic_slice",
+            loc,
+        )
+    }
+
+    /// `self` with `update` written at the runtime indices `starts`, each clamped so that the
+    /// update stays inside.
+    #[track_caller]
+    pub fn dynamic_update_slice(&self, update: &Tensor, starts: &[&Tensor]) -> Result<Tensor> {
+        let loc = Location::caller();
+        self.check_indices("dynamic_update_slice", starts, loc)?;
+        same_graph(self.graph(), &[update], "dynamic_update_slice", loc)?;
+        let fits = update.dtype() == self.dtype()
+            && update.rank() == self.rank()
+            && update.dims().iter().zip(self.dims()).all(|(u, d)| u <= d);
+        if !fits {
+            return Err(graph_error(
+                "dynamic_update_slice",
+                format!("update {} does not fit into {}", update.ty(), self.ty()),
+                loc,
+            ));
+        }
+        let mut operands = vec![self, update];
+        operands.extend_from_slice(starts);
+        node(
+            self.graph(),
+            Op::DynamicUpdateSlice,
+            &operands,
+            self.ty().clone(),
+            "dynamic_update_slice",
+            loc,
+        )
+    }
+
+    /// Joins tensors of one dtype and equal shapes except along `axis`.
+    #[track_caller]
+    pub fn concat(tensors: &[&Tensor], axis_: isize) -> Result<Tensor> {
+        let loc = Location::caller();
+        let Some(first) = tensors.first() else {
+            return Err(graph_error("concat", "needs at least one tensor", loc));
+        };
+        same_graph(first.graph(), tensors, "concat", loc)?;
+        let a = axis("concat", first, axis_, loc)?;
+        let compatible = tensors.iter().all(|t| {
+            t.dtype() == first.dtype()
+                && t.rank() == first.rank()
+                && (0..first.rank()).all(|i| i == a || t.dims()[i] == first.dims()[i])
+        });
+        if !compatible {
+            return Err(graph_error(
+                "concat",
+                format!("cannot join [{}] along axis {a}", types(tensors)),
+                loc,
+            ));
+        }
+        if tensors.len() == 1 {
+            return Ok((*first).clone());
+        }
+        let mut dims = first.dims().to_vec();
+        dims[a] = tensors.iter().map(|t| t.dims()[a]).sum();
+        node(
+            first.graph(),
+            Op::Concatenate { axis: a },
+            tensors,
+            TensorType::new(first.dtype(), &dims),
+            "concat",
+            loc,
+        )
+    }
+
+    /// Pads with `value`: `low[i]`/`high[i]` elements before/after dimension `i` (negative
+    /// crops) and `interior[i]` between neighbours.
+    #[track_caller]
+    pub fn pad(&self, low: &[i64], high: &[i64], interior: &[usize], value: f64) -> Result<Tensor> {
+        let loc = Location::caller();
+        let v = self.graph().full_at(value, self.dtype(), &[], loc)?;
+        self.pad_with_at(&v, low, high, interior, loc)
+    }
+
+    pub(crate) fn pad_with_at(
+        &self,
+        value: &Tensor,
+        low: &[i64],
+        high: &[i64],
+        interior: &[usize],
+        loc: Loc,
+    ) -> Result<Tensor> {
+        let r = self.rank();
+        let bad = |why: &str| {
+            graph_error(
+                "pad",
+                format!(
+                    "low {low:?}, high {high:?}, interior {interior:?} on {}: {why}",
+                    self.ty()
+                ),
+                loc,
+            )
+        };
+        if low.len() != r || high.len() != r || interior.len() != r {
+            return Err(bad("one entry per dimension is needed"));
+        }
+        if value.rank() != 0 || value.dtype() != self.dtype() {
+            return Err(bad(
+                "the padding value must be a scalar of the operand's dtype",
+            ));
+        }
+        let mut dims = Vec::with_capacity(r);
+        for i in 0..r {
+            let d = self.dims()[i] as i64;
+            let inner = if d == 0 {
+                0
+            } else {
+                d + (d - 1) * interior[i] as i64
+            };
+            let n = low[i] + inner + high[i];
+            if n < 0 {
+                return Err(bad("a dimension would become negative"));
+            }
+            dims.push(n as usize);
+        }
+        node(
+            self.graph(),
+            Op::Pad {
+                low: low.to_vec(),
+                high: high.to_vec(),
+                interior: interior.to_vec(),
+            },
+            &[self, value],
+            TensorType::new(self.dtype(), &dims),
+            "pad",
+            loc,
+        )
+    }
+
+    /// Reverses the order of elements along each of `axes`.
+    #[track_caller]
+    pub fn reverse(&self, axes_: &[isize]) -> Result<Tensor> {
+        let loc = Location::caller();
+        let a = axes("reverse", self, axes_, loc)?;
+        self.reverse_at(&a, loc)
+    }
+
+    pub(crate) fn reverse_at(&self, axes_: &[usize], loc: Loc) -> Result<Tensor> {
+        if axes_.is_empty() {
+            return Ok(self.clone());
+        }
+        node(
+            self.graph(),
+            Op::Reverse {
+                axes: axes_.to_vec(),
+            },
+            &[self],
+            self.ty().clone(),
+            "reverse",
+            loc,
+        )
+    }
+}

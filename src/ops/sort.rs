@@ -1,0 +1,75 @@
+//! Sorting along an axis, with indices, and top-k.
+
+use std::panic::Location;
+
+use super::graph::{graph_error, Op, Tensor};
+use super::util::{axis, Loc};
+use crate::dtype::DType;
+use crate::error::Result;
+
+impl Tensor {
+    fn sort_at(
+        &self,
+        axis_: isize,
+        descending: bool,
+        with_indices: bool,
+        loc: Loc,
+    ) -> Result<Vec<Tensor>> {
+        let a = axis("sort", self, axis_, loc)?;
+        if self.dtype() == DType::Pred {
+            return Err(graph_error(
+                "sort",
+                format!("cannot sort {}", self.ty()),
+                loc,
+            ));
+        }
+        let mut inputs = vec![self.id()];
+        let mut outputs = vec![self.ty().clone()];
+        if with_indices {
+            let idx = self.graph().iota(DType::I64, self.dims(), a as isize)?;
+            inputs.push(idx.id());
+            outputs.push(idx.ty().clone());
+        }
+        self.graph().push(
+            Op::Sort {
+                axis: a,
+                descending,
+            },
+            inputs,
+            outputs,
+        )
+    }
+
+    /// Sorts along `axis` (stable; NaN last, or first when `descending`).
+    #[track_caller]
+    pub fn sort(&self, axis: isize, descending: bool) -> Result<Tensor> {
+        let mut v = self.sort_at(axis, descending, false, Location::caller())?;
+        Ok(v.remove(0))
+    }
+
+    /// Sorts along `axis` and also returns, as `i64`, where each sorted element came from.
+    #[track_caller]
+    pub fn sort_with_indices(&self, axis: isize, descending: bool) -> Result<(Tensor, Tensor)> {
+        let mut v = self.sort_at(axis, descending, true, Location::caller())?;
+        let idx = v.remove(1);
+        Ok((v.remove(0), idx))
+    }
+
+    /// The `k` largest elements along the last axis, largest first, with their indices (`i64`);
+    /// ties keep the lower index first.
+    #[track_caller]
+    pub fn top_k(&self, k: usize) -> Result<(Tensor, Tensor)> {
+        let loc = Location::caller();
+        let r = self.rank();
+        if r == 0 || k > self.dims()[r - 1] {
+            return Err(graph_error(
+                "top_k",
+                format!("k = {k} does not fit the last axis of {}", self.ty()),
+                loc,
+            ));
+        }
+        let mut v = self.sort_at(-1, true, true, loc)?;
+        let idx = v.remove(1).narrow(-1, 0, k)?;
+        Ok((v.remove(0).narrow(-1, 0, k)?, idx))
+    }
+}
