@@ -1,0 +1,349 @@
+//! Linear algebra: `dot_general`, `matmul`, and `einsum` over any number of operands.
+//!
+//! An einsum desugars to primitives: indices that occur in only one operand and not in the output
+//! are summed out of that operand first; then operands are contracted left to right, each pair by
+//! exactly one `dot_general` (indices still needed later or in the output are batch dimensions,
+//! the others are contracted); a final transpose puts the output in the requested order.
+
+use std::panic::Location;
+
+use super::graph::{graph_error, Op, Tensor};
+use super::util::{axes, node, same_graph, types, Loc};
+use crate::dtype::TensorType;
+use crate::error::Result;
+
+impl Tensor {
+    /// General dot product: `batch` pairs (lhs axis, rhs axis) of equal size are kept, `contract`
+    /// pairs are summed over. Output dimensions: the batch dimensions, then the lhs's free
+    /// dimensions, then the rhs's free dimensions, each in operand order.
+    #[track_caller]
+    pub fn dot_general(
+        &self,
+        rhs: &Tensor,
+        batch: &[(isize, isize)],
+        contract: &[(isize, isize)],
+    ) -> Result<Tensor> {
+        let loc = Location::caller();
+        let lb: Vec<isize> = batch.iter().map(|p| p.0).collect();
+        let rb: Vec<isize> = batch.iter().map(|p| p.1).collect();
+        let lc: Vec<isize> = contract.iter().map(|p| p.0).collect();
+        let rc: Vec<isize> = contract.iter().map(|p| p.1).collect();
+        let norm = |t: &Tensor, list: &[isize]| -> Result<Vec<usize>> {
+            axes("dot_general", t, list, loc)?;
+            list.iter()
+                .map(|&a| super::util::axis("dot_general", t, a, loc))
+                .collect()
+        };
+        let (lb, rb, lc, rc) = (
+            norm(self, &lb)?,
+            norm(rhs, &rb)?,
+            norm(self, &lc)?,
+            norm(rhs, &rc)?,
+        );
+        self.dot_general_at(rhs, &lb, &rb, &lc, &rc, loc)
+    }
+
+    pub(crate) fn dot_general_at(
+        &self,
+        rhs: &Tensor,
+        lb: &[usize],
+        rb: &[usize],
+        lc: &[usize],
+        rc: &[usize],
+        loc: Loc,
+    ) -> Result<Tensor> {
+        same_graph(self.graph(), &[rhs], "dot_general", loc)?;
+        let bad = |why: String| {
+            graph_error(
+                "dot_general",
+                format!(
+                    "{why}; operands {}, batch {lb:?} x {rb:?}, contracting {lc:?} x {rc:?}",
+                    types(&[self, rhs])
+                ),
+                loc,
+            )
+        };
+        if self.dtype() != rhs.dtype() || self.dtype() == crate::DType::Pred {
+            return Err(bad("operands need one numeric dtype".into()));
+        }
+        let overlap = |a: &[usize], b: &[usize]| a.iter().any(|x| b.contains(x));
+        if overlap(lb, lc) || overlap(rb, rc) {
+            return Err(bad("an axis is both batch and contracting".into()));
+        }
+        for (l, r) in lb.iter().zip(rb).chain(lc.iter().zip(rc)) {
+            if self.dims()[*l] != rhs.dims()[*r] {
+                return Err(bad(format!(
+                    "lhs axis {l} (size {}) and rhs axis {r} (size {}) differ",
+                    self.dims()[*l],
+                    rhs.dims()[*r]
+                )));
+            }
+        }
+        let mut dims: Vec<usize> = lb.iter().map(|&a| self.dims()[a]).collect();
+        dims.extend(
+            (0..self.rank())
+                .filter(|a| !lb.contains(a) && !lc.contains(a))
+                .map(|a| self.dims()[a]),
+        );
+        dims.extend(
+            (0..rhs.rank())
+                .filter(|a| !rb.contains(a) && !rc.contains(a))
+                .map(|a| rhs.dims()[a]),
+        );
+        node(
+            self.graph(),
+            Op::DotGeneral {
+                lhs_batch: lb.to_vec(),
+                rhs_batch: rb.to_vec(),
+                lhs_contract: lc.to_vec(),
+                rhs_contract: rc.to_vec(),
+            },
+            &[self, rhs],
+            TensorType::new(self.dtype(), &dims),
+            "dot_general",
+            loc,
+        )
+    }
+
+    /// Matrix product over the last two dimensions: `[..., m, k] @ [..., k, n]` with equal
+    /// leading (batch) dimensions, or `[..., m, k] @ [k, n]`, or vector forms `[k] @ [k, n]`
+    /// and `[..., m, k] @ [k]`.
+    #[track_caller]
+    pub fn matmul(&self, rhs: &Tensor) -> Result<Tensor> {
+        let loc = Location::caller();
+        let (lr, rr) = (self.rank(), rhs.rank());
+        let bad = || {
+            graph_error(
+                "matmul",
+                format!("cannot multiply {}", types(&[self, rhs])),
+                loc,
+            )
+        };
+        match (lr, rr) {
+            (0, _) | (_, 0) => Err(bad()),
+            (_, 1) | (_, 2) => self.dot_general_at(rhs, &[], &[], &[lr - 1], &[0], loc),
+            (1, _) => Err(bad()),
+            _ if lr == rr => {
+                let batch: Vec<usize> = (0..lr - 2).collect();
+                self.dot_general_at(rhs, &batch, &batch, &[lr - 1], &[rr - 2], loc)
+            }
+            _ => Err(bad()),
+        }
+    }
+}
+
+/// The parsed einsum spec: one index list per operand and the output's.
+struct Spec {
+    inputs: Vec<Vec<char>>,
+    output: Vec<char>,
+}
+
+fn parse_spec(spec: &str, n: usize) -> std::result::Result<Spec, String> {
+    let spec: String = spec.chars().filter(|c| !c.is_whitespace()).collect();
+    if spec.contains("...") {
+        return Err("ellipsis ('...') is not supported; name every index".into());
+    }
+    let (lhs, out) = match spec.split_once("->") {
+        Some((l, o)) => (l.to_string(), Some(o.to_string())),
+        None => (spec.clone(), None),
+    };
+    let inputs: Vec<Vec<char>> = lhs.split(',').map(|t| t.chars().collect()).collect();
+    if inputs.len() != n {
+        return Err(format!(
+            "the spec has {} operands, {n} were given",
+            inputs.len()
+        ));
+    }
+    for t in inputs.iter().flatten() {
+        if !t.is_ascii_alphabetic() {
+            return Err(format!("'{t}' is not an index letter"));
+        }
+    }
+    for (i, t) in inputs.iter().enumerate() {
+        for (j, c) in t.iter().enumerate() {
+            if t[..j].contains(c) {
+                return Err(format!(
+                    "index '{c}' repeats within operand {i} (diagonals are not supported)"
+                ));
+            }
+        }
+    }
+    let output: Vec<char> = match out {
+        Some(o) => o.chars().collect(),
+        None => {
+            // Implicit mode: indices that occur exactly once, in alphabetical order.
+            let mut once: Vec<char> = inputs
+                .iter()
+                .flatten()
+                .copied()
+                .filter(|c| inputs.iter().flatten().filter(|d| *d == c).count() == 1)
+                .collect();
+            once.sort_unstable();
+            once
+        }
+    };
+    for (j, c) in output.iter().enumerate() {
+        if !c.is_ascii_alphabetic() {
+            return Err(format!("'{c}' is not an index letter"));
+        }
+        if output[..j].contains(c) {
+            return Err(format!("output index '{c}' repeats"));
+        }
+        if !inputs.iter().flatten().any(|d| d == c) {
+            return Err(format!("output index '{c}' is in no operand"));
+        }
+    }
+    Ok(Spec { inputs, output })
+}
+
+/// An operand during einsum evaluation: a tensor and the index of each of its dimensions.
+struct Term {
+    t: Tensor,
+    idx: Vec<char>,
+}
+
+impl Tensor {
+    /// Einstein summation over `operands`, e.g. `"bclhn,bcshn->bclhs"`. Indices are ASCII
+    /// letters; the output part may be omitted (then it is the indices that occur once, sorted).
+    /// Errors name the problem: wrong operand count, unknown output index, repeated output index,
+    /// a term whose length differs from its operand's rank, or sizes that disagree.
+    #[track_caller]
+    pub fn einsum(spec: &str, operands: &[&Tensor]) -> Result<Tensor> {
+        let loc = Location::caller();
+        let first = operands
+            .first()
+            .ok_or_else(|| graph_error("einsum", format!("'{spec}' got no operands"), loc))?;
+        same_graph(first.graph(), operands, "einsum", loc)?;
+        let bad = |why: String| {
+            graph_error(
+                "einsum",
+                format!("'{spec}' with operands [{}]: {why}", types(operands)),
+                loc,
+            )
+        };
+        let s = parse_spec(spec, operands.len()).map_err(&bad)?;
+        let mut sizes: Vec<(char, usize)> = Vec::new();
+        for (i, (t, idx)) in operands.iter().zip(&s.inputs).enumerate() {
+            if idx.len() != t.rank() {
+                return Err(bad(format!(
+                    "operand {i} has rank {} but its term '{}' has {} indices",
+                    t.rank(),
+                    idx.iter().collect::<String>(),
+                    idx.len()
+                )));
+            }
+            if t.dtype() != first.dtype() {
+                return Err(bad("operands need one dtype".into()));
+            }
+            for (c, &d) in idx.iter().zip(t.dims()) {
+                match sizes.iter().find(|(k, _)| k == c) {
+                    Some((_, e)) if *e != d => {
+                        return Err(bad(format!("index '{c}' has sizes {e} and {d}")))
+                    }
+                    Some(_) => {}
+                    None => sizes.push((*c, d)),
+                }
+            }
+        }
+
+        // Sum out indices private to one operand and absent from the output.
+        let mut terms: Vec<Term> = Vec::new();
+        for (i, (t, idx)) in operands.iter().zip(&s.inputs).enumerate() {
+            let private: Vec<isize> = idx
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| {
+                    !s.output.contains(c)
+                        && !s
+                            .inputs
+                            .iter()
+                            .enumerate()
+                            .any(|(j, o)| j != i && o.contains(c))
+                })
+                .map(|(k, _)| k as isize)
+                .collect();
+            let (t, idx) = if private.is_empty() {
+                ((*t).clone(), idx.clone())
+            } else {
+                let kept = idx
+                    .iter()
+                    .enumerate()
+                    .filter(|(k, _)| !private.contains(&(*k as isize)))
+                    .map(|(_, c)| *c)
+                    .collect();
+                (t.sum(&private, false)?, kept)
+            };
+            terms.push(Term { t, idx });
+        }
+
+        // Contract left to right.
+        let mut acc = terms.remove(0);
+        for (k, next) in terms.iter().enumerate() {
+            let later: Vec<char> = terms[k + 1..]
+                .iter()
+                .flat_map(|t| t.idx.iter().copied())
+                .chain(s.output.iter().copied())
+                .collect();
+            let shared: Vec<char> = acc
+                .idx
+                .iter()
+                .copied()
+                .filter(|c| next.idx.contains(c))
+                .collect();
+            let batch: Vec<char> = shared
+                .iter()
+                .copied()
+                .filter(|c| later.contains(c))
+                .collect();
+            let contract: Vec<char> = shared
+                .iter()
+                .copied()
+                .filter(|c| !later.contains(c))
+                .collect();
+            let pos = |idx: &[char], c: char| idx.iter().position(|d| *d == c).unwrap_or(0);
+            let lb: Vec<usize> = batch.iter().map(|&c| pos(&acc.idx, c)).collect();
+            let rb: Vec<usize> = batch.iter().map(|&c| pos(&next.idx, c)).collect();
+            let lc: Vec<usize> = contract.iter().map(|&c| pos(&acc.idx, c)).collect();
+            let rc: Vec<usize> = contract.iter().map(|&c| pos(&next.idx, c)).collect();
+            let t = acc.t.dot_general_at(&next.t, &lb, &rb, &lc, &rc, loc)?;
+            let mut idx = batch.clone();
+            idx.extend(acc.idx.iter().filter(|c| !shared.contains(c)));
+            idx.extend(next.idx.iter().filter(|c| !shared.contains(c)));
+            // An index in both operands but needed nowhere later was contracted; one private to
+            // the new product and absent later is summed out below.
+            acc = Term { t, idx };
+            let dead: Vec<isize> = acc
+                .idx
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| !later.contains(c))
+                .map(|(k, _)| k as isize)
+                .collect();
+            if !dead.is_empty() {
+                let kept = acc
+                    .idx
+                    .iter()
+                    .enumerate()
+                    .filter(|(k, _)| !dead.contains(&(*k as isize)))
+                    .map(|(_, c)| *c)
+                    .collect();
+                acc = Term {
+                    t: acc.t.sum(&dead, false)?,
+                    idx: kept,
+                };
+            }
+        }
+
+        // Indices left that the output does not name (single-operand sum-outs were done above).
+        let perm: Vec<usize> = s
+            .output
+            .iter()
+            .map(|c| acc.idx.iter().position(|d| d == c))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| bad("internal: an output index was lost".into()))?;
+        if perm.len() != acc.idx.len() {
+            return Err(bad("internal: indices left over after contraction".into()));
+        }
+        acc.t.transpose_at(&perm, loc)
+    }
+}
