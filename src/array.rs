@@ -169,11 +169,7 @@ impl HostArray {
     /// Borrows the inner array as `T`, or fails naming both types.
     pub fn as_array<T: HostElement>(&self) -> Result<&ArrayD<T>> {
         T::peek(self).ok_or_else(|| {
-            Error::InvalidArgument(format!(
-                "the array is {}, not {}",
-                self.ty(),
-                T::DTYPE
-            ))
+            Error::InvalidArgument(format!("the array is {}, not {}", self.ty(), T::DTYPE))
         })
     }
 

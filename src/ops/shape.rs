@@ -31,7 +31,7 @@ impl Tensor {
             return Err(bad());
         }
         let out: Vec<usize> = if inferred == 1 {
-            if known == 0 || n % known != 0 {
+            if known == 0 || !n.is_multiple_of(known) {
                 return Err(bad());
             }
             dims.iter()
