@@ -1,0 +1,331 @@
+//! Every shape rule rejects bad operands with an `Error::Graph` that names the op, the operand
+//! types and the caller's line; nothing panics.
+
+use stablegraph::ops::{Graph, Tensor};
+use stablegraph::{DType, Error};
+
+/// Asserts `$e` is a graph error for `$op` raised from this file within a few lines of the macro
+/// call, whose message contains every needle.
+macro_rules! expect_err {
+    ($e:expr, $op:expr $(, $needle:expr)* $(,)?) => {{
+        let line = line!();
+        match $e {
+            Err(Error::Graph { op, message, location }) => {
+                assert_eq!(op, $op, "{message}");
+                let (file, rest) = location.split_once(':').expect("file:line:col");
+                assert!(file.ends_with("graph_errors.rs"), "{location}");
+                let at: u32 = rest.split(':').next().unwrap().parse().unwrap();
+                assert!((line..line + 6).contains(&at), "reported line {at}, macro at {line}");
+                $( assert!(message.contains($needle), "message {message:?} lacks {:?}", $needle); )*
+            }
+            other => panic!("expected a graph error for {}, got {other:?}", $op),
+        }
+    }};
+}
+
+fn f32s(g: &Graph, name: &str, dims: &[usize]) -> Tensor {
+    g.parameter(name, DType::F32, dims).unwrap()
+}
+
+#[test]
+fn elementwise_rules() {
+    let g = Graph::new();
+    let a = f32s(&g, "a", &[2, 3]);
+    let b = f32s(&g, "b", &[4, 3]);
+    let i = g.parameter("i", DType::I32, &[2, 3]).unwrap();
+    let p = g.parameter("p", DType::Pred, &[2, 3]).unwrap();
+    expect_err!(a.add(&b), "add", "f32[2, 3]", "f32[4, 3]", "broadcast");
+    expect_err!(&a + &b, "add", "f32[2, 3]", "f32[4, 3]");
+    expect_err!(a.mul(&i), "mul", "f32[2, 3]", "i32[2, 3]", "dtypes");
+    expect_err!(i.exp(), "exp", "i32[2, 3]");
+    expect_err!(i.softplus(), "softplus", "i32[2, 3]");
+    expect_err!(p.neg(), "neg", "pred[2, 3]");
+    expect_err!(a.not(), "not", "f32[2, 3]");
+    expect_err!(a.shift_left(&a), "shift_left", "f32");
+    expect_err!(i.add(2.5), "add", "2.5", "i32");
+    expect_err!(a.select(&a, &a), "select", "pred", "f32[2, 3]");
+    expect_err!(p.select(&a, &i), "select", "dtypes");
+    expect_err!(a.clamp(0.0, &i), "clamp", "i32");
+    expect_err!(a.bitcast(DType::F64), "bitcast", "f32[2, 3]", "f64");
+    expect_err!(
+        a.broadcast_to(&[3, 3]),
+        "broadcast_to",
+        "f32[2, 3]",
+        "[3, 3]"
+    );
+    expect_err!(g.full(300.0, DType::U8, &[2]), "full", "300", "u8");
+    expect_err!(g.iota(DType::F32, &[2, 3], 2), "iota", "axis 2");
+    expect_err!(g.iota(DType::Pred, &[2], 0), "iota", "pred");
+}
+
+#[test]
+fn tensors_of_two_graphs_do_not_mix() {
+    let g1 = Graph::new();
+    let g2 = Graph::new();
+    let a = f32s(&g1, "a", &[2]);
+    let b = f32s(&g2, "b", &[2]);
+    expect_err!(a.add(&b), "add", "belongs to graph");
+    expect_err!(Tensor::concat(&[&a, &b], 0), "concat", "belongs to graph");
+    expect_err!(
+        Tensor::einsum("i,i->", &[&a, &b]),
+        "einsum",
+        "belongs to graph"
+    );
+    expect_err!(g1.set_outputs(&[&b]), "set_outputs", "belongs to graph");
+}
+
+#[test]
+fn parameter_rules() {
+    let g = Graph::new();
+    f32s(&g, "x", &[1]);
+    expect_err!(
+        g.parameter("x", DType::F32, &[2]),
+        "parameter",
+        "already exists"
+    );
+    expect_err!(
+        g.parameter("bad name", DType::F32, &[2]),
+        "parameter",
+        "bad name"
+    );
+    expect_err!(g.parameter("", DType::F32, &[2]), "parameter");
+}
+
+#[test]
+fn shape_rules() {
+    let g = Graph::new();
+    let a = f32s(&g, "a", &[2, 3]);
+    let i0 = g.parameter("i0", DType::I32, &[]).unwrap();
+    let i1 = g.parameter("i1", DType::I64, &[]).unwrap();
+    expect_err!(a.reshape(&[4, 2]), "reshape", "f32[2, 3]", "[4, 2]");
+    expect_err!(a.reshape(&[-1, -1]), "reshape", "f32[2, 3]");
+    expect_err!(a.reshape(&[4, -1]), "reshape", "6 elements");
+    expect_err!(a.transpose(&[0, 0]), "transpose", "twice");
+    expect_err!(a.transpose(&[0]), "transpose", "f32[2, 3]");
+    expect_err!(a.transpose(&[0, 2]), "transpose", "axis 2");
+    expect_err!(
+        a.t().and_then(|t| t.t()?.expand_dims(4)),
+        "expand_dims",
+        "axis 4"
+    );
+    expect_err!(a.squeeze(&[0]), "squeeze", "dimension 0", "not 1");
+    expect_err!(a.slice(5, 0, 1, 1), "slice", "axis 5");
+    expect_err!(a.slice(0, 0, 1, 0), "slice", "step");
+    expect_err!(a.narrow(1, 2, 2), "narrow", "[2, 4)", "f32[2, 3]");
+    expect_err!(a.slice_all(&[0, 0], &[3, 3], &[1, 1]), "slice", "f32[2, 3]");
+    expect_err!(
+        a.dynamic_slice(&[&i0], &[1, 1]),
+        "dynamic_slice",
+        "2 rank-0 integer"
+    );
+    expect_err!(
+        a.dynamic_slice(&[&i0, &i1], &[1, 1]),
+        "dynamic_slice",
+        "one dtype"
+    );
+    expect_err!(
+        a.dynamic_slice(&[&i0, &i0], &[3, 1]),
+        "dynamic_slice",
+        "sizes [3, 1]"
+    );
+    let big = f32s(&g, "big", &[3, 3]);
+    expect_err!(
+        a.dynamic_update_slice(&big, &[&i0, &i0]),
+        "dynamic_update_slice",
+        "f32[3, 3]",
+        "does not fit"
+    );
+    let c = f32s(&g, "c", &[2, 4]);
+    expect_err!(
+        Tensor::concat(&[&a, &c], 0),
+        "concat",
+        "f32[2, 3]",
+        "f32[2, 4]"
+    );
+    expect_err!(Tensor::concat(&[], 0), "concat", "at least one");
+    expect_err!(a.pad(&[0, -2], &[0, -2], &[0, 0], 0.0), "pad", "negative");
+    expect_err!(
+        a.pad(&[0], &[0], &[0], 0.0),
+        "pad",
+        "one entry per dimension"
+    );
+    expect_err!(a.reverse(&[2]), "reverse", "axis 2");
+}
+
+#[test]
+fn reduction_rules() {
+    let g = Graph::new();
+    let a = f32s(&g, "a", &[2, 0]);
+    let p = g.parameter("p", DType::Pred, &[2]).unwrap();
+    let i = g.parameter("i", DType::I32, &[2]).unwrap();
+    expect_err!(a.sum(&[2], false), "sum", "axis 2", "f32[2, 0]");
+    expect_err!(a.sum(&[1, -1], false), "sum", "twice");
+    expect_err!(p.sum(&[0], false), "sum", "pred[2]");
+    expect_err!(a.argmax(1, false), "argmax", "non-empty axis 1");
+    expect_err!(i.mean(&[0], false), "mean", "i32[2]");
+    expect_err!(i.logsumexp(&[0], false), "logsumexp", "i32[2]");
+    expect_err!(p.cumsum(0, false, false), "cumsum", "pred[2]");
+    expect_err!(a.cumsum(3, false, false), "cumsum", "axis 3");
+}
+
+#[test]
+fn linalg_rules() {
+    let g = Graph::new();
+    let a = f32s(&g, "a", &[2, 3]);
+    let b = f32s(&g, "b", &[4, 5]);
+    let i = g.parameter("i", DType::I32, &[3, 4]).unwrap();
+    expect_err!(
+        a.dot_general(&b, &[], &[(1, 0)]),
+        "dot_general",
+        "size 3",
+        "size 4"
+    );
+    expect_err!(
+        a.dot_general(&i, &[], &[(1, 0)]),
+        "dot_general",
+        "one numeric dtype"
+    );
+    expect_err!(
+        a.dot_general(&a, &[(0, 0)], &[(0, 1)]),
+        "dot_general",
+        "both batch and contracting"
+    );
+    expect_err!(a.matmul(&b), "dot_general", "f32[2, 3]", "f32[4, 5]");
+    let s = f32s(&g, "s", &[]);
+    expect_err!(s.matmul(&a), "matmul", "f32[]");
+    let x = f32s(&g, "x", &[2, 3, 4]);
+    expect_err!(x.matmul(&f32s(&g, "y", &[5, 4, 2])), "dot_general", "size");
+}
+
+#[test]
+fn einsum_rules() {
+    let g = Graph::new();
+    let a = f32s(&g, "a", &[2, 3]);
+    let b = f32s(&g, "b", &[3, 4]);
+    expect_err!(
+        Tensor::einsum("ij,jk->ik", &[&a]),
+        "einsum",
+        "2 operands, 1 were given"
+    );
+    expect_err!(
+        Tensor::einsum("ij,jk->iz", &[&a, &b]),
+        "einsum",
+        "'z' is in no operand"
+    );
+    expect_err!(
+        Tensor::einsum("ij,jk->ii", &[&a, &b]),
+        "einsum",
+        "'i' repeats"
+    );
+    expect_err!(
+        Tensor::einsum("ij,kk->ik", &[&a, &b]),
+        "einsum",
+        "repeats within operand 1"
+    );
+    expect_err!(
+        Tensor::einsum("ij,ik->jk", &[&a, &b]),
+        "einsum",
+        "'i' has sizes 2 and 3"
+    );
+    expect_err!(
+        Tensor::einsum("ijk,jk->ik", &[&a, &b]),
+        "einsum",
+        "rank 2",
+        "3 indices"
+    );
+    expect_err!(
+        Tensor::einsum("i1,jk->ik", &[&a, &b]),
+        "einsum",
+        "not an index letter"
+    );
+    expect_err!(
+        Tensor::einsum("...j,jk->k", &[&a, &b]),
+        "einsum",
+        "ellipsis"
+    );
+    expect_err!(Tensor::einsum("ij->i", &[]), "einsum", "no operands");
+}
+
+#[test]
+fn gather_conv_sort_random_rules() {
+    let g = Graph::new();
+    let table = f32s(&g, "t", &[5, 3]);
+    let fidx = f32s(&g, "f", &[2]);
+    expect_err!(table.take(&fidx), "take", "f32[2]");
+    expect_err!(fidx.one_hot(4, DType::F32), "one_hot", "f32[2]");
+    let x = f32s(&g, "x", &[1, 6, 4]);
+    let w = f32s(&g, "w", &[3, 2]);
+    expect_err!(
+        x.causal_conv1d(&w, None),
+        "causal_conv1d",
+        "f32[1, 6, 4]",
+        "f32[3, 2]"
+    );
+    let p = g.parameter("p", DType::Pred, &[3]).unwrap();
+    expect_err!(p.sort(0, false), "sort", "pred[3]");
+    expect_err!(table.top_k(4), "top_k", "k = 4");
+    let bad_key = g.parameter("k", DType::U32, &[3]).unwrap();
+    expect_err!(
+        g.random_uniform(&bad_key, DType::F32, &[2]),
+        "random_uniform",
+        "u32[2]",
+        "u32[3]"
+    );
+    let key = g.parameter("key", DType::U32, &[2]).unwrap();
+    expect_err!(
+        g.random_normal(&key, DType::I32, &[2]),
+        "random_normal",
+        "i32"
+    );
+    expect_err!(x.tril(0).and_then(|_| fidx.tril(0)), "tril", "f32[2]");
+}
+
+#[test]
+fn inferred_shapes_of_composites() {
+    let g = Graph::new();
+    let x = f32s(&g, "x", &[2, 5, 3]);
+    assert_eq!(x.sum(&[1], true).unwrap().dims(), &[2, 1, 3]);
+    assert_eq!(x.sum(&[-1, 0], false).unwrap().dims(), &[5]);
+    assert_eq!(x.argmax(-1, false).unwrap().ty().to_string(), "i64[2, 5]");
+    assert_eq!(x.logsumexp(&[1], false).unwrap().dims(), &[2, 3]);
+    assert_eq!(x.cumsum(1, true, true).unwrap().dims(), &[2, 5, 3]);
+    assert_eq!(x.slice(1, -3, 100, 2).unwrap().dims(), &[2, 2, 3]);
+    assert_eq!(x.reshape(&[-1, 3]).unwrap().dims(), &[10, 3]);
+    assert_eq!(x.transpose(&[2, 0, 1]).unwrap().dims(), &[3, 2, 5]);
+    assert_eq!(x.expand_dims(-1).unwrap().dims(), &[2, 5, 3, 1]);
+    assert_eq!(
+        x.pad(&[1, 0, -1], &[0, 2, 0], &[0, 1, 0], 0.0)
+            .unwrap()
+            .dims(),
+        &[3, 11, 2]
+    );
+    let y = f32s(&g, "y", &[2, 3, 4]);
+    assert_eq!(x.matmul(&y).unwrap().dims(), &[2, 5, 4]);
+    assert_eq!(
+        Tensor::einsum("bij,bjk->bik", &[&x, &y]).unwrap().dims(),
+        &[2, 5, 4]
+    );
+    assert_eq!(
+        Tensor::einsum("bij,bjk->kb", &[&x, &y]).unwrap().dims(),
+        &[4, 2]
+    );
+    assert_eq!(Tensor::einsum("bij", &[&x]).unwrap().dims(), &[2, 5, 3]);
+    let idx = g.parameter("idx", DType::I32, &[4, 2]).unwrap();
+    let table = f32s(&g, "table", &[7, 3]);
+    assert_eq!(table.take(&idx).unwrap().dims(), &[4, 2, 3]);
+    assert_eq!(idx.one_hot(7, DType::F32).unwrap().dims(), &[4, 2, 7]);
+    let (v, i) = x.top_k(2).unwrap();
+    assert_eq!(
+        (v.dims(), i.ty().to_string()),
+        (&[2usize, 5, 2][..], "i64[2, 5, 2]".into())
+    );
+    assert_eq!(g.tril_mask(3, 4, 0).unwrap().ty().to_string(), "pred[3, 4]");
+    let key = g.parameter("key", DType::U32, &[2]).unwrap();
+    assert_eq!(
+        g.random_normal(&key, DType::BF16, &[3, 2])
+            .unwrap()
+            .ty()
+            .to_string(),
+        "bf16[3, 2]"
+    );
+}
