@@ -4,12 +4,54 @@
 //! and run it through a PJRT plugin on CPU, GPU or TPU, from one source and with no hand-written
 //! kernels.
 //!
-//! This crate currently provides the foundation: [`runtime`], a safe layer over the PJRT C API
-//! that loads any PJRT plugin, compiles StableHLO text, and moves typed data (including
-//! [`ndarray`] arrays) between the host and devices. The XLA CPU plugin is found or installed
-//! into a per-user cache automatically (see [`runtime::install`]).
+//! The layers, each usable alone:
 //!
-//! ```no_run
+//! - [`ops`]: the graph DSL. A [`ops::Graph`] of typed nodes built through [`ops::Tensor`]
+//!   methods that check shapes and dtypes at once; errors name the op, the operand types and the
+//!   caller's line.
+//! - [`lower`]: a graph as StableHLO text (no plugin needed).
+//! - [`interp`]: an ndarray reference evaluator of the same graphs.
+//! - [`runtime`]: a safe layer over the PJRT C API: plugins, clients, compiled executables and
+//!   device buffers. The XLA CPU plugin is found or installed into a per-user cache automatically
+//!   (see [`runtime::install`]).
+//!
+//! [`ops::Graph::compile`] joins them: lower, compile, run on host arrays or device buffers.
+//!
+//! ```
+//! use stablegraph::ops::{Graph, Tensor};
+//! use stablegraph::runtime::Client;
+//! use stablegraph::{DType, HostArray};
+//!
+//! # fn main() -> stablegraph::Result<()> {
+//! let g = Graph::new();
+//! let q = g.parameter("q", DType::F32, &[4, 8])?;
+//! let k = g.parameter("k", DType::F32, &[4, 8])?;
+//! // Causal attention weights: softmax over the last axis of (q k^T) masked to the lower triangle.
+//! let scores = Tensor::einsum("id,jd->ij", &[&q, &k])?;
+//! let masked = scores.masked_fill(&g.triu_mask(4, 4, 1)?, f64::NEG_INFINITY)?;
+//! let probs = masked.sub(&masked.logsumexp(&[-1], true)?)?.exp()?;
+//! g.set_outputs(&[&probs])?;
+//!
+//! let text = g.to_stablehlo()?; // what XLA sees
+//! assert!(text.contains("stablehlo.dot_general"));
+//! let program = g.compile(&Client::cpu()?)?;
+//! let data: Vec<f32> = (0..32).map(|i| i as f32 / 32.0).collect();
+//! let inputs = [
+//!     HostArray::from_vec(&[4, 8], data.clone())?,
+//!     HostArray::from_vec(&[4, 8], data)?,
+//! ];
+//! let on_device = program.run(&inputs)?;
+//! let reference = g.evaluate(&inputs)?; // the ndarray interpreter
+//! for (d, r) in on_device[0].to_f64_vec().iter().zip(reference[0].to_f64_vec()) {
+//!     assert!((d - r).abs() < 1e-5);
+//! }
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! The runtime alone runs StableHLO text written by hand:
+//!
+//! ```
 //! use stablegraph::runtime::Client;
 //!
 //! # fn main() -> stablegraph::Result<()> {
@@ -31,11 +73,15 @@
 #![warn(missing_docs)]
 
 pub mod array;
+mod compiled;
 pub mod dtype;
 pub mod error;
+pub mod interp;
+pub mod lower;
 pub mod ops;
 pub mod runtime;
 
 pub use array::HostArray;
+pub use compiled::CompiledGraph;
 pub use dtype::{DType, Element, TensorType};
 pub use error::{Error, ErrorCode, Result};

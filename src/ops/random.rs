@@ -52,7 +52,7 @@ impl Graph {
         ))
     }
 
-    /// Two words of random bits (u32, shape `dims` each) for `key` (u32[2]).
+    /// Two words of random bits (u32, shape `dims` each) for `key` (`u32[2]`).
     fn bit_pairs(
         &self,
         key: &Tensor,
@@ -75,7 +75,7 @@ impl Graph {
         Ok((a.reshape_at(dims, loc)?, b.reshape_at(dims, loc)?))
     }
 
-    /// Random u32 bits of shape `dims` for `key` (u32[2]); the same key gives the same bits on
+    /// Random u32 bits of shape `dims` for `key` (`u32[2]`); the same key gives the same bits on
     /// every backend.
     #[track_caller]
     pub fn random_bits(&self, key: &Tensor, dims: &[usize]) -> Result<Tensor> {
@@ -84,7 +84,7 @@ impl Graph {
             .0)
     }
 
-    /// Uniform random floats in `[0, 1)` of shape `dims` for `key` (u32[2]). 23 random mantissa
+    /// Uniform random floats in `[0, 1)` of shape `dims` for `key` (`u32[2]`). 23 random mantissa
     /// bits, drawn in f32 and converted to `dtype`.
     #[track_caller]
     pub fn random_uniform(&self, key: &Tensor, dtype: DType, dims: &[usize]) -> Result<Tensor> {
@@ -94,7 +94,7 @@ impl Graph {
         to_unit_dtype(&u, dtype, "random_uniform", loc)
     }
 
-    /// Standard normal random floats of shape `dims` for `key` (u32[2]), by the Box-Muller
+    /// Standard normal random floats of shape `dims` for `key` (`u32[2]`), by the Box-Muller
     /// transform of two uniform draws, computed in f32 and converted to `dtype`.
     #[track_caller]
     pub fn random_normal(&self, key: &Tensor, dtype: DType, dims: &[usize]) -> Result<Tensor> {

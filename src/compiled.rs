@@ -1,0 +1,105 @@
+//! The one place where graphs meet the runtime: lower a [`Graph`], compile it through a
+//! [`Client`], and run it on host arrays or device buffers.
+
+use crate::array::HostArray;
+use crate::dtype::TensorType;
+use crate::error::{Error, Result};
+use crate::ops::Graph;
+use crate::runtime::{Buffer, Client, Executable};
+
+/// A graph compiled for one client. `Send + Sync`; cheap to clone.
+#[derive(Clone, Debug)]
+pub struct CompiledGraph {
+    exe: Executable,
+    params: Vec<TensorType>,
+    outputs: Vec<TensorType>,
+    text: String,
+}
+
+impl Graph {
+    /// The graph as a StableHLO module in MLIR text (needs outputs; see [`Graph::set_outputs`]).
+    pub fn to_stablehlo(&self) -> Result<String> {
+        crate::lower::to_stablehlo(self)
+    }
+
+    /// Lowers and compiles the graph for `client`. The compiled program's output types are
+    /// checked against the types the graph inferred.
+    pub fn compile(&self, client: &Client) -> Result<CompiledGraph> {
+        let text = self.to_stablehlo()?;
+        let exe = client.compile(&text)?;
+        let outputs = self.output_types();
+        if exe.output_types() != outputs.as_slice() {
+            return Err(Error::InvalidArgument(format!(
+                "the compiled program returns {:?} but the graph inferred {:?}; this is a \
+                 stablegraph lowering bug",
+                exe.output_types(),
+                outputs
+            )));
+        }
+        Ok(CompiledGraph {
+            exe,
+            params: self.parameter_types(),
+            outputs,
+            text,
+        })
+    }
+
+    /// Evaluates the graph on the host with the reference interpreter.
+    pub fn evaluate(&self, inputs: &[HostArray]) -> Result<Vec<HostArray>> {
+        crate::interp::evaluate(self, inputs)
+    }
+}
+
+impl CompiledGraph {
+    /// Uploads `inputs` (one per parameter, matching its type), runs, and downloads the outputs.
+    pub fn run(&self, inputs: &[HostArray]) -> Result<Vec<HostArray>> {
+        if inputs.len() != self.params.len() {
+            return Err(Error::InvalidArgument(format!(
+                "the graph takes {} inputs, got {}",
+                self.params.len(),
+                inputs.len()
+            )));
+        }
+        let client = self.exe.client();
+        let mut buffers = Vec::with_capacity(inputs.len());
+        for (i, (x, want)) in inputs.iter().zip(&self.params).enumerate() {
+            if &x.ty() != want {
+                return Err(Error::InvalidArgument(format!(
+                    "input {i} is {}, the parameter is {want}",
+                    x.ty()
+                )));
+            }
+            buffers.push(client.buffer_from_bytes(x.dtype(), x.dims(), &x.to_bytes(), 0)?);
+        }
+        let args: Vec<&Buffer> = buffers.iter().collect();
+        self.run_buffers(&args)?
+            .iter()
+            .map(|b| HostArray::from_bytes(&TensorType::new(b.dtype(), b.dims()), &b.to_bytes()?))
+            .collect()
+    }
+
+    /// Runs on device buffers and returns device buffers (no host copies).
+    pub fn run_buffers(&self, inputs: &[&Buffer]) -> Result<Vec<Buffer>> {
+        self.exe.execute(inputs)
+    }
+
+    /// The compiled executable.
+    pub fn executable(&self) -> &Executable {
+        &self.exe
+    }
+
+    /// The StableHLO text that was compiled.
+    pub fn stablehlo(&self) -> &str {
+        &self.text
+    }
+
+    /// Parameter types, in order.
+    pub fn parameter_types(&self) -> &[TensorType] {
+        &self.params
+    }
+
+    /// Output types, in order.
+    pub fn output_types(&self) -> &[TensorType] {
+        &self.outputs
+    }
+}

@@ -1,0 +1,304 @@
+//! Indexing by runtime values: `DynamicSlice`, `DynamicUpdateSlice`, `Take`.
+
+use ndarray::{ArrayD, Dimension, IxDyn};
+
+use super::shape::remap;
+use super::Ctx;
+use crate::array::{HostArray, HostElement};
+use crate::dtype::TensorType;
+use crate::error::Result;
+use crate::with_host_array;
+
+/// The elements of an integer array widened to `i128` (exact for every integer dtype), or `None`
+/// for `Pred` and floats.
+fn int_array(h: &HostArray) -> Option<ArrayD<i128>> {
+    match h {
+        HostArray::U8(a) => Some(a.mapv(i128::from)),
+        HostArray::U32(a) => Some(a.mapv(i128::from)),
+        HostArray::U64(a) => Some(a.mapv(i128::from)),
+        HostArray::I32(a) => Some(a.mapv(i128::from)),
+        HostArray::I64(a) => Some(a.mapv(i128::from)),
+        _ => None,
+    }
+}
+
+/// Reads the start indices `starts` (operands `first..`: rank-0 integers of one dtype) and clamps
+/// start `d` to `[0, shape[d] - window[d]]` (the caller has checked `window[d] <= shape[d]`).
+fn clamped_starts(
+    ctx: &Ctx,
+    starts: &[&HostArray],
+    first: usize,
+    shape: &[usize],
+    window: &[usize],
+) -> Result<Vec<usize>> {
+    if starts.len() != shape.len() {
+        return Err(ctx.err(format!(
+            "{} start indices for an operand of rank {}",
+            starts.len(),
+            shape.len()
+        )));
+    }
+    let mut out = Vec::with_capacity(starts.len());
+    for (i, s) in starts.iter().enumerate() {
+        let value = int_array(s)
+            .filter(|_| s.dims().is_empty() && s.dtype() == starts[0].dtype())
+            .and_then(|a| a.iter().next().copied());
+        let Some(value) = value else {
+            return Err(ctx.err(format!(
+                "input {} is {}: start indices must be rank-0 integers of one dtype",
+                first + i,
+                s.ty()
+            )));
+        };
+        let max = (shape[i] - window[i]) as i128;
+        out.push(value.clamp(0, max) as usize);
+    }
+    Ok(out)
+}
+
+/// `DynamicSlice`: a window of `sizes` at runtime start indices, clamped into the operand.
+pub(super) fn dynamic_slice(ctx: &Ctx, sizes: &[usize]) -> Result<HostArray> {
+    let Some((&x, starts)) = ctx.all_args().split_first() else {
+        return Err(ctx.err("expects an operand and start indices, has no inputs"));
+    };
+    let shape = x.dims();
+    let fits = sizes.len() == shape.len() && sizes.iter().zip(shape).all(|(s, n)| s <= n);
+    if !fits {
+        return Err(ctx.err(format!("window {sizes:?} does not fit in {}", x.ty())));
+    }
+    ctx.expect_output(&TensorType::new(x.dtype(), sizes))?;
+    let starts = clamped_starts(ctx, starts, 1, shape, sizes)?;
+    let source =
+        |o: &[usize]| -> Vec<usize> { o.iter().zip(&starts).map(|(i, s)| i + s).collect() };
+    Ok(with_host_array!(x, a => HostArray::from(remap(a, sizes, source))))
+}
+
+fn update_as<T: HostElement>(
+    a: &ArrayD<T>,
+    update: &HostArray,
+    starts: &[usize],
+) -> Option<HostArray> {
+    let update = T::peek(update)?;
+    let mut out = a.clone();
+    for (index, &v) in update.indexed_iter() {
+        let target: Vec<usize> = index
+            .slice()
+            .iter()
+            .zip(starts)
+            .map(|(i, s)| i + s)
+            .collect();
+        out[IxDyn(&target)] = v;
+    }
+    Some(T::wrap(out))
+}
+
+/// `DynamicUpdateSlice`: the operand with `inputs[1]` written at runtime start indices, clamped
+/// so that the update fits.
+pub(super) fn dynamic_update_slice(ctx: &Ctx) -> Result<HostArray> {
+    let args = ctx.all_args();
+    let [x, update, starts @ ..] = args else {
+        return Err(ctx.err(format!(
+            "expects an operand, an update and start indices, has {} inputs",
+            args.len()
+        )));
+    };
+    let out = ctx.out()?;
+    ctx.expect(0, x, out)?;
+    let (shape, window) = (x.dims(), update.dims());
+    let fits = update.dtype() == x.dtype()
+        && window.len() == shape.len()
+        && window.iter().zip(shape).all(|(u, n)| u <= n);
+    if !fits {
+        return Err(ctx.err(format!("update {} does not fit in {}", update.ty(), x.ty())));
+    }
+    let starts = clamped_starts(ctx, starts, 2, shape, window)?;
+    with_host_array!(x, a => update_as(a, update, &starts))
+        .ok_or_else(|| ctx.err("the update's dtype differs"))
+}
+
+/// `Take`: rows of the table `inputs[0]` picked by the integer indices `inputs[1]`, clamped to
+/// `[0, n - 1]`; output shape `indices ++ table[1..]`.
+pub(super) fn take(ctx: &Ctx) -> Result<HostArray> {
+    let args = ctx.args(2)?;
+    let (table, indices) = (args[0], args[1]);
+    let out = ctx.out()?;
+    let Some((&n, rest)) = table.dims().split_first() else {
+        return Err(ctx.err(format!("the table {} must have rank 1 or more", table.ty())));
+    };
+    let Some(rows) = int_array(indices) else {
+        return Err(ctx.err(format!("the indices {} must be integers", indices.ty())));
+    };
+    let dims: Vec<usize> = indices.dims().iter().chain(rest).copied().collect();
+    ctx.expect_output(&TensorType::new(table.dtype(), &dims))?;
+    if n == 0 && out.element_count() > 0 {
+        return Err(ctx.err(format!(
+            "cannot take rows from the empty table {}",
+            table.ty()
+        )));
+    }
+    let last = (n as i128 - 1).max(0);
+    let rows = rows.mapv(|r| r.clamp(0, last) as usize);
+    let k = indices.dims().len();
+    let source = |o: &[usize]| -> Vec<usize> {
+        let mut src = Vec::with_capacity(1 + rest.len());
+        src.push(rows[IxDyn(&o[..k])]);
+        src.extend_from_slice(&o[k..]);
+        src
+    };
+    Ok(with_host_array!(table, a => HostArray::from(remap(a, &dims, source))))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_util::*;
+    use crate::array::HostArray;
+    use crate::dtype::DType;
+    use crate::error::Error;
+    use crate::ops::Op;
+
+    fn is_err<T: std::fmt::Debug>(r: crate::Result<T>) {
+        assert!(matches!(r, Err(Error::Interp(_))), "{r:?}");
+    }
+
+    #[test]
+    fn dynamic_slice_clamps_starts() {
+        let x = arr(&[3, 4], (0..12).collect::<Vec<i32>>());
+        let ds = |r: HostArray, c: HostArray| {
+            eval1(
+                Op::DynamicSlice { sizes: vec![2, 2] },
+                &[x.clone(), r, c],
+                ty(DType::I32, &[2, 2]),
+            )
+        };
+        let s = ds(HostArray::scalar(1i32), HostArray::scalar(1i32)).unwrap();
+        assert_eq!(s, arr(&[2, 2], vec![5i32, 6, 9, 10]));
+        let s = ds(HostArray::scalar(-5i64), HostArray::scalar(100i64)).unwrap();
+        assert_eq!(s, arr(&[2, 2], vec![2i32, 3, 6, 7]));
+        let s = ds(HostArray::scalar(u64::MAX), HostArray::scalar(0u64)).unwrap();
+        assert_eq!(s, arr(&[2, 2], vec![4i32, 5, 8, 9]));
+        let s = ds(HostArray::scalar(7u8), HostArray::scalar(2u8)).unwrap();
+        assert_eq!(s, arr(&[2, 2], vec![6i32, 7, 10, 11]));
+        // Mixed index dtypes, float indices, vector indices, wrong counts.
+        is_err(ds(HostArray::scalar(1i32), HostArray::scalar(1i64)));
+        is_err(ds(HostArray::scalar(1.0f32), HostArray::scalar(1.0f32)));
+        is_err(ds(vec1(vec![1i32]), HostArray::scalar(1i32)));
+        is_err(eval1(
+            Op::DynamicSlice { sizes: vec![2, 2] },
+            &[x.clone(), HostArray::scalar(0i32)],
+            ty(DType::I32, &[2, 2]),
+        ));
+        is_err(eval1(
+            Op::DynamicSlice { sizes: vec![4, 2] },
+            &[x.clone(), HostArray::scalar(0i32), HostArray::scalar(0i32)],
+            ty(DType::I32, &[4, 2]),
+        ));
+        is_err(eval1(
+            Op::DynamicSlice { sizes: vec![] },
+            &[],
+            ty(DType::I32, &[]),
+        ));
+        // Rank 0: no start indices.
+        let s = eval1(
+            Op::DynamicSlice { sizes: vec![] },
+            &[HostArray::scalar(3u8)],
+            ty(DType::U8, &[]),
+        )
+        .unwrap();
+        assert_eq!(s, HostArray::scalar(3u8));
+    }
+
+    #[test]
+    fn dynamic_update_slice_clamps_starts() {
+        let x = arr(&[2, 3], vec![0.0f32; 6]);
+        let u = arr(&[1, 2], vec![1.0f32, 2.0]);
+        let dus = |r: i32, c: i32| {
+            eval1(
+                Op::DynamicUpdateSlice,
+                &[
+                    x.clone(),
+                    u.clone(),
+                    HostArray::scalar(r),
+                    HostArray::scalar(c),
+                ],
+                ty(DType::F32, &[2, 3]),
+            )
+            .map(|r| values::<f32>(&r))
+        };
+        assert_eq!(dus(0, 0).unwrap(), vec![1.0, 2.0, 0.0, 0.0, 0.0, 0.0]);
+        assert_eq!(dus(1, 1).unwrap(), vec![0.0, 0.0, 0.0, 0.0, 1.0, 2.0]);
+        assert_eq!(dus(9, 9).unwrap(), vec![0.0, 0.0, 0.0, 0.0, 1.0, 2.0]);
+        assert_eq!(dus(-1, -1).unwrap(), vec![1.0, 2.0, 0.0, 0.0, 0.0, 0.0]);
+        is_err(eval1(
+            Op::DynamicUpdateSlice,
+            &[
+                x.clone(),
+                arr(&[3, 1], vec![1.0f32; 3]),
+                HostArray::scalar(0i32),
+                HostArray::scalar(0i32),
+            ],
+            ty(DType::F32, &[2, 3]),
+        ));
+        is_err(eval1(
+            Op::DynamicUpdateSlice,
+            &[
+                x.clone(),
+                arr(&[1, 1], vec![1i32]),
+                HostArray::scalar(0i32),
+                HostArray::scalar(0i32),
+            ],
+            ty(DType::F32, &[2, 3]),
+        ));
+        is_err(eval1(Op::DynamicUpdateSlice, &[x], ty(DType::F32, &[2, 3])));
+    }
+
+    #[test]
+    fn take_rows_with_clamping() {
+        let table = arr(&[3, 2], vec![10i64, 11, 20, 21, 30, 31]);
+        let idx = arr(&[2, 2], vec![2i32, 0, -7, 99]);
+        let t = eval1(Op::Take, &[table.clone(), idx], ty(DType::I64, &[2, 2, 2])).unwrap();
+        assert_eq!(values::<i64>(&t), vec![30, 31, 10, 11, 10, 11, 30, 31]);
+        let t = eval1(
+            Op::Take,
+            &[vec1(vec![1.5f32, 2.5]), HostArray::scalar(1u8)],
+            ty(DType::F32, &[]),
+        )
+        .unwrap();
+        assert_eq!(t, HostArray::scalar(2.5f32));
+        let t = eval1(
+            Op::Take,
+            &[table.clone(), arr::<u64>(&[0], vec![])],
+            ty(DType::I64, &[0, 2]),
+        )
+        .unwrap();
+        assert_eq!(t.dims(), &[0, 2]);
+        // Empty table: fine when nothing is taken, an error otherwise.
+        let empty = arr::<i64>(&[0, 2], vec![]);
+        let t = eval1(
+            Op::Take,
+            &[empty.clone(), arr::<i32>(&[0], vec![])],
+            ty(DType::I64, &[0, 2]),
+        )
+        .unwrap();
+        assert_eq!(t.dims(), &[0, 2]);
+        is_err(eval1(
+            Op::Take,
+            &[empty, vec1(vec![0i32])],
+            ty(DType::I64, &[1, 2]),
+        ));
+        is_err(eval1(
+            Op::Take,
+            &[table.clone(), vec1(vec![0.0f32])],
+            ty(DType::I64, &[1, 2]),
+        ));
+        is_err(eval1(
+            Op::Take,
+            &[HostArray::scalar(1i64), vec1(vec![0i32])],
+            ty(DType::I64, &[1]),
+        ));
+        is_err(eval1(
+            Op::Take,
+            &[table, vec1(vec![0i32])],
+            ty(DType::I64, &[2]),
+        ));
+    }
+}

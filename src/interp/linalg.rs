@@ -1,0 +1,302 @@
+//! `DotGeneral`.
+
+use half::{bf16, f16};
+use ndarray::{ArrayD, Dimension, IxDyn};
+
+use super::scalar::Num;
+use super::{row_major_index, Ctx};
+use crate::array::HostArray;
+use crate::dtype::{DType, TensorType};
+use crate::error::Result;
+
+/// The dimension numbers of a `DotGeneral`.
+pub(super) struct DotDims<'a> {
+    /// Batch dimensions of the lhs.
+    pub(super) lhs_batch: &'a [usize],
+    /// Batch dimensions of the rhs, paired with `lhs_batch`.
+    pub(super) rhs_batch: &'a [usize],
+    /// Contracting dimensions of the lhs.
+    pub(super) lhs_contract: &'a [usize],
+    /// Contracting dimensions of the rhs, paired with `lhs_contract`.
+    pub(super) rhs_contract: &'a [usize],
+}
+
+/// How to view both operands as `[batch, free, contract]` matrices.
+struct Plan {
+    /// Lhs dimensions in batch, free, contract order.
+    lhs_order: Vec<usize>,
+    /// Rhs dimensions in batch, free, contract order.
+    rhs_order: Vec<usize>,
+    /// The number of batch dimensions and of lhs free dimensions.
+    batch_rank: usize,
+    lhs_free_rank: usize,
+    /// Lhs free, rhs free and contracted element counts.
+    m: usize,
+    n: usize,
+    k: usize,
+    /// The output shape.
+    dims: Vec<usize>,
+}
+
+/// The product of some dimensions of an existing array.
+fn size(dims: &[usize], of: &[usize]) -> usize {
+    if of.iter().any(|&d| dims[d] == 0) {
+        0
+    } else {
+        of.iter().map(|&d| dims[d]).product()
+    }
+}
+
+/// Checks the dimension numbers against both shapes; returns `None` if they do not fit.
+fn plan(d: &DotDims, lhs: &[usize], rhs: &[usize]) -> Option<Plan> {
+    if d.lhs_batch.len() != d.rhs_batch.len() || d.lhs_contract.len() != d.rhs_contract.len() {
+        return None;
+    }
+    let pairs = d.lhs_batch.iter().zip(d.rhs_batch);
+    let pairs = pairs.chain(d.lhs_contract.iter().zip(d.rhs_contract));
+    for (&l, &r) in pairs {
+        if lhs.get(l)? != rhs.get(r)? {
+            return None;
+        }
+    }
+    let free = |shape: &[usize], batch: &[usize], contract: &[usize]| -> Option<Vec<usize>> {
+        let used: Vec<usize> = batch.iter().chain(contract).copied().collect();
+        let distinct = used.iter().enumerate().all(|(i, u)| !used[..i].contains(u));
+        distinct.then(|| (0..shape.len()).filter(|x| !used.contains(x)).collect())
+    };
+    let lhs_free = free(lhs, d.lhs_batch, d.lhs_contract)?;
+    let rhs_free = free(rhs, d.rhs_batch, d.rhs_contract)?;
+    let order = |batch: &[usize], free: &[usize], contract: &[usize]| -> Vec<usize> {
+        batch.iter().chain(free).chain(contract).copied().collect()
+    };
+    let dims = d
+        .lhs_batch
+        .iter()
+        .chain(&lhs_free)
+        .map(|&x| lhs[x])
+        .chain(rhs_free.iter().map(|&x| rhs[x]))
+        .collect();
+    Some(Plan {
+        lhs_order: order(d.lhs_batch, &lhs_free, d.lhs_contract),
+        rhs_order: order(d.rhs_batch, &rhs_free, d.rhs_contract),
+        batch_rank: d.lhs_batch.len(),
+        lhs_free_rank: lhs_free.len(),
+        m: size(lhs, &lhs_free),
+        n: size(rhs, &rhs_free),
+        k: size(lhs, d.lhs_contract),
+        dims,
+    })
+}
+
+/// `out[b, i, j] = sum_k lhs[b, i, k] * rhs[b, j, k]` over the operands viewed through `plan`,
+/// accumulating in `T` in increasing `k`.
+fn dot<T: Num>(lhs: &ArrayD<T>, rhs: &ArrayD<T>, plan: &Plan) -> ArrayD<T> {
+    let flat = |a: &ArrayD<T>, order: &[usize]| -> Vec<T> {
+        a.view()
+            .permuted_axes(IxDyn(order))
+            .iter()
+            .copied()
+            .collect()
+    };
+    let (l, r) = (flat(lhs, &plan.lhs_order), flat(rhs, &plan.rhs_order));
+    let (nb, nm) = (plan.batch_rank, plan.lhs_free_rank);
+    let dims = &plan.dims;
+    ArrayD::from_shape_fn(IxDyn(dims), |o| {
+        let o = o.slice();
+        // The output index is (batch index, lhs free index, rhs free index).
+        let b = row_major_index(&o[..nb], &dims[..nb]);
+        let i = row_major_index(&o[nb..nb + nm], &dims[nb..nb + nm]);
+        let j = row_major_index(&o[nb + nm..], &dims[nb + nm..]);
+        let k = plan.k;
+        let lrow = &l[(b * plan.m + i) * k..][..k];
+        let rrow = &r[(b * plan.n + j) * k..][..k];
+        lrow.iter()
+            .zip(rrow)
+            .fold(T::ZERO, |acc, (&x, &y)| acc.plus(x.times(y)))
+    })
+}
+
+/// `DotGeneral`: batch dimensions pair up, contracting dimensions are summed over; the output is
+/// batch dimensions, then the lhs's free dimensions, then the rhs's, each in operand order.
+/// Integers wrap; `f16`/`bf16` accumulate in `f32` and `f32`/`f64` in `f64`, rounded once.
+pub(super) fn dot_general(ctx: &Ctx, dims: DotDims) -> Result<HostArray> {
+    let args = ctx.args(2)?;
+    let (lhs, rhs) = (args[0], args[1]);
+    let dtype = lhs.dtype();
+    if rhs.dtype() != dtype || dtype == DType::Pred {
+        return Err(ctx.err(format!(
+            "operands {} and {} must have one numeric dtype",
+            lhs.ty(),
+            rhs.ty()
+        )));
+    }
+    let Some(plan) = plan(&dims, lhs.dims(), rhs.dims()) else {
+        return Err(ctx.err(format!(
+            "dimension numbers (batch {:?}/{:?}, contracting {:?}/{:?}) do not fit {} and {}",
+            dims.lhs_batch,
+            dims.rhs_batch,
+            dims.lhs_contract,
+            dims.rhs_contract,
+            lhs.ty(),
+            rhs.ty()
+        )));
+    };
+    ctx.expect_output(&TensorType::new(dtype, &plan.dims))?;
+    let result = match (lhs, rhs) {
+        (HostArray::U8(a), HostArray::U8(b)) => dot(a, b, &plan).into(),
+        (HostArray::U32(a), HostArray::U32(b)) => dot(a, b, &plan).into(),
+        (HostArray::U64(a), HostArray::U64(b)) => dot(a, b, &plan).into(),
+        (HostArray::I32(a), HostArray::I32(b)) => dot(a, b, &plan).into(),
+        (HostArray::I64(a), HostArray::I64(b)) => dot(a, b, &plan).into(),
+        (HostArray::F16(a), HostArray::F16(b)) => {
+            dot(&a.mapv(f16::to_f32), &b.mapv(f16::to_f32), &plan)
+                .mapv(f16::from_f32)
+                .into()
+        }
+        (HostArray::BF16(a), HostArray::BF16(b)) => {
+            dot(&a.mapv(bf16::to_f32), &b.mapv(bf16::to_f32), &plan)
+                .mapv(bf16::from_f32)
+                .into()
+        }
+        (HostArray::F32(a), HostArray::F32(b)) => {
+            dot(&a.mapv(f64::from), &b.mapv(f64::from), &plan)
+                .mapv(|v| v as f32)
+                .into()
+        }
+        (HostArray::F64(a), HostArray::F64(b)) => dot(a, b, &plan).into(),
+        _ => return Err(ctx.err("operand dtypes differ")),
+    };
+    Ok(result)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_util::*;
+    use crate::array::HostArray;
+    use crate::dtype::DType;
+    use crate::error::Error;
+    use crate::ops::Op;
+    use half::{bf16, f16};
+
+    fn dot_op(lb: &[usize], rb: &[usize], lc: &[usize], rc: &[usize]) -> Op {
+        Op::DotGeneral {
+            lhs_batch: lb.to_vec(),
+            rhs_batch: rb.to_vec(),
+            lhs_contract: lc.to_vec(),
+            rhs_contract: rc.to_vec(),
+        }
+    }
+
+    #[test]
+    fn matmul_and_matvec() {
+        let a = arr(&[2, 3], vec![1i32, 2, 3, 4, 5, 6]);
+        let b = arr(&[3, 2], vec![7i32, 8, 9, 10, 11, 12]);
+        let c = eval1(
+            dot_op(&[], &[], &[1], &[0]),
+            &[a.clone(), b],
+            ty(DType::I32, &[2, 2]),
+        )
+        .unwrap();
+        assert_eq!(c, arr(&[2, 2], vec![58i32, 64, 139, 154]));
+        let v = vec1(vec![1i32, 0, -1]);
+        let c = eval1(
+            dot_op(&[], &[], &[1], &[0]),
+            &[a.clone(), v],
+            ty(DType::I32, &[2]),
+        )
+        .unwrap();
+        assert_eq!(values::<i32>(&c), vec![-2, -2]);
+        // Contracting the lhs's first dimension: a^T a.
+        let c = eval1(
+            dot_op(&[], &[], &[0], &[0]),
+            &[a.clone(), a],
+            ty(DType::I32, &[3, 3]),
+        )
+        .unwrap();
+        assert_eq!(values::<i32>(&c), vec![17, 22, 27, 22, 29, 36, 27, 36, 45]);
+    }
+
+    #[test]
+    fn batch_dimensions_come_first_in_lhs_batch_order() {
+        // lhs [k=2, b=2, m=1], rhs [n=1, b=2, k=2]: out [b, m, n].
+        let lhs = arr(&[2, 2, 1], vec![1.0f64, 2.0, 3.0, 4.0]);
+        let rhs = arr(&[1, 2, 2], vec![10.0f64, 100.0, 1000.0, 10000.0]);
+        let c = eval1(
+            dot_op(&[1], &[1], &[0], &[2]),
+            &[lhs, rhs],
+            ty(DType::F64, &[2, 1, 1]),
+        )
+        .unwrap();
+        // b=0: lhs[:,0,0] = [1, 3], rhs[0,0,:] = [10, 100] -> 310.
+        // b=1: lhs[:,1,0] = [2, 4], rhs[0,1,:] = [1000, 10000] -> 42000.
+        assert_eq!(values::<f64>(&c), vec![310.0, 42000.0]);
+    }
+
+    #[test]
+    fn outer_product_empty_contraction_and_wrapping() {
+        let a = vec1(vec![1u8, 2]);
+        let b = vec1(vec![3u8, 200]);
+        let c = eval1(dot_op(&[], &[], &[], &[]), &[a, b], ty(DType::U8, &[2, 2])).unwrap();
+        assert_eq!(values::<u8>(&c), vec![3, 200, 6, 144]);
+        let e = arr::<f32>(&[2, 0], vec![]);
+        let f = arr::<f32>(&[0, 3], vec![]);
+        let c = eval1(
+            dot_op(&[], &[], &[1], &[0]),
+            &[e, f],
+            ty(DType::F32, &[2, 3]),
+        )
+        .unwrap();
+        assert_eq!(values::<f32>(&c), vec![0.0; 6]);
+        let s = eval1(
+            dot_op(&[], &[], &[], &[]),
+            &[HostArray::scalar(3i64), HostArray::scalar(-2i64)],
+            ty(DType::I64, &[]),
+        )
+        .unwrap();
+        assert_eq!(s, HostArray::scalar(-6i64));
+    }
+
+    #[test]
+    fn float_dots_accumulate_wide() {
+        let a = f16s(&[2048.0, 1.0, 1.0]);
+        let b = f16s(&[1.0, 1.0, 1.0]);
+        let c = eval1(dot_op(&[], &[], &[0], &[0]), &[a, b], ty(DType::F16, &[])).unwrap();
+        assert_eq!(values::<f16>(&c), vec![f16::from_f32(2050.0)]);
+        let a = bf16s(&[256.0, 1.0]);
+        let b = bf16s(&[1.0, 1.0]);
+        let c = eval1(dot_op(&[], &[], &[0], &[0]), &[a, b], ty(DType::BF16, &[])).unwrap();
+        assert_eq!(values::<bf16>(&c), vec![bf16::from_f32(256.0)]);
+        // In f32, 2^24 + 1 + 1 would stay at 2^24; accumulating in f64 gives 2^24 + 2.
+        let a = vec1(vec![16_777_216.0f32, 1.0, 1.0]);
+        let b = vec1(vec![1.0f32; 3]);
+        let c = eval1(dot_op(&[], &[], &[0], &[0]), &[a, b], ty(DType::F32, &[])).unwrap();
+        assert_eq!(values::<f32>(&c), vec![16_777_218.0]);
+    }
+
+    #[test]
+    fn malformed_dimension_numbers_are_errors() {
+        let a = arr(&[2, 3], vec![0.0f32; 6]);
+        let b = arr(&[3, 2], vec![0.0f32; 6]);
+        let bad = |op: Op, out: &[usize]| {
+            let r = eval1(op, &[a.clone(), b.clone()], ty(DType::F32, out));
+            assert!(matches!(r, Err(Error::Interp(_))), "{r:?}");
+        };
+        bad(dot_op(&[], &[], &[0], &[0]), &[3, 2]); // sizes 2 vs 3
+        bad(dot_op(&[], &[], &[1], &[]), &[2, 2]); // unpaired
+        bad(dot_op(&[], &[], &[5], &[0]), &[2, 2]); // out of range
+        bad(dot_op(&[1], &[0], &[1], &[0]), &[3, 2, 2]); // dimension used twice
+        bad(dot_op(&[], &[], &[1], &[0]), &[2, 3]); // wrong output
+        let r = eval1(
+            dot_op(&[], &[], &[], &[]),
+            &[HostArray::scalar(true), HostArray::scalar(true)],
+            ty(DType::Pred, &[]),
+        );
+        assert!(matches!(r, Err(Error::Interp(_))));
+        let r = eval1(
+            dot_op(&[], &[], &[], &[]),
+            &[HostArray::scalar(1.0f32), HostArray::scalar(1.0f64)],
+            ty(DType::F32, &[]),
+        );
+        assert!(matches!(r, Err(Error::Interp(_))));
+    }
+}

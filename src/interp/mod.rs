@@ -1,0 +1,640 @@
+//! The reference interpreter: evaluates a [`Graph`] on host arrays, one primitive at a time.
+//!
+//! It is the oracle the compiled programs are tested against, so it is written for clarity, not
+//! speed, and follows the semantics documented on [`Op`] exactly: integers are exact (wrapping
+//! arithmetic, XLA's rules for division by zero and oversized shifts), floats are IEEE.
+//!
+//! Precision rules beyond the op documentation:
+//! - `f16` and `bf16` elementwise ops are computed in `f32` and rounded back (to nearest even).
+//! - Accumulations (`Reduce` sum and product, `Cumsum`, `DotGeneral`) run in `f32` for
+//!   `f16`/`bf16` operands and in `f64` for `f32`/`f64` operands, in row-major order, and are
+//!   rounded to the output type once per output element.
+//! - Float `Max`/`Min` (binary, `Clamp`, `Reduce`) propagate NaN and order `-0.0` below `+0.0`.
+//! - Conversions to a float type round to nearest even directly from the exact source value (no
+//!   double rounding through an intermediate type).
+//!
+//! Evaluation never panics: a node whose inputs or declared outputs do not fit its op gives
+//! [`Error::Interp`] naming the node.
+
+mod elementwise;
+mod index;
+mod linalg;
+mod reduce;
+mod scalar;
+mod shape;
+
+use std::fmt::Display;
+
+use crate::array::HostArray;
+use crate::dtype::TensorType;
+use crate::error::{Error, Result};
+use crate::ops::{Graph, Node, Op, ValueId};
+
+/// Evaluates `graph` on `inputs` (one per parameter, in order) and returns the graph's outputs in
+/// order.
+///
+/// Fails with [`Error::Interp`] if an input's dtype or shape differs from its parameter's, if a
+/// node is malformed (wrong operand count or types, outputs that its op cannot produce, operands
+/// defined after the node), or if an array would be too large to allocate. Only the nodes the
+/// outputs depend on are evaluated.
+pub fn evaluate(graph: &Graph, inputs: &[HostArray]) -> Result<Vec<HostArray>> {
+    let params = graph.parameter_types();
+    if inputs.len() != params.len() {
+        return Err(Error::Interp(format!(
+            "the graph has {} parameters but {} inputs were given",
+            params.len(),
+            inputs.len()
+        )));
+    }
+    let names = graph.parameter_names();
+    for (i, (input, expected)) in inputs.iter().zip(&params).enumerate() {
+        let got = input.ty();
+        if &got != expected {
+            let name = names.get(i).map(String::as_str).unwrap_or("?");
+            return Err(Error::Interp(format!(
+                "input {i} is {got}, but parameter {i} ({name}) is {expected}"
+            )));
+        }
+    }
+    let outputs = graph.outputs();
+    graph.with_nodes(|nodes| evaluate_nodes(nodes, inputs, &outputs))
+}
+
+fn evaluate_nodes(
+    nodes: &[Node],
+    inputs: &[HostArray],
+    outputs: &[ValueId],
+) -> Result<Vec<HostArray>> {
+    // Mark the nodes the outputs depend on, walking backwards (operands precede their users; an
+    // operand that does not is reported when its user is evaluated).
+    let mut needed = vec![false; nodes.len()];
+    for out in outputs {
+        match needed.get_mut(out.node) {
+            Some(flag) => *flag = true,
+            None => {
+                return Err(Error::Interp(format!(
+                    "graph output refers to node {}, but the graph has {} nodes",
+                    out.node,
+                    nodes.len()
+                )))
+            }
+        }
+    }
+    for i in (0..nodes.len()).rev() {
+        if needed[i] {
+            for v in &nodes[i].inputs {
+                if v.node < i {
+                    needed[v.node] = true;
+                }
+            }
+        }
+    }
+
+    let mut values: Vec<Option<Vec<HostArray>>> = vec![None; nodes.len()];
+    for (index, node) in nodes.iter().enumerate() {
+        if !needed[index] {
+            continue;
+        }
+        let mut args = Vec::with_capacity(node.inputs.len());
+        for (k, v) in node.inputs.iter().enumerate() {
+            let value = if v.node < index {
+                values[v.node].as_ref().and_then(|outs| outs.get(v.output))
+            } else {
+                None
+            };
+            match value {
+                Some(value) => args.push(value),
+                None => {
+                    return Err(Error::Interp(format!(
+                        "node {index} ({}): input {k} refers to value {}#{}, which is not an \
+                         output of an earlier node",
+                        node.op.name(),
+                        v.node,
+                        v.output
+                    )))
+                }
+            }
+        }
+        let ctx = Ctx { index, node, args };
+        let results = ctx.evaluate(inputs)?;
+        values[index] = Some(results);
+    }
+
+    outputs
+        .iter()
+        .map(|out| {
+            values
+                .get(out.node)
+                .and_then(|v| v.as_ref())
+                .and_then(|outs| outs.get(out.output))
+                .cloned()
+                .ok_or_else(|| {
+                    Error::Interp(format!(
+                        "graph output refers to value {}#{}, which does not exist",
+                        out.node, out.output
+                    ))
+                })
+        })
+        .collect()
+}
+
+/// One node being evaluated: its position, definition and operand values.
+pub(super) struct Ctx<'a> {
+    index: usize,
+    node: &'a Node,
+    args: Vec<&'a HostArray>,
+}
+
+impl<'a> Ctx<'a> {
+    /// An [`Error::Interp`] naming this node.
+    pub(super) fn err(&self, message: impl Display) -> Error {
+        Error::Interp(format!(
+            "node {} ({}): {message}",
+            self.index,
+            self.node.op.name()
+        ))
+    }
+
+    /// The operands, after checking there are exactly `n`.
+    pub(super) fn args(&self, n: usize) -> Result<&[&'a HostArray]> {
+        if self.args.len() == n {
+            Ok(&self.args)
+        } else {
+            Err(self.err(format!("expects {n} inputs, has {}", self.args.len())))
+        }
+    }
+
+    /// All operands, whatever their number.
+    pub(super) fn all_args(&self) -> &[&'a HostArray] {
+        &self.args
+    }
+
+    /// The single declared output type.
+    pub(super) fn out(&self) -> Result<&'a TensorType> {
+        match self.node.outputs.as_slice() {
+            [ty] => Ok(ty),
+            other => Err(self.err(format!("expects 1 output, declares {}", other.len()))),
+        }
+    }
+
+    /// The declared output types.
+    pub(super) fn outs(&self) -> &'a [TensorType] {
+        &self.node.outputs
+    }
+
+    /// Checks that the single declared output type is `want`.
+    pub(super) fn expect_output(&self, want: &TensorType) -> Result<()> {
+        let out = self.out()?;
+        if out == want {
+            Ok(())
+        } else {
+            Err(self.err(format!(
+                "the output is declared {out}, but the op produces {want}"
+            )))
+        }
+    }
+
+    /// Checks that operand `k` has type `want`.
+    pub(super) fn expect(&self, k: usize, got: &HostArray, want: &TensorType) -> Result<()> {
+        let got = got.ty();
+        if &got == want {
+            Ok(())
+        } else {
+            Err(self.err(format!("input {k} is {got}, expected {want}")))
+        }
+    }
+
+    /// Evaluates the node and checks its results against the declared output types.
+    fn evaluate(&self, inputs: &[HostArray]) -> Result<Vec<HostArray>> {
+        for ty in &self.node.outputs {
+            self.check_allocatable(ty)?;
+        }
+        let one = |r: Result<HostArray>| r.map(|v| vec![v]);
+        let results = match &self.node.op {
+            Op::Parameter { index, .. } => {
+                self.args(0)?;
+                let value = inputs.get(*index).ok_or_else(|| {
+                    self.err(format!(
+                        "parameter index {index}, but there are {} inputs",
+                        inputs.len()
+                    ))
+                })?;
+                Ok(vec![value.clone()])
+            }
+            Op::Constant { data } => one(shape::constant(self, data)),
+            Op::Iota { dim } => one(shape::iota(self, *dim)),
+            Op::Unary(op) => one(elementwise::unary(self, *op)),
+            Op::Binary(op) => one(elementwise::binary(self, *op)),
+            Op::Compare(dir) => one(elementwise::compare(self, *dir)),
+            Op::Select => one(elementwise::select(self)),
+            Op::Clamp => one(elementwise::clamp(self)),
+            Op::Convert => one(elementwise::convert(self)),
+            Op::BitcastConvert => one(elementwise::bitcast_convert(self)),
+            Op::BroadcastInDim { dims } => one(shape::broadcast_in_dim(self, dims)),
+            Op::Reshape => one(shape::reshape(self)),
+            Op::Transpose { perm } => one(shape::transpose(self, perm)),
+            Op::Slice {
+                start,
+                limit,
+                stride,
+            } => one(shape::slice(self, start, limit, stride)),
+            Op::DynamicSlice { sizes } => one(index::dynamic_slice(self, sizes)),
+            Op::DynamicUpdateSlice => one(index::dynamic_update_slice(self)),
+            Op::Concatenate { axis } => one(shape::concatenate(self, *axis)),
+            Op::Pad {
+                low,
+                high,
+                interior,
+            } => one(shape::pad(self, low, high, interior)),
+            Op::Reverse { axes } => one(shape::reverse(self, axes)),
+            Op::Reduce { kind, axes } => one(reduce::reduce(self, *kind, axes)),
+            Op::ArgReduce { kind, axis } => one(reduce::arg_reduce(self, *kind, *axis)),
+            Op::Cumsum { axis } => one(reduce::cumsum(self, *axis)),
+            Op::DotGeneral {
+                lhs_batch,
+                rhs_batch,
+                lhs_contract,
+                rhs_contract,
+            } => one(linalg::dot_general(
+                self,
+                linalg::DotDims {
+                    lhs_batch,
+                    rhs_batch,
+                    lhs_contract,
+                    rhs_contract,
+                },
+            )),
+            Op::Take => one(index::take(self)),
+            Op::Sort { axis, descending } => reduce::sort(self, *axis, *descending),
+        }?;
+        if results.len() != self.node.outputs.len() {
+            return Err(self.err(format!(
+                "produces {} outputs but declares {}",
+                results.len(),
+                self.node.outputs.len()
+            )));
+        }
+        for (k, (value, declared)) in results.iter().zip(&self.node.outputs).enumerate() {
+            let got = value.ty();
+            if &got != declared {
+                return Err(self.err(format!(
+                    "output {k} is declared {declared}, but the op produces {got}"
+                )));
+            }
+        }
+        Ok(results)
+    }
+
+    /// Fails unless an array of type `ty` fits in memory: its size in bytes must fit `isize`
+    /// (ndarray's limit) and the allocator must be able to provide it.
+    fn check_allocatable(&self, ty: &TensorType) -> Result<()> {
+        let too_large = || self.err(format!("{ty} is too large to allocate"));
+        let nonzero = ty
+            .dims
+            .iter()
+            .filter(|&&d| d != 0)
+            .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+            .ok_or_else(too_large)?;
+        let bytes = nonzero
+            .checked_mul(ty.dtype.size_in_bytes())
+            .filter(|&b| b <= isize::MAX as usize)
+            .ok_or_else(too_large)?;
+        let count = element_count(&ty.dims).ok_or_else(too_large)?;
+        if count > 0 {
+            let mut probe: Vec<u8> = Vec::new();
+            probe.try_reserve_exact(bytes).map_err(|_| too_large())?;
+        }
+        Ok(())
+    }
+}
+
+/// The number of elements of a shape, or `None` on overflow.
+pub(super) fn element_count(dims: &[usize]) -> Option<usize> {
+    dims.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d))
+}
+
+/// The row-major position of `index` in an array of shape `dims` (`index` within bounds).
+pub(super) fn row_major_index(index: &[usize], dims: &[usize]) -> usize {
+    index.iter().zip(dims).fold(0, |acc, (&i, &n)| acc * n + i)
+}
+
+#[cfg(test)]
+pub(super) mod test_util {
+    //! Helpers for the interpreter's unit tests: one-node graphs over parameters.
+
+    use half::{bf16, f16};
+
+    use crate::array::{HostArray, HostElement};
+    use crate::dtype::{DType, TensorType};
+    use crate::error::Result;
+    use crate::ops::{Graph, Op};
+
+    /// An array from row-major data.
+    pub fn arr<T: HostElement>(dims: &[usize], data: Vec<T>) -> HostArray {
+        HostArray::from_vec(dims, data).unwrap()
+    }
+
+    /// A 1-D array.
+    pub fn vec1<T: HostElement>(data: Vec<T>) -> HostArray {
+        let n = data.len();
+        arr(&[n], data)
+    }
+
+    /// A 1-D f16 array from f32 values (rounded).
+    pub fn f16s(data: &[f32]) -> HostArray {
+        vec1(data.iter().map(|&x| f16::from_f32(x)).collect())
+    }
+
+    /// A 1-D bf16 array from f32 values (rounded).
+    pub fn bf16s(data: &[f32]) -> HostArray {
+        vec1(data.iter().map(|&x| bf16::from_f32(x)).collect())
+    }
+
+    /// Evaluates one node of `op` whose inputs are parameters holding `inputs`.
+    pub fn eval_op(op: Op, inputs: &[HostArray], outputs: &[TensorType]) -> Result<Vec<HostArray>> {
+        let g = Graph::new();
+        let mut ids = Vec::new();
+        for (i, x) in inputs.iter().enumerate() {
+            let p = g.parameter(&format!("p{i}"), x.dtype(), x.dims())?;
+            ids.push(p.id());
+        }
+        let outs = g.push(op, ids, outputs.to_vec())?;
+        g.set_outputs(&outs.iter().collect::<Vec<_>>())?;
+        super::evaluate(&g, inputs)
+    }
+
+    /// Evaluates a one-output node and returns its value.
+    pub fn eval1(op: Op, inputs: &[HostArray], out: TensorType) -> Result<HostArray> {
+        Ok(eval_op(op, inputs, &[out])?.remove(0))
+    }
+
+    /// A tensor type.
+    pub fn ty(dtype: DType, dims: &[usize]) -> TensorType {
+        TensorType::new(dtype, dims)
+    }
+
+    /// The elements of an array as `T`, row-major.
+    pub fn values<T: HostElement>(a: &HostArray) -> Vec<T> {
+        a.as_array::<T>().unwrap().iter().copied().collect()
+    }
+
+    /// The bit patterns of an f32 array (to compare NaNs and signed zeros exactly).
+    pub fn f32_bits(a: &HostArray) -> Vec<u32> {
+        values::<f32>(a).iter().map(|x| x.to_bits()).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::slice::from_ref;
+
+    use super::test_util::*;
+    use super::*;
+    use crate::dtype::DType;
+    use crate::ops::{BinaryOp, UnaryOp};
+
+    fn is_interp_err<T: std::fmt::Debug>(r: Result<T>, needle: &str) {
+        match r {
+            Err(Error::Interp(m)) => assert!(m.contains(needle), "message {m:?} lacks {needle:?}"),
+            other => panic!("expected an interpreter error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn evaluates_a_chain_and_returns_outputs_in_order() {
+        let g = Graph::new();
+        let x = g.parameter("x", DType::I32, &[3]).unwrap();
+        let y = g.parameter("y", DType::I32, &[3]).unwrap();
+        let t = ty(DType::I32, &[3]);
+        let s = g
+            .push(
+                Op::Binary(BinaryOp::Add),
+                vec![x.id(), y.id()],
+                vec![t.clone()],
+            )
+            .unwrap();
+        let p = g
+            .push(Op::Binary(BinaryOp::Mul), vec![s[0].id(), x.id()], vec![t])
+            .unwrap();
+        g.set_outputs(&[&p[0], &s[0], &p[0]]).unwrap();
+        let out = evaluate(&g, &[vec1(vec![1i32, 2, 3]), vec1(vec![10i32, 20, 30])]).unwrap();
+        assert_eq!(out.len(), 3);
+        assert_eq!(values::<i32>(&out[0]), vec![11, 44, 99]);
+        assert_eq!(values::<i32>(&out[1]), vec![11, 22, 33]);
+        assert_eq!(out[2], out[0]);
+    }
+
+    #[test]
+    fn no_outputs_and_unreachable_malformed_nodes_are_fine() {
+        let g = Graph::new();
+        let x = g.parameter("x", DType::F32, &[]).unwrap();
+        // A malformed node nobody uses is never evaluated.
+        g.push(
+            Op::Binary(BinaryOp::Add),
+            vec![x.id()],
+            vec![ty(DType::F32, &[])],
+        )
+        .unwrap();
+        assert!(evaluate(&g, &[HostArray::scalar(1.0f32)])
+            .unwrap()
+            .is_empty());
+        g.set_outputs(&[&x]).unwrap();
+        let out = evaluate(&g, &[HostArray::scalar(1.5f32)]).unwrap();
+        assert_eq!(out, vec![HostArray::scalar(1.5f32)]);
+    }
+
+    #[test]
+    fn input_count_dtype_and_shape_are_checked() {
+        let g = Graph::new();
+        let x = g.parameter("x", DType::F32, &[2]).unwrap();
+        g.set_outputs(&[&x]).unwrap();
+        is_interp_err(evaluate(&g, &[]), "1 parameters but 0 inputs");
+        is_interp_err(
+            evaluate(&g, &[vec1(vec![1i32, 2])]),
+            "input 0 is i32[2], but parameter 0 (x) is f32[2]",
+        );
+        is_interp_err(
+            evaluate(&g, &[vec1(vec![1f32, 2.0, 3.0])]),
+            "input 0 is f32[3], but parameter 0 (x) is f32[2]",
+        );
+    }
+
+    #[test]
+    fn wrong_input_count_and_types_are_errors() {
+        let t = ty(DType::F32, &[2]);
+        let a = vec1(vec![1f32, 2.0]);
+        is_interp_err(
+            eval1(Op::Binary(BinaryOp::Add), from_ref(&a), t.clone()),
+            "expects 2 inputs, has 1",
+        );
+        is_interp_err(
+            eval1(Op::Unary(UnaryOp::Neg), from_ref(&a), ty(DType::F32, &[3])),
+            "node 1 (unary)",
+        );
+        is_interp_err(
+            eval1(
+                Op::Binary(BinaryOp::Add),
+                &[a.clone(), vec1(vec![1i32, 2])],
+                t.clone(),
+            ),
+            "input 1 is i32[2], expected f32[2]",
+        );
+        is_interp_err(
+            eval_op(Op::Unary(UnaryOp::Neg), from_ref(&a), &[t.clone(), t]),
+            "expects 1 output, declares 2",
+        );
+    }
+
+    #[test]
+    fn dangling_and_forward_references_are_errors() {
+        let g = Graph::new();
+        let x = g.parameter("x", DType::F32, &[]).unwrap();
+        let t = ty(DType::F32, &[]);
+        let bad = g
+            .push(
+                Op::Unary(UnaryOp::Neg),
+                vec![ValueId { node: 7, output: 0 }],
+                vec![t.clone()],
+            )
+            .unwrap();
+        g.set_outputs(&[&bad[0]]).unwrap();
+        is_interp_err(
+            evaluate(&g, &[HostArray::scalar(1f32)]),
+            "input 0 refers to value 7#0",
+        );
+        // An operand that names a missing output of an earlier node.
+        let bad = g
+            .push(
+                Op::Unary(UnaryOp::Neg),
+                vec![ValueId {
+                    node: x.id().node,
+                    output: 1,
+                }],
+                vec![t],
+            )
+            .unwrap();
+        g.set_outputs(&[&bad[0]]).unwrap();
+        is_interp_err(
+            evaluate(&g, &[HostArray::scalar(1f32)]),
+            "refers to value 0#1",
+        );
+    }
+
+    #[test]
+    fn parameter_node_with_bad_index_or_type_is_an_error() {
+        let g = Graph::new();
+        let t = ty(DType::F32, &[]);
+        let p = g
+            .push(
+                Op::Parameter {
+                    index: 3,
+                    name: "p".into(),
+                },
+                vec![],
+                vec![t],
+            )
+            .unwrap();
+        g.set_outputs(&[&p[0]]).unwrap();
+        is_interp_err(evaluate(&g, &[]), "parameter index 3");
+
+        let g = Graph::new();
+        g.parameter("x", DType::F32, &[]).unwrap();
+        let p = g
+            .push(
+                Op::Parameter {
+                    index: 0,
+                    name: "p".into(),
+                },
+                vec![],
+                vec![ty(DType::I32, &[])],
+            )
+            .unwrap();
+        g.set_outputs(&[&p[0]]).unwrap();
+        is_interp_err(
+            evaluate(&g, &[HostArray::scalar(1f32)]),
+            "declared i32[], but the op produces f32[]",
+        );
+    }
+
+    #[test]
+    fn inputs_in_any_memory_layout_give_row_major_results() {
+        use crate::ops::{ReduceKind, UnaryOp};
+        use ndarray::{ArrayD, IxDyn};
+        // A column-major (transposed) array: logically [[0, 1, 2], [3, 4, 5]].
+        let base = ArrayD::from_shape_vec(IxDyn(&[3, 2]), vec![0i32, 3, 1, 4, 2, 5]).unwrap();
+        let fortran = HostArray::I32(base.reversed_axes());
+        assert_eq!(fortran, arr(&[2, 3], vec![0i32, 1, 2, 3, 4, 5]));
+        let r = eval1(
+            Op::Reshape,
+            std::slice::from_ref(&fortran),
+            ty(DType::I32, &[6]),
+        )
+        .unwrap();
+        assert_eq!(values::<i32>(&r), vec![0, 1, 2, 3, 4, 5]);
+        let r = eval1(
+            Op::Reduce {
+                kind: ReduceKind::Sum,
+                axes: vec![1],
+            },
+            std::slice::from_ref(&fortran),
+            ty(DType::I32, &[2]),
+        )
+        .unwrap();
+        assert_eq!(values::<i32>(&r), vec![3, 12]);
+        let r = eval1(
+            Op::Sort {
+                axis: 1,
+                descending: true,
+            },
+            std::slice::from_ref(&fortran),
+            ty(DType::I32, &[2, 3]),
+        )
+        .unwrap();
+        assert_eq!(values::<i32>(&r), vec![2, 1, 0, 5, 4, 3]);
+        let r = eval1(
+            Op::Unary(UnaryOp::Neg),
+            std::slice::from_ref(&fortran),
+            fortran.ty(),
+        )
+        .unwrap();
+        assert_eq!(
+            r.to_bytes(),
+            arr(&[2, 3], vec![0i32, -1, -2, -3, -4, -5]).to_bytes()
+        );
+        let r = eval1(
+            Op::DotGeneral {
+                lhs_batch: vec![],
+                rhs_batch: vec![],
+                lhs_contract: vec![1],
+                rhs_contract: vec![1],
+            },
+            &[fortran.clone(), fortran],
+            ty(DType::I32, &[2, 2]),
+        )
+        .unwrap();
+        assert_eq!(values::<i32>(&r), vec![5, 14, 14, 50]);
+    }
+
+    #[test]
+    fn huge_declared_outputs_are_errors_not_aborts() {
+        let huge = ty(DType::F32, &[usize::MAX, 2]);
+        is_interp_err(
+            eval1(Op::Iota { dim: 0 }, &[], huge),
+            "too large to allocate",
+        );
+        let huge = ty(DType::F64, &[1 << 60]);
+        is_interp_err(
+            eval1(Op::Iota { dim: 0 }, &[], huge),
+            "too large to allocate",
+        );
+        let huge = ty(DType::U8, &[1 << 50]);
+        is_interp_err(
+            eval1(Op::Iota { dim: 0 }, &[], huge),
+            "too large to allocate",
+        );
+        // Zero elements with a huge dimension is fine.
+        let empty = ty(DType::I32, &[0, 1 << 40]);
+        let out = eval1(Op::Iota { dim: 1 }, &[], empty.clone()).unwrap();
+        assert_eq!(out.ty(), empty);
+    }
+}
