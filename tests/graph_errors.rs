@@ -54,6 +54,10 @@ fn elementwise_rules() {
         "[3, 3]"
     );
     expect_err!(g.full(300.0, DType::U8, &[2]), "full", "300", "u8");
+    expect_err!(g.full(2f64.powi(63), DType::I64, &[]), "full", "i64");
+    expect_err!(g.full(2f64.powi(64), DType::U64, &[]), "full", "u64");
+    expect_err!(g.full(-1.0, DType::U32, &[]), "full", "u32");
+    assert!(g.full(-(2f64.powi(63)), DType::I64, &[]).is_ok());
     expect_err!(g.iota(DType::F32, &[2, 3], 2), "iota", "axis 2");
     expect_err!(g.iota(DType::Pred, &[2], 0), "iota", "pred");
 }

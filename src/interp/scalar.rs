@@ -306,7 +306,7 @@ pub(super) trait ToScalar: HostElement {
 pub(super) trait FromScalar: HostElement {
     /// Converts: floats to integers truncate toward zero and saturate (NaN gives 0), integers
     /// wrap, anything to `Pred` is `x != 0`, `Pred` to a number is 0 or 1, and every conversion to
-    /// a float rounds to nearest even.
+    /// a float rounds to nearest even (to `bf16` through `f32`, as XLA does).
     fn from_scalar(s: Scalar) -> Self;
 }
 
@@ -389,14 +389,16 @@ impl FromScalar for f16 {
 }
 
 impl FromScalar for bf16 {
+    /// Rounds to nearest `f32` first, then to `bf16`: XLA converts to `bf16` through `f32`, so a
+    /// value within a hair of a `bf16` tie can round differently from a single rounding.
     fn from_scalar(s: Scalar) -> Self {
-        bf16::from_f32(to_f32_round_to_odd(s))
+        bf16::from_f32(f32::from_scalar(s))
     }
 }
 
 /// The value rounded to `f32` by round-to-odd (truncate, then set the last bit if inexact).
-/// Rounding that once more to nearest even, to a format at least two bits narrower (`f16`,
-/// `bf16`), gives the correctly rounded result: no double-rounding error.
+/// Rounding that once more to nearest even, to a format at least two bits narrower (`f16`),
+/// gives the correctly rounded result: no double-rounding error.
 fn to_f32_round_to_odd(s: Scalar) -> f32 {
     match s {
         Scalar::Bool(b) => f32::from(u8::from(b)),
@@ -549,17 +551,23 @@ mod tests {
     }
 
     #[test]
-    fn conversions_to_narrow_floats_round_once() {
-        // 2^30 + 2^22 + 1 is just above the midpoint between two bf16 neighbours (2^30 and
-        // 2^30 + 2^23); going through f32 by nearest would land on the midpoint and round down.
+    fn conversions_to_narrow_floats_round_as_xla_does() {
+        // bf16 goes through f32: 2^30 + 2^22 + 1 becomes the f32 2^30 + 2^22, a bf16 midpoint,
+        // which ties to the even 2^30 (one rounding would give 2^30 + 2^23).
         let v: i64 = (1 << 30) + (1 << 22) + 1;
         assert_eq!(
             bf16::from_scalar(Scalar::Signed(v)).to_f64(),
-            f64::from((1u32 << 30) + (1 << 23))
+            f64::from(1u32 << 30)
         );
         assert_eq!(
             bf16::from_scalar(Scalar::Signed(-v)).to_f64(),
-            -f64::from((1u32 << 30) + (1 << 23))
+            -f64::from(1u32 << 30)
+        );
+        // Clearly above the midpoint, both roundings agree: up.
+        let v: i64 = (1 << 30) + (1 << 22) + (1 << 8);
+        assert_eq!(
+            bf16::from_scalar(Scalar::Signed(v)).to_f64(),
+            f64::from((1u32 << 30) + (1 << 23))
         );
         // Exactly the midpoint: ties to even (down).
         let v: u64 = (1 << 30) + (1 << 22);
@@ -567,7 +575,7 @@ mod tests {
             bf16::from_scalar(Scalar::Unsigned(v)).to_f64(),
             f64::from(1u32 << 30)
         );
-        // The same through f64 -> f16: 1 + 2^-11 + 2^-40 is just above a midpoint.
+        // f16 rounds once, correctly: 1 + 2^-11 + 2^-40 is just above a midpoint.
         let x = 1.0 + 2f64.powi(-11) + 2f64.powi(-40);
         assert_eq!(
             f16::from_scalar(Scalar::Float(x)).to_f64(),

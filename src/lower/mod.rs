@@ -496,6 +496,13 @@ impl<'g> Lowering<'g> {
                     tensor_type(tys[0])
                 ));
             }
+            Op::Clamp if out.dtype.is_float() && tys.iter().all(|t| *t == out) => {
+                // min(max(x, lo), hi) with NaN propagation: XLA's clamp drops a NaN operand.
+                let pred = scalar_or_shaped(DType::Pred, &out.dims);
+                let lo = format!("{res}_lo");
+                self.nan_propagating(&lo, &lo, "maximum", &ins[1], &ins[0], &out_t, &pred, false);
+                self.nan_propagating(&res, &res, "minimum", &lo, &ins[2], &out_t, &pred, false);
+            }
             Op::Clamp => {
                 let types = if tys.iter().all(|t| *t == out) {
                     out_t.clone()

@@ -154,7 +154,8 @@ pub enum Op {
     /// `min(max(inputs[1], inputs[0]), inputs[2])`: clamp(lo, x, hi), all of the output type.
     Clamp,
     /// Elementwise conversion of `inputs[0]` to the output dtype: float to integer rounds toward
-    /// zero, to `Pred` is `x != 0`, from `Pred` gives 0 or 1; float narrowing rounds to nearest.
+    /// zero and saturates (NaN gives 0), integers wrap, to `Pred` is `x != 0`, from `Pred` gives 0
+    /// or 1; to a float rounds to nearest even, to `BF16` through `F32` (as XLA does).
     Convert,
     /// Reinterprets the bits of `inputs[0]` as the output dtype (same element size, same shape).
     BitcastConvert,

@@ -88,8 +88,9 @@ pub(crate) fn types(operands: &[&Tensor]) -> String {
 /// The little-endian bytes of `value` as one element of `dtype`. Integer types need an integral
 /// value in range; `Pred` is `value != 0`.
 pub(crate) fn scalar_bytes(value: f64, dtype: DType) -> std::result::Result<Vec<u8>, String> {
+    // `hi` is exclusive: 2^63 and 2^64 are exactly representable and must be rejected.
     let int = |lo: f64, hi: f64| -> std::result::Result<f64, String> {
-        if value.fract() != 0.0 || !(lo..=hi).contains(&value) {
+        if value.fract() != 0.0 || !(lo <= value && value < hi) {
             Err(format!("{value} is not a {dtype} value"))
         } else {
             Ok(value)
@@ -97,13 +98,13 @@ pub(crate) fn scalar_bytes(value: f64, dtype: DType) -> std::result::Result<Vec<
     };
     Ok(match dtype {
         DType::Pred => vec![u8::from(value != 0.0)],
-        DType::U8 => vec![int(0.0, 255.0)? as u8],
-        DType::U32 => (int(0.0, u32::MAX as f64)? as u32).to_le_bytes().to_vec(),
-        DType::U64 => (int(0.0, u64::MAX as f64)? as u64).to_le_bytes().to_vec(),
-        DType::I32 => (int(i32::MIN as f64, i32::MAX as f64)? as i32)
+        DType::U8 => vec![int(0.0, 256.0)? as u8],
+        DType::U32 => (int(0.0, 2f64.powi(32))? as u32).to_le_bytes().to_vec(),
+        DType::U64 => (int(0.0, 2f64.powi(64))? as u64).to_le_bytes().to_vec(),
+        DType::I32 => (int(-(2f64.powi(31)), 2f64.powi(31))? as i32)
             .to_le_bytes()
             .to_vec(),
-        DType::I64 => (int(i64::MIN as f64, i64::MAX as f64)? as i64)
+        DType::I64 => (int(-(2f64.powi(63)), 2f64.powi(63))? as i64)
             .to_le_bytes()
             .to_vec(),
         DType::F16 => f16::from_f64(value).to_le_bytes().to_vec(),
