@@ -146,9 +146,21 @@ impl TensorType {
         }
     }
 
-    /// The number of elements.
+    /// The number of elements (saturating at `usize::MAX`; see [`TensorType::byte_size`]).
     pub fn element_count(&self) -> usize {
-        self.dims.iter().product()
+        self.dims
+            .iter()
+            .try_fold(1usize, |n, &d| n.checked_mul(d))
+            .unwrap_or(usize::MAX)
+    }
+
+    /// The size in bytes, or `None` if it does not fit in an `isize` (no allocation could hold
+    /// it).
+    pub fn byte_size(&self) -> Option<usize> {
+        self.dims
+            .iter()
+            .try_fold(self.dtype.size_in_bytes(), |n, &d| n.checked_mul(d))
+            .filter(|&n| isize::try_from(n).is_ok())
     }
 
     /// The rank (number of dimensions).

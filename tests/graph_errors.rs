@@ -81,7 +81,22 @@ fn tensors_of_two_graphs_do_not_mix() {
 #[test]
 fn parameter_rules() {
     let g = Graph::new();
-    f32s(&g, "x", &[1]);
+    let x = f32s(&g, "x", &[1]);
+    expect_err!(
+        g.parameter("huge", DType::F32, &[usize::MAX, 2]),
+        "parameter",
+        "too large"
+    );
+    expect_err!(
+        g.zeros(DType::F64, &[1 << 40, 1 << 40]),
+        "full",
+        "too large"
+    );
+    expect_err!(
+        x.broadcast_to(&[1 << 62, 1 << 3]),
+        "broadcast_to",
+        "too large"
+    );
     expect_err!(
         g.parameter("x", DType::F32, &[2]),
         "parameter",

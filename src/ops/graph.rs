@@ -418,6 +418,8 @@ impl Graph {
                 location,
             ));
         }
+        let ty = TensorType::new(dtype, dims);
+        super::util::check_size(&ty, "parameter", location)?;
         let index = self.data.borrow().params.len();
         if self.parameter_names().iter().any(|n| n == name) {
             return Err(graph_error(
@@ -432,7 +434,7 @@ impl Graph {
                 name: name.to_string(),
             },
             vec![],
-            vec![TensorType::new(dtype, dims)],
+            vec![ty],
         )?;
         self.data.borrow_mut().params.push(t[0].id);
         Ok(t.into_iter().next().expect("one output"))

@@ -71,9 +71,22 @@ pub(crate) fn node(
     loc: Loc,
 ) -> Result<Tensor> {
     same_graph(g, operands, name, loc)?;
+    check_size(&out, name, loc)?;
     let inputs = operands.iter().map(|t| t.id()).collect();
     let mut outs = g.push(op, inputs, vec![out])?;
     Ok(outs.remove(0))
+}
+
+/// Rejects a type whose size in bytes overflows (every shape enters a graph through a builder).
+pub(crate) fn check_size(ty: &TensorType, op: &'static str, loc: Loc) -> Result<()> {
+    match ty.byte_size() {
+        Some(_) => Ok(()),
+        None => Err(graph_error(
+            op,
+            format!("{ty} is too large to address"),
+            loc,
+        )),
+    }
 }
 
 /// Formats operand types for messages: `f32[2, 3], f32[3]`.
