@@ -2879,3 +2879,19 @@ module @stablegraph {
     let compiled = g.compile(&client()).unwrap();
     assert_eq!(compiled.stablehlo(), text);
 }
+
+/// Random123's known answer for Threefry-2x32-20 with key (0, 0) and counter (0, 0) is
+/// (0x6b200159, 0x99ba4efe); `random_bits` returns the first word for counter 0.
+#[test]
+fn threefry_known_answer() {
+    let g = Graph::new();
+    let key = g.parameter("key", DType::U32, &[2]).unwrap();
+    let bits = g.random_bits(&key, &[3]).unwrap();
+    g.set_outputs(&[&bits]).unwrap();
+    let inputs = [HostArray::from_vec(&[2], vec![0u32, 0]).unwrap()];
+    let reference = g.evaluate(&inputs).unwrap();
+    let device = g.compile(&common::client()).unwrap().run(&inputs).unwrap();
+    let words = reference[0].as_array::<u32>().unwrap();
+    assert_eq!(words[[0]], 0x6b20_0159);
+    assert_eq!(reference, device);
+}
