@@ -2895,3 +2895,18 @@ fn threefry_known_answer() {
     assert_eq!(words[[0]], 0x6b20_0159);
     assert_eq!(reference, device);
 }
+
+#[test]
+fn constant_array_from_ndarray_round_trips() {
+    let g = Graph::new();
+    let a = ndarray::arr2(&[[1.5f32, -2.0, 0.25], [4.0, 5.5, -6.0]]);
+    let c = g.constant_array(&a.t()).unwrap(); // not row-major in memory
+    let doubled = c.mul(2.0).unwrap();
+    g.set_outputs(&[&doubled]).unwrap();
+    let want = HostArray::from((a.t().to_owned() * 2.0).into_dyn());
+    assert_eq!(g.evaluate(&[]).unwrap(), vec![want.clone()]);
+    assert_eq!(
+        g.compile(&common::client()).unwrap().run(&[]).unwrap(),
+        vec![want]
+    );
+}

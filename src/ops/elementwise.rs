@@ -6,7 +6,7 @@ use std::panic::Location;
 
 use super::graph::{graph_error, BinaryOp, Comparison, Graph, Op, Tensor, UnaryOp};
 use super::util::{node, same_graph, scalar_bytes, types, Loc};
-use crate::array::HostArray;
+use crate::array::{HostArray, HostElement};
 use crate::dtype::{DType, TensorType};
 use crate::error::Result;
 
@@ -24,6 +24,28 @@ impl Graph {
             ty,
             "constant",
             Location::caller(),
+        )
+    }
+
+    /// A constant from an ndarray of any supported element type and dimension.
+    #[track_caller]
+    pub fn constant_array<T, S, D>(&self, array: &ndarray::ArrayBase<S, D>) -> Result<Tensor>
+    where
+        T: HostElement,
+        S: ndarray::Data<Elem = T>,
+        D: ndarray::Dimension,
+    {
+        let loc = Location::caller();
+        let value = T::wrap(array.to_owned().into_dyn());
+        node(
+            self,
+            Op::Constant {
+                data: value.to_bytes(),
+            },
+            &[],
+            value.ty(),
+            "constant",
+            loc,
         )
     }
 
