@@ -348,3 +348,70 @@ fn inferred_shapes_of_composites() {
         "bf16[3, 2]"
     );
 }
+
+#[test]
+fn loop_rules() {
+    let g = Graph::new();
+    let x = f32s(&g, "x", &[3]);
+    let i = g.parameter("i", DType::I64, &[]).unwrap();
+    // The body changes the dtype of carry component 1.
+    expect_err!(
+        g.while_loop(
+            &(x.clone(), i.clone()),
+            |(_, i)| i.lt(10.0),
+            |(x, i)| Ok((x.clone(), i.convert(DType::I32)?))
+        ),
+        "while_loop",
+        "carry component 1",
+        "i64[]",
+        "i32[]"
+    );
+    // ... or the shape of component 0.
+    expect_err!(
+        g.while_loop(&x, |x| x.sum_all()?.gt(0.0), |x| Tensor::concat(&[x, x], 0)),
+        "while_loop",
+        "carry component 0",
+        "f32[3]",
+        "f32[6]"
+    );
+    expect_err!(
+        g.while_loop(&x, |x| Ok(x.clone()), |x| Ok(x.clone())),
+        "while_loop",
+        "rank-0 pred",
+        "f32[3]"
+    );
+    expect_err!(
+        g.while_loop(
+            &x,
+            |x| x.sum_all()?.gt(0.0),
+            |_| g.parameter("p", DType::F32, &[3])
+        ),
+        "parameter",
+        "inside a loop"
+    );
+    // A value made inside a loop cannot be used outside it.
+    let mut leaked = None;
+    let _ = g.while_loop(
+        &x,
+        |x| x.sum_all()?.gt(0.0),
+        |x| {
+            let y = x.mul(2.0)?;
+            leaked = Some(y.clone());
+            Ok(y)
+        },
+    );
+    let leaked = leaked.unwrap();
+    expect_err!(x.add(&leaked), "add", "inside a loop");
+    expect_err!(g.set_outputs(&[&leaked]), "set_outputs", "inside a loop");
+    // Bounds must be rank-0 integers of one dtype.
+    let fbound = f32s(&g, "fb", &[]);
+    expect_err!(
+        g.fori_loop(0, &fbound, &x, |_, x| Ok(x.clone())),
+        "fori_loop",
+        "rank-0 integers",
+        "f32[]"
+    );
+    // After errors the graph is usable: new nodes land in the program again.
+    let y = x.exp().unwrap();
+    g.set_outputs(&[&y]).unwrap();
+}

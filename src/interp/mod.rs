@@ -211,6 +211,9 @@ impl<'a> Ctx<'a> {
         }
         let one = |r: Result<HostArray>| r.map(|v| vec![v]);
         let results = match &self.node.op {
+            Op::BlockArg | Op::While { .. } => {
+                return Err(self.err("loops are not interpreted yet"));
+            }
             Op::Parameter { index, .. } => {
                 self.args(0)?;
                 let value = inputs.get(*index).ok_or_else(|| {

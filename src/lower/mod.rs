@@ -166,7 +166,8 @@ fn binary_accepts(b: BinaryOp, dtype: DType) -> bool {
 /// slices, which take one index per dimension).
 fn arity_ok(op: &Op, count: usize, first_rank: Option<usize>) -> bool {
     match op {
-        Op::Parameter { .. } | Op::Constant { .. } | Op::Iota { .. } => count == 0,
+        Op::Parameter { .. } | Op::Constant { .. } | Op::Iota { .. } | Op::BlockArg => count == 0,
+        Op::While { .. } => count >= 1,
         Op::Unary(_)
         | Op::Convert
         | Op::BitcastConvert
@@ -389,6 +390,9 @@ impl<'g> Lowering<'g> {
         };
 
         match &node.op {
+            Op::BlockArg | Op::While { .. } => {
+                return Err(err("loops are not lowered yet".to_string()));
+            }
             Op::Parameter { .. } => {
                 // Named in the signature; reading it fails if it is not a listed parameter.
                 self.value(ValueId { node: i, output: 0 })?;

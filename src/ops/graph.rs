@@ -247,6 +247,19 @@ pub enum Op {
     /// Rows of the table `inputs[0]` (shape `[n, rest...]`) picked by the integer tensor
     /// `inputs[1]` (any shape `I`): output shape `I ++ rest`. Indices are clamped to `[0, n-1]`.
     Take,
+    /// An argument of the region the node belongs to (a loop's state inside its condition or
+    /// body). Its position is its place in [`Region::args`]. No inputs.
+    BlockArg,
+    /// A `while` loop over a state of several values. `inputs` are the initial state; the
+    /// outputs are the final state (same types). Region `cond` takes the state as its arguments
+    /// and returns one rank-0 `Pred`; region `body` takes the state and returns the next state.
+    /// The loop runs `body` while `cond` is true (possibly zero times).
+    While {
+        /// The condition region.
+        cond: usize,
+        /// The body region.
+        body: usize,
+    },
     /// Sorts along `axis`, stable. `inputs[0]` are the keys; an optional `inputs[1]` (same shape)
     /// is permuted along with them. Outputs: sorted keys, then the permuted second input if any.
     /// Floats sort with NaN last (first when descending).
@@ -287,6 +300,8 @@ impl Op {
             Op::DotGeneral { .. } => "dot_general",
             Op::Take => "take",
             Op::Sort { .. } => "sort",
+            Op::BlockArg => "block_arg",
+            Op::While { .. } => "while",
         }
     }
 }
@@ -307,8 +322,26 @@ pub struct Node {
     pub op: Op,
     /// Operands, all defined by earlier nodes.
     pub inputs: Vec<ValueId>,
-    /// Output types (one for every op except a `Sort` with two inputs).
+    /// Output types (one for every op except a `Sort` with two inputs, and `While`).
     pub outputs: Vec<TensorType>,
+    /// The region the node belongs to: 0 is the program itself, others are loop conditions and
+    /// bodies (see [`Graph::regions`]).
+    pub region: usize,
+}
+
+/// A nested block of nodes: a loop's condition or body. Region 0 is the program itself.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Region {
+    /// The enclosing region (`None` for region 0).
+    pub parent: Option<usize>,
+    /// The region's arguments, `BlockArg` nodes in order (empty for region 0, whose inputs are
+    /// the parameters).
+    pub args: Vec<ValueId>,
+    /// What the region returns.
+    pub results: Vec<ValueId>,
+    /// Values of enclosing regions used inside this one: (the value in the parent region, the
+    /// `BlockArg` that stands for it here).
+    pub captures: Vec<(ValueId, ValueId)>,
 }
 
 static NEXT_GRAPH_ID: AtomicU64 = AtomicU64::new(1);
@@ -319,6 +352,9 @@ struct GraphData {
     nodes: Vec<Node>,
     params: Vec<ValueId>,
     outputs: Vec<ValueId>,
+    regions: Vec<Region>,
+    /// The innermost region being built; new nodes go there.
+    current: usize,
 }
 
 /// A tensor program under construction: named parameters, nodes, outputs. Cheap to clone (a
@@ -393,6 +429,8 @@ impl Graph {
                 nodes: Vec::new(),
                 params: Vec::new(),
                 outputs: Vec::new(),
+                regions: vec![Region::default()],
+                current: 0,
             })),
         }
     }
@@ -420,6 +458,13 @@ impl Graph {
         }
         let ty = TensorType::new(dtype, dims);
         super::util::check_size(&ty, "parameter", location)?;
+        if self.data.borrow().current != 0 {
+            return Err(graph_error(
+                "parameter",
+                format!("parameter {name:?} is created inside a loop; create it before the loop"),
+                location,
+            ));
+        }
         let index = self.data.borrow().params.len();
         if self.parameter_names().iter().any(|n| n == name) {
             return Err(graph_error(
@@ -467,6 +512,20 @@ impl Graph {
         let location = Location::caller();
         for t in outputs {
             self.check_same(t, "set_outputs", location)?;
+            if self.region_of(t.id) != 0 {
+                return Err(graph_error(
+                    "set_outputs",
+                    format!("{} is defined inside a loop, not in the program", t.ty),
+                    location,
+                ));
+            }
+        }
+        if self.data.borrow().current != 0 {
+            return Err(graph_error(
+                "set_outputs",
+                "set_outputs is called inside a loop body",
+                location,
+            ));
         }
         self.data.borrow_mut().outputs = outputs.iter().map(|t| t.id).collect();
         Ok(())
@@ -507,6 +566,128 @@ impl Graph {
         d.nodes.get(id.node)?.outputs.get(id.output).cloned()
     }
 
+    /// A copy of the regions (index 0 is the program; see [`Region`]).
+    pub fn regions(&self) -> Vec<Region> {
+        self.data.borrow().regions.clone()
+    }
+
+    /// Calls `f` with the nodes and the regions, without copying them.
+    pub fn with_structure<R>(&self, f: impl FnOnce(&[Node], &[Region]) -> R) -> R {
+        let d = self.data.borrow();
+        f(&d.nodes, &d.regions)
+    }
+
+    pub(crate) fn region_of(&self, v: ValueId) -> usize {
+        self.data.borrow().nodes.get(v.node).map_or(0, |n| n.region)
+    }
+
+    pub(crate) fn current_region(&self) -> usize {
+        self.data.borrow().current
+    }
+
+    /// Opens a new region inside the current one and makes it current; returns its index.
+    pub(crate) fn open_region(&self) -> usize {
+        let mut d = self.data.borrow_mut();
+        let parent = d.current;
+        d.regions.push(Region {
+            parent: Some(parent),
+            ..Region::default()
+        });
+        d.current = d.regions.len() - 1;
+        d.current
+    }
+
+    /// Makes `region` current again (closing whatever was opened inside it).
+    pub(crate) fn set_current_region(&self, region: usize) {
+        self.data.borrow_mut().current = region;
+    }
+
+    /// Adds a `BlockArg` of type `ty` to `region` (which must be current or an ancestor of it).
+    pub(crate) fn add_block_arg(&self, region: usize, ty: TensorType) -> Tensor {
+        let mut d = self.data.borrow_mut();
+        let node = d.nodes.len();
+        d.nodes.push(Node {
+            op: Op::BlockArg,
+            inputs: vec![],
+            outputs: vec![ty.clone()],
+            region,
+        });
+        let id = ValueId { node, output: 0 };
+        d.regions[region].args.push(id);
+        drop(d);
+        Tensor {
+            graph: self.clone(),
+            id,
+            ty,
+        }
+    }
+
+    pub(crate) fn set_region_results(&self, region: usize, results: Vec<ValueId>) {
+        self.data.borrow_mut().regions[region].results = results;
+    }
+
+    pub(crate) fn set_region_args(&self, region: usize, args: Vec<ValueId>) {
+        self.data.borrow_mut().regions[region].args = args;
+    }
+
+    pub(crate) fn region_captures(&self, region: usize) -> Vec<(ValueId, ValueId)> {
+        self.data.borrow().regions[region].captures.clone()
+    }
+
+    /// The id under which `v` can be used in the current region: `v` itself if it is defined
+    /// there, or a `BlockArg` capturing it if it is defined in an enclosing region (capturing it
+    /// in every region in between). A value from inside a loop used outside it is an error.
+    pub(crate) fn resolve(
+        &self,
+        v: ValueId,
+        op: &'static str,
+        location: &'static Location<'static>,
+    ) -> Result<ValueId> {
+        let current = self.current_region();
+        self.resolve_in(v, current, op, location)
+    }
+
+    fn resolve_in(
+        &self,
+        v: ValueId,
+        region: usize,
+        op: &'static str,
+        location: &'static Location<'static>,
+    ) -> Result<ValueId> {
+        let home = self.region_of(v);
+        if home == region {
+            return Ok(v);
+        }
+        let parent = self.data.borrow().regions[region].parent;
+        let Some(parent) = parent else {
+            let ty = self
+                .value_type(v)
+                .map(|t| t.to_string())
+                .unwrap_or_default();
+            return Err(graph_error(
+                op,
+                format!("{ty} is defined inside a loop and cannot be used outside it"),
+                location,
+            ));
+        };
+        let outer = self.resolve_in(v, parent, op, location)?;
+        if let Some(&(_, inner)) = self.data.borrow().regions[region]
+            .captures
+            .iter()
+            .find(|(o, _)| *o == outer)
+        {
+            return Ok(inner);
+        }
+        let ty = self
+            .value_type(outer)
+            .unwrap_or_else(|| TensorType::new(DType::F32, &[]));
+        let inner = self.add_block_arg(region, ty).id;
+        self.data.borrow_mut().regions[region]
+            .captures
+            .push((outer, inner));
+        Ok(inner)
+    }
+
     /// Whether `t` belongs to this graph.
     pub fn owns(&self, t: &Tensor) -> bool {
         Rc::ptr_eq(&self.data, &t.graph.data)
@@ -543,10 +724,12 @@ impl Graph {
     ) -> Result<Vec<Tensor>> {
         let mut d = self.data.borrow_mut();
         let node = d.nodes.len();
+        let region = d.current;
         d.nodes.push(Node {
             op,
             inputs,
             outputs: outputs.clone(),
+            region,
         });
         drop(d);
         Ok(outputs

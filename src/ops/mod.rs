@@ -6,6 +6,7 @@
 //! elementwise, conversions, composites, operators), `reduce`, `shape`, `linalg` (dot_general,
 //! matmul, einsum), `mask` (tril, triu), `gather` (take, one_hot), `conv`, `random`, `sort`.
 
+mod control;
 mod conv;
 mod elementwise;
 mod gather;
@@ -18,7 +19,8 @@ mod shape;
 mod sort;
 mod util;
 
+pub use control::{Bound, Carry};
 pub use elementwise::Operand;
 pub use graph::{
-    ArgKind, BinaryOp, Comparison, Graph, Node, Op, ReduceKind, Tensor, UnaryOp, ValueId,
+    ArgKind, BinaryOp, Comparison, Graph, Node, Op, ReduceKind, Region, Tensor, UnaryOp, ValueId,
 };

@@ -23,7 +23,7 @@ impl Tensor {
                 loc,
             ));
         }
-        let mut inputs = vec![self.id()];
+        let mut inputs = vec![self.graph().resolve(self.id(), "sort", loc)?];
         let mut outputs = vec![self.ty().clone()];
         if with_indices {
             let idx = self.graph().iota(DType::I64, self.dims(), a as isize)?;

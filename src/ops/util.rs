@@ -72,7 +72,10 @@ pub(crate) fn node(
 ) -> Result<Tensor> {
     same_graph(g, operands, name, loc)?;
     check_size(&out, name, loc)?;
-    let inputs = operands.iter().map(|t| t.id()).collect();
+    let inputs = operands
+        .iter()
+        .map(|t| g.resolve(t.id(), name, loc))
+        .collect::<Result<Vec<_>>>()?;
     let mut outs = g.push(op, inputs, vec![out])?;
     Ok(outs.remove(0))
 }

@@ -1,0 +1,351 @@
+//! Structured control flow: `while_loop` and `fori_loop`, lowered to one `stablehlo.while`.
+//!
+//! The loop state is any [`Carry`]: a tensor, a tuple, an array, a `Vec`, or a user struct that
+//! implements the trait. The condition and the body are Rust closures that build their regions
+//! with the ordinary builders. They may use any tensor from outside the loop: such a value is
+//! captured automatically, threaded into the loop as an extra, unchanged part of the state (a
+//! loop-invariant operand), and the same happens through every level of nested loops. A value
+//! made inside a loop cannot be used outside it (an error). The body must return a state of the
+//! same types; a component whose dtype or shape changed is an error that names it.
+
+use std::panic::Location;
+
+use super::graph::{graph_error, Graph, Op, Tensor, ValueId};
+use super::util::{same_graph, Loc};
+use crate::dtype::{DType, TensorType};
+use crate::error::Result;
+
+/// A loop state made of tensors. Implemented for [`Tensor`], tuples of up to four carries,
+/// arrays and `Vec`s; implement it for your own struct by listing its tensors in a fixed order:
+///
+/// ```
+/// use stablegraph::ops::{Carry, Tensor};
+///
+/// struct State { h: Tensor, step: Tensor }
+///
+/// impl Carry for State {
+///     fn flatten(&self, out: &mut Vec<Tensor>) {
+///         out.push(self.h.clone());
+///         out.push(self.step.clone());
+///     }
+///     fn unflatten(_template: &Self, values: &mut dyn Iterator<Item = Tensor>) -> Option<Self> {
+///         Some(State { h: values.next()?, step: values.next()? })
+///     }
+/// }
+/// ```
+pub trait Carry: Sized {
+    /// Appends the state's tensors, in a fixed order.
+    fn flatten(&self, out: &mut Vec<Tensor>);
+    /// Rebuilds a state shaped like `template` from tensors in the order `flatten` wrote them;
+    /// `None` when there are too few.
+    fn unflatten(template: &Self, values: &mut dyn Iterator<Item = Tensor>) -> Option<Self>;
+}
+
+impl Carry for Tensor {
+    fn flatten(&self, out: &mut Vec<Tensor>) {
+        out.push(self.clone());
+    }
+    fn unflatten(_: &Self, values: &mut dyn Iterator<Item = Tensor>) -> Option<Self> {
+        values.next()
+    }
+}
+
+impl<T: Carry> Carry for Vec<T> {
+    fn flatten(&self, out: &mut Vec<Tensor>) {
+        for t in self {
+            t.flatten(out);
+        }
+    }
+    fn unflatten(template: &Self, values: &mut dyn Iterator<Item = Tensor>) -> Option<Self> {
+        template.iter().map(|t| T::unflatten(t, values)).collect()
+    }
+}
+
+impl<T: Carry, const N: usize> Carry for [T; N] {
+    fn flatten(&self, out: &mut Vec<Tensor>) {
+        for t in self {
+            t.flatten(out);
+        }
+    }
+    fn unflatten(template: &Self, values: &mut dyn Iterator<Item = Tensor>) -> Option<Self> {
+        let v: Vec<T> = template
+            .iter()
+            .map(|t| T::unflatten(t, values))
+            .collect::<Option<_>>()?;
+        v.try_into().ok()
+    }
+}
+
+macro_rules! tuple_carry {
+    ($($name:ident $idx:tt),*) => {
+        impl<$($name: Carry),*> Carry for ($($name,)*) {
+            fn flatten(&self, out: &mut Vec<Tensor>) {
+                $(self.$idx.flatten(out);)*
+            }
+            fn unflatten(template: &Self, values: &mut dyn Iterator<Item = Tensor>) -> Option<Self> {
+                Some(($($name::unflatten(&template.$idx, values)?,)*))
+            }
+        }
+    };
+}
+
+tuple_carry!(A 0, B 1);
+tuple_carry!(A 0, B 1, C 2);
+tuple_carry!(A 0, B 1, C 2, D 3);
+
+/// Restores the graph's current region when a loop builder returns, also on error.
+struct RegionGuard<'g> {
+    graph: &'g Graph,
+    outer: usize,
+}
+
+impl Drop for RegionGuard<'_> {
+    fn drop(&mut self) {
+        self.graph.set_current_region(self.outer);
+    }
+}
+
+/// A loop bound: a number or a rank-0 integer tensor.
+#[derive(Clone)]
+pub enum Bound {
+    /// A constant bound.
+    Const(i64),
+    /// A rank-0 integer tensor.
+    Tensor(Tensor),
+}
+
+impl From<i64> for Bound {
+    fn from(v: i64) -> Self {
+        Bound::Const(v)
+    }
+}
+
+impl From<i32> for Bound {
+    fn from(v: i32) -> Self {
+        Bound::Const(i64::from(v))
+    }
+}
+
+impl From<usize> for Bound {
+    fn from(v: usize) -> Self {
+        Bound::Const(v as i64)
+    }
+}
+
+impl From<&Tensor> for Bound {
+    fn from(t: &Tensor) -> Self {
+        Bound::Tensor(t.clone())
+    }
+}
+
+impl Graph {
+    /// Runs `body` on the state while `cond` holds, starting from `init`, as one
+    /// `stablehlo.while`; returns the final state. `cond` must return a rank-0 pred; `body` a
+    /// state of the same types as `init`. Both may use tensors from outside the loop (captured
+    /// as loop-invariant operands).
+    #[track_caller]
+    pub fn while_loop<C: Carry>(
+        &self,
+        init: &C,
+        cond: impl FnOnce(&C) -> Result<Tensor>,
+        body: impl FnOnce(&C) -> Result<C>,
+    ) -> Result<C> {
+        self.while_at(init, cond, body, Location::caller())
+    }
+
+    fn while_at<C: Carry>(
+        &self,
+        init: &C,
+        cond: impl FnOnce(&C) -> Result<Tensor>,
+        body: impl FnOnce(&C) -> Result<C>,
+        loc: Loc,
+    ) -> Result<C> {
+        let mut flat = Vec::new();
+        init.flatten(&mut flat);
+        let refs: Vec<&Tensor> = flat.iter().collect();
+        same_graph(self, &refs, "while_loop", loc)?;
+        let outer = self.current_region();
+        let init_ids = flat
+            .iter()
+            .map(|t| self.resolve(t.id(), "while_loop", loc))
+            .collect::<Result<Vec<ValueId>>>()?;
+        let types: Vec<TensorType> = flat.iter().map(|t| t.ty().clone()).collect();
+
+        // The condition region.
+        let cond_region = {
+            let _guard = RegionGuard { graph: self, outer };
+            let region = self.open_region();
+            let args = self.region_state(region, &types);
+            let state = C::unflatten(init, &mut args.into_iter()).ok_or_else(|| {
+                graph_error("while_loop", "internal: the state did not rebuild", loc)
+            })?;
+            let c = cond(&state)?;
+            same_graph(self, &[&c], "while_loop", loc)?;
+            if c.dtype() != DType::Pred || c.rank() != 0 {
+                return Err(graph_error(
+                    "while_loop",
+                    format!("the condition must be a rank-0 pred, got {}", c.ty()),
+                    loc,
+                ));
+            }
+            let c = self.resolve(c.id(), "while_loop", loc)?;
+            self.set_region_results(region, vec![c]);
+            region
+        };
+
+        // The body region.
+        let body_region = {
+            let _guard = RegionGuard { graph: self, outer };
+            let region = self.open_region();
+            let args = self.region_state(region, &types);
+            let state = C::unflatten(init, &mut args.into_iter()).ok_or_else(|| {
+                graph_error("while_loop", "internal: the state did not rebuild", loc)
+            })?;
+            let next = body(&state)?;
+            let mut next_flat = Vec::new();
+            next.flatten(&mut next_flat);
+            if next_flat.len() != types.len() {
+                return Err(graph_error(
+                    "while_loop",
+                    format!(
+                        "the body returns {} tensors, the state has {}",
+                        next_flat.len(),
+                        types.len()
+                    ),
+                    loc,
+                ));
+            }
+            for (k, (t, want)) in next_flat.iter().zip(&types).enumerate() {
+                same_graph(self, &[t], "while_loop", loc)?;
+                if t.ty() != want {
+                    return Err(graph_error(
+                        "while_loop",
+                        format!(
+                            "carry component {k} changes from {want} to {} in the body",
+                            t.ty()
+                        ),
+                        loc,
+                    ));
+                }
+            }
+            let results = next_flat
+                .iter()
+                .map(|t| self.resolve(t.id(), "while_loop", loc))
+                .collect::<Result<Vec<_>>>()?;
+            self.set_region_results(region, results);
+            region
+        };
+
+        // Both regions take the same state: the carry, then every captured outer value (each
+        // region gets an argument for the other's captures too). The body passes captures on.
+        let mut captured: Vec<ValueId> = Vec::new();
+        for region in [cond_region, body_region] {
+            for (o, _) in self.region_captures(region) {
+                if !captured.contains(&o) {
+                    captured.push(o);
+                }
+            }
+        }
+        let n = types.len();
+        for region in [cond_region, body_region] {
+            let caps = self.region_captures(region);
+            let mut args: Vec<ValueId> = self.regions()[region].args[..n].to_vec();
+            let mut pass_through = Vec::new();
+            for o in &captured {
+                let inner = match caps.iter().find(|(c, _)| c == o) {
+                    Some(&(_, inner)) => inner,
+                    None => {
+                        let ty = self.value_type(*o).ok_or_else(|| {
+                            graph_error("while_loop", "internal: lost a captured value", loc)
+                        })?;
+                        self.add_block_arg(region, ty).id()
+                    }
+                };
+                args.push(inner);
+                pass_through.push(inner);
+            }
+            self.set_region_args(region, args);
+            if region == body_region {
+                let mut results = self.regions()[region].results.clone();
+                results.extend(pass_through);
+                self.set_region_results(region, results);
+            }
+        }
+        let mut inputs = init_ids;
+        inputs.extend(captured.iter().copied());
+        let mut out_types = types.clone();
+        for o in &captured {
+            out_types.push(self.value_type(*o).ok_or_else(|| {
+                graph_error("while_loop", "internal: lost a captured value", loc)
+            })?);
+        }
+        let outs = self.push(
+            Op::While {
+                cond: cond_region,
+                body: body_region,
+            },
+            inputs,
+            out_types,
+        )?;
+        C::unflatten(init, &mut outs.into_iter().take(n))
+            .ok_or_else(|| graph_error("while_loop", "internal: the state did not rebuild", loc))
+    }
+
+    /// The carry arguments of a freshly opened region.
+    fn region_state(&self, region: usize, types: &[TensorType]) -> Vec<Tensor> {
+        types
+            .iter()
+            .map(|t| self.add_block_arg(region, t.clone()))
+            .collect()
+    }
+
+    /// `for i in lo..hi { state = body(i, state) }` as one `stablehlo.while`; `i` is a rank-0
+    /// integer (`i64` for number bounds, else the tensor bound's dtype). Bounds are numbers or
+    /// rank-0 integer tensors; with `hi <= lo` the body never runs.
+    #[track_caller]
+    pub fn fori_loop<C: Carry + Clone>(
+        &self,
+        lo: impl Into<Bound>,
+        hi: impl Into<Bound>,
+        init: &C,
+        body: impl FnOnce(&Tensor, &C) -> Result<C>,
+    ) -> Result<C> {
+        let loc = Location::caller();
+        let (lo, hi) = (lo.into(), hi.into());
+        let dtype = match (&lo, &hi) {
+            (Bound::Tensor(t), _) | (_, Bound::Tensor(t)) => t.dtype(),
+            _ => DType::I64,
+        };
+        let as_tensor = |b: &Bound| -> Result<Tensor> {
+            match b {
+                Bound::Const(v) => self.full_at(*v as f64, dtype, &[], loc),
+                Bound::Tensor(t) => {
+                    same_graph(self, &[t], "fori_loop", loc)?;
+                    if t.rank() != 0 || !t.dtype().is_int() || t.dtype() != dtype {
+                        return Err(graph_error(
+                            "fori_loop",
+                            format!(
+                                "bounds must be rank-0 integers of one dtype, got {}",
+                                t.ty()
+                            ),
+                            loc,
+                        ));
+                    }
+                    Ok(t.clone())
+                }
+            }
+        };
+        let lo = as_tensor(&lo)?;
+        let hi = as_tensor(&hi)?;
+        let (_, state) = self.while_at(
+            &(lo, init.clone()),
+            |(i, _)| i.lt(&hi),
+            |(i, s)| {
+                let next = body(i, s)?;
+                Ok((i.add(1)?, next))
+            },
+            loc,
+        )?;
+        Ok(state)
+    }
+}
