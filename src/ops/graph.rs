@@ -355,6 +355,9 @@ struct GraphData {
     regions: Vec<Region>,
     /// The innermost region being built; new nodes go there.
     current: usize,
+    /// Indices of the parameters whose buffers the program may take over (see
+    /// [`Graph::donate`]).
+    donated: Vec<usize>,
 }
 
 /// A tensor program under construction: named parameters, nodes, outputs. Cheap to clone (a
@@ -431,6 +434,7 @@ impl Graph {
                 outputs: Vec::new(),
                 regions: vec![Region::default()],
                 current: 0,
+                donated: Vec::new(),
             })),
         }
     }
@@ -529,6 +533,69 @@ impl Graph {
         }
         self.data.borrow_mut().outputs = outputs.iter().map(|t| t.id).collect();
         Ok(())
+    }
+
+    /// Marks a parameter as donated: the compiled program may reuse its device buffer for an
+    /// output of the same type, so a step program updates a large state in place. The lowering
+    /// aliases each donated parameter to the first output of its type not aliased yet
+    /// (`tf.aliasing_output`); a device buffer passed for it is consumed by the execution and
+    /// cannot be used again (the runtime refuses it with an error).
+    #[track_caller]
+    pub fn donate(&self, parameter: &Tensor) -> Result<()> {
+        let location = Location::caller();
+        self.check_same(parameter, "donate", location)?;
+        let index = match &self.data.borrow().nodes[parameter.id.node].op {
+            Op::Parameter { index, .. } => Some(*index),
+            _ => None,
+        };
+        let Some(index) = index else {
+            return Err(graph_error(
+                "donate",
+                format!("{} is not a parameter", parameter.ty),
+                location,
+            ));
+        };
+        let mut d = self.data.borrow_mut();
+        if !d.donated.contains(&index) {
+            d.donated.push(index);
+            d.donated.sort_unstable();
+        }
+        Ok(())
+    }
+
+    /// The indices of the donated parameters, ascending.
+    pub fn donated_parameters(&self) -> Vec<usize> {
+        self.data.borrow().donated.clone()
+    }
+
+    /// For each parameter, the output it is aliased to: a donated parameter takes the first
+    /// output of the same type that no earlier donated parameter took. An error names a donated
+    /// parameter that no output can take.
+    pub fn output_aliases(&self) -> Result<Vec<Option<usize>>> {
+        let params = self.parameter_types();
+        let names = self.parameter_names();
+        let outputs = self.output_types();
+        let mut taken = vec![false; outputs.len()];
+        let mut aliases = vec![None; params.len()];
+        for &p in &self.data.borrow().donated {
+            let slot = outputs
+                .iter()
+                .enumerate()
+                .position(|(k, t)| !taken[k] && *t == params[p]);
+            match slot {
+                Some(k) => {
+                    taken[k] = true;
+                    aliases[p] = Some(k);
+                }
+                None => {
+                    return Err(Error::InvalidArgument(format!(
+                        "parameter {p} ({:?}, {}) is donated but no output of that type is left                          to reuse its buffer",
+                        names[p], params[p]
+                    )))
+                }
+            }
+        }
+        Ok(aliases)
     }
 
     /// The output values.
