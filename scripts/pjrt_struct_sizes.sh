@@ -16,7 +16,8 @@ names=(PJRT_Api_Version PJRT_NamedValue PJRT_Error_Message_Args PJRT_Error_GetCo
   PJRT_Plugin_Initialize_Args PJRT_Plugin_Attributes_Args PJRT_Client_Create_Args PJRT_Program
   PJRT_Client_Compile_Args PJRT_Client_BufferFromHostBuffer_Args PJRT_DeviceDescription_Id_Args
   PJRT_Executable_OutputDimensions_Args PJRT_ExecuteOptions PJRT_LoadedExecutable_Execute_Args
-  PJRT_Buffer_ElementType_Args PJRT_Buffer_ToHostBuffer_Args PJRT_Api)
+  PJRT_Buffer_ElementType_Args PJRT_Buffer_ToHostBuffer_Args PJRT_Buffer_IsDeleted_Args
+  PJRT_Executable_Serialize_Args PJRT_Executable_DeserializeAndLoad_Args PJRT_Api)
 {
   echo "#include <stdio.h>"
   echo "#include \"$header\""

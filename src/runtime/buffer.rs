@@ -1,5 +1,7 @@
 //! Device buffers: moving typed data between the host and a device.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use ndarray::{ArrayBase, ArrayD, Data, Dimension, IxDyn};
 
 use super::api::pjrt_call;
@@ -13,11 +15,23 @@ use crate::error::{Error, Result};
 ///
 /// `Buffer` is `Send + Sync`: a PJRT buffer may be read, copied to the host or passed to
 /// executions from any thread. It is destroyed exactly once, when dropped.
+///
+/// A buffer passed to a donated parameter of a program (see [`Executable::donated_inputs`]) gives
+/// its device memory to that execution. From then on it is [donated](Buffer::is_donated): reading
+/// it or passing it to another execution is an [`Error::InvalidArgument`], checked before PJRT is
+/// called. Its shape and element type can still be read. A read racing with a donation on another
+/// thread gets either the data or an error (PJRT checks as well), never freed memory: the
+/// `PJRT_Buffer` handle lives until the `Buffer` is dropped.
+///
+/// [`Executable::donated_inputs`]: super::Executable::donated_inputs
 pub struct Buffer {
     client: Client,
     raw: *mut ffi::PJRT_Buffer,
     dtype: DType,
     dims: Vec<usize>,
+    /// Set once an execution has taken over the device memory; the `PJRT_Buffer` handle itself
+    /// stays alive (PJRT still needs `PJRT_Buffer_Destroy`) until `Drop`.
+    donated: AtomicBool,
 }
 
 // SAFETY: PJRT buffers (`xla::PjRtBuffer`) are thread-safe; `Buffer` only exposes operations that
@@ -112,6 +126,7 @@ impl Client {
             raw: args.buffer,
             dtype,
             dims: dims.to_vec(),
+            donated: AtomicBool::new(false),
         };
         // The host data was only borrowed for the call; the event says when PJRT is done with it.
         self.api().await_event(
@@ -132,6 +147,7 @@ impl Buffer {
             raw,
             dtype: DType::F32,
             dims: Vec::new(),
+            donated: AtomicBool::new(false),
         };
         let mut ty = ffi::PJRT_Buffer_ElementType_Args::new();
         ty.buffer = raw;
@@ -164,6 +180,42 @@ impl Buffer {
         &self.client
     }
 
+    /// Whether an execution has taken over this buffer's device memory (it was passed to a
+    /// donated parameter). A donated buffer can no longer be read or passed to executions; drop it,
+    /// and use the execution's output instead.
+    pub fn is_donated(&self) -> bool {
+        self.donated.load(Ordering::Acquire)
+    }
+
+    /// Records that an execution took over the device memory.
+    pub(crate) fn mark_donated(&self) {
+        self.donated.store(true, Ordering::Release);
+    }
+
+    /// An error if the buffer was donated, so that no later use reaches PJRT.
+    pub(crate) fn check_usable(&self) -> Result<()> {
+        if self.is_donated() {
+            return Err(Error::InvalidArgument(format!(
+                "buffer {}{:?} was donated to an execution and can no longer be used",
+                self.dtype, self.dims
+            )));
+        }
+        Ok(())
+    }
+
+    /// Asks PJRT whether the buffer's device memory is gone (`PJRT_Buffer_IsDeleted`), and marks
+    /// the buffer donated if so. Used after a failed execution, where PJRT may or may not have
+    /// consumed the donated arguments.
+    pub(crate) fn sync_donated_with_pjrt(&self) -> Result<()> {
+        let mut args = ffi::PJRT_Buffer_IsDeleted_Args::new();
+        args.buffer = self.raw;
+        pjrt_call!(self.client.api(), PJRT_Buffer_IsDeleted, &mut args)?;
+        if args.is_deleted {
+            self.mark_donated();
+        }
+        Ok(())
+    }
+
     /// The element type.
     pub fn dtype(&self) -> DType {
         self.dtype
@@ -180,8 +232,10 @@ impl Buffer {
     }
 
     /// Copies the buffer to the host as raw row-major bytes, waiting for the copy to finish (and
-    /// so for the computation that produces the buffer).
+    /// so for the computation that produces the buffer). A [donated](Buffer::is_donated) buffer
+    /// is an [`Error::InvalidArgument`].
     pub fn to_bytes(&self) -> Result<Vec<u8>> {
+        self.check_usable()?;
         let api = self.client.api();
         let expected = self.element_count() * self.dtype.size_in_bytes();
         let mut query = ffi::PJRT_Buffer_ToHostBuffer_Args::new();

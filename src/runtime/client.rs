@@ -6,6 +6,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::api::{pjrt_call, string_from, Api};
+use super::cache::ClientCache;
 use super::plugin::{Plugin, Value};
 use super::{ffi, install};
 use crate::error::{Error, Result};
@@ -23,6 +24,8 @@ pub(crate) struct ClientInner {
     pub(crate) plugin: Plugin,
     pub(crate) raw: *mut ffi::PJRT_Client,
     devices: Vec<*mut ffi::PJRT_Device>,
+    /// The compile cache: configuration, compiled programs and counters (see `cache`).
+    pub(crate) compile_cache: ClientCache,
 }
 
 // SAFETY: a PJRT client is a thread-safe object (`xla::PjRtClient`), and the device pointers it
@@ -32,6 +35,8 @@ unsafe impl Sync for ClientInner {}
 
 impl Drop for ClientInner {
     fn drop(&mut self) {
+        // Cached executables must be destroyed before their client.
+        self.compile_cache.clear();
         let mut args = ffi::PJRT_Client_Destroy_Args::new();
         args.client = self.raw;
         // An error while tearing down cannot be acted on; it is converted (and so destroyed).
@@ -100,6 +105,7 @@ impl Client {
             plugin: plugin.clone(),
             raw: args.client,
             devices: Vec::new(),
+            compile_cache: ClientCache::from_env(),
         };
         // From here on, dropping `inner` destroys the client.
         let mut dev = ffi::PJRT_Client_AddressableDevices_Args::new();

@@ -2,8 +2,9 @@
 
 use std::sync::Arc;
 
-use super::api::pjrt_call;
+use super::api::{pjrt_call, Api};
 use super::buffer::Buffer;
+use super::cache;
 use super::client::Client;
 use super::compile_options::CompileOptions;
 use super::{ffi, signature};
@@ -21,21 +22,96 @@ pub struct Executable {
 
 struct ExecutableInner {
     client: Client,
-    loaded: *mut ffi::PJRT_LoadedExecutable,
-    inputs: Option<Vec<TensorType>>,
+    /// The loaded program, shared with the client's compile cache.
+    program: Arc<LoadedProgram>,
+}
+
+/// A loaded PJRT executable and its parameter and output types: what the compile cache keeps and
+/// every [`Executable`] made from it shares. It holds no [`Client`] (the client's cache holds it,
+/// so that would be a cycle); the client empties its cache before it destroys itself, and an
+/// `Executable` keeps its client alive, so the executable is always destroyed first.
+pub(crate) struct LoadedProgram {
+    api: Api,
+    raw: *mut ffi::PJRT_LoadedExecutable,
+    inputs: signature::Inputs,
     outputs: Vec<TensorType>,
 }
 
 // SAFETY: `xla::PjRtLoadedExecutable` is thread-safe, including concurrent `Execute` calls.
-unsafe impl Send for ExecutableInner {}
-unsafe impl Sync for ExecutableInner {}
+unsafe impl Send for LoadedProgram {}
+unsafe impl Sync for LoadedProgram {}
 
-impl Drop for ExecutableInner {
+impl Drop for LoadedProgram {
     fn drop(&mut self) {
         let mut args = ffi::PJRT_LoadedExecutable_Destroy_Args::new();
-        args.executable = self.loaded;
+        args.executable = self.raw;
         // An error while freeing cannot be acted on; it is converted (and so destroyed).
-        let _ = pjrt_call!(self.client.api(), PJRT_LoadedExecutable_Destroy, &mut args);
+        let _ = pjrt_call!(self.api, PJRT_LoadedExecutable_Destroy, &mut args);
+    }
+}
+
+impl LoadedProgram {
+    /// Takes ownership of `raw`, a loaded executable of `client` made from the module `mlir`, and
+    /// reads its types: the parameters from the text, the outputs from the plugin.
+    pub(crate) fn new(
+        client: &Client,
+        raw: *mut ffi::PJRT_LoadedExecutable,
+        mlir: &str,
+    ) -> Result<Arc<LoadedProgram>> {
+        if raw.is_null() {
+            return Err(Error::InvalidArgument(
+                "the plugin reported success but returned no executable".into(),
+            ));
+        }
+        let mut program = LoadedProgram {
+            api: client.api(),
+            raw,
+            inputs: signature::main_parameters(mlir),
+            outputs: Vec::new(),
+        };
+        // From here on, dropping `program` destroys the loaded executable.
+        program.outputs = output_types(client, raw)?;
+        Ok(Arc::new(program))
+    }
+
+    /// The executable in the plugin's serialized form (`PJRT_Executable_Serialize`).
+    pub(crate) fn serialize(&self, client: &Client) -> Result<Vec<u8>> {
+        let api = client.api();
+        let mut get = ffi::PJRT_LoadedExecutable_GetExecutable_Args::new();
+        get.loaded_executable = self.raw;
+        pjrt_call!(api, PJRT_LoadedExecutable_GetExecutable, &mut get)?;
+        let view = ExecutableView {
+            client,
+            raw: get.executable,
+        };
+        let mut args = ffi::PJRT_Executable_Serialize_Args::new();
+        args.executable = view.raw;
+        pjrt_call!(api, PJRT_Executable_Serialize, &mut args)?;
+        let bytes = if args.serialized_bytes.is_null() {
+            Vec::new()
+        } else {
+            // SAFETY: valid for `serialized_bytes_size` bytes until the deleter runs, below.
+            unsafe {
+                std::slice::from_raw_parts(
+                    args.serialized_bytes.cast::<u8>(),
+                    args.serialized_bytes_size,
+                )
+            }
+            .to_vec()
+        };
+        if let (Some(deleter), false) = (
+            args.serialized_executable_deleter,
+            args.serialized_executable.is_null(),
+        ) {
+            // SAFETY: frees the plugin's copy exactly once, after we copied it.
+            unsafe { deleter(args.serialized_executable) };
+        }
+        if bytes.is_empty() {
+            return Err(Error::InvalidArgument(
+                "PJRT_Executable_Serialize returned no bytes".into(),
+            ));
+        }
+        Ok(bytes)
     }
 }
 
@@ -71,6 +147,21 @@ impl Client {
                 options.num_replicas, options.num_partitions
             )));
         }
+        let encoded = options.encode();
+        let program = cache::compile_cached(self, mlir, &encoded, || {
+            self.compile_uncached(mlir, &encoded)
+        })?;
+        Ok(Executable {
+            inner: Arc::new(ExecutableInner {
+                client: self.clone(),
+                program,
+            }),
+        })
+    }
+
+    /// Compiles with the plugin, bypassing the compile cache; `encoded` is the serialized
+    /// `CompileOptionsProto`.
+    fn compile_uncached(&self, mlir: &str, encoded: &[u8]) -> Result<Arc<LoadedProgram>> {
         let api = self.api();
         let format = "mlir";
         let program = ffi::PJRT_Program {
@@ -82,24 +173,13 @@ impl Client {
             format: format.as_ptr().cast(),
             format_size: format.len(),
         };
-        let encoded = options.encode();
         let mut args = ffi::PJRT_Client_Compile_Args::new();
         args.client = self.inner.raw;
         args.program = &program;
         args.compile_options = encoded.as_ptr().cast();
         args.compile_options_size = encoded.len();
         pjrt_call!(api, PJRT_Client_Compile, &mut args)?;
-        let mut inner = ExecutableInner {
-            client: self.clone(),
-            loaded: args.executable,
-            inputs: signature::main_parameters(mlir),
-            outputs: Vec::new(),
-        };
-        // From here on, dropping `inner` destroys the loaded executable.
-        inner.outputs = output_types(self, inner.loaded)?;
-        Ok(Executable {
-            inner: Arc::new(inner),
-        })
+        LoadedProgram::new(self, args.executable, mlir)
     }
 }
 
@@ -177,31 +257,76 @@ impl Executable {
 
     /// The number of outputs.
     pub fn num_outputs(&self) -> usize {
-        self.inner.outputs.len()
+        self.inner.program.outputs.len()
     }
 
     /// The element type and shape of each parameter, read from the `@main` signature of the
     /// compiled text; `None` when that signature uses forms the reader does not handle (dynamic
     /// dimensions, tuples, unsupported element types), in which case arguments go unchecked.
     pub fn input_types(&self) -> Option<&[TensorType]> {
-        self.inner.inputs.as_deref()
+        self.inner.program.inputs.types.as_deref()
     }
 
     /// The element type and shape of each output, as the compiled program declares them.
     pub fn output_types(&self) -> &[TensorType] {
-        &self.inner.outputs
+        &self.inner.program.outputs
     }
 
-    /// Checks `args` against the program's parameters and client.
-    fn check_args(&self, args: &[&Buffer]) -> Result<()> {
+    /// What the runtime read from `@main`'s parameters (types and donation).
+    fn signature(&self) -> &signature::Inputs {
+        &self.inner.program.inputs
+    }
+
+    /// The donated parameters, ascending: those marked `tf.aliasing_output = N : i32` or
+    /// `jax.buffer_donor = true` in the `@main` signature. An execution takes over the argument
+    /// buffers in these positions (see [`Executable::execute`]).
+    pub fn donated_inputs(&self) -> &[usize] {
+        &self.signature().donated
+    }
+
+    /// The output that donated parameter `input` is aliased to (`tf.aliasing_output = N`): the
+    /// program writes that output into the argument's memory. `None` for parameters that are not
+    /// aliased (a `jax.buffer_donor` leaves the choice to the compiler).
+    pub fn aliased_output(&self, input: usize) -> Option<usize> {
+        self.signature()
+            .aliases
+            .iter()
+            .find(|&&(i, _)| i == input)
+            .map(|&(_, output)| output)
+    }
+
+    /// Checks `args` against the program's parameters and client, and that none was donated
+    /// before; with `donate`, also that no buffer in a donated position is passed twice.
+    fn check_args(&self, args: &[&Buffer], donate: bool) -> Result<()> {
         for (i, a) in args.iter().enumerate() {
             if !a.client().same_as(&self.inner.client) {
                 return Err(Error::InvalidArgument(format!(
                     "argument {i} ({a:?}) belongs to another client than the executable"
                 )));
             }
+            if let Err(Error::InvalidArgument(message)) = a.check_usable() {
+                return Err(Error::InvalidArgument(format!("argument {i}: {message}")));
+            }
         }
-        let Some(inputs) = &self.inner.inputs else {
+        if donate {
+            for &d in self.donated_inputs() {
+                let Some(donated) = args.get(d) else {
+                    continue;
+                };
+                let again = args
+                    .iter()
+                    .enumerate()
+                    .find(|&(j, a)| j != d && a.raw() == donated.raw());
+                if let Some((j, _)) = again {
+                    return Err(Error::InvalidArgument(format!(
+                        "argument {d} ({donated:?}) is donated and the same buffer is also argument \
+                         {j}: an execution cannot consume a buffer it also reads; pass a copy, or \
+                         execute with `ExecuteOptions {{ donate: false }}`"
+                    )));
+                }
+            }
+        }
+        let Some(inputs) = &self.inner.program.inputs.types else {
             return Ok(());
         };
         if inputs.len() != args.len() {
@@ -227,27 +352,65 @@ impl Executable {
 
     /// Runs the program on device 0 with `args` (which must belong to the same client and match
     /// the parameter types) and returns its outputs as device buffers, after the execution has
-    /// finished. Arguments are not consumed: they can be passed again.
+    /// finished.
+    ///
+    /// Arguments in [donated](Executable::donated_inputs) positions are consumed: PJRT hands
+    /// their device memory to the program, which may update it in place, and the buffers are
+    /// marked [donated](Buffer::is_donated), so that any later use is an error. A buffer passed
+    /// in a donated position and again in another is refused before PJRT is called, as JAX does.
+    /// If the execution fails, an argument is marked donated when PJRT reports its memory gone
+    /// (`PJRT_Buffer_IsDeleted`). Other arguments are not consumed and can be passed again; use
+    /// [`Executable::execute_with`] to keep every argument.
     pub fn execute(&self, args: &[&Buffer]) -> Result<Vec<Buffer>> {
-        self.check_args(args)?;
+        self.execute_with(args, ExecuteOptions::default())
+    }
+
+    /// Runs the program as [`Executable::execute`] does, with `options`.
+    pub fn execute_with(&self, args: &[&Buffer], options: ExecuteOptions) -> Result<Vec<Buffer>> {
+        self.check_args(args, options.donate)?;
         let client = &self.inner.client;
         let api = client.api();
         let arg_ptrs: Vec<*mut ffi::PJRT_Buffer> = args.iter().map(|a| a.raw()).collect();
         let arg_lists: [*const *mut ffi::PJRT_Buffer; 1] = [arg_ptrs.as_ptr()];
         let mut outputs: Vec<*mut ffi::PJRT_Buffer> =
-            vec![std::ptr::null_mut(); self.inner.outputs.len()];
+            vec![std::ptr::null_mut(); self.inner.program.outputs.len()];
         let output_lists: [*mut *mut ffi::PJRT_Buffer; 1] = [outputs.as_mut_ptr()];
         let mut complete: [*mut ffi::PJRT_Event; 1] = [std::ptr::null_mut()];
-        let mut options = ffi::PJRT_ExecuteOptions::new();
+        // Without donation every position is listed, not only the donated ones we read from the
+        // signature, so that PJRT donates nothing whatever the program says.
+        let non_donatable: Vec<i64> = if options.donate {
+            Vec::new()
+        } else {
+            (0..args.len() as i64).collect()
+        };
+        let mut raw_options = ffi::PJRT_ExecuteOptions::new();
+        raw_options.non_donatable_input_indices = non_donatable.as_ptr();
+        raw_options.num_non_donatable_input_indices = non_donatable.len();
         let mut exec = ffi::PJRT_LoadedExecutable_Execute_Args::new();
-        exec.executable = self.inner.loaded;
-        exec.options = &mut options;
+        exec.executable = self.inner.program.raw;
+        exec.options = &mut raw_options;
         exec.argument_lists = arg_lists.as_ptr();
         exec.num_devices = 1;
         exec.num_args = arg_ptrs.len();
         exec.output_lists = output_lists.as_ptr();
         exec.device_complete_events = complete.as_mut_ptr();
-        pjrt_call!(api, PJRT_LoadedExecutable_Execute, &mut exec)?;
+        if let Err(e) = pjrt_call!(api, PJRT_LoadedExecutable_Execute, &mut exec) {
+            // PJRT may have taken some arguments before failing: ask it about each. Should even
+            // that query fail, the buffer stays as it was; PJRT refuses a deleted buffer itself.
+            for a in args {
+                let _ = a.sync_donated_with_pjrt();
+            }
+            return Err(e);
+        }
+        // PJRT took the donated arguments when it launched the execution (their memory is gone
+        // whether or not the computation then succeeds).
+        if options.donate {
+            for &d in self.donated_inputs() {
+                if let Some(a) = args.get(d) {
+                    a.mark_donated();
+                }
+            }
+        }
         // Take ownership of every output before anything can fail, so each is destroyed once.
         let owned: Vec<Result<Buffer>> = outputs
             .iter()
@@ -266,10 +429,26 @@ impl Executable {
     }
 }
 
+/// Options for [`Executable::execute_with`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ExecuteOptions {
+    /// Whether arguments in [donated](Executable::donated_inputs) positions are handed to the
+    /// execution (the default, `true`). With `false`, PJRT is told to donate no argument: every
+    /// argument stays usable, and an aliased output is written to fresh memory instead, at the
+    /// cost of a copy of the argument.
+    pub donate: bool,
+}
+
+impl Default for ExecuteOptions {
+    fn default() -> Self {
+        ExecuteOptions { donate: true }
+    }
+}
+
 impl std::fmt::Debug for Executable {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Executable")
-            .field("outputs", &self.inner.outputs)
+            .field("outputs", &self.inner.program.outputs)
             .finish()
     }
 }

@@ -242,6 +242,24 @@ args!(PJRT_Executable_OutputDimensions_Args {
     dims: *const i64,
     dim_sizes: *const usize,
 });
+/// Frees the bytes `PJRT_Executable_Serialize` returned; call exactly once.
+pub type SerializedExecutableDeleter =
+    Option<unsafe extern "C" fn(exec: *mut PJRT_SerializedExecutable)>;
+args!(PJRT_Executable_Serialize_Args {
+    executable: *const PJRT_Executable,
+    serialized_bytes: *const c_char,
+    serialized_bytes_size: usize,
+    serialized_executable: *mut PJRT_SerializedExecutable,
+    serialized_executable_deleter: SerializedExecutableDeleter,
+});
+args!(PJRT_Executable_DeserializeAndLoad_Args {
+    client: *mut PJRT_Client,
+    serialized_executable: *const c_char,
+    serialized_executable_size: usize,
+    loaded_executable: *mut PJRT_LoadedExecutable,
+    overridden_serialized_compile_options: *const c_char,
+    overridden_serialized_compile_options_size: usize,
+});
 args!(PJRT_ExecuteOptions {
     send_callbacks: *mut c_void,
     recv_callbacks: *mut c_void,
@@ -267,6 +285,10 @@ args!(PJRT_LoadedExecutable_Execute_Args {
     execute_device: *mut PJRT_Device,
 });
 args!(PJRT_Buffer_Destroy_Args { buffer: *mut PJRT_Buffer });
+args!(PJRT_Buffer_IsDeleted_Args {
+    buffer: *mut PJRT_Buffer,
+    is_deleted: bool,
+});
 args!(PJRT_Buffer_ElementType_Args {
     buffer: *mut PJRT_Buffer,
     type_: PJRT_Buffer_Type,
@@ -469,6 +491,14 @@ mod tests {
                 "PJRT_Executable_OutputDimensions_Args",
                 PJRT_Executable_OutputDimensions_Args::STRUCT_SIZE,
             ),
+            (
+                "PJRT_Executable_Serialize_Args",
+                PJRT_Executable_Serialize_Args::STRUCT_SIZE,
+            ),
+            (
+                "PJRT_Executable_DeserializeAndLoad_Args",
+                PJRT_Executable_DeserializeAndLoad_Args::STRUCT_SIZE,
+            ),
             ("PJRT_ExecuteOptions", PJRT_ExecuteOptions::STRUCT_SIZE),
             (
                 "PJRT_LoadedExecutable_Execute_Args",
@@ -481,6 +511,10 @@ mod tests {
             (
                 "PJRT_Buffer_ToHostBuffer_Args",
                 PJRT_Buffer_ToHostBuffer_Args::STRUCT_SIZE,
+            ),
+            (
+                "PJRT_Buffer_IsDeleted_Args",
+                PJRT_Buffer_IsDeleted_Args::STRUCT_SIZE,
             ),
             ("PJRT_Api", std::mem::size_of::<PJRT_Api>()),
         ];
@@ -508,10 +542,13 @@ mod tests {
         ("PJRT_Client_BufferFromHostBuffer_Args", 120),
         ("PJRT_DeviceDescription_Id_Args", 28),
         ("PJRT_Executable_OutputDimensions_Args", 48),
+        ("PJRT_Executable_Serialize_Args", 56),
+        ("PJRT_Executable_DeserializeAndLoad_Args", 64),
         ("PJRT_ExecuteOptions", 112),
         ("PJRT_LoadedExecutable_Execute_Args", 80),
         ("PJRT_Buffer_ElementType_Args", 28),
         ("PJRT_Buffer_ToHostBuffer_Args", 56),
+        ("PJRT_Buffer_IsDeleted_Args", 25),
         ("PJRT_Api", 984),
     ];
 }

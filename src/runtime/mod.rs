@@ -10,6 +10,7 @@
 
 mod api;
 mod buffer;
+mod cache;
 mod client;
 mod compile_options;
 mod executable;
@@ -19,8 +20,9 @@ mod plugin;
 mod signature;
 
 pub use buffer::Buffer;
+pub use cache::{CacheStats, CompileCache};
 pub use client::{Client, Device};
 pub use compile_options::CompileOptions;
-pub use executable::Executable;
+pub use executable::{Executable, ExecuteOptions};
 pub use install::{resolve_cpu_plugin, PluginResolver, PluginSource, PluginWheel};
 pub use plugin::{Plugin, Value};

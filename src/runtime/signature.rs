@@ -3,27 +3,121 @@
 //! The PJRT C API (as of 0.81) cannot tell the caller what parameters a program takes, and the CPU
 //! plugin runs a program on arguments of the wrong shape without complaint, reading past the end
 //! of a short buffer. So the runtime reads the parameter types from the module text it compiles
-//! and checks every execution's arguments against them.
+//! and checks every execution's arguments against them. It also reads which parameters are
+//! donated (`tf.aliasing_output = N : i32` or `jax.buffer_donor = true` in a parameter's
+//! attribute dictionary): PJRT takes over the argument buffers in those positions.
 
 use crate::dtype::{DType, TensorType};
 
-/// The parameter types of `func.func @main`, or `None` when the signature is not in the plain
-/// textual form with static `tensor<...>` types of supported element types.
-pub(crate) fn main_parameters(mlir: &str) -> Option<Vec<TensorType>> {
-    let start = mlir.find("@main(")? + "@main(".len();
-    let params = balanced(&mlir[start..])?;
-    split_top_level(params)
+/// What the runtime knows of `@main`'s parameters.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub(crate) struct Inputs {
+    /// Each parameter's type, or `None` when the signature is not in the plain textual form with
+    /// static `tensor<...>` types of supported element types.
+    pub(crate) types: Option<Vec<TensorType>>,
+    /// The donated parameters, ascending (read even when `types` is `None`).
+    pub(crate) donated: Vec<usize>,
+    /// `(parameter, output)` for each parameter with `tf.aliasing_output = output`.
+    pub(crate) aliases: Vec<(usize, usize)>,
+}
+
+/// Reads the parameters of `func.func @main`; no `@main` (or an unclosed list) gives the default:
+/// unknown types, nothing donated.
+pub(crate) fn main_parameters(mlir: &str) -> Inputs {
+    let Some(params) = mlir
+        .find("@main(")
+        .and_then(|at| balanced(&mlir[at + "@main(".len()..]))
+    else {
+        return Inputs::default();
+    };
+    let params: Vec<&str> = split_top_level(params)
         .into_iter()
         .filter(|p| !p.trim().is_empty())
+        .collect();
+    let types = params
+        .iter()
         .map(|p| {
             let (_, ty) = p.split_once(':')?;
             parse_tensor_type(ty.trim_start())
         })
-        .collect()
+        .collect();
+    let mut inputs = Inputs {
+        types,
+        ..Inputs::default()
+    };
+    for (i, p) in params.iter().enumerate() {
+        match donation(p) {
+            Some(Donation::Aliased(output)) => {
+                inputs.donated.push(i);
+                inputs.aliases.push((i, output));
+            }
+            Some(Donation::Donor) => inputs.donated.push(i),
+            None => {}
+        }
+    }
+    inputs
+}
+
+/// How a parameter is donated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Donation {
+    /// `tf.aliasing_output = N : i32`: the parameter's buffer becomes output `N`.
+    Aliased(usize),
+    /// `jax.buffer_donor = true`, or a `tf.aliasing_output` whose value is not a plain index:
+    /// donated, the compiler may reuse the memory for any output.
+    Donor,
+}
+
+/// Reads the donation attributes of one parameter (`%name: type {attributes} loc(...)`).
+fn donation(param: &str) -> Option<Donation> {
+    let (_, rest) = param.split_once(':')?;
+    let attributes = attribute_dict(rest)?;
+    let mut found = None;
+    for entry in split_top_level(attributes) {
+        let Some((key, value)) = entry.split_once('=') else {
+            continue;
+        };
+        let value = value.trim();
+        match key.trim().trim_matches('"') {
+            "tf.aliasing_output" => {
+                // `0 : i32`; the type suffix is optional.
+                let index = value.split(':').next().unwrap_or("").trim();
+                return Some(match index.parse() {
+                    Ok(output) => Donation::Aliased(output),
+                    Err(_) => Donation::Donor,
+                });
+            }
+            "jax.buffer_donor" if value != "false" => found = Some(Donation::Donor),
+            _ => {}
+        }
+    }
+    found
+}
+
+/// The inside of the first `{...}` outside any `<...>`, `(...)`, `[...]` or string in `s`.
+fn attribute_dict(s: &str) -> Option<&str> {
+    let mut depth = 0i32;
+    let mut in_string = false;
+    for (i, c) in s.char_indices() {
+        match c {
+            '"' => in_string = !in_string,
+            _ if in_string => {}
+            '{' if depth == 0 => return balanced_to(&s[i + 1..], '}'),
+            '(' | '<' | '{' | '[' => depth += 1,
+            ')' | '>' | '}' | ']' => depth -= 1,
+            _ => {}
+        }
+    }
+    None
 }
 
 /// The text up to the `)` that closes an already opened `(`.
 fn balanced(s: &str) -> Option<&str> {
+    balanced_to(s, ')')
+}
+
+/// The text up to the `close` bracket that closes an already opened one.
+fn balanced_to(s: &str, close: char) -> Option<&str> {
     let mut depth = 0i32;
     let mut in_string = false;
     for (i, c) in s.char_indices() {
@@ -31,7 +125,7 @@ fn balanced(s: &str) -> Option<&str> {
             '"' => in_string = !in_string,
             _ if in_string => {}
             '(' | '<' | '{' | '[' => depth += 1,
-            ')' if depth == 0 => return Some(&s[..i]),
+            c if c == close && depth == 0 => return Some(&s[..i]),
             ')' | '>' | '}' | ']' => depth -= 1,
             _ => {}
         }
@@ -104,7 +198,7 @@ mod tests {
     fn reads_plain_signatures() {
         let m = "module {\n func.func public @main(%a: tensor<2x3xf32>, %b: tensor<i64> {jax.buffer_donor = true}, %c: tensor<0x4xbf16> loc(\"x\")) -> tensor<2xf32> {\n";
         assert_eq!(
-            main_parameters(m),
+            main_parameters(m).types,
             Some(vec![
                 t(DType::F32, &[2, 3]),
                 t(DType::I64, &[]),
@@ -112,11 +206,11 @@ mod tests {
             ])
         );
         assert_eq!(
-            main_parameters("func.func @main() -> tensor<f32> {"),
+            main_parameters("func.func @main() -> tensor<f32> {").types,
             Some(vec![])
         );
         assert_eq!(
-            main_parameters("func.func @main(%p: tensor<5xi1>, %u: tensor<1x1xui8>) -> () {"),
+            main_parameters("func.func @main(%p: tensor<5xi1>, %u: tensor<1x1xui8>) -> () {").types,
             Some(vec![t(DType::Pred, &[5]), t(DType::U8, &[1, 1])])
         );
     }
@@ -125,15 +219,67 @@ mod tests {
     fn gives_up_on_what_it_cannot_check() {
         // dynamic dimension, unsupported element type, tuple, no @main
         assert_eq!(
-            main_parameters("func.func @main(%a: tensor<?xf32>) {"),
+            main_parameters("func.func @main(%a: tensor<?xf32>) {").types,
             None
         );
-        assert_eq!(main_parameters("func.func @main(%a: tensor<4xi8>) {"), None);
         assert_eq!(
-            main_parameters("func.func @main(%a: tuple<tensor<f32>>) {"),
+            main_parameters("func.func @main(%a: tensor<4xi8>) {").types,
             None
         );
-        assert_eq!(main_parameters("func.func @other(%a: tensor<f32>) {"), None);
-        assert_eq!(main_parameters("func.func @main(%a: tensor<f32>"), None);
+        assert_eq!(
+            main_parameters("func.func @main(%a: tuple<tensor<f32>>) {").types,
+            None
+        );
+        assert_eq!(
+            main_parameters("func.func @other(%a: tensor<f32>) {").types,
+            None
+        );
+        assert_eq!(
+            main_parameters("func.func @main(%a: tensor<f32>").types,
+            None
+        );
+    }
+
+    #[test]
+    fn reads_donated_parameters() {
+        let m = r#"module @step {
+  func.func public @main(%state: tensor<4096x4096xf32> {tf.aliasing_output = 0 : i32}, %row: tensor<i32>, %buf: tensor<8xf32> {jax.buffer_donor = true}, %kept: tensor<2xf32> {jax.buffer_donor = false}, %late: tensor<f32> {mhlo.sharding = "{replicated}", tf.aliasing_output = 2 : i32} loc("x")) -> (tensor<4096x4096xf32>, tensor<8xf32>, tensor<f32>) {"#;
+        let inputs = main_parameters(m);
+        assert_eq!(inputs.types.as_ref().map(Vec::len), Some(5));
+        assert_eq!(inputs.donated, vec![0, 2, 4]);
+        assert_eq!(inputs.aliases, vec![(0, 0), (4, 2)]);
+
+        // No attributes, attributes that are not about donation, and strings that only look like
+        // them, donate nothing.
+        for m in [
+            "func.func @main(%a: tensor<2xf32>, %b: tensor<f32>) -> tensor<2xf32> {",
+            "func.func @main(%a: tensor<2xf32> {mhlo.layout_mode = \"default\"}) -> () {",
+            "func.func @main(%a: tensor<2xf32> loc(\"{tf.aliasing_output = 0 : i32}\")) -> () {",
+            "func.func @main(%a: tensor<2xf32> {mhlo.sharding = \"tf.aliasing_output = 0\"}) {",
+        ] {
+            let inputs = main_parameters(m);
+            assert!(inputs.types.is_some(), "{m}");
+            assert_eq!(inputs.donated, Vec::<usize>::new(), "{m}");
+        }
+    }
+
+    #[test]
+    fn donation_is_read_even_when_types_are_not() {
+        // A dynamic dimension defeats the type check, not the donation bookkeeping.
+        let inputs = main_parameters(
+            "func.func @main(%a: tensor<?xf32>, %b: tensor<4xf32> {tf.aliasing_output = 0 : i32}) {",
+        );
+        assert_eq!(inputs.types, None);
+        assert_eq!(inputs.donated, vec![1]);
+        // An aliasing value that is not a plain index still donates.
+        assert_eq!(
+            donation("%a: tensor<f32> {tf.aliasing_output = #weird}"),
+            Some(Donation::Donor)
+        );
+        assert_eq!(
+            donation("%a: tensor<f32> {\"tf.aliasing_output\" = 3}"),
+            Some(Donation::Aliased(3))
+        );
+        assert_eq!(main_parameters("no main here"), Inputs::default());
     }
 }
