@@ -13,8 +13,13 @@
 //! - Conversions to a float type round to nearest even directly from the exact source value (no
 //!   double rounding through an intermediate type).
 //!
+//! A `While` binds its state to the condition region's arguments and evaluates that region;
+//! while it gives true, the state moves to the body region's arguments and the body's results
+//! become the next state. A region evaluates only the nodes its results depend on, in node order.
+//! There is no iteration limit: a loop whose condition never turns false does not return.
+//!
 //! Evaluation never panics: a node whose inputs or declared outputs do not fit its op gives
-//! [`Error::Interp`] naming the node.
+//! [`Error::Interp`] naming the node, as does a loop whose regions do not fit its state.
 
 mod elementwise;
 mod index;
@@ -28,15 +33,15 @@ use std::fmt::Display;
 use crate::array::HostArray;
 use crate::dtype::TensorType;
 use crate::error::{Error, Result};
-use crate::ops::{Graph, Node, Op, ValueId};
+use crate::ops::{check_while, Graph, Node, Op, Region, ValueId};
 
 /// Evaluates `graph` on `inputs` (one per parameter, in order) and returns the graph's outputs in
 /// order.
 ///
 /// Fails with [`Error::Interp`] if an input's dtype or shape differs from its parameter's, if a
 /// node is malformed (wrong operand count or types, outputs that its op cannot produce, operands
-/// defined after the node), or if an array would be too large to allocate. Only the nodes the
-/// outputs depend on are evaluated.
+/// defined after the node or in another region, a loop whose regions do not fit its state), or if
+/// an array would be too large to allocate. Only the nodes the outputs depend on are evaluated.
 pub fn evaluate(graph: &Graph, inputs: &[HostArray]) -> Result<Vec<HostArray>> {
     let params = graph.parameter_types();
     if inputs.len() != params.len() {
@@ -57,73 +62,44 @@ pub fn evaluate(graph: &Graph, inputs: &[HostArray]) -> Result<Vec<HostArray>> {
         }
     }
     let outputs = graph.outputs();
-    graph.with_nodes(|nodes| evaluate_nodes(nodes, inputs, &outputs))
+    graph.with_structure(|nodes, regions| evaluate_nodes(nodes, regions, inputs, &outputs))
+}
+
+/// The state of one evaluation: the graph, the program's inputs, and the current value of every
+/// node (nodes inside a loop hold their values from the latest iteration).
+struct Evaluator<'a> {
+    nodes: &'a [Node],
+    regions: &'a [Region],
+    inputs: &'a [HostArray],
+    /// The needed nodes of each region other than block arguments, in node order.
+    order: Vec<Vec<usize>>,
+    values: Vec<Option<Vec<HostArray>>>,
+    /// The regions being evaluated (a loop whose region contains the loop itself is an error).
+    active: Vec<bool>,
 }
 
 fn evaluate_nodes(
     nodes: &[Node],
+    regions: &[Region],
     inputs: &[HostArray],
     outputs: &[ValueId],
 ) -> Result<Vec<HostArray>> {
-    // Mark the nodes the outputs depend on, walking backwards (operands precede their users; an
-    // operand that does not is reported when its user is evaluated).
-    let mut needed = vec![false; nodes.len()];
-    for out in outputs {
-        match needed.get_mut(out.node) {
-            Some(flag) => *flag = true,
-            None => {
-                return Err(Error::Interp(format!(
-                    "graph output refers to node {}, but the graph has {} nodes",
-                    out.node,
-                    nodes.len()
-                )))
-            }
-        }
-    }
-    for i in (0..nodes.len()).rev() {
-        if needed[i] {
-            for v in &nodes[i].inputs {
-                if v.node < i {
-                    needed[v.node] = true;
-                }
-            }
-        }
-    }
-
-    let mut values: Vec<Option<Vec<HostArray>>> = vec![None; nodes.len()];
-    for (index, node) in nodes.iter().enumerate() {
-        if !needed[index] {
-            continue;
-        }
-        let mut args = Vec::with_capacity(node.inputs.len());
-        for (k, v) in node.inputs.iter().enumerate() {
-            let value = if v.node < index {
-                values[v.node].as_ref().and_then(|outs| outs.get(v.output))
-            } else {
-                None
-            };
-            match value {
-                Some(value) => args.push(value),
-                None => {
-                    return Err(Error::Interp(format!(
-                        "node {index} ({}): input {k} refers to value {}#{}, which is not an \
-                         output of an earlier node",
-                        node.op.name(),
-                        v.node,
-                        v.output
-                    )))
-                }
-            }
-        }
-        let ctx = Ctx { index, node, args };
-        let results = ctx.evaluate(inputs)?;
-        values[index] = Some(results);
-    }
+    let order = needed_nodes(nodes, regions, outputs)?;
+    let mut ev = Evaluator {
+        nodes,
+        regions,
+        inputs,
+        order,
+        values: vec![None; nodes.len()],
+        active: vec![false; regions.len()],
+    };
+    ev.active[0] = true;
+    ev.run_nodes(0)?;
 
     outputs
         .iter()
         .map(|out| {
-            values
+            ev.values
                 .get(out.node)
                 .and_then(|v| v.as_ref())
                 .and_then(|outs| outs.get(out.output))
@@ -136,6 +112,244 @@ fn evaluate_nodes(
                 })
         })
         .collect()
+}
+
+/// The nodes the outputs depend on, through operands and the regions of needed loops, listed per
+/// region in node order (block arguments, which their loop binds, are left out). Operands that
+/// are not earlier nodes are reported when their user is evaluated; a malformed loop or a block
+/// argument its region does not list, here.
+fn needed_nodes(
+    nodes: &[Node],
+    regions: &[Region],
+    outputs: &[ValueId],
+) -> Result<Vec<Vec<usize>>> {
+    let mut needed = vec![false; nodes.len()];
+    let mut owner: Vec<Option<usize>> = vec![None; regions.len()];
+    let mut stack = Vec::new();
+    for out in outputs {
+        match nodes.get(out.node) {
+            Some(node) if node.region == 0 => stack.push(out.node),
+            Some(node) => {
+                return Err(Error::Interp(format!(
+                    "graph output refers to node {}, which is inside region {}",
+                    out.node, node.region
+                )))
+            }
+            None => {
+                return Err(Error::Interp(format!(
+                    "graph output refers to node {}, but the graph has {} nodes",
+                    out.node,
+                    nodes.len()
+                )))
+            }
+        }
+    }
+    while let Some(i) = stack.pop() {
+        if std::mem::replace(&mut needed[i], true) {
+            continue;
+        }
+        let node = &nodes[i];
+        for (k, v) in node.inputs.iter().enumerate() {
+            let Some(operand) = nodes.get(v.node).filter(|_| v.node < i) else {
+                continue; // reported when the node is evaluated
+            };
+            if operand.region != node.region {
+                return Err(Error::Interp(format!(
+                    "node {i} ({}): input {k} refers to value {}#{}, which is defined in region \
+                     {} and not visible in region {}",
+                    node.op.name(),
+                    v.node,
+                    v.output,
+                    operand.region,
+                    node.region
+                )));
+            }
+            stack.push(v.node);
+        }
+        if let Op::While { .. } = node.op {
+            let (cond, body) = check_while(nodes, regions, i)
+                .map_err(|m| Error::Interp(format!("node {i} (while): {m}")))?;
+            for r in [cond, body] {
+                if let Some(other) = owner[r].replace(i) {
+                    return Err(Error::Interp(format!(
+                        "region {r} belongs to two loops, nodes {other} and {i}"
+                    )));
+                }
+                stack.extend(regions[r].results.iter().map(|v| v.node));
+            }
+        }
+    }
+    let mut order = vec![Vec::new(); regions.len()];
+    for (i, node) in nodes.iter().enumerate() {
+        if !needed[i] {
+            continue;
+        }
+        let r = node.region;
+        let Some(region) = regions.get(r) else {
+            return Err(Error::Interp(format!(
+                "node {i} ({}) is in region {r}, which does not exist",
+                node.op.name()
+            )));
+        };
+        match node.op {
+            Op::BlockArg => {
+                if !region.args.contains(&ValueId { node: i, output: 0 }) {
+                    return Err(Error::Interp(format!(
+                        "node {i} (block_arg) is not an argument of region {r}"
+                    )));
+                }
+            }
+            Op::Parameter { .. } if r != 0 => {
+                return Err(Error::Interp(format!(
+                    "node {i} (parameter): a parameter inside region {r}"
+                )));
+            }
+            _ => order[r].push(i),
+        }
+    }
+    Ok(order)
+}
+
+impl Evaluator<'_> {
+    /// Evaluates the needed nodes of region `r` in order (its arguments are bound).
+    fn run_nodes(&mut self, r: usize) -> Result<()> {
+        for k in 0..self.order[r].len() {
+            let i = self.order[r][k];
+            self.node(i)?;
+        }
+        Ok(())
+    }
+
+    /// The value `v` read by input `k` of node `index`: an output of an earlier node (of the
+    /// same region, which [`needed_nodes`] checked).
+    fn operand(&self, index: usize, k: usize, v: ValueId) -> Result<&HostArray> {
+        let node = &self.nodes[index];
+        let value = if v.node < index {
+            self.values[v.node]
+                .as_ref()
+                .and_then(|outs| outs.get(v.output))
+        } else {
+            None
+        };
+        value.ok_or_else(|| {
+            Error::Interp(format!(
+                "node {index} ({}): input {k} refers to value {}#{}, which is not an output of \
+                 an earlier node",
+                node.op.name(),
+                v.node,
+                v.output
+            ))
+        })
+    }
+
+    /// Evaluates node `index` and stores its outputs.
+    fn node(&mut self, index: usize) -> Result<()> {
+        let node = &self.nodes[index];
+        if let Op::While { .. } = node.op {
+            return self.while_loop(index);
+        }
+        let results = {
+            let args = node
+                .inputs
+                .iter()
+                .enumerate()
+                .map(|(k, &v)| self.operand(index, k, v))
+                .collect::<Result<Vec<_>>>()?;
+            let ctx = Ctx { index, node, args };
+            ctx.evaluate(self.inputs)?
+        };
+        self.values[index] = Some(results);
+        Ok(())
+    }
+
+    /// Runs the `While` node `index`: binds the state to the condition's arguments, evaluates
+    /// the condition, and while it is true moves the state to the body's arguments and takes
+    /// the body's results as the next state. Between iterations the state is moved, not copied.
+    fn while_loop(&mut self, index: usize) -> Result<()> {
+        let err = |m: String| Error::Interp(format!("node {index} (while): {m}"));
+        let (cond, body) = check_while(self.nodes, self.regions, index).map_err(err)?;
+        let node = &self.nodes[index];
+        let mut state = node
+            .inputs
+            .iter()
+            .enumerate()
+            .map(|(k, &v)| self.operand(index, k, v).cloned())
+            .collect::<Result<Vec<_>>>()?;
+        for r in [cond, body] {
+            if std::mem::replace(&mut self.active[r], true) {
+                return Err(err(format!("region {r} is already being evaluated")));
+            }
+        }
+        let (cond_args, body_args) = (&self.regions[cond].args, &self.regions[body].args);
+        loop {
+            self.bind(cond_args, state);
+            self.run_nodes(cond)?;
+            // Read in place: the condition may return one of its arguments.
+            let go = self.regions[cond]
+                .results
+                .first()
+                .and_then(|v| self.values[v.node].as_ref()?.get(v.output));
+            let go = match go {
+                Some(HostArray::Pred(p)) if p.ndim() == 0 => p.iter().all(|&b| b),
+                _ => return Err(err("the condition did not give one pred[]".to_string())),
+            };
+            state = self.unbind(cond_args).map_err(err)?;
+            if !go {
+                break;
+            }
+            self.bind(body_args, state);
+            self.run_nodes(body)?;
+            state = self.results(body)?;
+        }
+        self.active[cond] = false;
+        self.active[body] = false;
+        self.values[index] = Some(state);
+        Ok(())
+    }
+
+    /// Binds the block arguments `args` to `values`.
+    fn bind(&mut self, args: &[ValueId], values: Vec<HostArray>) {
+        for (a, v) in args.iter().zip(values) {
+            self.values[a.node] = Some(vec![v]);
+        }
+    }
+
+    /// Takes the values bound to the block arguments `args` back.
+    fn unbind(&mut self, args: &[ValueId]) -> std::result::Result<Vec<HostArray>, String> {
+        args.iter()
+            .map(|a| {
+                self.values[a.node]
+                    .take()
+                    .and_then(|v| v.into_iter().next())
+                    .ok_or_else(|| format!("block argument {} lost its value", a.node))
+            })
+            .collect()
+    }
+
+    /// The results of region `r`, just evaluated (its values are not read again before it is
+    /// evaluated anew). A value is moved out, or copied when a later result returns it too.
+    fn results(&mut self, r: usize) -> Result<Vec<HostArray>> {
+        let results = &self.regions[r].results;
+        let mut out = Vec::with_capacity(results.len());
+        for (k, v) in results.iter().enumerate() {
+            let slot = self.values[v.node]
+                .as_mut()
+                .and_then(|outs| outs.get_mut(v.output));
+            let value = if results[k + 1..].contains(v) {
+                slot.map(|x| x.clone())
+            } else {
+                let empty = HostArray::Pred(ndarray::ArrayD::default(ndarray::IxDyn(&[0])));
+                slot.map(|x| std::mem::replace(x, empty))
+            };
+            out.push(value.ok_or_else(|| {
+                Error::Interp(format!(
+                    "result {k} of region {r} is value {}#{}, which was not computed",
+                    v.node, v.output
+                ))
+            })?);
+        }
+        Ok(out)
+    }
 }
 
 /// One node being evaluated: its position, definition and operand values.
@@ -212,7 +426,8 @@ impl<'a> Ctx<'a> {
         let one = |r: Result<HostArray>| r.map(|v| vec![v]);
         let results = match &self.node.op {
             Op::BlockArg | Op::While { .. } => {
-                return Err(self.err("loops are not interpreted yet"));
+                // Block arguments are bound by their loop, which `Evaluator` runs.
+                return Err(self.err("is evaluated by its loop, not on its own"));
             }
             Op::Parameter { index, .. } => {
                 self.args(0)?;
@@ -639,5 +854,83 @@ mod tests {
         let empty = ty(DType::I32, &[0, 1 << 40]);
         let out = eval1(Op::Iota { dim: 1 }, &[], empty.clone()).unwrap();
         assert_eq!(out.ty(), empty);
+    }
+
+    #[test]
+    fn malformed_loops_are_errors() {
+        for (what, g, needle) in crate::ops::malformed_loops() {
+            match evaluate(&g, &[vec1(vec![1f32, 2.0])]) {
+                Err(Error::Interp(m)) => assert!(m.contains(needle), "{what}: {m}"),
+                other => panic!("{what}: expected an interpreter error, got {other:?}"),
+            }
+        }
+    }
+
+    /// States moved between the regions: a condition returning its own argument, a body that
+    /// swaps its arguments, returns one value twice, and returns a second output of a sort.
+    #[test]
+    fn loop_states_move_between_regions() {
+        let g = Graph::new();
+        let flag = g.parameter("flag", DType::Pred, &[]).unwrap();
+        let a = g.parameter("a", DType::I32, &[3]).unwrap();
+        let b = g.parameter("b", DType::I32, &[3]).unwrap();
+        let n = g.scalar(0.0, DType::I64).unwrap();
+        let (flag_out, n_out, a_out, b_out, sum, idx) = {
+            let init = (
+                flag.clone(),
+                n,
+                (a.clone(), b.clone()),
+                (a.clone(), a.clone()),
+            );
+            let iota = g.iota(DType::I64, &[3], 0).unwrap();
+            let (f, n, (x, y), (s, i)) = g
+                .while_loop(
+                    &init,
+                    |(f, _, _, _)| Ok(f.clone()),
+                    |(_, n, (x, y), (s, _))| {
+                        let stop = n.ge(4)?;
+                        let both = x.add(y)?;
+                        let (_, order) = s.sort_with_indices(0, true)?;
+                        Ok((
+                            stop.not()?,
+                            n.add(1)?,
+                            (y.clone(), x.clone()),
+                            (
+                                both,
+                                order.convert(DType::I32)?.add(&iota.convert(DType::I32)?)?,
+                            ),
+                        ))
+                    },
+                )
+                .unwrap();
+            (f, n, x, y, s, i)
+        };
+        g.set_outputs(&[&flag_out, &n_out, &a_out, &b_out, &sum, &idx])
+            .unwrap();
+        let run = |f: bool| {
+            evaluate(
+                &g,
+                &[
+                    HostArray::scalar(f),
+                    vec1(vec![1i32, 2, 3]),
+                    vec1(vec![10i32, 20, 30]),
+                ],
+            )
+            .unwrap()
+        };
+        // Five iterations (n = 0..=4): the swap happens an odd number of times.
+        let out = run(true);
+        assert_eq!(out[0], HostArray::scalar(false));
+        assert_eq!(out[1], HostArray::scalar(5i64));
+        assert_eq!(values::<i32>(&out[2]), vec![10, 20, 30]);
+        assert_eq!(values::<i32>(&out[3]), vec![1, 2, 3]);
+        assert_eq!(values::<i32>(&out[4]), vec![11, 22, 33]);
+        // The last sort saw [11, 22, 33]: order [2, 1, 0], plus the iota.
+        assert_eq!(values::<i32>(&out[5]), vec![2, 2, 2]);
+        // Zero iterations return the initial state.
+        let out = run(false);
+        assert_eq!(out[1], HostArray::scalar(0i64));
+        assert_eq!(values::<i32>(&out[3]), vec![10, 20, 30]);
+        assert_eq!(values::<i32>(&out[5]), vec![1, 2, 3]);
     }
 }

@@ -9,6 +9,13 @@
 //! has more than one op (float max/min reductions, arg-reductions, cumsum's window, sorts) and
 //! gathers use the generic form.
 //!
+//! Loops: a `While` node is one generic `"stablehlo.while"(state) ({ ^bb0(args): cond }, {
+//! ^bb0(args): body })`. Each region holds the live nodes whose `region` it is (those its results
+//! depend on, nested loops included), in node order; its block arguments are named `%v<node>`
+//! like other values, and lines are indented two more spaces per level of nesting. Every operand
+//! must be defined in its user's region (the DSL captures outer values as loop state), and only
+//! region 0 has parameters.
+//!
 //! Choices that the op semantics (see [`crate::ops::Op`]) force:
 //!
 //! - Float `maximum`/`minimum` (elementwise and in reductions) propagate NaN with explicit
@@ -33,28 +40,39 @@ mod tests;
 
 use crate::dtype::{DType, TensorType};
 use crate::error::{Error, Result};
-use crate::ops::{ArgKind, BinaryOp, Comparison, Graph, Node, Op, ReduceKind, UnaryOp, ValueId};
+use crate::ops::{
+    check_while, ArgKind, BinaryOp, Comparison, Graph, Node, Op, ReduceKind, Region, UnaryOp,
+    ValueId,
+};
 use literal::{dense, i64_array, int_list, scalar_or_shaped, special, tensor_type, Special};
 
 /// Lowers `graph` to one StableHLO module, `module @stablegraph`, whose `func.func public @main`
 /// takes the graph's parameters in order and returns its outputs in order.
 ///
 /// Fails with [`Error::InvalidArgument`] when the graph has no outputs, when it is malformed (an
-/// operand defined after its user, a wrong operand count, a constant whose bytes do not fit its
-/// type), or when a node's dtypes have no lowering (`exp` of an integer, the sum of `Pred`s).
+/// operand defined after its user or in another region, a wrong operand count, a constant whose
+/// bytes do not fit its type, a loop whose regions do not fit its state), or when a node's dtypes
+/// have no lowering (`exp` of an integer, the sum of `Pred`s).
 /// Shapes are the builders' business; a shape error that slipped through is reported by the
 /// compiler.
 pub fn to_stablehlo(graph: &Graph) -> Result<String> {
     let params = graph.parameters();
     let outputs = graph.outputs();
-    graph.with_nodes(|nodes| Lowering::new(nodes).module(&params, &outputs))
+    graph.with_structure(|nodes, regions| Lowering::new(nodes, regions).module(&params, &outputs))
 }
 
 /// The state of one lowering: the nodes, the SSA names given to values so far, and the body text.
 struct Lowering<'g> {
     nodes: &'g [Node],
+    regions: &'g [Region],
     /// The SSA names of each node's outputs; empty until the node is emitted.
     names: Vec<Vec<String>>,
+    /// The live nodes of each region other than block arguments, in node order.
+    order: Vec<Vec<usize>>,
+    /// Which regions have been emitted (each belongs to one loop and is emitted once).
+    emitted: Vec<bool>,
+    /// How many regions deep the next line is.
+    depth: usize,
     body: String,
 }
 
@@ -191,10 +209,14 @@ fn arity_ok(op: &Op, count: usize, first_rank: Option<usize>) -> bool {
 }
 
 impl<'g> Lowering<'g> {
-    fn new(nodes: &'g [Node]) -> Self {
+    fn new(nodes: &'g [Node], regions: &'g [Region]) -> Self {
         Lowering {
             nodes,
+            regions,
             names: vec![Vec::new(); nodes.len()],
+            order: vec![Vec::new(); regions.len()],
+            emitted: vec![false; regions.len()],
+            depth: 0,
             body: String::new(),
         }
     }
@@ -216,12 +238,15 @@ impl<'g> Lowering<'g> {
                     p.node
                 ))
             })?;
-            let (Op::Parameter { index, name }, [ty]) = (&node.op, node.outputs.as_slice()) else {
+            let (Op::Parameter { index, name }, [ty], 0) =
+                (&node.op, node.outputs.as_slice(), node.region)
+            else {
                 return Err(graph_err(format!(
-                    "parameter {k} is node {}, a {} with {} outputs",
+                    "parameter {k} is node {}, a {} with {} outputs in region {}",
                     p.node,
                     node.op.name(),
-                    node.outputs.len()
+                    node.outputs.len(),
+                    node.region
                 )));
             };
             if *index != k || p.output != 0 {
@@ -243,10 +268,29 @@ impl<'g> Lowering<'g> {
         }
 
         for (i, &is_live) in live.iter().enumerate() {
-            if is_live {
-                self.node(i)?;
+            if !is_live {
+                continue;
+            }
+            let region = self.nodes[i].region;
+            let Some(r) = self.regions.get(region) else {
+                return Err(graph_err(format!(
+                    "node {i} is in region {region}, which does not exist"
+                )));
+            };
+            if matches!(self.nodes[i].op, Op::BlockArg) {
+                // Named by the loop that binds it.
+                let listed = r.args.contains(&ValueId { node: i, output: 0 });
+                if !listed {
+                    return Err(graph_err(format!(
+                        "node {i} (block_arg) is not an argument of region {region}"
+                    )));
+                }
+            } else {
+                self.order[region].push(i);
             }
         }
+        self.emitted[0] = true;
+        self.region_nodes(0)?;
 
         let mut results = Vec::with_capacity(outputs.len());
         let mut types = Vec::with_capacity(outputs.len());
@@ -269,17 +313,26 @@ impl<'g> Lowering<'g> {
         ))
     }
 
-    /// Which nodes the outputs depend on; checks that every operand of those nodes is an output
-    /// of an earlier node.
+    /// Which nodes the outputs depend on, through operands and the results of the regions of
+    /// live loops. Checks that every operand of those nodes is an output of an earlier node of
+    /// the same region, and that every live loop is well formed.
     fn live(&self, outputs: &[ValueId]) -> Result<Vec<bool>> {
         let mut live = vec![false; self.nodes.len()];
+        let mut owner: Vec<Option<usize>> = vec![None; self.regions.len()];
+        let mut stack = Vec::new();
         for &o in outputs {
             self.ty(o)
                 .map_err(|_| graph_err(format!("output {o:?} is not a value of this graph")))?;
-            live[o.node] = true;
+            if self.nodes[o.node].region != 0 {
+                return Err(graph_err(format!(
+                    "output {o:?} is defined inside region {}, not in the program",
+                    self.nodes[o.node].region
+                )));
+            }
+            stack.push(o.node);
         }
-        for i in (0..self.nodes.len()).rev() {
-            if !live[i] {
+        while let Some(i) = stack.pop() {
+            if std::mem::replace(&mut live[i], true) {
                 continue;
             }
             let node = &self.nodes[i];
@@ -293,7 +346,30 @@ impl<'g> Lowering<'g> {
                         v.node
                     )));
                 }
-                live[v.node] = true;
+                let home = self.nodes[v.node].region;
+                if home != node.region {
+                    return Err(graph_err(format!(
+                        "node {i} ({}) in region {} reads output {} of node {}, which is defined \
+                         in region {home} and not visible there",
+                        node.op.name(),
+                        node.region,
+                        v.output,
+                        v.node
+                    )));
+                }
+                stack.push(v.node);
+            }
+            if let Op::While { .. } = node.op {
+                let (cond, body) = check_while(self.nodes, self.regions, i)
+                    .map_err(|m| graph_err(format!("node {i} ({}): {m}", node.op.name())))?;
+                for r in [cond, body] {
+                    if let Some(other) = owner[r].replace(i) {
+                        return Err(graph_err(format!(
+                            "region {r} belongs to two loops, nodes {other} and {i}"
+                        )));
+                    }
+                    stack.extend(self.regions[r].results.iter().map(|v| v.node));
+                }
             }
         }
         Ok(live)
@@ -322,9 +398,12 @@ impl<'g> Lowering<'g> {
         }
     }
 
-    /// Appends one line of the function body.
+    /// Appends one line of the function body, indented by the current region depth.
     fn emit(&mut self, line: impl AsRef<str>) {
         self.body.push_str("    ");
+        for _ in 0..self.depth {
+            self.body.push_str("  ");
+        }
         self.body.push_str(line.as_ref());
         self.body.push('\n');
     }
@@ -333,6 +412,83 @@ impl<'g> Lowering<'g> {
     fn emit_inner(&mut self, line: impl AsRef<str>) {
         self.body.push_str("  ");
         self.emit(line);
+    }
+
+    /// Emits the live nodes of region `r`, in node order.
+    fn region_nodes(&mut self, r: usize) -> Result<()> {
+        let order = std::mem::take(&mut self.order[r]);
+        for &i in &order {
+            self.node(i)?;
+        }
+        Ok(())
+    }
+
+    /// Emits the `While` node `i` (checked by [`Lowering::live`]) as a generic `stablehlo.while`
+    /// whose two regions hold their own nodes; block arguments are named like other values.
+    fn while_loop(&mut self, i: usize, ins: &[String], tys: &[&'g TensorType]) -> Result<()> {
+        let err = |message: String| {
+            Error::InvalidArgument(format!("cannot lower node {i} (while): {message}"))
+        };
+        let (cond, body) = check_while(self.nodes, self.regions, i).map_err(err)?;
+        let res = format!("%v{i}");
+        let types: Vec<String> = tys.iter().map(|t| tensor_type(t)).collect();
+        let types = types.join(", ");
+        let n = ins.len();
+        let result = if n == 1 {
+            res.clone()
+        } else {
+            format!("{res}:{n}")
+        };
+        self.emit(format!(
+            "{result} = \"stablehlo.while\"({}) ({{",
+            ins.join(", ")
+        ));
+        for r in [cond, body] {
+            if std::mem::replace(&mut self.emitted[r], true) {
+                return Err(err(format!("region {r} belongs to two loops")));
+            }
+            let region = &self.regions[r];
+            let mut args = Vec::with_capacity(n);
+            for (a, ty) in region.args.iter().zip(tys) {
+                let name = format!("%v{}", a.node);
+                args.push(format!("{name}: {}", tensor_type(ty)));
+                self.names[a.node] = vec![name];
+            }
+            if r == body {
+                self.emit("}, {");
+            }
+            self.emit(format!("^bb0({}):", args.join(", ")));
+            self.depth += 1;
+            self.region_nodes(r)?;
+            let results = region
+                .results
+                .iter()
+                .map(|&v| self.value(v))
+                .collect::<Result<Vec<_>>>()?;
+            let result_types: Vec<String> = region
+                .results
+                .iter()
+                .map(|&v| self.ty(v).map(tensor_type))
+                .collect::<Result<Vec<_>>>()?;
+            self.emit(format!(
+                "stablehlo.return {} : {}",
+                results.join(", "),
+                result_types.join(", ")
+            ));
+            self.depth -= 1;
+        }
+        let outputs = if n == 1 {
+            types.clone()
+        } else {
+            format!("({types})")
+        };
+        self.emit(format!("}}) : ({types}) -> {outputs}"));
+        self.names[i] = if n == 1 {
+            vec![res]
+        } else {
+            (0..n).map(|k| format!("{res}#{k}")).collect()
+        };
+        Ok(())
     }
 
     /// Emits node `i` (whose operands are emitted) and records the names of its outputs.
@@ -355,6 +511,9 @@ impl<'g> Lowering<'g> {
             .iter()
             .map(|&v| self.ty(v))
             .collect::<Result<Vec<&'g TensorType>>>()?;
+        if let Op::While { .. } = node.op {
+            return self.while_loop(i, &ins, &tys);
+        }
         if !arity_ok(&node.op, ins.len(), tys.first().map(|t| t.rank())) {
             return Err(err(format!("wrong number of operands ({})", ins.len())));
         }
@@ -391,7 +550,11 @@ impl<'g> Lowering<'g> {
 
         match &node.op {
             Op::BlockArg | Op::While { .. } => {
-                return Err(err("loops are not lowered yet".to_string()));
+                // Block arguments are named by their region; loops are emitted above.
+                return Err(err("not emitted through its region".to_string()));
+            }
+            Op::Parameter { .. } if node.region != 0 => {
+                return Err(err(format!("a parameter inside region {}", node.region)));
             }
             Op::Parameter { .. } => {
                 // Named in the signature; reading it fails if it is not a listed parameter.

@@ -1284,3 +1284,81 @@ fn outputs_may_repeat_and_unused_parameters_stay() {
     let text = to_stablehlo(&g).unwrap();
     assert!(text.contains("%p1_b: tensor<3xui8>"), "{text}");
 }
+
+// ----- loops -----
+
+#[test]
+fn malformed_loops_are_errors() {
+    for (what, g, needle) in crate::ops::malformed_loops() {
+        let m = lower_err(&g);
+        assert!(m.contains(needle), "{what}: {m}");
+    }
+}
+
+/// Ops with regions of their own (a sort, a NaN-propagating max) inside a loop body, a
+/// multi-result value returned as state, and a one-value loop (no `:1`), checked against the
+/// interpreter; the regions' lines are indented by their depth.
+#[test]
+fn loops_nest_region_ops_and_single_value_states() {
+    let g = Graph::new();
+    let x = param(&g, "x", DType::F32, &[4]);
+    let (y, n) = g
+        .while_loop(
+            &(x.clone(), g.scalar(0.0, DType::I32).unwrap()),
+            |(_, n)| n.lt(3),
+            |(x, n)| {
+                let (sorted, idx) = x.sort_with_indices(0, true)?;
+                let m = x.max(&[0], false)?;
+                let y = sorted.sub(&m)?.add(&idx.convert(DType::F32)?)?;
+                Ok((y.mul(0.5)?, n.add(1)?))
+            },
+        )
+        .unwrap();
+    let z = g
+        .while_loop(
+            &y,
+            |y| y.sum_all()?.lt(100.0),
+            |y| y.abs()?.mul(2.0)?.add(1.0),
+        )
+        .unwrap();
+    g.set_outputs(&[&z, &n, &y]).unwrap();
+    let text = to_stablehlo(&g).unwrap();
+    assert_eq!(text.matches("\"stablehlo.while\"").count(), 2, "{text}");
+    let single = text
+        .lines()
+        .find(|l| l.contains("\"stablehlo.while\"(%v"))
+        .unwrap();
+    assert!(!single.contains(':'), "{single}");
+    // The sort's comparator is two levels deeper than the loop.
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("        %v") && l.contains("_before = stablehlo.compare")),
+        "{text}"
+    );
+    let input = [3.0f32, -1.0, 2.5, 0.25];
+    let out = run(&g, &[&z, &n, &y], &[&buf(&input, &[4])]);
+    let want = crate::interp::evaluate(
+        &g,
+        &[crate::array::HostArray::from_vec(&[4], input.to_vec()).unwrap()],
+    )
+    .unwrap();
+    assert_close(
+        &v::<f32>(&out[0]),
+        &want[0]
+            .as_array::<f32>()
+            .unwrap()
+            .iter()
+            .copied()
+            .collect::<Vec<_>>(),
+    );
+    assert_eq!(v::<i32>(&out[1]), vec![3]);
+    assert_close(
+        &v::<f32>(&out[2]),
+        &want[2]
+            .as_array::<f32>()
+            .unwrap()
+            .iter()
+            .copied()
+            .collect::<Vec<_>>(),
+    );
+}

@@ -15,6 +15,7 @@ mod linalg;
 mod mask;
 mod random;
 mod reduce;
+mod regions;
 mod shape;
 mod sort;
 mod util;
@@ -24,3 +25,6 @@ pub use elementwise::Operand;
 pub use graph::{
     ArgKind, BinaryOp, Comparison, Graph, Node, Op, ReduceKind, Region, Tensor, UnaryOp, ValueId,
 };
+pub(crate) use regions::check_while;
+#[cfg(test)]
+pub(crate) use regions::malformed::cases as malformed_loops;
