@@ -58,7 +58,15 @@ use literal::{dense, i64_array, int_list, scalar_or_shaped, special, tensor_type
 pub fn to_stablehlo(graph: &Graph) -> Result<String> {
     let params = graph.parameters();
     let outputs = graph.outputs();
-    graph.with_structure(|nodes, regions| Lowering::new(nodes, regions).module(&params, &outputs))
+    if outputs.is_empty() {
+        return Err(Error::InvalidArgument(
+            "cannot lower a graph without outputs: call Graph::set_outputs first".to_string(),
+        ));
+    }
+    let aliases = graph.output_aliases()?;
+    graph.with_structure(|nodes, regions| {
+        Lowering::new(nodes, regions).module(&params, &outputs, &aliases)
+    })
 }
 
 /// The state of one lowering: the nodes, the SSA names given to values so far, and the body text.
@@ -222,7 +230,13 @@ impl<'g> Lowering<'g> {
     }
 
     /// The whole module.
-    fn module(mut self, params: &[ValueId], outputs: &[ValueId]) -> Result<String> {
+    /// `aliases[k]` is the output that donated parameter `k` is aliased to.
+    fn module(
+        mut self,
+        params: &[ValueId],
+        outputs: &[ValueId],
+        aliases: &[Option<usize>],
+    ) -> Result<String> {
         if outputs.is_empty() {
             return Err(Error::InvalidArgument(
                 "cannot lower a graph without outputs: call Graph::set_outputs first".to_string(),
@@ -263,7 +277,13 @@ impl<'g> Lowering<'g> {
                 )));
             }
             let ssa = format!("%p{k}_{}", sanitize(name));
-            args.push(format!("{ssa}: {}", tensor_type(ty)));
+            match aliases.get(k).copied().flatten() {
+                Some(out) => args.push(format!(
+                    "{ssa}: {} {{tf.aliasing_output = {out} : i32}}",
+                    tensor_type(ty)
+                )),
+                None => args.push(format!("{ssa}: {}", tensor_type(ty))),
+            }
             self.names[p.node] = vec![ssa];
         }
 
