@@ -302,6 +302,29 @@ impl Graph {
     /// `for i in lo..hi { state = body(i, state) }` as one `stablehlo.while`; `i` is a rank-0
     /// integer (`i64` for number bounds, else the tensor bound's dtype). Bounds are numbers or
     /// rank-0 integer tensors; with `hi <= lo` the body never runs.
+    ///
+    /// ```
+    /// use stablegraph::ops::Graph;
+    /// use stablegraph::{DType, HostArray};
+    ///
+    /// # fn main() -> stablegraph::Result<()> {
+    /// let g = Graph::new();
+    /// let x = g.parameter("x", DType::F32, &[4])?;
+    /// let out = g.zeros(DType::F32, &[16, 4])?;
+    /// // for i in 0..16 { x = tanh(x) * 0.9; out[i] = x }, all on the device.
+    /// let (_, out) = g.fori_loop(0, 16, &(x.clone(), out), |i, (x, out)| {
+    ///     let x = x.tanh()?.mul(0.9)?;
+    ///     let zero = g.scalar(0.0, DType::I64)?;
+    ///     let out = out.dynamic_update_slice(&x.expand_dims(0)?, &[i, &zero])?;
+    ///     Ok((x, out))
+    /// })?;
+    /// g.set_outputs(&[&out])?;
+    /// assert_eq!(g.to_stablehlo()?.matches("stablehlo.while").count(), 1);
+    /// let rows = g.evaluate(&[HostArray::from_vec(&[4], vec![1.0f32, -1.0, 0.5, 0.0])?])?;
+    /// assert_eq!(rows[0].dims(), &[16, 4]);
+    /// # Ok(())
+    /// # }
+    /// ```
     #[track_caller]
     pub fn fori_loop<C: Carry + Clone>(
         &self,
