@@ -78,6 +78,7 @@ pub mod dtype;
 pub mod error;
 pub mod interp;
 pub mod lower;
+pub mod models;
 pub mod ops;
 pub mod runtime;
 

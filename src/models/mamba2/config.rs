@@ -1,0 +1,465 @@
+//! Mamba-2 configuration: the HF `config.json` (`Mamba2Config`) and the `mamba_ssm` form.
+
+use std::path::Path;
+
+use serde_json::Value;
+
+use crate::error::{Error, Result};
+
+/// The shape and numerics of a Mamba-2 model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Mamba2Config {
+    /// Model width `d_model`.
+    pub hidden_size: usize,
+    /// Number of blocks.
+    pub num_layers: usize,
+    /// SSM state size `N`.
+    pub state_size: usize,
+    /// Head dimension `P`.
+    pub head_dim: usize,
+    /// Number of heads `H` (`d_inner / head_dim`).
+    pub num_heads: usize,
+    /// Number of B/C groups `G`.
+    pub n_groups: usize,
+    /// Width of the depthwise causal convolution.
+    pub conv_kernel: usize,
+    /// SSD chunk length.
+    pub chunk_size: usize,
+    /// Vocabulary size of the embedding and the head (already padded).
+    pub vocab_size: usize,
+    /// `(min, max)` clamp of `dt` after the softplus (`max` may be infinite).
+    pub time_step_limit: (f64, f64),
+    /// Epsilon of the RMS norms.
+    pub norm_eps: f64,
+    /// Whether the residual stream is kept in f32 (it always is here; recorded for fidelity).
+    pub residual_in_fp32: bool,
+    /// Whether `lm_head` shares the embedding matrix.
+    pub tie_word_embeddings: bool,
+    /// Whether `in_proj` and `out_proj` have biases.
+    pub use_bias: bool,
+    /// Whether the convolution has a bias.
+    pub use_conv_bias: bool,
+    /// Whether the gated norm normalises before gating (`false` in HF and mamba_ssm defaults).
+    pub norm_before_gate: bool,
+}
+
+impl Mamba2Config {
+    /// The inner width `d_inner = num_heads * head_dim`.
+    pub fn d_inner(&self) -> usize {
+        self.num_heads * self.head_dim
+    }
+
+    /// The convolved channels: `x`, `B` and `C`, `d_inner + 2 * n_groups * state_size`.
+    pub fn conv_dim(&self) -> usize {
+        self.d_inner() + 2 * self.n_groups * self.state_size
+    }
+
+    /// Rows of `in_proj`: `z`, `xBC` and `dt`.
+    pub fn in_proj_dim(&self) -> usize {
+        2 * self.d_inner() + 2 * self.n_groups * self.state_size + self.num_heads
+    }
+
+    /// The 130M shape (768 wide, 24 layers, state 128, head_dim 64, vocab 50288, chunk 256).
+    pub fn mamba2_130m() -> Mamba2Config {
+        Mamba2Config {
+            hidden_size: 768,
+            num_layers: 24,
+            state_size: 128,
+            head_dim: 64,
+            num_heads: 24,
+            n_groups: 1,
+            conv_kernel: 4,
+            chunk_size: 256,
+            vocab_size: 50288,
+            time_step_limit: (0.0, f64::INFINITY),
+            norm_eps: 1e-5,
+            residual_in_fp32: true,
+            tie_word_embeddings: true,
+            use_bias: false,
+            use_conv_bias: true,
+            norm_before_gate: false,
+        }
+    }
+
+    /// Reads a `config.json` file (HF or mamba_ssm form).
+    pub fn from_file(path: impl AsRef<Path>) -> Result<Mamba2Config> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
+        Mamba2Config::from_json(&text)
+            .map_err(|e| Error::InvalidArgument(format!("{}: {e}", path.display())))
+    }
+
+    /// Parses a config. HF's `"time_step_limit": [0.0, Infinity]` (not strict JSON) and
+    /// transformers 5's `{"__float__": "Infinity"}` are both accepted. Inconsistent fields are
+    /// an error naming them.
+    pub fn from_json(text: &str) -> Result<Mamba2Config> {
+        let v: Value = serde_json::from_str(&strict_json(text))
+            .map_err(|e| Error::InvalidArgument(format!("config is not JSON: {e}")))?;
+        let obj = v
+            .as_object()
+            .ok_or_else(|| Error::InvalidArgument("config is not a JSON object".into()))?;
+        if obj.contains_key("d_model") {
+            from_mamba_ssm(&v)
+        } else {
+            from_hf(&v)
+        }
+    }
+
+    /// Checks the fields agree with each other.
+    pub fn validate(&self) -> Result<()> {
+        let mut problems = Vec::new();
+        let positive = [
+            ("hidden_size", self.hidden_size),
+            ("num_hidden_layers", self.num_layers),
+            ("state_size", self.state_size),
+            ("head_dim", self.head_dim),
+            ("num_heads", self.num_heads),
+            ("n_groups", self.n_groups),
+            ("conv_kernel", self.conv_kernel),
+            ("chunk_size", self.chunk_size),
+            ("vocab_size", self.vocab_size),
+        ];
+        for (name, v) in positive {
+            if v == 0 {
+                problems.push(format!("{name} is 0"));
+            }
+        }
+        if self.n_groups > 0 && self.num_heads % self.n_groups != 0 {
+            problems.push(format!(
+                "num_heads ({}) is not a multiple of n_groups ({})",
+                self.num_heads, self.n_groups
+            ));
+        }
+        let (lo, hi) = self.time_step_limit;
+        if lo.is_nan() || hi.is_nan() || lo < 0.0 || lo > hi {
+            problems.push(format!(
+                "time_step_limit ({lo}, {hi}) is not a range of dt >= 0"
+            ));
+        }
+        if !(self.norm_eps > 0.0) {
+            problems.push(format!(
+                "the norm epsilon {} is not positive",
+                self.norm_eps
+            ));
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(Error::InvalidArgument(format!(
+                "inconsistent Mamba-2 config: {}",
+                problems.join("; ")
+            )))
+        }
+    }
+}
+
+/// Rewrites the non-JSON float tokens Python writes (`Infinity`, `-Infinity`, `NaN`) outside
+/// strings into strings that `number` below understands.
+fn strict_json(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut in_string = false;
+    let mut escaped = false;
+    let bytes = text.as_bytes();
+    let mut i = 0;
+    while i < text.len() {
+        let c = bytes[i] as char;
+        if in_string {
+            out.push(c);
+            if escaped {
+                escaped = false;
+            } else if c == '\\' {
+                escaped = true;
+            } else if c == '"' {
+                in_string = false;
+            }
+            i += 1;
+            continue;
+        }
+        let rest = &text[i..];
+        if c == '"' {
+            in_string = true;
+            out.push(c);
+            i += 1;
+        } else if let Some(tok) = ["-Infinity", "Infinity", "NaN"]
+            .iter()
+            .find(|t| rest.starts_with(**t))
+        {
+            out.push('"');
+            out.push_str(tok);
+            out.push('"');
+            i += tok.len();
+        } else {
+            let ch = rest.chars().next().unwrap_or(' ');
+            out.push(ch);
+            i += ch.len_utf8();
+        }
+    }
+    out
+}
+
+/// A JSON number, or one of the spellings of infinity Python writes.
+fn number(v: &Value) -> Option<f64> {
+    match v {
+        Value::Number(n) => n.as_f64(),
+        Value::String(s) => match s.as_str() {
+            "Infinity" | "inf" => Some(f64::INFINITY),
+            "-Infinity" | "-inf" => Some(f64::NEG_INFINITY),
+            "NaN" | "nan" => Some(f64::NAN),
+            _ => s.parse().ok(),
+        },
+        Value::Object(o) => o.get("__float__").and_then(number),
+        _ => None,
+    }
+}
+
+struct Fields<'a> {
+    v: &'a Value,
+    missing: Vec<String>,
+}
+
+impl Fields<'_> {
+    fn usize(&mut self, name: &str) -> usize {
+        match self.v.get(name).and_then(Value::as_u64) {
+            Some(n) => n as usize,
+            None => {
+                self.missing.push(name.to_string());
+                0
+            }
+        }
+    }
+
+    fn usize_or(&self, name: &str, default: usize) -> usize {
+        self.v
+            .get(name)
+            .and_then(Value::as_u64)
+            .map_or(default, |n| n as usize)
+    }
+
+    fn f64_or(&self, name: &str, default: f64) -> f64 {
+        self.v.get(name).and_then(number).unwrap_or(default)
+    }
+
+    fn bool_or(&self, name: &str, default: bool) -> bool {
+        self.v.get(name).and_then(Value::as_bool).unwrap_or(default)
+    }
+
+    fn finish(self) -> Result<()> {
+        if self.missing.is_empty() {
+            Ok(())
+        } else {
+            Err(Error::InvalidArgument(format!(
+                "the Mamba-2 config lacks {}",
+                self.missing.join(", ")
+            )))
+        }
+    }
+}
+
+fn time_step_limit(v: Option<&Value>) -> Result<(f64, f64)> {
+    match v {
+        None | Some(Value::Null) => Ok((0.0, f64::INFINITY)),
+        Some(Value::Array(a)) if a.len() == 2 => match (number(&a[0]), number(&a[1])) {
+            (Some(lo), Some(hi)) => Ok((lo, hi)),
+            _ => Err(Error::InvalidArgument(format!(
+                "time_step_limit {a:?} is not two numbers"
+            ))),
+        },
+        Some(other) => Err(Error::InvalidArgument(format!(
+            "time_step_limit {other} is not a pair"
+        ))),
+    }
+}
+
+fn padded_vocab(vocab: usize, multiple: usize) -> usize {
+    if multiple <= 1 {
+        vocab
+    } else {
+        vocab.div_ceil(multiple) * multiple
+    }
+}
+
+fn from_hf(v: &Value) -> Result<Mamba2Config> {
+    let mut f = Fields { v, missing: vec![] };
+    let hidden_size = f.usize("hidden_size");
+    let num_layers = f.usize("num_hidden_layers");
+    let state_size = f.usize("state_size");
+    let head_dim = f.usize("head_dim");
+    let vocab = f.usize("vocab_size");
+    let expand = f.usize_or("expand", 2);
+    let n_groups = f.usize_or("n_groups", 1);
+    let conv_kernel = f.usize_or("conv_kernel", 4);
+    let chunk_size = f.usize_or("chunk_size", 256);
+    let pad_multiple = f.usize_or("pad_vocab_size_multiple", 1);
+    let norm_eps = f.f64_or("layer_norm_epsilon", f.f64_or("rms_norm_eps", 1e-5));
+    let residual_in_fp32 = f.bool_or("residual_in_fp32", true);
+    let tie = f.bool_or("tie_word_embeddings", true);
+    let use_bias = f.bool_or("use_bias", false);
+    let use_conv_bias = f.bool_or("use_conv_bias", true);
+    let norm_before_gate = f.bool_or("norm_before_gate", false);
+    let rms_norm = f.bool_or("rms_norm", true);
+    let heads_field = v
+        .get("num_heads")
+        .and_then(Value::as_u64)
+        .map(|n| n as usize);
+    f.finish()?;
+    if !rms_norm {
+        return Err(Error::InvalidArgument(
+            "rms_norm = false (a LayerNorm model) is not supported".into(),
+        ));
+    }
+    let d_inner = expand * hidden_size;
+    let num_heads = heads_field.unwrap_or(if head_dim > 0 { d_inner / head_dim } else { 0 });
+    if num_heads * head_dim != d_inner {
+        return Err(Error::InvalidArgument(format!(
+            "inconsistent Mamba-2 config: num_heads ({num_heads}) * head_dim ({head_dim}) != \
+             expand ({expand}) * hidden_size ({hidden_size})"
+        )));
+    }
+    let config = Mamba2Config {
+        hidden_size,
+        num_layers,
+        state_size,
+        head_dim,
+        num_heads,
+        n_groups,
+        conv_kernel,
+        chunk_size,
+        vocab_size: padded_vocab(vocab, pad_multiple),
+        time_step_limit: time_step_limit(v.get("time_step_limit"))?,
+        norm_eps,
+        residual_in_fp32,
+        tie_word_embeddings: tie,
+        use_bias,
+        use_conv_bias,
+        norm_before_gate,
+    };
+    config.validate()?;
+    Ok(config)
+}
+
+fn from_mamba_ssm(v: &Value) -> Result<Mamba2Config> {
+    let mut f = Fields { v, missing: vec![] };
+    let hidden_size = f.usize("d_model");
+    let num_layers = f.usize("n_layer");
+    let vocab = f.usize("vocab_size");
+    let pad_multiple = f.usize_or("pad_vocab_size_multiple", 8);
+    let tie = f.bool_or("tie_embeddings", true);
+    let residual_in_fp32 = f.bool_or("residual_in_fp32", true);
+    let rms_norm = f.bool_or("rms_norm", true);
+    f.finish()?;
+    if !rms_norm {
+        return Err(Error::InvalidArgument(
+            "rms_norm = false (a LayerNorm model) is not supported".into(),
+        ));
+    }
+    let empty = Value::Object(Default::default());
+    let ssm = v.get("ssm_cfg").unwrap_or(&empty);
+    let s = Fields {
+        v: ssm,
+        missing: vec![],
+    };
+    if let Some(layer) = ssm.get("layer").and_then(Value::as_str) {
+        if layer != "Mamba2" {
+            return Err(Error::InvalidArgument(format!(
+                "ssm_cfg.layer is {layer:?}; only Mamba2 is supported"
+            )));
+        }
+    }
+    let expand = s.usize_or("expand", 2);
+    let head_dim = s.usize_or("headdim", 64);
+    let d_inner = expand * hidden_size;
+    let config = Mamba2Config {
+        hidden_size,
+        num_layers,
+        state_size: s.usize_or("d_state", 128),
+        head_dim,
+        num_heads: if head_dim > 0 { d_inner / head_dim } else { 0 },
+        n_groups: s.usize_or("ngroups", 1),
+        conv_kernel: s.usize_or("d_conv", 4),
+        chunk_size: s.usize_or("chunk_size", 256),
+        vocab_size: padded_vocab(vocab, pad_multiple),
+        time_step_limit: time_step_limit(ssm.get("dt_limit"))?,
+        norm_eps: 1e-5,
+        residual_in_fp32,
+        tie_word_embeddings: tie,
+        use_bias: s.bool_or("bias", false),
+        use_conv_bias: s.bool_or("conv_bias", true),
+        norm_before_gate: s.bool_or("norm_before_gate", false),
+    };
+    if config.num_heads * head_dim != d_inner {
+        return Err(Error::InvalidArgument(format!(
+            "inconsistent Mamba-2 config: d_inner ({d_inner}) is not a multiple of headdim \
+             ({head_dim})"
+        )));
+    }
+    config.validate()?;
+    Ok(config)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HF: &str = r#"{"model_type": "mamba2", "hidden_size": 64, "num_hidden_layers": 2,
+        "state_size": 16, "head_dim": 16, "expand": 2, "n_groups": 2, "num_heads": 8,
+        "conv_kernel": 4, "chunk_size": 8, "vocab_size": 100, "pad_vocab_size_multiple": 8,
+        "time_step_limit": [0.0, Infinity], "layer_norm_epsilon": 1e-05,
+        "tie_word_embeddings": false, "note": "Infinity inside a string stays"}"#;
+
+    #[test]
+    fn reads_hf_configs_with_bare_infinity() {
+        let c = Mamba2Config::from_json(HF).unwrap();
+        assert_eq!(
+            (c.hidden_size, c.num_layers, c.num_heads, c.n_groups),
+            (64, 2, 8, 2)
+        );
+        assert_eq!(c.vocab_size, 104);
+        assert_eq!(c.time_step_limit, (0.0, f64::INFINITY));
+        assert_eq!(
+            (c.d_inner(), c.conv_dim(), c.in_proj_dim()),
+            (128, 192, 328)
+        );
+        assert!(!c.tie_word_embeddings);
+    }
+
+    #[test]
+    fn reads_the_transformers_5_float_encoding() {
+        let text = HF.replace("[0.0, Infinity]", r#"[0.0, {"__float__": "Infinity"}]"#);
+        let c = Mamba2Config::from_json(&text).unwrap();
+        assert_eq!(c.time_step_limit, (0.0, f64::INFINITY));
+    }
+
+    #[test]
+    fn reads_mamba_ssm_configs() {
+        let text = r#"{"d_model": 768, "n_layer": 24, "vocab_size": 50277,
+            "ssm_cfg": {"layer": "Mamba2"}, "rms_norm": true, "residual_in_fp32": true,
+            "pad_vocab_size_multiple": 16, "tie_embeddings": true}"#;
+        let c = Mamba2Config::from_json(text).unwrap();
+        assert_eq!(c, Mamba2Config::mamba2_130m());
+    }
+
+    #[test]
+    fn inconsistent_configs_name_the_fields() {
+        let bad = HF.replace("\"num_heads\": 8", "\"num_heads\": 7");
+        let e = Mamba2Config::from_json(&bad).unwrap_err().to_string();
+        assert!(
+            e.contains("num_heads (7)") && e.contains("head_dim (16)"),
+            "{e}"
+        );
+        let bad = HF.replace("\"n_groups\": 2", "\"n_groups\": 3");
+        let e = Mamba2Config::from_json(&bad).unwrap_err().to_string();
+        assert!(e.contains("n_groups (3)"), "{e}");
+        let e = Mamba2Config::from_json(r#"{"hidden_size": 8}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("num_hidden_layers") && e.contains("vocab_size"),
+            "{e}"
+        );
+        assert!(Mamba2Config::from_json("not json").is_err());
+        let bad = HF.replace("[0.0, Infinity]", "[1.0, 0.5]");
+        let e = Mamba2Config::from_json(&bad).unwrap_err().to_string();
+        assert!(e.contains("time_step_limit"), "{e}");
+    }
+}

@@ -1,0 +1,7 @@
+//! Mamba-2 language-model inference, compiler-first: chunked SSD prefill as einsums over static
+//! causal masks, the O(1) recurrent step for decoding, and generation as one compiled program.
+//! Built only from the public graph API.
+
+mod config;
+
+pub use config::Mamba2Config;

@@ -1,0 +1,3 @@
+//! Models built only from the public graph API.
+
+pub mod mamba2;
