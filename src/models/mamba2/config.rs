@@ -125,7 +125,7 @@ impl Mamba2Config {
                 problems.push(format!("{name} is 0"));
             }
         }
-        if self.n_groups > 0 && self.num_heads % self.n_groups != 0 {
+        if self.n_groups > 0 && !self.num_heads.is_multiple_of(self.n_groups) {
             problems.push(format!(
                 "num_heads ({}) is not a multiple of n_groups ({})",
                 self.num_heads, self.n_groups
@@ -137,7 +137,7 @@ impl Mamba2Config {
                 "time_step_limit ({lo}, {hi}) is not a range of dt >= 0"
             ));
         }
-        if !(self.norm_eps > 0.0) {
+        if self.norm_eps.is_nan() || self.norm_eps <= 0.0 {
             problems.push(format!(
                 "the norm epsilon {} is not positive",
                 self.norm_eps
@@ -309,7 +309,7 @@ fn from_hf(v: &Value) -> Result<Mamba2Config> {
         ));
     }
     let d_inner = expand * hidden_size;
-    let num_heads = heads_field.unwrap_or(if head_dim > 0 { d_inner / head_dim } else { 0 });
+    let num_heads = heads_field.unwrap_or(d_inner.checked_div(head_dim).unwrap_or(0));
     if num_heads * head_dim != d_inner {
         return Err(Error::InvalidArgument(format!(
             "inconsistent Mamba-2 config: num_heads ({num_heads}) * head_dim ({head_dim}) != \
@@ -374,7 +374,7 @@ fn from_mamba_ssm(v: &Value) -> Result<Mamba2Config> {
         num_layers,
         state_size: s.usize_or("d_state", 128),
         head_dim,
-        num_heads: if head_dim > 0 { d_inner / head_dim } else { 0 },
+        num_heads: d_inner.checked_div(head_dim).unwrap_or(0),
         n_groups: s.usize_or("ngroups", 1),
         conv_kernel: s.usize_or("d_conv", 4),
         chunk_size: s.usize_or("chunk_size", 256),
