@@ -3,5 +3,7 @@
 //! Built only from the public graph API.
 
 mod config;
+mod weights;
 
 pub use config::Mamba2Config;
+pub use weights::{LayerWeights, Mamba2Weights};

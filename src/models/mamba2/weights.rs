@@ -1,0 +1,117 @@
+//! Mamba-2 weights: the tensors of a checkpoint in the layout the compiled programs read.
+//!
+//! The same structure holds host arrays (loaded or randomly initialised), device buffers
+//! (uploaded once and shared by every program of a model) and graph parameters (`Tensor`), so
+//! the three never disagree on names or order.
+
+use crate::error::Result;
+
+/// One block's weights. Matrices keep the checkpoint's `[out, in]` layout: the programs contract
+/// their second axis (`x @ W^T`), which measured as fast as or faster than `[in, out]` for
+/// matrix-vector products on XLA CPU (see the README), so loading never transposes.
+#[derive(Debug, Clone)]
+pub struct LayerWeights<T> {
+    /// Pre-mixer RMSNorm weight, `[hidden]`.
+    pub norm: T,
+    /// `in_proj`, `[in_proj_dim, hidden]` (rows: `z`, `x`, `B`, `C`, `dt`).
+    pub in_proj: T,
+    /// `in_proj` bias, `[in_proj_dim]`, when the config has `use_bias`.
+    pub in_proj_bias: Option<T>,
+    /// Depthwise convolution weight, `[conv_dim, conv_kernel]`.
+    pub conv_weight: T,
+    /// Convolution bias, `[conv_dim]`, when the config has `use_conv_bias`.
+    pub conv_bias: Option<T>,
+    /// `dt` bias, `[num_heads]`.
+    pub dt_bias: T,
+    /// `A_log`, `[num_heads]` (`A = -exp(A_log)`).
+    pub a_log: T,
+    /// Skip connection `D`, `[num_heads]`.
+    pub d: T,
+    /// Gated RMSNorm weight, `[d_inner]`.
+    pub gated_norm: T,
+    /// `out_proj`, `[hidden, d_inner]`.
+    pub out_proj: T,
+    /// `out_proj` bias, `[hidden]`, when the config has `use_bias`.
+    pub out_proj_bias: Option<T>,
+}
+
+/// All weights of a model.
+#[derive(Debug, Clone)]
+pub struct Mamba2Weights<T> {
+    /// Token embedding, `[vocab, hidden]`.
+    pub embedding: T,
+    /// The blocks, in order.
+    pub layers: Vec<LayerWeights<T>>,
+    /// Final RMSNorm weight, `[hidden]`.
+    pub norm_f: T,
+    /// The output head, `[vocab, hidden]`; `None` when tied to the embedding.
+    pub lm_head: Option<T>,
+}
+
+impl<T> LayerWeights<T> {
+    /// Applies `f` to every tensor with its name (`norm`, `mixer.in_proj`, ...), in a fixed order.
+    pub fn try_map<'a, U>(
+        &'a self,
+        mut f: impl FnMut(&str, &'a T) -> Result<U>,
+    ) -> Result<LayerWeights<U>> {
+        Ok(LayerWeights {
+            norm: f("norm", &self.norm)?,
+            in_proj: f("mixer.in_proj", &self.in_proj)?,
+            in_proj_bias: self
+                .in_proj_bias
+                .as_ref()
+                .map(|t| f("mixer.in_proj_bias", t))
+                .transpose()?,
+            conv_weight: f("mixer.conv1d", &self.conv_weight)?,
+            conv_bias: self
+                .conv_bias
+                .as_ref()
+                .map(|t| f("mixer.conv1d_bias", t))
+                .transpose()?,
+            dt_bias: f("mixer.dt_bias", &self.dt_bias)?,
+            a_log: f("mixer.A_log", &self.a_log)?,
+            d: f("mixer.D", &self.d)?,
+            gated_norm: f("mixer.norm", &self.gated_norm)?,
+            out_proj: f("mixer.out_proj", &self.out_proj)?,
+            out_proj_bias: self
+                .out_proj_bias
+                .as_ref()
+                .map(|t| f("mixer.out_proj_bias", t))
+                .transpose()?,
+        })
+    }
+}
+
+impl<T> Mamba2Weights<T> {
+    /// Applies `f` to every tensor with a unique name (`embedding`, `layers.3.mixer.D`, ...),
+    /// in a fixed order: embedding, layers, norm_f, lm_head.
+    pub fn try_map<'a, U>(
+        &'a self,
+        mut f: impl FnMut(&str, &'a T) -> Result<U>,
+    ) -> Result<Mamba2Weights<U>> {
+        let embedding = f("embedding", &self.embedding)?;
+        let layers = self
+            .layers
+            .iter()
+            .enumerate()
+            .map(|(i, l)| l.try_map(|name, t| f(&format!("layers.{i}.{name}"), t)))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Mamba2Weights {
+            embedding,
+            layers,
+            norm_f: f("norm_f", &self.norm_f)?,
+            lm_head: self.lm_head.as_ref().map(|t| f("lm_head", t)).transpose()?,
+        })
+    }
+
+    /// Every tensor with its name, in the order of [`Mamba2Weights::try_map`].
+    pub fn named(&self) -> Vec<(String, &T)> {
+        let mut out = Vec::new();
+        // The closure never fails.
+        let _ = self.try_map(|name, t| {
+            out.push((name.to_string(), t));
+            Ok(())
+        });
+        out
+    }
+}
