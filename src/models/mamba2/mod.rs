@@ -3,6 +3,7 @@
 //! Built only from the public graph API.
 
 mod config;
+pub mod ssd;
 mod weights;
 
 pub use config::Mamba2Config;

@@ -1,0 +1,166 @@
+//! The SSD (state space duality) scan of Mamba-2, two ways: chunked over a whole sequence (einsums
+//! over static causal masks; the prefill) and as the O(1) recurrence of one step (the decode).
+//! All of it runs in f32: the exponentials, the cumulative sums and the state.
+
+use crate::dtype::DType;
+use crate::error::Result;
+use crate::ops::{Graph, Tensor};
+
+/// `segsum(x)[..., i, j] = x[..., j+1] + ... + x[..., i]` for `i >= j`, `-inf` above the
+/// diagonal, for `x` of shape `[..., T]`; built as a masked cumulative sum (no subtraction of
+/// large cumulative sums, so it stays accurate) over static `tril` masks.
+pub fn segsum(x: &Tensor) -> Result<Tensor> {
+    let g = x.graph();
+    let t = *x.dims().last().unwrap_or(&0);
+    let mut dims = x.dims().to_vec();
+    dims.push(t);
+    // rep[..., i, j] = x[..., i]
+    let rep = x.expand_dims(-1)?.broadcast_to(&dims)?;
+    let strictly_lower = g.tril_mask(t, t, -1)?;
+    let rep = rep.where_(&strictly_lower, 0.0)?;
+    let seg = rep.cumsum(-2, false, false)?;
+    seg.where_(&g.tril_mask(t, t, 0)?, f64::NEG_INFINITY)
+}
+
+/// Repeats `[b, L, G, N]` group tensors to `[b, L, H, N]` heads: head `h` reads group
+/// `h / (H / G)`.
+pub fn groups_to_heads(t: &Tensor, heads: usize) -> Result<Tensor> {
+    let d = t.dims().to_vec();
+    let (groups, n) = (d[d.len() - 2], d[d.len() - 1]);
+    if groups == heads {
+        return Ok(t.clone());
+    }
+    let mut wide = d[..d.len() - 2].to_vec();
+    wide.extend([groups, heads / groups, n]);
+    let mut out = d[..d.len() - 2].to_vec();
+    out.extend([heads, n]);
+    let out: Vec<isize> = out.iter().map(|&v| v as isize).collect();
+    t.expand_dims(-2)?.broadcast_to(&wide)?.reshape(&out)
+}
+
+/// The chunked SSD over a whole sequence. `x`: `[b, L, H, P]`, `dt`: `[b, L, H]` (after softplus,
+/// clamp and masking), `a`: `[H]` (negative), `b_`/`c`: `[b, L, H, N]` (already per head),
+/// `init`: the state before the sequence, `[b, H, P, N]` (zeros when `None`); `L` a multiple of
+/// `chunk`. Returns `y` (`[b, L, H, P]`, without the `D` skip) and the final state
+/// `[b, H, P, N]`.
+pub fn ssd_chunked(
+    x: &Tensor,
+    dt: &Tensor,
+    a: &Tensor,
+    b_: &Tensor,
+    c: &Tensor,
+    init: Option<&Tensor>,
+    chunk: usize,
+) -> Result<(Tensor, Tensor)> {
+    let g = x.graph();
+    let [bs, len, h, p] = dims4(x);
+    let n = b_.dims()[3];
+    let nc = len / chunk;
+    let (bs_, nc_, l_, h_, p_, n_) = (
+        bs as isize,
+        nc as isize,
+        chunk as isize,
+        h as isize,
+        p as isize,
+        n as isize,
+    );
+    // X = x * dt; A = dt * a, per step and head.
+    let xdt = x.mul(&dt.expand_dims(-1)?)?;
+    let adt = dt.mul(a)?; // [b, L, H]
+    let xc = xdt.reshape(&[bs_, nc_, l_, h_, p_])?;
+    let bc = b_.reshape(&[bs_, nc_, l_, h_, n_])?;
+    let cc = c.reshape(&[bs_, nc_, l_, h_, n_])?;
+    let ac = adt.reshape(&[bs_, nc_, l_, h_])?.transpose(&[0, 3, 1, 2])?; // [b, H, c, l]
+    let a_cumsum = ac.cumsum(-1, false, false)?;
+
+    // 1. Within each chunk: y_diag = C L B^T X with L = exp(segsum(A)).
+    let lmat = segsum(&ac)?.exp()?; // [b, H, c, l, l]
+    let y_diag = Tensor::einsum("bclhn,bcshn,bhcls,bcshp->bclhp", &[&cc, &bc, &lmat, &xc])?;
+
+    // 2. The state each chunk ends with, from its own inputs.
+    let last = a_cumsum.narrow(-1, chunk - 1, 1)?; // [b, H, c, 1]
+    let decay_states = last.sub(&a_cumsum)?.exp()?;
+    let states = Tensor::einsum("bclhn,bhcl,bclhp->bchpn", &[&bc, &decay_states, &xc])?;
+
+    // 3. Across chunks: carry the states forward, from the initial one.
+    let init = match init {
+        Some(s) => s.clone(),
+        None => g.zeros(DType::F32, &[bs, h, p, n])?,
+    };
+    let states = Tensor::concat(&[&init.expand_dims(1)?, &states], 1)?; // [b, c+1, H, P, N]
+    let last = last.reshape(&[bs_, h_, nc_])?;
+    let padded = last.pad(&[0, 0, 1], &[0, 0, 0], &[0, 0, 0], 0.0)?; // [b, H, c+1]
+    let decay_chunk = segsum(&padded)?.exp()?; // [b, H, c+1, c+1]
+    let new_states = Tensor::einsum("bhzc,bchpn->bzhpn", &[&decay_chunk, &states])?;
+    let states = new_states.narrow(1, 0, nc)?;
+    let final_state = new_states.narrow(1, nc, 1)?.reshape(&[bs_, h_, p_, n_])?;
+
+    // 4. Each position's output from the state its chunk started with.
+    let decay_out = a_cumsum.exp()?; // [b, H, c, l]
+    let y_off = Tensor::einsum("bclhn,bchpn,bhcl->bclhp", &[&cc, &states, &decay_out])?;
+    let y = y_diag.add(&y_off)?.reshape(&[bs_, len as isize, h_, p_])?;
+    Ok((y, final_state))
+}
+
+/// One step of the recurrence: `h = exp(dt a) h + dt x B`, `y = C h`. `x`: `[b, H, P]`, `dt`:
+/// `[b, H]`, `a`: `[H]`, `b_`/`c`: `[b, H, N]`, `state`: `[b, H, P, N]`. Returns `y` (`[b, H, P]`,
+/// without the `D` skip) and the new state.
+pub fn ssd_step(
+    x: &Tensor,
+    dt: &Tensor,
+    a: &Tensor,
+    b_: &Tensor,
+    c: &Tensor,
+    state: &Tensor,
+) -> Result<(Tensor, Tensor)> {
+    let decay = dt.mul(a)?.exp()?.expand_dims(-1)?.expand_dims(-1)?; // [b, H, 1, 1]
+    let xdt = x.mul(&dt.expand_dims(-1)?)?; // [b, H, P]
+    let input = xdt.expand_dims(-1)?.mul(&b_.expand_dims(2)?)?; // [b, H, P, N]
+    let new_state = state.mul(&decay)?.add(&input)?;
+    let y = Tensor::einsum("bhpn,bhn->bhp", &[&new_state, c])?;
+    Ok((y, new_state))
+}
+
+fn dims4(t: &Tensor) -> [usize; 4] {
+    let d = t.dims();
+    [d[0], d[1], d[2], d[3]]
+}
+
+/// The naive recurrence over a whole sequence, one [`ssd_step`] per position inside a
+/// `fori_loop`: the reference the chunked form is tested against.
+pub fn ssd_recurrent(
+    x: &Tensor,
+    dt: &Tensor,
+    a: &Tensor,
+    b_: &Tensor,
+    c: &Tensor,
+    init: &Tensor,
+) -> Result<(Tensor, Tensor)> {
+    let g: &Graph = x.graph();
+    let [bs, len, h, p] = dims4(x);
+    let n = b_.dims()[3];
+    let y0 = g.zeros(DType::F32, &[bs, len, h, p])?;
+    let zero = g.scalar(0.0, DType::I64)?;
+    let (y, state) = g.fori_loop(0, len, &(y0, init.clone()), |t, (y, state)| {
+        let at = |v: &Tensor, width: &[usize]| -> Result<Tensor> {
+            let mut starts: Vec<&Tensor> = vec![&zero, t];
+            starts.extend(std::iter::repeat_n(&zero, v.rank() - 2));
+            let mut sizes = vec![bs, 1];
+            sizes.extend_from_slice(width);
+            let mut squeezed: Vec<isize> = vec![bs as isize];
+            squeezed.extend(width.iter().map(|&w| w as isize));
+            v.dynamic_slice(&starts, &sizes)?.reshape(&squeezed)
+        };
+        let (yt, next) = ssd_step(
+            &at(x, &[h, p])?,
+            &at(dt, &[h])?,
+            a,
+            &at(b_, &[h, n])?,
+            &at(c, &[h, n])?,
+            state,
+        )?;
+        let y = y.dynamic_update_slice(&yt.expand_dims(1)?, &[&zero, t, &zero, &zero])?;
+        Ok((y, next))
+    })?;
+    Ok((y, state))
+}
