@@ -2,9 +2,13 @@
 //! causal masks, the O(1) recurrent step for decoding, and generation as one compiled program.
 //! Built only from the public graph API.
 
+pub mod block;
 mod config;
+mod model;
 pub mod ssd;
 mod weights;
 
+pub use block::LayerState;
 pub use config::Mamba2Config;
+pub use model::{GenerateOptions, Mamba2, Mamba2State, Prefill, Sampling};
 pub use weights::{LayerWeights, Mamba2Weights};

@@ -4,7 +4,13 @@
 //! (uploaded once and shared by every program of a model) and graph parameters (`Tensor`), so
 //! the three never disagree on names or order.
 
-use crate::error::Result;
+use crate::array::HostArray;
+use crate::dtype::{DType, TensorType};
+use crate::error::{Error, Result};
+use crate::runtime::{Buffer, Client};
+use crate::with_host_array;
+
+use super::Mamba2Config;
 
 /// One block's weights. Matrices keep the checkpoint's `[out, in]` layout: the programs contract
 /// their second axis (`x @ W^T`), which measured as fast as or faster than `[in, out]` for
@@ -113,5 +119,58 @@ impl<T> Mamba2Weights<T> {
             Ok(())
         });
         out
+    }
+}
+
+impl Mamba2Weights<TensorType> {
+    /// The element type and shape of every tensor of a model with `config`, as [`load`] and
+    /// [`random`] produce them and the programs take them: `embedding`, `in_proj`, `out_proj`
+    /// and `lm_head` in `matmul_dtype` (F32 or BF16), everything else in F32. `lm_head` is
+    /// `None` when the config ties it to the embedding. Fails for any other `matmul_dtype`.
+    ///
+    /// [`load`]: Mamba2Weights::load
+    /// [`random`]: Mamba2Weights::random
+    pub fn types(config: &Mamba2Config, matmul_dtype: DType) -> Result<Self> {
+        check_matmul_dtype(matmul_dtype)?;
+        let m = |dims: &[usize]| TensorType::new(matmul_dtype, dims);
+        let f = |dims: &[usize]| TensorType::new(DType::F32, dims);
+        let c = config;
+        let layer = LayerWeights {
+            norm: f(&[c.hidden_size]),
+            in_proj: m(&[c.in_proj_dim(), c.hidden_size]),
+            in_proj_bias: c.use_bias.then(|| f(&[c.in_proj_dim()])),
+            conv_weight: f(&[c.conv_dim(), c.conv_kernel]),
+            conv_bias: c.use_conv_bias.then(|| f(&[c.conv_dim()])),
+            dt_bias: f(&[c.num_heads]),
+            a_log: f(&[c.num_heads]),
+            d: f(&[c.num_heads]),
+            gated_norm: f(&[c.d_inner()]),
+            out_proj: m(&[c.hidden_size, c.d_inner()]),
+            out_proj_bias: c.use_bias.then(|| f(&[c.hidden_size])),
+        };
+        Ok(Mamba2Weights {
+            embedding: m(&[c.vocab_size, c.hidden_size]),
+            layers: vec![layer; c.num_layers],
+            norm_f: f(&[c.hidden_size]),
+            lm_head: (!c.tie_word_embeddings).then(|| m(&[c.vocab_size, c.hidden_size])),
+        })
+    }
+}
+
+/// Fails unless `dtype` is one the programs multiply in (F32 or BF16).
+pub(crate) fn check_matmul_dtype(dtype: DType) -> Result<()> {
+    match dtype {
+        DType::F32 | DType::BF16 => Ok(()),
+        other => Err(Error::InvalidArgument(format!(
+            "the Mamba-2 matmul dtype must be f32 or bf16, not {other}"
+        ))),
+    }
+}
+
+impl Mamba2Weights<HostArray> {
+    /// Copies every tensor to device 0 of `client`, one buffer each, for the programs of a
+    /// model to share.
+    pub fn upload(&self, client: &Client) -> Result<Mamba2Weights<Buffer>> {
+        self.try_map(|_, a| with_host_array!(a, x => client.buffer_from_array(x)))
     }
 }

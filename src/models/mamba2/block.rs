@@ -1,0 +1,248 @@
+//! The Mamba-2 block and model as graph functions: prefill over a (left-padded) prompt through
+//! the chunked SSD, and one decode step through the recurrence.
+//!
+//! Precision: the matrices (`in_proj`, `out_proj`, the embedding and the head) may be bf16;
+//! their products are converted to f32 at once. `A`, the exponentials, the cumulative sums, the
+//! norms, the residual stream and the states are f32 always.
+
+use super::config::Mamba2Config;
+use super::ssd::{groups_to_heads, ssd_chunked, ssd_step};
+use super::weights::{LayerWeights, Mamba2Weights};
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::ops::{Graph, Tensor};
+
+/// The per-layer recurrent state of a batch: the last `conv_kernel` convolution inputs,
+/// `[b, conv_dim, conv_kernel]` (oldest first, HF's layout), and the SSM state `[b, H, P, N]`.
+#[derive(Debug, Clone)]
+pub struct LayerState<T> {
+    /// Convolution inputs.
+    pub conv: T,
+    /// SSM state.
+    pub ssm: T,
+}
+
+/// `x @ w^T` for `w` stored `[out, in]`, in `w`'s dtype, returning f32.
+fn linear(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
+    let xin = x.convert(w.dtype())?;
+    let last = xin.rank() as isize - 1;
+    let y = xin.dot_general(w, &[], &[(last, 1)])?.convert(DType::F32)?;
+    match bias {
+        Some(b) => y.add(&b.convert(DType::F32)?),
+        None => Ok(y),
+    }
+}
+
+/// RMSNorm over the last axis: `x * rsqrt(mean(x^2) + eps) * w`.
+fn rms_norm(x: &Tensor, w: &Tensor, eps: f64) -> Result<Tensor> {
+    let var = x.square()?.mean(&[-1], true)?;
+    x.mul(&var.add(eps)?.rsqrt()?)?.mul(w)
+}
+
+/// Gated RMSNorm: `rms(y * silu(z))` normalised over each group of `d_inner / n_groups`
+/// channels (as current transformers and mamba_ssm do), times `w`.
+fn gated_rms_norm(y: &Tensor, z: &Tensor, w: &Tensor, cfg: &Mamba2Config) -> Result<Tensor> {
+    let h = y.mul(&z.silu()?)?;
+    let dims = h.dims().to_vec();
+    let mut grouped: Vec<isize> = dims[..dims.len() - 1].iter().map(|&d| d as isize).collect();
+    grouped.extend([
+        cfg.n_groups as isize,
+        (cfg.d_inner() / cfg.n_groups) as isize,
+    ]);
+    let hg = h.reshape(&grouped)?;
+    let var = hg.square()?.mean(&[-1], true)?;
+    let normed = hg.mul(&var.add(cfg.norm_eps)?.rsqrt()?)?;
+    let back: Vec<isize> = dims.iter().map(|&d| d as isize).collect();
+    normed.reshape(&back)?.mul(w)
+}
+
+/// `softplus(dt + dt_bias)` clamped to the config's `time_step_limit`.
+fn time_step(dt: &Tensor, bias: &Tensor, cfg: &Mamba2Config) -> Result<Tensor> {
+    let dt = dt.add(bias)?.softplus()?;
+    let (lo, hi) = cfg.time_step_limit;
+    if lo > 0.0 || hi.is_finite() {
+        dt.clamp(lo, if hi.is_finite() { hi } else { f64::MAX })
+    } else {
+        Ok(dt)
+    }
+}
+
+/// Splits the `in_proj` output `[..., in_proj_dim]` into `z`, `xBC` and `dt`.
+fn split_in_proj(zxbcdt: &Tensor, cfg: &Mamba2Config) -> Result<(Tensor, Tensor, Tensor)> {
+    let di = cfg.d_inner();
+    let z = zxbcdt.narrow(-1, 0, di)?;
+    let xbc = zxbcdt.narrow(-1, di, cfg.conv_dim())?;
+    let dt = zxbcdt.narrow(-1, di + cfg.conv_dim(), cfg.num_heads)?;
+    Ok((z, xbc, dt))
+}
+
+/// Splits convolved `[..., conv_dim]` into `x` `[..., H, P]`, `B` and `C` `[..., G, N]`.
+fn split_xbc(xbc: &Tensor, cfg: &Mamba2Config) -> Result<(Tensor, Tensor, Tensor)> {
+    let (di, gn) = (cfg.d_inner(), cfg.n_groups * cfg.state_size);
+    let lead: Vec<isize> = xbc.dims()[..xbc.rank() - 1]
+        .iter()
+        .map(|&d| d as isize)
+        .collect();
+    let shape = |a: usize, b: usize| -> Vec<isize> {
+        let mut v = lead.clone();
+        v.extend([a as isize, b as isize]);
+        v
+    };
+    let x = xbc
+        .narrow(-1, 0, di)?
+        .reshape(&shape(cfg.num_heads, cfg.head_dim))?;
+    let b = xbc
+        .narrow(-1, di, gn)?
+        .reshape(&shape(cfg.n_groups, cfg.state_size))?;
+    let c = xbc
+        .narrow(-1, di + gn, gn)?
+        .reshape(&shape(cfg.n_groups, cfg.state_size))?;
+    Ok((x, b, c))
+}
+
+/// One block over a whole left-padded sequence. `hidden`: `[b, L, hidden]` f32 (`L` a multiple
+/// of the chunk), `mask`: `[b, L]` f32, 1 for real tokens and 0 for padding. Padded steps get
+/// `x = 0` and `dt = 0`, so they neither feed nor decay the state; their convolution inputs are
+/// zero, so the real tokens see the same history as without padding.
+pub fn block_prefill(
+    hidden: &Tensor,
+    mask: &Tensor,
+    w: &LayerWeights<Tensor>,
+    cfg: &Mamba2Config,
+) -> Result<(Tensor, LayerState<Tensor>)> {
+    let (bs, len) = (hidden.dims()[0], hidden.dims()[1]);
+    let k = cfg.conv_kernel;
+    let normed = rms_norm(hidden, &w.norm, cfg.norm_eps)?;
+    let zxbcdt = linear(&normed, &w.in_proj, w.in_proj_bias.as_ref())?;
+    let (z, xbc, dt) = split_in_proj(&zxbcdt, cfg)?;
+    let m = mask.expand_dims(-1)?; // [b, L, 1]
+    let xbc = xbc.mul(&m)?;
+
+    // The convolution state after the prompt: its last k inputs, oldest first.
+    let history = xbc.pad(&[0, k as i64, 0], &[0, 0, 0], &[0, 0, 0], 0.0)?; // [b, k + L, C]
+    let conv_state = history.narrow(1, len, k)?.transpose(&[0, 2, 1])?; // [b, C, k]
+
+    let conv = xbc
+        .causal_conv1d(&w.conv_weight, w.conv_bias.as_ref())?
+        .silu()?;
+    let (x, b, c) = split_xbc(&conv, cfg)?;
+    let x = x.mul(&m.expand_dims(-1)?)?;
+    let dt = time_step(&dt, &w.dt_bias, cfg)?.mul(&m)?;
+    let a = w.a_log.exp()?.neg()?;
+    let b = groups_to_heads(&b, cfg.num_heads)?;
+    let c = groups_to_heads(&c, cfg.num_heads)?;
+    let (y, ssm) = ssd_chunked(&x, &dt, &a, &b, &c, None, cfg.chunk_size)?;
+    let y = y.add(&x.mul(&w.d.expand_dims(-1)?)?)?;
+    let y = y.reshape(&[bs as isize, len as isize, cfg.d_inner() as isize])?;
+    let y = gated_rms_norm(&y, &z, &w.gated_norm, cfg)?;
+    let out = linear(&y, &w.out_proj, w.out_proj_bias.as_ref())?;
+    Ok((
+        hidden.add(&out)?,
+        LayerState {
+            conv: conv_state,
+            ssm,
+        },
+    ))
+}
+
+/// One block for one new token per row. `hidden`: `[b, hidden]` f32.
+pub fn block_step(
+    hidden: &Tensor,
+    state: &LayerState<Tensor>,
+    w: &LayerWeights<Tensor>,
+    cfg: &Mamba2Config,
+) -> Result<(Tensor, LayerState<Tensor>)> {
+    let k = cfg.conv_kernel;
+    let normed = rms_norm(hidden, &w.norm, cfg.norm_eps)?;
+    let zxbcdt = linear(&normed, &w.in_proj, w.in_proj_bias.as_ref())?;
+    let (z, xbc, dt) = split_in_proj(&zxbcdt, cfg)?;
+    // Shift the convolution inputs left and append the new one.
+    let conv_state = Tensor::concat(&[&state.conv.narrow(2, 1, k - 1)?, &xbc.expand_dims(2)?], 2)?;
+    let mut conv = conv_state.mul(&w.conv_weight)?.sum(&[-1], false)?;
+    if let Some(bias) = &w.conv_bias {
+        conv = conv.add(bias)?;
+    }
+    let conv = conv.silu()?;
+    let (x, b, c) = split_xbc(&conv, cfg)?; // [b, H, P], [b, G, N]
+    let dt = time_step(&dt, &w.dt_bias, cfg)?;
+    let a = w.a_log.exp()?.neg()?;
+    let b = groups_to_heads(&b.expand_dims(1)?, cfg.num_heads)?.squeeze(&[1])?;
+    let c = groups_to_heads(&c.expand_dims(1)?, cfg.num_heads)?.squeeze(&[1])?;
+    let (y, ssm) = ssd_step(&x, &dt, &a, &b, &c, &state.ssm)?;
+    let y = y.add(&x.mul(&w.d.expand_dims(-1)?)?)?;
+    let bs = hidden.dims()[0] as isize;
+    let y = y.reshape(&[bs, cfg.d_inner() as isize])?;
+    let y = gated_rms_norm(&y, &z, &w.gated_norm, cfg)?;
+    let out = linear(&y, &w.out_proj, w.out_proj_bias.as_ref())?;
+    Ok((
+        hidden.add(&out)?,
+        LayerState {
+            conv: conv_state,
+            ssm,
+        },
+    ))
+}
+
+/// The head: final norm and logits (f32) of `hidden` `[..., hidden]`.
+pub fn head(hidden: &Tensor, w: &Mamba2Weights<Tensor>, cfg: &Mamba2Config) -> Result<Tensor> {
+    let normed = rms_norm(hidden, &w.norm_f, cfg.norm_eps)?;
+    let matrix = w.lm_head.as_ref().unwrap_or(&w.embedding);
+    linear(&normed, matrix, None)
+}
+
+/// Embeds integer token ids (any shape) as f32 `[..., hidden]`.
+pub fn embed(tokens: &Tensor, w: &Mamba2Weights<Tensor>) -> Result<Tensor> {
+    w.embedding.take(tokens)?.convert(DType::F32)
+}
+
+/// The whole model over a left-padded prompt: returns the final hidden states `[b, L, hidden]`
+/// and each layer's state after the prompt. `tokens`: `[b, L]` integers, `mask`: `[b, L]` f32.
+pub fn prefill(
+    tokens: &Tensor,
+    mask: &Tensor,
+    w: &Mamba2Weights<Tensor>,
+    cfg: &Mamba2Config,
+) -> Result<(Tensor, Vec<LayerState<Tensor>>)> {
+    if tokens.rank() != 2 || tokens.dims()[1] % cfg.chunk_size != 0 {
+        return Err(Error::InvalidArgument(format!(
+            "prefill needs tokens [batch, len] with len a multiple of the chunk ({}), got {}",
+            cfg.chunk_size,
+            tokens.ty()
+        )));
+    }
+    let mut hidden = embed(tokens, w)?;
+    let mut states = Vec::with_capacity(w.layers.len());
+    for layer in &w.layers {
+        let (h, s) = block_prefill(&hidden, mask, layer, cfg)?;
+        hidden = h;
+        states.push(s);
+    }
+    Ok((hidden, states))
+}
+
+/// The whole model for one token per row (`tokens`: `[b]` integers): returns the logits
+/// `[b, vocab]` and the new states.
+pub fn step(
+    tokens: &Tensor,
+    states: &[LayerState<Tensor>],
+    w: &Mamba2Weights<Tensor>,
+    cfg: &Mamba2Config,
+) -> Result<(Tensor, Vec<LayerState<Tensor>>)> {
+    let mut hidden = embed(tokens, w)?;
+    let mut next = Vec::with_capacity(states.len());
+    for (layer, state) in w.layers.iter().zip(states) {
+        let (h, s) = block_step(&hidden, state, layer, cfg)?;
+        hidden = h;
+        next.push(s);
+    }
+    Ok((head(&hidden, w, cfg)?, next))
+}
+
+/// Adds the weights to `g` as parameters named after them (`embedding`, `layers.0.mixer.D`,
+/// ...), in the order of [`Mamba2Weights::try_map`], with the given types.
+pub fn weight_parameters(
+    g: &Graph,
+    types: &Mamba2Weights<crate::dtype::TensorType>,
+) -> Result<Mamba2Weights<Tensor>> {
+    types.try_map(|name, ty| g.parameter(&format!("w.{name}"), ty.dtype, &ty.dims))
+}
