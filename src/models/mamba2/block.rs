@@ -203,7 +203,7 @@ pub fn prefill(
     w: &Mamba2Weights<Tensor>,
     cfg: &Mamba2Config,
 ) -> Result<(Tensor, Vec<LayerState<Tensor>>)> {
-    if tokens.rank() != 2 || tokens.dims()[1] % cfg.chunk_size != 0 {
+    if tokens.rank() != 2 || !tokens.dims()[1].is_multiple_of(cfg.chunk_size) {
         return Err(Error::InvalidArgument(format!(
             "prefill needs tokens [batch, len] with len a multiple of the chunk ({}), got {}",
             cfg.chunk_size,
