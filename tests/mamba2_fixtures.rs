@@ -1,0 +1,164 @@
+//! Mamba-2 against HF transformers' pure-torch Mamba2ForCausalLM (fixtures made by
+//! `tests/fixtures/mamba2/make_fixtures.py`; see its header for the exact command): prompt logits
+//! at every position within 1e-4, final SSM and conv states, and 32 greedy tokens identical, for
+//! a prompt shorter than a chunk, one of exactly two chunks, one not a multiple of the chunk, a
+//! batch of two, a left-padded batch, and n_groups = 2; plus the step API against HF's decode.
+
+mod common;
+
+use std::path::PathBuf;
+
+use common::client;
+use safetensors::SafeTensors;
+use stablegraph::models::mamba2::{GenerateOptions, Mamba2, Mamba2Config, Mamba2Weights, Sampling};
+use stablegraph::DType;
+
+struct Cases {
+    bytes: Vec<u8>,
+}
+
+impl Cases {
+    fn f32s(&self, name: &str) -> (Vec<usize>, Vec<f32>) {
+        let st = SafeTensors::deserialize(&self.bytes).unwrap();
+        let t = st.tensor(name).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(t.dtype(), safetensors::Dtype::F32, "{name}");
+        let v = t
+            .data()
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        (t.shape().to_vec(), v)
+    }
+
+    fn i64s(&self, name: &str) -> (Vec<usize>, Vec<i64>) {
+        let st = SafeTensors::deserialize(&self.bytes).unwrap();
+        let t = st.tensor(name).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(t.dtype(), safetensors::Dtype::I64, "{name}");
+        let v = t
+            .data()
+            .chunks_exact(8)
+            .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        (t.shape().to_vec(), v)
+    }
+
+    fn has(&self, name: &str) -> bool {
+        SafeTensors::deserialize(&self.bytes)
+            .unwrap()
+            .names()
+            .iter()
+            .any(|n| *n == name)
+    }
+}
+
+fn fixture(name: &str) -> (Mamba2, Cases) {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mamba2").join(name);
+    let config = Mamba2Config::from_file(dir.join("config.json")).unwrap();
+    let weights = Mamba2Weights::load(&dir, &config, DType::F32).unwrap();
+    let model = Mamba2::new(&client(), config, &weights).unwrap();
+    let bytes = std::fs::read(dir.join("cases.safetensors")).unwrap();
+    (model, Cases { bytes })
+}
+
+fn max_abs(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+}
+
+/// The real tokens of each row (the attention mask's ones), in order.
+fn prompts(cases: &Cases, k: usize) -> Vec<Vec<u32>> {
+    let (dims, ids) = cases.i64s(&format!("case{k}.input_ids"));
+    let mask = if cases.has(&format!("case{k}.attention_mask")) {
+        cases.i64s(&format!("case{k}.attention_mask")).1
+    } else {
+        vec![1; ids.len()]
+    };
+    (0..dims[0])
+        .map(|r| {
+            (0..dims[1])
+                .filter(|&t| mask[r * dims[1] + t] == 1)
+                .map(|t| ids[r * dims[1] + t] as u32)
+                .collect()
+        })
+        .collect()
+}
+
+fn check_config(name: &str) {
+    let (model, cases) = fixture(name);
+    let cfg = model.config().clone();
+    let vocab = cfg.vocab_size;
+    let mut k = 0;
+    while cases.has(&format!("case{k}.input_ids")) {
+        let rows = prompts(&cases, k);
+        let pre = model.prefill(&rows).unwrap();
+
+        // Logits at every real position.
+        let (ldims, want) = cases.f32s(&format!("case{k}.logits"));
+        let got = pre.logits.to_f64_vec();
+        let (t_hf, t_ours) = (ldims[1], pre.logits.dims()[1]);
+        for (r, row) in rows.iter().enumerate() {
+            let n = row.len();
+            for j in 0..n {
+                let ours: Vec<f32> = (0..vocab)
+                    .map(|v| got[(r * t_ours + t_ours - n + j) * vocab + v] as f32)
+                    .collect();
+                let hf = &want[(r * t_hf + t_hf - n + j) * vocab..][..vocab];
+                let d = max_abs(&ours, hf);
+                assert!(d < 1e-4, "{name} case {k} row {r} position {j}: logits differ by {d}");
+            }
+        }
+
+        // Final states.
+        for (l, state) in pre.state.layers.iter().enumerate() {
+            let (_, ssm) = cases.f32s(&format!("case{k}.ssm_state.L{l}"));
+            let (_, conv) = cases.f32s(&format!("case{k}.conv_state.L{l}"));
+            let d_ssm = max_abs(&state.ssm.to_vec::<f32>().unwrap(), &ssm);
+            let d_conv = max_abs(&state.conv.to_vec::<f32>().unwrap(), &conv);
+            assert!(d_ssm < 1e-4, "{name} case {k} layer {l}: ssm state differs by {d_ssm}");
+            assert!(d_conv < 1e-5, "{name} case {k} layer {l}: conv state differs by {d_conv}");
+        }
+
+        // The step API reproduces HF's decode logits, token by token.
+        let (gdims, greedy) = cases.i64s(&format!("case{k}.greedy"));
+        let (ddims, decode) = cases.f32s(&format!("case{k}.decode_logits"));
+        let mut state = pre.state;
+        for s in 1..ddims[1] {
+            let tokens: Vec<u32> = (0..gdims[0]).map(|r| greedy[r * gdims[1] + s - 1] as u32).collect();
+            let (logits, next) = model.step(&tokens, state).unwrap();
+            state = next;
+            let got: Vec<f32> = logits.to_f64_vec().iter().map(|&v| v as f32).collect();
+            for r in 0..gdims[0] {
+                let hf = &decode[(r * ddims[1] + s) * vocab..][..vocab];
+                let d = max_abs(&got[r * vocab..(r + 1) * vocab], hf);
+                assert!(d < 1e-4, "{name} case {k} row {r} step {s}: logits differ by {d}");
+            }
+        }
+
+        // 32 greedy tokens in one program.
+        let options = GenerateOptions {
+            max_new_tokens: gdims[1],
+            sampling: Sampling::Greedy,
+            eos: None,
+        };
+        let tokens = model.generate(&rows, &options).unwrap();
+        for (r, row) in tokens.iter().enumerate() {
+            let want: Vec<u32> = greedy[r * gdims[1]..(r + 1) * gdims[1]]
+                .iter()
+                .map(|&t| t as u32)
+                .collect();
+            assert_eq!(row, &want, "{name} case {k} row {r}: greedy tokens");
+        }
+        k += 1;
+    }
+    assert!(k >= 4, "{name}: only {k} cases found");
+}
+
+#[test]
+fn tiny_matches_transformers() {
+    check_config("tiny");
+}
+
+#[test]
+fn two_groups_match_transformers() {
+    check_config("groups2");
+}
