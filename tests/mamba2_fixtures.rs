@@ -46,13 +46,14 @@ impl Cases {
         SafeTensors::deserialize(&self.bytes)
             .unwrap()
             .names()
-            .iter()
-            .any(|n| *n == name)
+            .contains(&name)
     }
 }
 
 fn fixture(name: &str) -> (Mamba2, Cases) {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mamba2").join(name);
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/mamba2")
+        .join(name);
     let config = Mamba2Config::from_file(dir.join("config.json")).unwrap();
     let weights = Mamba2Weights::load(&dir, &config, DType::F32).unwrap();
     let model = Mamba2::new(&client(), config, &weights).unwrap();
@@ -62,7 +63,10 @@ fn fixture(name: &str) -> (Mamba2, Cases) {
 
 fn max_abs(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
 }
 
 /// The real tokens of each row (the attention mask's ones), in order.
@@ -104,7 +108,10 @@ fn check_config(name: &str) {
                     .collect();
                 let hf = &want[(r * t_hf + t_hf - n + j) * vocab..][..vocab];
                 let d = max_abs(&ours, hf);
-                assert!(d < 1e-4, "{name} case {k} row {r} position {j}: logits differ by {d}");
+                assert!(
+                    d < 1e-4,
+                    "{name} case {k} row {r} position {j}: logits differ by {d}"
+                );
             }
         }
 
@@ -114,8 +121,14 @@ fn check_config(name: &str) {
             let (_, conv) = cases.f32s(&format!("case{k}.conv_state.L{l}"));
             let d_ssm = max_abs(&state.ssm.to_vec::<f32>().unwrap(), &ssm);
             let d_conv = max_abs(&state.conv.to_vec::<f32>().unwrap(), &conv);
-            assert!(d_ssm < 1e-4, "{name} case {k} layer {l}: ssm state differs by {d_ssm}");
-            assert!(d_conv < 1e-5, "{name} case {k} layer {l}: conv state differs by {d_conv}");
+            assert!(
+                d_ssm < 1e-4,
+                "{name} case {k} layer {l}: ssm state differs by {d_ssm}"
+            );
+            assert!(
+                d_conv < 1e-5,
+                "{name} case {k} layer {l}: conv state differs by {d_conv}"
+            );
         }
 
         // The step API reproduces HF's decode logits, token by token.
@@ -123,14 +136,19 @@ fn check_config(name: &str) {
         let (ddims, decode) = cases.f32s(&format!("case{k}.decode_logits"));
         let mut state = pre.state;
         for s in 1..ddims[1] {
-            let tokens: Vec<u32> = (0..gdims[0]).map(|r| greedy[r * gdims[1] + s - 1] as u32).collect();
+            let tokens: Vec<u32> = (0..gdims[0])
+                .map(|r| greedy[r * gdims[1] + s - 1] as u32)
+                .collect();
             let (logits, next) = model.step(&tokens, state).unwrap();
             state = next;
             let got: Vec<f32> = logits.to_f64_vec().iter().map(|&v| v as f32).collect();
             for r in 0..gdims[0] {
                 let hf = &decode[(r * ddims[1] + s) * vocab..][..vocab];
                 let d = max_abs(&got[r * vocab..(r + 1) * vocab], hf);
-                assert!(d < 1e-4, "{name} case {k} row {r} step {s}: logits differ by {d}");
+                assert!(
+                    d < 1e-4,
+                    "{name} case {k} row {r} step {s}: logits differ by {d}"
+                );
             }
         }
 

@@ -346,7 +346,10 @@ impl Mamba2 {
             .narrow(1, bucket - 1, 1)?
             .reshape(&[batch as isize, cfg.hidden_size as isize])?;
         let logits = block::head(&last, &w, cfg)?;
-        let out = g.zeros(DType::I32, &[batch, o.max_new_tokens])?;
+        // Positions after a row's EOS (also those the loop skips once every row has stopped)
+        // hold the EOS.
+        let fill = o.eos.map_or(0.0, f64::from);
+        let out = g.full(fill, DType::I32, &[batch, o.max_new_tokens])?;
         let done = g.full(0.0, DType::Pred, &[batch])?;
         let i = g.scalar(0.0, DType::I64)?;
         let max_new = g.scalar(o.max_new_tokens as f64, DType::I64)?;

@@ -1,0 +1,298 @@
+//! Mamba-2 internal consistency on a small random model: prefill then steps equals a longer
+//! prefill; one-program generation equals the step API driven token by token; a batched row
+//! equals its prompt alone; sampling is reproducible and respects top-k; EOS stops a row; the
+//! generate program has exactly one while loop; bf16 logits stay close to f32.
+
+mod common;
+
+use common::client;
+use stablegraph::models::mamba2::{GenerateOptions, Mamba2, Mamba2Config, Mamba2Weights, Sampling};
+use stablegraph::{DType, HostArray};
+
+fn config() -> Mamba2Config {
+    Mamba2Config {
+        hidden_size: 32,
+        num_layers: 2,
+        state_size: 8,
+        head_dim: 8,
+        num_heads: 8,
+        n_groups: 2,
+        conv_kernel: 4,
+        chunk_size: 8,
+        vocab_size: 64,
+        time_step_limit: (0.0, f64::INFINITY),
+        norm_eps: 1e-5,
+        residual_in_fp32: true,
+        tie_word_embeddings: false,
+        use_bias: false,
+        use_conv_bias: true,
+        norm_before_gate: false,
+    }
+}
+
+fn model(dtype: DType) -> Mamba2 {
+    let cfg = config();
+    let w = Mamba2Weights::random(&cfg, dtype, 7);
+    Mamba2::new(&client(), cfg, &w).unwrap()
+}
+
+/// Row `r`'s logits at its last `n` positions of a left-padded prefill.
+fn row_logits(logits: &HostArray, r: usize, n: usize) -> Vec<f64> {
+    let (t, v) = (logits.dims()[1], logits.dims()[2]);
+    let all = logits.to_f64_vec();
+    all[(r * t + t - n) * v..(r * t + t) * v].to_vec()
+}
+
+fn max_abs(a: &[f64], b: &[f64]) -> f64 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f64::max)
+}
+
+const PROMPT: [u32; 11] = [3, 17, 42, 5, 9, 60, 1, 33, 8, 21, 14];
+
+#[test]
+fn prefill_then_steps_equals_a_longer_prefill() {
+    let m = model(DType::F32);
+    let (head, tail) = PROMPT.split_at(7);
+    let full = m.prefill(&[PROMPT.to_vec()]).unwrap();
+    let part = m.prefill(&[head.to_vec()]).unwrap();
+    let mut state = part.state;
+    let want = row_logits(&full.logits, 0, PROMPT.len());
+    let v = m.config().vocab_size;
+    for (j, &t) in tail.iter().enumerate() {
+        let (logits, next) = m.step(&[t], state).unwrap();
+        state = next;
+        let pos = head.len() + j; // the logits after feeding token `pos`
+        let d = max_abs(&logits.to_f64_vec(), &want[pos * v..(pos + 1) * v]);
+        assert!(d < 1e-4, "position {pos}: {d}");
+    }
+    for (a, b) in state.layers.iter().zip(&full.state.layers) {
+        let d = max_abs(
+            &a.ssm
+                .to_vec::<f32>()
+                .unwrap()
+                .iter()
+                .map(|&x| f64::from(x))
+                .collect::<Vec<_>>(),
+            &b.ssm
+                .to_vec::<f32>()
+                .unwrap()
+                .iter()
+                .map(|&x| f64::from(x))
+                .collect::<Vec<_>>(),
+        );
+        assert!(d < 1e-4, "ssm state {d}");
+        let d = max_abs(
+            &a.conv
+                .to_vec::<f32>()
+                .unwrap()
+                .iter()
+                .map(|&x| f64::from(x))
+                .collect::<Vec<_>>(),
+            &b.conv
+                .to_vec::<f32>()
+                .unwrap()
+                .iter()
+                .map(|&x| f64::from(x))
+                .collect::<Vec<_>>(),
+        );
+        assert!(d < 1e-5, "conv state {d}");
+    }
+}
+
+#[test]
+fn generate_in_one_program_equals_the_step_api_and_batches_equal_rows_alone() {
+    let m = model(DType::F32);
+    let short: Vec<u32> = vec![11, 2, 50];
+    let prompts = vec![PROMPT.to_vec(), short.clone()];
+    let options = GenerateOptions {
+        max_new_tokens: 12,
+        sampling: Sampling::Greedy,
+        eos: None,
+    };
+    let batched = m.generate(&prompts, &options).unwrap();
+    for (r, p) in prompts.iter().enumerate() {
+        // The same prompt alone.
+        assert_eq!(
+            m.generate(std::slice::from_ref(p), &options).unwrap()[0],
+            batched[r],
+            "row {r}"
+        );
+        // Driven token by token through the step API.
+        let pre = m.prefill(std::slice::from_ref(p)).unwrap();
+        let v = m.config().vocab_size;
+        let last = row_logits(&pre.logits, 0, 1);
+        let argmax = |l: &[f64]| {
+            l.iter()
+                .enumerate()
+                .fold(
+                    (0, f64::NEG_INFINITY),
+                    |b, (i, &x)| if x > b.1 { (i, x) } else { b },
+                )
+                .0 as u32
+        };
+        let mut token = argmax(&last[..v]);
+        let mut state = pre.state;
+        let mut stepped = vec![token];
+        while stepped.len() < options.max_new_tokens {
+            let (logits, next) = m.step(&[token], state).unwrap();
+            state = next;
+            token = argmax(&logits.to_f64_vec());
+            stepped.push(token);
+        }
+        assert_eq!(stepped, batched[r], "row {r}: generate vs step API");
+    }
+    // Prefill logits of a batched row equal the row alone.
+    let both = m.prefill(&prompts).unwrap();
+    let alone = m.prefill(std::slice::from_ref(&short)).unwrap();
+    let d = max_abs(
+        &row_logits(&both.logits, 1, 3),
+        &row_logits(&alone.logits, 0, 3),
+    );
+    assert!(d < 1e-5, "batched row vs alone: {d}");
+}
+
+#[test]
+fn the_generate_program_has_one_while_loop() {
+    let m = model(DType::F32);
+    let options = GenerateOptions {
+        max_new_tokens: 8,
+        sampling: Sampling::Sample {
+            temperature: 0.8,
+            top_k: 10,
+            top_p: 0.9,
+            seed: 1,
+        },
+        eos: Some(0),
+    };
+    let [prefill, step, generate] = m.stablehlo(2, 16, &options).unwrap();
+    assert_eq!(generate.matches("stablehlo.while").count(), 1, "{generate}");
+    assert_eq!(prefill.matches("stablehlo.while").count(), 0);
+    assert_eq!(step.matches("stablehlo.while").count(), 0);
+    assert!(
+        step.contains("tf.aliasing_output"),
+        "the step program donates its state"
+    );
+}
+
+#[test]
+fn sampling_is_reproducible_and_respects_top_k() {
+    let m = model(DType::F32);
+    let prompt = vec![PROMPT.to_vec()];
+    let sample = |seed: u64, top_k: usize| GenerateOptions {
+        max_new_tokens: 16,
+        sampling: Sampling::Sample {
+            temperature: 1.5,
+            top_k,
+            top_p: 1.0,
+            seed,
+        },
+        eos: None,
+    };
+    let a = m.generate(&prompt, &sample(1, 0)).unwrap();
+    assert_eq!(
+        a,
+        m.generate(&prompt, &sample(1, 0)).unwrap(),
+        "same seed, same tokens"
+    );
+    assert_ne!(
+        a,
+        m.generate(&prompt, &sample(2, 0)).unwrap(),
+        "another seed"
+    );
+    // With top_k = 1 sampling is greedy.
+    let greedy = GenerateOptions {
+        max_new_tokens: 16,
+        sampling: Sampling::Greedy,
+        eos: None,
+    };
+    assert_eq!(
+        m.generate(&prompt, &sample(3, 1)).unwrap(),
+        m.generate(&prompt, &greedy).unwrap()
+    );
+    // A tiny nucleus is greedy too.
+    let nucleus = GenerateOptions {
+        sampling: Sampling::Sample {
+            temperature: 1.0,
+            top_k: 0,
+            top_p: 1e-6,
+            seed: 4,
+        },
+        ..greedy.clone()
+    };
+    assert_eq!(
+        m.generate(&prompt, &nucleus).unwrap(),
+        m.generate(&prompt, &greedy).unwrap()
+    );
+    let bad = GenerateOptions {
+        sampling: Sampling::Sample {
+            temperature: 0.0,
+            top_k: 0,
+            top_p: 1.0,
+            seed: 0,
+        },
+        ..greedy
+    };
+    assert!(m.generate(&prompt, &bad).is_err());
+}
+
+#[test]
+fn eos_stops_a_row() {
+    let m = model(DType::F32);
+    let greedy = GenerateOptions {
+        max_new_tokens: 10,
+        sampling: Sampling::Greedy,
+        eos: None,
+    };
+    let free = m.generate(&[PROMPT.to_vec()], &greedy).unwrap()[0].clone();
+    // Make the third generated token the EOS: the row repeats it from there on.
+    let eos = free[2];
+    let first = free.iter().position(|&t| t == eos).unwrap();
+    let stopped = m
+        .generate(
+            &[PROMPT.to_vec()],
+            &GenerateOptions {
+                eos: Some(eos),
+                ..greedy
+            },
+        )
+        .unwrap()[0]
+        .clone();
+    assert_eq!(stopped[..=first], free[..=first]);
+    assert!(stopped[first..].iter().all(|&t| t == eos), "{stopped:?}");
+}
+
+#[test]
+fn bad_input_is_an_error() {
+    let m = model(DType::F32);
+    let v = m.config().vocab_size as u32;
+    assert!(m
+        .prefill(&[vec![1, v]])
+        .unwrap_err()
+        .to_string()
+        .contains("outside the vocabulary"));
+    assert!(m.prefill(&[]).is_err());
+    assert!(m.prefill(&[vec![]]).is_err());
+    let pre = m.prefill(&[vec![1, 2]]).unwrap();
+    assert!(
+        m.step(&[1, 2], pre.state).is_err(),
+        "batch of 2 against a state of 1"
+    );
+}
+
+#[test]
+fn bf16_logits_stay_close_to_f32() {
+    let f = model(DType::F32).prefill(&[PROMPT.to_vec()]).unwrap();
+    let b = model(DType::BF16).prefill(&[PROMPT.to_vec()]).unwrap();
+    let (lf, lb) = (f.logits.to_f64_vec(), b.logits.to_f64_vec());
+    let scale = lf.iter().fold(0.0f64, |m, x| m.max(x.abs()));
+    let d = max_abs(&lf, &lb);
+    eprintln!("bf16 vs f32: largest logit difference {d:.3e} (largest |logit| {scale:.3})");
+    assert!(
+        d < 0.05 * scale.max(1.0),
+        "bf16 drifted: {d} against logits up to {scale}"
+    );
+}
