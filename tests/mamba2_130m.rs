@@ -1,0 +1,59 @@
+//! The real 130M shape (768 wide, 24 layers, state 128, head_dim 64, vocab 50288, chunk 256)
+//! with random weights, end to end: prefill, the step API and one-program generation. Slow, so
+//! ignored by default; run it with
+//! `cargo test --release --test mamba2_130m -- --ignored --nocapture`.
+
+mod common;
+
+use std::time::Instant;
+
+use common::client;
+use stablegraph::models::mamba2::{GenerateOptions, Mamba2, Mamba2Config, Mamba2Weights, Sampling};
+use stablegraph::runtime::CompileCache;
+use stablegraph::DType;
+
+#[test]
+#[ignore]
+fn mamba2_130m_end_to_end() {
+    let c = client();
+    // Measure real compiles, not the disk cache.
+    c.set_compile_cache(CompileCache::memory_only());
+    let cfg = Mamba2Config::mamba2_130m();
+    let t = Instant::now();
+    let weights = Mamba2Weights::random(&cfg, DType::F32, 0);
+    let model = Mamba2::new(&c, cfg.clone(), &weights).unwrap();
+    eprintln!("random weights + upload: {:.2?}", t.elapsed());
+
+    let prompt: Vec<u32> = (0..128).map(|i| (i * 7919 % 50000) as u32).collect();
+    let options = GenerateOptions {
+        max_new_tokens: 32,
+        sampling: Sampling::Greedy,
+        eos: None,
+    };
+    let t = Instant::now();
+    let first = model
+        .generate(std::slice::from_ref(&prompt), &options)
+        .unwrap();
+    let cold = t.elapsed();
+    let t = Instant::now();
+    let second = model
+        .generate(std::slice::from_ref(&prompt), &options)
+        .unwrap();
+    let warm = t.elapsed();
+    eprintln!(
+        "generate 128 + 32 tokens: first call (compile + run) {cold:.2?}, second call {warm:.2?}"
+    );
+    assert_eq!(first, second);
+    assert_eq!(first[0].len(), 32);
+    assert!(first[0].iter().all(|&t| (t as usize) < cfg.vocab_size));
+
+    // The step API continues where prefill stopped and agrees with generate.
+    let t = Instant::now();
+    let pre = model.prefill(std::slice::from_ref(&prompt)).unwrap();
+    let (_, state) = model.step(&[first[0][0]], pre.state).unwrap();
+    eprintln!(
+        "prefill + one step (with their compiles): {:.2?}",
+        t.elapsed()
+    );
+    assert_eq!(state.layers.len(), 24);
+}
