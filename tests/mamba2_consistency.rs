@@ -27,6 +27,7 @@ fn config() -> Mamba2Config {
         use_bias: false,
         use_conv_bias: true,
         norm_before_gate: false,
+        time_step_init: (1e-3, 1e-1, 1e-4),
     }
 }
 

@@ -39,10 +39,18 @@ fn rms_norm(x: &Tensor, w: &Tensor, eps: f64) -> Result<Tensor> {
     x.mul(&var.add(eps)?.rsqrt()?)?.mul(w)
 }
 
-/// Gated RMSNorm: `rms(y * silu(z))` normalised over each group of `d_inner / n_groups`
-/// channels (as current transformers and mamba_ssm do), times `w`.
+/// Gated RMSNorm: `rms(y * silu(z)) * w` normalised over each group of `d_inner / n_groups`
+/// channels (as current transformers and mamba_ssm do); with `norm_before_gate`,
+/// `rms(y) * w * silu(z)`.
 fn gated_rms_norm(y: &Tensor, z: &Tensor, w: &Tensor, cfg: &Mamba2Config) -> Result<Tensor> {
-    let h = y.mul(&z.silu()?)?;
+    if cfg.norm_before_gate {
+        return group_rms(y, w, cfg)?.mul(&z.silu()?);
+    }
+    group_rms(&y.mul(&z.silu()?)?, w, cfg)
+}
+
+/// RMS-normalises each group of `d_inner / n_groups` channels, times `w`.
+fn group_rms(h: &Tensor, w: &Tensor, cfg: &Mamba2Config) -> Result<Tensor> {
     let dims = h.dims().to_vec();
     let mut grouped: Vec<isize> = dims[..dims.len() - 1].iter().map(|&d| d as isize).collect();
     grouped.extend([
@@ -245,4 +253,60 @@ pub fn weight_parameters(
     types: &Mamba2Weights<crate::dtype::TensorType>,
 ) -> Result<Mamba2Weights<Tensor>> {
     types.try_map(|name, ty| g.parameter(&format!("w.{name}"), ty.dtype, &ty.dims))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::array::HostArray;
+
+    /// Both gate orders against the formula, with two groups.
+    #[test]
+    fn gated_norm_per_group_in_both_orders() {
+        let mut cfg = Mamba2Config::mamba2_130m();
+        cfg.num_heads = 2;
+        cfg.head_dim = 2;
+        cfg.n_groups = 2;
+        let y = [0.5f32, -1.0, 2.0, 0.25];
+        let z = [1.0f32, -0.5, 0.3, 2.0];
+        let w = [1.5f32, 0.5, -1.0, 2.0];
+        let silu = |v: f32| v / (1.0 + (-v).exp());
+        let rms = |v: &[f32]| {
+            let ms = v.iter().map(|x| x * x).sum::<f32>() / v.len() as f32;
+            v.iter()
+                .map(|x| x / (ms + cfg.norm_eps as f32).sqrt())
+                .collect::<Vec<_>>()
+        };
+        for before in [false, true] {
+            cfg.norm_before_gate = before;
+            let g = Graph::new();
+            let ty = g.parameter("y", DType::F32, &[4]).unwrap();
+            let tz = g.parameter("z", DType::F32, &[4]).unwrap();
+            let tw = g.parameter("w", DType::F32, &[4]).unwrap();
+            let out = gated_rms_norm(&ty, &tz, &tw, &cfg).unwrap();
+            g.set_outputs(&[&out]).unwrap();
+            let arr = |v: &[f32]| HostArray::from_vec(&[4], v.to_vec()).unwrap();
+            let got = g.evaluate(&[arr(&y), arr(&z), arr(&w)]).unwrap()[0].to_f64_vec();
+            let mut want = Vec::new();
+            for grp in 0..2 {
+                let ys = &y[grp * 2..grp * 2 + 2];
+                let zs = &z[grp * 2..grp * 2 + 2];
+                let gated: Vec<f32> = ys.iter().zip(zs).map(|(a, b)| a * silu(*b)).collect();
+                let v = if before {
+                    rms(ys).iter().zip(zs).map(|(a, b)| a * silu(*b)).collect()
+                } else {
+                    rms(&gated)
+                };
+                want.extend(v);
+            }
+            for k in 0..4 {
+                let want = f64::from(want[k] * w[k]);
+                assert!(
+                    (got[k] - want).abs() < 1e-5,
+                    "before={before} [{k}] {} vs {want}",
+                    got[k]
+                );
+            }
+        }
+    }
 }

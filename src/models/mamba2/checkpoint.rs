@@ -52,7 +52,8 @@ impl Mamba2Weights<HostArray> {
     /// ~ N(0, 0.02); `in_proj`, `out_proj` and an untied `lm_head` ~ U(±1/sqrt(fan_in)), with
     /// `out_proj` further divided by sqrt(num_layers) as HF's `rescale_prenorm_residual` does;
     /// the conv weight and bias ~ U(±1/sqrt(K)) (PyTorch's `Conv1d` default); `dt_bias` the
-    /// inverse softplus of `dt` log-uniform in [1e-3, 1e-1]; `A_log = ln U(1, 16)`; `D = 1`;
+    /// inverse softplus of `dt` log-uniform in `[time_step_min, time_step_max]` (at least
+    /// `time_step_floor`); `A_log = ln U(1, 16)`; `D = 1`;
     /// the block and gated norm weights 1 + U(±0.1) and `norm_f` 1; `in_proj`/`out_proj`
     /// biases ~ U(±0.02) (HF zeroes them; small non-zero values exercise them).
     ///
@@ -96,7 +97,8 @@ impl Mamba2Weights<HostArray> {
                         .use_conv_bias
                         .then(|| f32s("mixer.conv1d_bias", &[c.conv_dim()], &uniform(conv))),
                     dt_bias: f32s("mixer.dt_bias", &[c.num_heads], &|r| {
-                        let dt = r.uniform(1e-3f64.ln(), 1e-1f64.ln()).exp().max(1e-4);
+                        let (dt_min, dt_max, floor) = c.time_step_init;
+                        let dt = r.uniform(dt_min.ln(), dt_max.ln()).exp().max(floor);
                         // softplus(dt + ln(1 - e^-dt)) = dt.
                         dt + (-(-dt).exp_m1()).ln()
                     }),

@@ -41,6 +41,9 @@ pub struct Mamba2Config {
     pub use_conv_bias: bool,
     /// Whether the gated norm normalises before gating (`false` in HF and mamba_ssm defaults).
     pub norm_before_gate: bool,
+    /// `(time_step_min, time_step_max, time_step_floor)`: the range `dt` is drawn from at
+    /// initialisation (used by the random initialisation only).
+    pub time_step_init: (f64, f64, f64),
 }
 
 impl Mamba2Config {
@@ -78,6 +81,7 @@ impl Mamba2Config {
             use_bias: false,
             use_conv_bias: true,
             norm_before_gate: false,
+            time_step_init: (1e-3, 1e-1, 1e-4),
         }
     }
 
@@ -135,6 +139,13 @@ impl Mamba2Config {
         if lo.is_nan() || hi.is_nan() || lo < 0.0 || lo > hi {
             problems.push(format!(
                 "time_step_limit ({lo}, {hi}) is not a range of dt >= 0"
+            ));
+        }
+        let (dmin, dmax, floor) = self.time_step_init;
+        if !(dmin > 0.0 && dmin <= dmax && floor >= 0.0) {
+            problems.push(format!(
+                "time_step_min ({dmin}) and time_step_max ({dmax}) are not a range of positive \
+                 numbers, or time_step_floor ({floor}) is negative"
             ));
         }
         if self.norm_eps.is_nan() || self.norm_eps <= 0.0 {
@@ -302,6 +313,11 @@ fn from_hf(v: &Value) -> Result<Mamba2Config> {
         .get("num_heads")
         .and_then(Value::as_u64)
         .map(|n| n as usize);
+    let time_step_init = (
+        f.f64_or("time_step_min", 1e-3),
+        f.f64_or("time_step_max", 1e-1),
+        f.f64_or("time_step_floor", 1e-4),
+    );
     f.finish()?;
     if !rms_norm {
         return Err(Error::InvalidArgument(
@@ -333,6 +349,7 @@ fn from_hf(v: &Value) -> Result<Mamba2Config> {
         use_bias,
         use_conv_bias,
         norm_before_gate,
+        time_step_init,
     };
     config.validate()?;
     Ok(config)
@@ -386,6 +403,11 @@ fn from_mamba_ssm(v: &Value) -> Result<Mamba2Config> {
         use_bias: s.bool_or("bias", false),
         use_conv_bias: s.bool_or("conv_bias", true),
         norm_before_gate: s.bool_or("norm_before_gate", false),
+        time_step_init: (
+            s.f64_or("dt_min", 1e-3),
+            s.f64_or("dt_max", 1e-1),
+            s.f64_or("dt_init_floor", 1e-4),
+        ),
     };
     if config.num_heads * head_dim != d_inner {
         return Err(Error::InvalidArgument(format!(
