@@ -6,20 +6,9 @@ mod common;
 
 use std::time::Instant;
 
-use common::{client, compile, f32_buffer};
+use common::{client, compile, f32_buffer, rss_kb};
 use stablegraph::runtime::{Buffer, ExecuteOptions};
 use stablegraph::Error;
-
-/// Resident set size in kB, from /proc/self/status.
-#[cfg(target_os = "linux")]
-fn rss_kb() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmRSS in /proc/self/status")
-}
 
 const ROWS: usize = 4096;
 const COLS: usize = 4096;

@@ -3,18 +3,7 @@
 
 mod common;
 
-use common::{client, compile};
-
-/// Resident set size in kB, from /proc/self/status.
-#[cfg(target_os = "linux")]
-fn rss_kb() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmRSS in /proc/self/status")
-}
+use common::{client, compile, rss_kb};
 
 #[cfg(target_os = "linux")]
 #[test]

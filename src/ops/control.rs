@@ -174,11 +174,7 @@ impl Graph {
         // The condition region.
         let cond_region = {
             let _guard = RegionGuard { graph: self, outer };
-            let region = self.open_region();
-            let args = self.region_state(region, &types);
-            let state = C::unflatten(init, &mut args.into_iter()).ok_or_else(|| {
-                graph_error("while_loop", "internal: the state did not rebuild", loc)
-            })?;
+            let (region, state) = self.open_state_region(init, &types, loc)?;
             let c = cond(&state)?;
             same_graph(self, &[&c], "while_loop", loc)?;
             if c.dtype() != DType::Pred || c.rank() != 0 {
@@ -196,11 +192,7 @@ impl Graph {
         // The body region.
         let body_region = {
             let _guard = RegionGuard { graph: self, outer };
-            let region = self.open_region();
-            let args = self.region_state(region, &types);
-            let state = C::unflatten(init, &mut args.into_iter()).ok_or_else(|| {
-                graph_error("while_loop", "internal: the state did not rebuild", loc)
-            })?;
+            let (region, state) = self.open_state_region(init, &types, loc)?;
             let next = body(&state)?;
             let mut next_flat = Vec::new();
             next.flatten(&mut next_flat);
@@ -291,12 +283,22 @@ impl Graph {
             .ok_or_else(|| graph_error("while_loop", "internal: the state did not rebuild", loc))
     }
 
-    /// The carry arguments of a freshly opened region.
-    fn region_state(&self, region: usize, types: &[TensorType]) -> Vec<Tensor> {
-        types
+    /// Opens a region (made current) whose arguments are the loop state, and returns it with
+    /// the state rebuilt from those arguments in the shape of `init`.
+    fn open_state_region<C: Carry>(
+        &self,
+        init: &C,
+        types: &[TensorType],
+        loc: Loc,
+    ) -> Result<(usize, C)> {
+        let region = self.open_region();
+        let args: Vec<Tensor> = types
             .iter()
             .map(|t| self.add_block_arg(region, t.clone()))
-            .collect()
+            .collect();
+        let state = C::unflatten(init, &mut args.into_iter())
+            .ok_or_else(|| graph_error("while_loop", "internal: the state did not rebuild", loc))?;
+        Ok((region, state))
     }
 
     /// `for i in lo..hi { state = body(i, state) }` as one `stablehlo.while`; `i` is a rank-0

@@ -89,3 +89,14 @@ pub fn assert_close(got: &[f32], want: &[f32], rtol: f32, atol: f32) {
         );
     }
 }
+
+/// Resident set size in kB, from /proc/self/status.
+#[cfg(target_os = "linux")]
+pub fn rss_kb() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS in /proc/self/status")
+}
