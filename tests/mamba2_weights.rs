@@ -32,6 +32,7 @@ fn config(tied: bool, bias: bool, conv_bias: bool, n_groups: usize) -> Mamba2Con
         use_conv_bias: conv_bias,
         norm_before_gate: false,
         time_step_init: (1e-3, 1e-1, 1e-4),
+        scan_dtype: DType::F32,
     }
 }
 

@@ -2,8 +2,9 @@
 //! the chunked SSD, and one decode step through the recurrence.
 //!
 //! Precision: the matrices (`in_proj`, `out_proj`, the embedding and the head) may be bf16;
-//! their products are converted to f32 at once. `A`, the exponentials, the cumulative sums, the
-//! norms, the residual stream and the states are f32 always.
+//! their products are converted to f32 at once. The norms, the residual stream and the states are
+//! f32 always; `A`, the exponentials and the cumulative sums of the SSD are in the config's
+//! `scan_dtype` (f32 unless changed for a precision ablation).
 
 use super::config::Mamba2Config;
 use super::ssd::{groups_to_heads, ssd_chunked, ssd_step};
@@ -136,7 +137,7 @@ pub fn block_prefill(
     let (x, b, c) = split_xbc(&conv, cfg)?;
     let x = x.mul(&m.expand_dims(-1)?)?;
     let dt = time_step(&dt, &w.dt_bias, cfg)?.mul(&m)?;
-    let a = w.a_log.exp()?.neg()?;
+    let a = w.a_log.exp()?.neg()?.convert(cfg.scan_dtype)?;
     let b = groups_to_heads(&b, cfg.num_heads)?;
     let c = groups_to_heads(&c, cfg.num_heads)?;
     let (y, ssm) = ssd_chunked(&x, &dt, &a, &b, &c, None, cfg.chunk_size)?;
@@ -173,7 +174,7 @@ pub fn block_step(
     let conv = conv.silu()?;
     let (x, b, c) = split_xbc(&conv, cfg)?; // [b, H, P], [b, G, N]
     let dt = time_step(&dt, &w.dt_bias, cfg)?;
-    let a = w.a_log.exp()?.neg()?;
+    let a = w.a_log.exp()?.neg()?.convert(cfg.scan_dtype)?;
     let b = groups_to_heads(&b.expand_dims(1)?, cfg.num_heads)?.squeeze(&[1])?;
     let c = groups_to_heads(&c.expand_dims(1)?, cfg.num_heads)?.squeeze(&[1])?;
     let (y, ssm) = ssd_step(&x, &dt, &a, &b, &c, &state.ssm)?;

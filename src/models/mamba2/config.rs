@@ -4,6 +4,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
+use crate::dtype::DType;
 use crate::error::{Error, Result};
 
 /// The shape and numerics of a Mamba-2 model.
@@ -44,6 +45,11 @@ pub struct Mamba2Config {
     /// `(time_step_min, time_step_max, time_step_floor)`: the range `dt` is drawn from at
     /// initialisation (used by the random initialisation only).
     pub time_step_init: (f64, f64, f64),
+    /// The dtype of the SSD's decay arithmetic (prefill and decode): `A * dt`, its cumulative
+    /// sums, `segsum` and their exponentials, converted back to f32 after the `exp`. F32, the
+    /// default and what checkpoints assume; BF16 only as a precision ablation. Not read from
+    /// `config.json`.
+    pub scan_dtype: DType,
 }
 
 impl Mamba2Config {
@@ -82,6 +88,7 @@ impl Mamba2Config {
             use_conv_bias: true,
             norm_before_gate: false,
             time_step_init: (1e-3, 1e-1, 1e-4),
+            scan_dtype: DType::F32,
         }
     }
 
@@ -152,6 +159,12 @@ impl Mamba2Config {
             problems.push(format!(
                 "the norm epsilon {} is not positive",
                 self.norm_eps
+            ));
+        }
+        if !self.scan_dtype.is_float() {
+            problems.push(format!(
+                "scan_dtype {} is not a float type",
+                self.scan_dtype
             ));
         }
         if problems.is_empty() {
@@ -350,6 +363,7 @@ fn from_hf(v: &Value) -> Result<Mamba2Config> {
         use_conv_bias,
         norm_before_gate,
         time_step_init,
+        scan_dtype: DType::F32,
     };
     config.validate()?;
     Ok(config)
@@ -408,6 +422,7 @@ fn from_mamba_ssm(v: &Value) -> Result<Mamba2Config> {
             s.f64_or("dt_max", 1e-1),
             s.f64_or("dt_init_floor", 1e-4),
         ),
+        scan_dtype: DType::F32,
     };
     if config.num_heads * head_dim != d_inner {
         return Err(Error::InvalidArgument(format!(

@@ -125,6 +125,13 @@ impl Mamba2 {
         self.types.embedding.dtype
     }
 
+    /// The weights on the device, in [`Mamba2Weights::try_map`] order. With
+    /// [`block::weight_parameters`] and [`Mamba2Weights::types`] they let a custom program (say,
+    /// a benchmark's variant of prefill) run on this model's weights without a second upload.
+    pub fn weights(&self) -> &Mamba2Weights<Buffer> {
+        &self.weights
+    }
+
     fn weight_args(&self) -> Vec<&Buffer> {
         self.weights.named().into_iter().map(|(_, b)| b).collect()
     }

@@ -1,6 +1,8 @@
 //! The SSD (state space duality) scan of Mamba-2, two ways: chunked over a whole sequence (einsums
 //! over static causal masks; the prefill) and as the O(1) recurrence of one step (the decode).
-//! All of it runs in f32: the exponentials, the cumulative sums and the state.
+//! The state and the einsums are f32. The decay arithmetic (`A * dt`, its cumulative sums,
+//! `segsum` and their exponentials) runs in the dtype of `a`, f32 in the model unless its config's
+//! `scan_dtype` says otherwise, and the decays are converted to `x`'s dtype after the `exp`.
 
 use crate::dtype::DType;
 use crate::error::Result;
@@ -41,7 +43,7 @@ pub fn groups_to_heads(t: &Tensor, heads: usize) -> Result<Tensor> {
 /// The chunked SSD over a whole sequence. `x`: `[b, L, H, P]`, `dt`: `[b, L, H]` (after softplus,
 /// clamp and masking), `a`: `[H]` (negative), `b_`/`c`: `[b, L, H, N]` (already per head),
 /// `init`: the state before the sequence, `[b, H, P, N]` (zeros when `None`); `L` a multiple of
-/// `chunk`. Returns `y` (`[b, L, H, P]`, without the `D` skip) and the final state
+/// `chunk`. The decays are computed in `a`'s dtype (see the module docs). Returns `y` (`[b, L, H, P]`, without the `D` skip) and the final state
 /// `[b, H, P, N]`.
 pub fn ssd_chunked(
     x: &Tensor,
@@ -64,9 +66,10 @@ pub fn ssd_chunked(
         p as isize,
         n as isize,
     );
-    // X = x * dt; A = dt * a, per step and head.
+    // X = x * dt; A = dt * a, per step and head, in the scan dtype.
     let xdt = x.mul(&dt.expand_dims(-1)?)?;
-    let adt = dt.mul(a)?; // [b, L, H]
+    let adt = dt.convert(a.dtype())?.mul(a)?; // [b, L, H]
+    let back = |t: Tensor| t.convert(x.dtype());
     let xc = xdt.reshape(&[bs_, nc_, l_, h_, p_])?;
     let bc = b_.reshape(&[bs_, nc_, l_, h_, n_])?;
     let cc = c.reshape(&[bs_, nc_, l_, h_, n_])?;
@@ -74,12 +77,12 @@ pub fn ssd_chunked(
     let a_cumsum = ac.cumsum(-1, false, false)?;
 
     // 1. Within each chunk: y_diag = C L B^T X with L = exp(segsum(A)).
-    let lmat = segsum(&ac)?.exp()?; // [b, H, c, l, l]
+    let lmat = back(segsum(&ac)?.exp()?)?; // [b, H, c, l, l]
     let y_diag = Tensor::einsum("bclhn,bcshn,bhcls,bcshp->bclhp", &[&cc, &bc, &lmat, &xc])?;
 
     // 2. The state each chunk ends with, from its own inputs.
     let last = a_cumsum.narrow(-1, chunk - 1, 1)?; // [b, H, c, 1]
-    let decay_states = last.sub(&a_cumsum)?.exp()?;
+    let decay_states = back(last.sub(&a_cumsum)?.exp()?)?;
     let states = Tensor::einsum("bclhn,bhcl,bclhp->bchpn", &[&bc, &decay_states, &xc])?;
 
     // 3. Across chunks: carry the states forward, from the initial one.
@@ -90,21 +93,21 @@ pub fn ssd_chunked(
     let states = Tensor::concat(&[&init.expand_dims(1)?, &states], 1)?; // [b, c+1, H, P, N]
     let last = last.reshape(&[bs_, h_, nc_])?;
     let padded = last.pad(&[0, 0, 1], &[0, 0, 0], &[0, 0, 0], 0.0)?; // [b, H, c+1]
-    let decay_chunk = segsum(&padded)?.exp()?; // [b, H, c+1, c+1]
+    let decay_chunk = back(segsum(&padded)?.exp()?)?; // [b, H, c+1, c+1]
     let new_states = Tensor::einsum("bhzc,bchpn->bzhpn", &[&decay_chunk, &states])?;
     let states = new_states.narrow(1, 0, nc)?;
     let final_state = new_states.narrow(1, nc, 1)?.reshape(&[bs_, h_, p_, n_])?;
 
     // 4. Each position's output from the state its chunk started with.
-    let decay_out = a_cumsum.exp()?; // [b, H, c, l]
+    let decay_out = back(a_cumsum.exp()?)?; // [b, H, c, l]
     let y_off = Tensor::einsum("bclhn,bchpn,bhcl->bclhp", &[&cc, &states, &decay_out])?;
     let y = y_diag.add(&y_off)?.reshape(&[bs_, len as isize, h_, p_])?;
     Ok((y, final_state))
 }
 
 /// One step of the recurrence: `h = exp(dt a) h + dt x B`, `y = C h`. `x`: `[b, H, P]`, `dt`:
-/// `[b, H]`, `a`: `[H]`, `b_`/`c`: `[b, H, N]`, `state`: `[b, H, P, N]`. Returns `y` (`[b, H, P]`,
-/// without the `D` skip) and the new state.
+/// `[b, H]`, `a`: `[H]`, `b_`/`c`: `[b, H, N]`, `state`: `[b, H, P, N]`; `exp(dt a)` is computed in
+/// `a`'s dtype. Returns `y` (`[b, H, P]`, without the `D` skip) and the new state.
 pub fn ssd_step(
     x: &Tensor,
     dt: &Tensor,
@@ -113,7 +116,8 @@ pub fn ssd_step(
     c: &Tensor,
     state: &Tensor,
 ) -> Result<(Tensor, Tensor)> {
-    let decay = dt.mul(a)?.exp()?.expand_dims(-1)?.expand_dims(-1)?; // [b, H, 1, 1]
+    let decay = dt.convert(a.dtype())?.mul(a)?.exp()?.convert(x.dtype())?;
+    let decay = decay.expand_dims(-1)?.expand_dims(-1)?; // [b, H, 1, 1]
     let xdt = x.mul(&dt.expand_dims(-1)?)?; // [b, H, P]
     let input = xdt.expand_dims(-1)?.mul(&b_.expand_dims(2)?)?; // [b, H, P, N]
     let new_state = state.mul(&decay)?.add(&input)?;

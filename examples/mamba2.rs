@@ -1,0 +1,734 @@
+//! Mamba-2 from the command line: `generate` tokens and report throughput, `emit` the StableHLO
+//! programs, or `bench` generation.
+//!
+//! `cargo run --release --example mamba2 -- generate` (the README's main job) runs the 130M
+//! shape with seeded random weights on a 128-token prompt and generates 128 tokens. `--model DIR`
+//! loads an HF or `mamba_ssm` checkpoint instead. `--help` on each subcommand lists its flags.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{anyhow, bail, ensure, Context, Result};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use serde_json::json;
+use stablegraph::models::mamba2::{
+    GenerateOptions, Mamba2, Mamba2Config, Mamba2Weights, Prefill, Sampling,
+};
+use stablegraph::runtime::Client;
+use stablegraph::DType;
+use tokenizers::Tokenizer;
+
+/// How the throughput figures are measured (shown by `generate --help` and `bench --help`).
+const METHOD: &str = "\
+Timing: `generate` runs once to compile (or load from the compile cache) and warm up, then again \
+with the same inputs: the compile time is the first call minus the second. The prefill program \
+(`Mamba2::prefill`) is likewise run once, then timed on a second call on the same prompts: \
+prefill tokens/s = real (unpadded) prompt tokens / that time. It also computes the logits at \
+every position and copies them to the host, which the prefill inside `generate` does not, so \
+it overstates the prefill inside `generate` a little. Decode tokens/s = generated tokens / \
+(second generate time - prefill time), slightly optimistic for that reason; the per-token \
+latency is that difference / the number of decode steps (the longest row). Generated tokens count each row up to and including its \
+first --eos. Peak RSS is VmHWM from /proc/self/status. Set STABLEGRAPH_CACHE=memory to measure \
+a real compile every time.";
+
+/// Mamba-2 inference with stablegraph: generate, emit StableHLO, benchmark.
+#[derive(Parser)]
+#[command(name = "mamba2")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Generate tokens after the prompts; print them (as text with a tokenizer) and throughput.
+    #[command(after_help = METHOD)]
+    Generate(GenerateArgs),
+    /// Write OUT_DIR/prefill.mlir, step.mlir and generate.mlir for the prompts' batch shape.
+    Emit(EmitArgs),
+    /// Run generate --repeat times and print a table of prefill and decode throughput.
+    #[command(after_help = METHOD)]
+    Bench(BenchArgs),
+}
+
+/// Which model, in which precision, on which plugin.
+#[derive(Args)]
+struct ModelArgs {
+    /// Checkpoint directory (HF or mamba_ssm): config.json, *.safetensors, and tokenizer.json
+    /// when present. Without it: the 130M shape with seeded random weights.
+    #[arg(long, value_name = "DIR")]
+    model: Option<PathBuf>,
+    /// Matrix dtype: bf16 keeps the matrices and their products in bf16, the rest in f32.
+    #[arg(long, value_enum, default_value_t = Precision::F32)]
+    dtype: Precision,
+    /// Seed of the random weights (without --model).
+    #[arg(long, default_value_t = 0)]
+    weights_seed: u64,
+    /// PJRT plugin shared object (default: the XLA CPU plugin, resolved as the README says).
+    #[arg(long, value_name = "PATH")]
+    plugin: Option<PathBuf>,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Precision {
+    F32,
+    Bf16,
+}
+
+/// The prompts.
+#[derive(Args)]
+struct PromptArgs {
+    /// Prompt text, encoded with DIR/tokenizer.json (needs --model).
+    #[arg(long, conflicts_with = "prompt_ids")]
+    prompt: Option<String>,
+    /// Prompt token ids, comma-separated; `;` separates the prompts of a batch: `1,2,3;4,5`.
+    /// Prompts of different lengths are left-padded and masked.
+    #[arg(long, value_name = "IDS")]
+    prompt_ids: Option<String>,
+    /// Length of the default prompt: deterministic pseudo-random ids, used when neither
+    /// --prompt nor --prompt-ids is given.
+    #[arg(long, default_value_t = 128, value_name = "N")]
+    prompt_len: usize,
+    /// Repeat the prompt (all of them, with --prompt-ids groups) N times: N times the rows.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    batch: usize,
+}
+
+/// Generation options.
+#[derive(Args)]
+struct SamplingArgs {
+    /// New tokens per row.
+    #[arg(long, default_value_t = 128, value_name = "N")]
+    max_new_tokens: usize,
+    /// Sampling temperature; absent or 0: greedy (--top-k, --top-p and --seed are then unused).
+    #[arg(long)]
+    temperature: Option<f32>,
+    /// Sample among the k most likely tokens only (0: all).
+    #[arg(long, default_value_t = 0, value_name = "K")]
+    top_k: usize,
+    /// Sample from the smallest set of tokens whose probability reaches P (1: all).
+    #[arg(long, default_value_t = 1.0, value_name = "P")]
+    top_p: f32,
+    /// Sampling seed.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// End-of-sequence token id: a row stops after emitting it.
+    #[arg(long, value_name = "ID")]
+    eos: Option<u32>,
+}
+
+#[derive(Args)]
+struct GenerateArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    #[command(flatten)]
+    prompt: PromptArgs,
+    #[command(flatten)]
+    sampling: SamplingArgs,
+    /// Write {"tokens": [[new tokens of each row]], "prompt_len", "prefill_tokens_per_s",
+    /// "decode_tokens_per_s", "compile_s", "peak_rss_mb", ...} to FILE (rows cut after --eos).
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// Write the prompt logits to FILE.npy as float32 [batch, L, vocab], L the longest prompt:
+    /// row r's prompt fills its last prompt_len[r] positions, the positions before it (left
+    /// padding of a shorter prompt) are 0.
+    #[arg(long, value_name = "FILE")]
+    dump_logits: Option<PathBuf>,
+}
+
+#[derive(Args)]
+struct EmitArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    #[command(flatten)]
+    prompt: PromptArgs,
+    #[command(flatten)]
+    sampling: SamplingArgs,
+    /// Output directory (created if missing).
+    #[arg(long, value_name = "DIR")]
+    out_dir: PathBuf,
+}
+
+#[derive(Args)]
+struct BenchArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    #[command(flatten)]
+    prompt: PromptArgs,
+    #[command(flatten)]
+    sampling: SamplingArgs,
+    /// Timed runs after the compiling one.
+    #[arg(long, default_value_t = 5, value_name = "N")]
+    repeat: usize,
+    /// Write every run and the medians as JSON to FILE.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Generate(a) => generate(a),
+        Command::Emit(a) => emit(a),
+        Command::Bench(a) => bench(a),
+    };
+    if let Err(e) = result {
+        eprintln!("error: {}", one_line(&e));
+        std::process::exit(1);
+    }
+}
+
+/// The error and its causes on one line, skipping a cause its parent's message already quotes.
+fn one_line(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if !out.contains(&text) {
+            if !out.is_empty() {
+                out.push_str(": ");
+            }
+            out.push_str(&text);
+        }
+    }
+    out.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// A model on the device with its prompts.
+struct Loaded {
+    client: Client,
+    model: Mamba2,
+    tokenizer: Option<Tokenizer>,
+    prompts: Vec<Vec<u32>>,
+    options: GenerateOptions,
+    description: String,
+}
+
+impl Loaded {
+    fn prompt_tokens(&self) -> usize {
+        self.prompts.iter().map(Vec::len).sum()
+    }
+
+    fn shape(&self) -> (usize, usize) {
+        let longest = self.prompts.iter().map(Vec::len).max().unwrap_or(0);
+        let chunk = self.model.config().chunk_size;
+        (self.prompts.len(), longest.div_ceil(chunk) * chunk)
+    }
+}
+
+/// Reads the config, tokenizer, prompts and options (checking them before anything slow), then
+/// creates the client and uploads the weights.
+fn load(m: &ModelArgs, p: &PromptArgs, s: &SamplingArgs) -> Result<Loaded> {
+    let config = match &m.model {
+        Some(dir) => {
+            ensure!(dir.is_dir(), "--model {}: not a directory", dir.display());
+            Mamba2Config::from_file(dir.join("config.json"))
+                .with_context(|| format!("--model {}", dir.display()))?
+        }
+        None => Mamba2Config::mamba2_130m(),
+    };
+    let tokenizer_path = m.model.as_ref().map(|d| d.join("tokenizer.json"));
+    let tokenizer = match &tokenizer_path {
+        Some(path) if path.is_file() => {
+            Some(Tokenizer::from_file(path).map_err(|e| anyhow!("{}: {e}", path.display()))?)
+        }
+        _ => None,
+    };
+    let vocab = config.vocab_size;
+    let options = s.options(vocab)?;
+    let prompts = match (&p.prompt, &p.prompt_ids) {
+        (Some(text), _) => {
+            let Some(tok) = &tokenizer else {
+                match &tokenizer_path {
+                    Some(path) => bail!(
+                        "--prompt needs a tokenizer, and {} does not exist (use --prompt-ids)",
+                        path.display()
+                    ),
+                    None => bail!(
+                        "--prompt needs --model DIR with a tokenizer.json (or use --prompt-ids)"
+                    ),
+                }
+            };
+            let ids = tok
+                .encode(text.as_str(), true)
+                .map_err(|e| anyhow!("encoding --prompt: {e}"))?
+                .get_ids()
+                .to_vec();
+            ensure!(!ids.is_empty(), "--prompt encodes to no tokens");
+            vec![ids]
+        }
+        (None, Some(ids)) => parse_prompt_ids(ids)?,
+        (None, None) => {
+            ensure!(p.prompt_len > 0, "--prompt-len must be at least 1");
+            vec![default_prompt(p.prompt_len, vocab)]
+        }
+    };
+    ensure!(p.batch > 0, "--batch must be at least 1");
+    let prompts: Vec<Vec<u32>> = (0..p.batch).flat_map(|_| prompts.clone()).collect();
+    for (r, row) in prompts.iter().enumerate() {
+        if let Some(bad) = row.iter().find(|&&t| t as usize >= vocab) {
+            bail!("token id {bad} (prompt {r}) is outside the vocabulary of {vocab}");
+        }
+    }
+
+    progress("loading the PJRT plugin");
+    let client = match &m.plugin {
+        Some(path) => Client::from_plugin_path(path),
+        None => Client::cpu(),
+    }
+    .context("creating the PJRT client")?;
+    let dtype = match m.dtype {
+        Precision::F32 => DType::F32,
+        Precision::Bf16 => DType::BF16,
+    };
+    let (weights, source) = match &m.model {
+        Some(dir) => {
+            progress(&format!("loading weights from {}", dir.display()));
+            let w = Mamba2Weights::load(dir, &config, dtype)
+                .with_context(|| format!("--model {}", dir.display()))?;
+            (w, dir.display().to_string())
+        }
+        None => {
+            progress("drawing random weights for the 130M shape");
+            let w = Mamba2Weights::random(&config, dtype, m.weights_seed);
+            let source = format!("130M shape, random weights (seed {})", m.weights_seed);
+            (w, source)
+        }
+    };
+    let description = format!(
+        "{source}: {} layers, {} wide, vocab {}, {} matrices",
+        config.num_layers,
+        config.hidden_size,
+        config.vocab_size,
+        dtype.mlir_name()
+    );
+    progress("uploading the weights");
+    let model = Mamba2::new(&client, config, &weights)?;
+    Ok(Loaded {
+        client,
+        model,
+        tokenizer,
+        prompts,
+        options,
+        description,
+    })
+}
+
+/// Parses `1,2,3;4,5` into prompts.
+fn parse_prompt_ids(text: &str) -> Result<Vec<Vec<u32>>> {
+    text.split(';')
+        .map(|group| {
+            let ids = group
+                .split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(|s| {
+                    s.parse::<u32>()
+                        .with_context(|| format!("--prompt-ids: {s:?} is not a token id"))
+                })
+                .collect::<Result<Vec<u32>>>()?;
+            ensure!(!ids.is_empty(), "--prompt-ids: empty prompt in {text:?}");
+            Ok(ids)
+        })
+        .collect()
+}
+
+/// `len` deterministic pseudo-random ids below `vocab` (SplitMix64 from a fixed seed).
+fn default_prompt(len: usize, vocab: usize) -> Vec<u32> {
+    let mut state = 0x5EED_u64;
+    (0..len)
+        .map(|_| {
+            state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = state;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            ((z ^ (z >> 31)) % vocab as u64) as u32
+        })
+        .collect()
+}
+
+impl SamplingArgs {
+    fn options(&self, vocab: usize) -> Result<GenerateOptions> {
+        ensure!(
+            self.max_new_tokens > 0,
+            "--max-new-tokens must be at least 1"
+        );
+        if let Some(e) = self.eos {
+            ensure!(
+                (e as usize) < vocab,
+                "--eos {e} is outside the vocabulary of {vocab}"
+            );
+        }
+        let sampling = match self.temperature {
+            None | Some(0.0) => Sampling::Greedy,
+            Some(temperature) => {
+                ensure!(
+                    temperature > 0.0 && temperature.is_finite(),
+                    "--temperature must be a positive number (or 0 for greedy)"
+                );
+                ensure!(
+                    self.top_p > 0.0 && self.top_p <= 1.0,
+                    "--top-p must be in (0, 1]"
+                );
+                ensure!(
+                    self.top_k <= vocab,
+                    "--top-k {} exceeds the vocabulary of {vocab}",
+                    self.top_k
+                );
+                Sampling::Sample {
+                    temperature,
+                    top_k: self.top_k,
+                    top_p: self.top_p,
+                    seed: self.seed,
+                }
+            }
+        };
+        Ok(GenerateOptions {
+            max_new_tokens: self.max_new_tokens,
+            sampling,
+            eos: self.eos,
+        })
+    }
+}
+
+fn progress(what: &str) {
+    eprintln!("mamba2: {what}...");
+}
+
+fn seconds(t: Instant) -> f64 {
+    t.elapsed().as_secs_f64()
+}
+
+/// Each row's tokens up to and including its first `eos`.
+fn cut_at_eos(rows: Vec<Vec<u32>>, eos: Option<u32>) -> Vec<Vec<u32>> {
+    rows.into_iter()
+        .map(|mut row| {
+            if let Some(end) = eos.and_then(|e| row.iter().position(|&t| t == e)) {
+                row.truncate(end + 1);
+            }
+            row
+        })
+        .collect()
+}
+
+/// One timed prefill and one timed generate, both already compiled.
+struct Timed {
+    prefill_s: f64,
+    generate_s: f64,
+    tokens: Vec<Vec<u32>>,
+}
+
+impl Timed {
+    fn run(l: &Loaded, options: &GenerateOptions) -> Result<Timed> {
+        let t = Instant::now();
+        drop(l.model.prefill(&l.prompts).context("prefill")?);
+        let prefill_s = seconds(t);
+        let t = Instant::now();
+        let tokens = l.model.generate(&l.prompts, options).context("generate")?;
+        let generate_s = seconds(t);
+        Ok(Timed {
+            prefill_s,
+            generate_s,
+            tokens: cut_at_eos(tokens, options.eos),
+        })
+    }
+
+    fn generated(&self) -> usize {
+        self.tokens.iter().map(Vec::len).sum()
+    }
+
+    fn decode_s(&self) -> Option<f64> {
+        Some(self.generate_s - self.prefill_s).filter(|&d| d > 0.0)
+    }
+
+    fn prefill_tps(&self, prompt_tokens: usize) -> f64 {
+        prompt_tokens as f64 / self.prefill_s
+    }
+
+    fn decode_tps(&self) -> Option<f64> {
+        self.decode_s().map(|d| self.generated() as f64 / d)
+    }
+
+    /// Milliseconds per decode step (the longest row's steps).
+    fn ms_per_token(&self) -> Option<f64> {
+        let steps = self.tokens.iter().map(Vec::len).max().unwrap_or(0).max(1);
+        self.decode_s().map(|d| 1e3 * d / steps as f64)
+    }
+}
+
+/// Runs generate and prefill once each (compiling them); returns the first generate's time,
+/// whether its program came from the disk cache, and the prefill's result.
+fn warm_up(l: &Loaded, options: &GenerateOptions) -> Result<(f64, bool, Prefill)> {
+    let (batch, bucket) = l.shape();
+    progress(&format!(
+        "compiling and running generate ({batch} x {bucket} prompt positions, {} new tokens)",
+        options.max_new_tokens
+    ));
+    let before = l.client.cache_stats();
+    let t = Instant::now();
+    l.model.generate(&l.prompts, options).context("generate")?;
+    let first_s = seconds(t);
+    let cached = l.client.cache_stats().disk_hits > before.disk_hits;
+    progress("compiling and running prefill");
+    let prefill = l.model.prefill(&l.prompts).context("prefill")?;
+    Ok((first_s, cached, prefill))
+}
+
+/// Peak resident memory in MB (VmHWM), where /proc says it.
+fn peak_rss_mb() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb / 1024.0)
+}
+
+fn generate(a: GenerateArgs) -> Result<()> {
+    let l = load(&a.model, &a.prompt, &a.sampling)?;
+    let options = l.options.clone();
+    let (first_s, cached, prefill) = warm_up(&l, &options)?;
+    if let Some(path) = &a.dump_logits {
+        dump_logits(path, &prefill)?;
+    }
+    drop(prefill);
+    let run = Timed::run(&l, &options)?;
+    let compile_s = first_s - run.generate_s;
+    let prompt_tokens = l.prompt_tokens();
+    let peak = peak_rss_mb();
+
+    for (r, row) in run.tokens.iter().enumerate() {
+        let shown = match &l.tokenizer {
+            Some(tok) => format!(
+                "{:?}",
+                tok.decode(row, false)
+                    .map_err(|e| anyhow!("decoding row {r}: {e}"))?
+            ),
+            None => ids_text(row),
+        };
+        println!("row {r:<5} {shown}");
+    }
+    let (batch, bucket) = l.shape();
+    println!("model     {}", l.description);
+    println!("prompt    {batch} row(s), {prompt_tokens} tokens in all (padded to {bucket})");
+    println!(
+        "compile   {compile_s:.2} s (first generate {first_s:.2} s - second {:.2} s; {})",
+        run.generate_s,
+        if cached {
+            "loaded from the compile cache"
+        } else {
+            "compiled"
+        }
+    );
+    println!(
+        "prefill   {prompt_tokens} tokens in {:.3} s: {:.1} tokens/s",
+        run.prefill_s,
+        run.prefill_tps(prompt_tokens)
+    );
+    match (run.decode_s(), run.decode_tps(), run.ms_per_token()) {
+        (Some(d), Some(tps), Some(ms)) => println!(
+            "decode    {} tokens in {d:.3} s: {tps:.1} tokens/s, {ms:.2} ms per step",
+            run.generated()
+        ),
+        _ => println!("decode    too fast to separate from the prefill"),
+    }
+    if let Some(mb) = peak {
+        println!("memory    peak RSS {mb:.0} MB");
+    }
+
+    if let Some(path) = &a.json {
+        let value = json!({
+            "tokens": run.tokens,
+            "prompt_len": l.prompts.iter().map(Vec::len).collect::<Vec<_>>(),
+            "prefill_tokens_per_s": run.prefill_tps(prompt_tokens),
+            "decode_tokens_per_s": run.decode_tps(),
+            "compile_s": compile_s,
+            "compile_from_cache": cached,
+            "peak_rss_mb": peak,
+            "prefill_s": run.prefill_s,
+            "generate_s": run.generate_s,
+            "generated_tokens": run.generated(),
+            "max_new_tokens": options.max_new_tokens,
+            "model": l.description,
+        });
+        write_json(path, &value)?;
+    }
+    Ok(())
+}
+
+fn ids_text(row: &[u32]) -> String {
+    row.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
+}
+
+fn write_json(path: &Path, value: &serde_json::Value) -> Result<()> {
+    let text = serde_json::to_string_pretty(value)?;
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    std::fs::write(path, text + "\n").with_context(|| format!("writing {}", path.display()))
+}
+
+/// Writes the prompt logits as `[batch, longest prompt, vocab]` f32 (see `--dump-logits`).
+fn dump_logits(path: &Path, prefill: &Prefill) -> Result<()> {
+    let logits = prefill.logits.as_array::<f32>()?;
+    let logits = logits.as_standard_layout();
+    let data = logits.as_slice().context("logits are not contiguous")?;
+    let &[batch, bucket, vocab] = logits.shape() else {
+        bail!("prefill logits have shape {:?}", logits.shape());
+    };
+    let longest = prefill.prompt_len.iter().copied().max().unwrap_or(0);
+    let mut out = vec![0f32; batch * longest * vocab];
+    for (r, &len) in prefill.prompt_len.iter().enumerate() {
+        for p in longest - len..longest {
+            let src = (r * bucket + bucket - longest + p) * vocab;
+            let dst = (r * longest + p) * vocab;
+            out[dst..dst + vocab].copy_from_slice(&data[src..src + vocab]);
+        }
+    }
+    write_npy(path, &[batch, longest, vocab], &out)
+        .with_context(|| format!("writing {}", path.display()))
+}
+
+/// NumPy `.npy` version 1.0: magic, header length, a dict padded to a multiple of 64, data.
+fn write_npy(path: &Path, dims: &[usize], data: &[f32]) -> Result<()> {
+    let shape = match dims {
+        [d] => format!("({d},)"),
+        _ => format!(
+            "({})",
+            dims.iter()
+                .map(usize::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    };
+    let mut header = format!("{{'descr': '<f4', 'fortran_order': False, 'shape': {shape}, }}");
+    let unpadded = 10 + header.len() + 1;
+    header.push_str(&" ".repeat(unpadded.next_multiple_of(64) - unpadded));
+    header.push('\n');
+    let mut f = std::io::BufWriter::new(std::fs::File::create(path)?);
+    f.write_all(b"\x93NUMPY\x01\x00")?;
+    f.write_all(&u16::try_from(header.len())?.to_le_bytes())?;
+    f.write_all(header.as_bytes())?;
+    for x in data {
+        f.write_all(&x.to_le_bytes())?;
+    }
+    f.flush()?;
+    Ok(())
+}
+
+fn emit(a: EmitArgs) -> Result<()> {
+    let l = load(&a.model, &a.prompt, &a.sampling)?;
+    let options = l.options.clone();
+    let (batch, bucket) = l.shape();
+    progress("lowering the programs");
+    let texts = l.model.stablehlo(batch, bucket, &options)?;
+    std::fs::create_dir_all(&a.out_dir)
+        .with_context(|| format!("creating {}", a.out_dir.display()))?;
+    for (name, text) in ["prefill", "step", "generate"].iter().zip(&texts) {
+        let path = a.out_dir.join(format!("{name}.mlir"));
+        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+        println!("{} ({} lines)", path.display(), text.lines().count());
+    }
+    println!(
+        "batch {batch}, prompt bucket {bucket}, {} new tokens",
+        options.max_new_tokens
+    );
+    Ok(())
+}
+
+fn median(mut v: Vec<f64>) -> Option<f64> {
+    v.retain(|x| x.is_finite());
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => Some(v[n / 2]),
+        _ => Some((v[n / 2 - 1] + v[n / 2]) / 2.0),
+    }
+}
+
+fn bench(a: BenchArgs) -> Result<()> {
+    ensure!(a.repeat > 0, "--repeat must be at least 1");
+    let l = load(&a.model, &a.prompt, &a.sampling)?;
+    let options = l.options.clone();
+    let (first_s, cached, prefill) = warm_up(&l, &options)?;
+    drop(prefill);
+    let prompt_tokens = l.prompt_tokens();
+    let mut runs = Vec::new();
+    for i in 0..a.repeat {
+        progress(&format!("timed run {}/{}", i + 1, a.repeat));
+        runs.push(Timed::run(&l, &options)?);
+    }
+    let fmt = |x: Option<f64>| x.map_or("-".to_string(), |x| format!("{x:.1}"));
+    let fmt2 = |x: Option<f64>| x.map_or("-".to_string(), |x| format!("{x:.2}"));
+    println!("model     {}", l.description);
+    let (batch, bucket) = l.shape();
+    println!(
+        "shape     {batch} row(s), {prompt_tokens} prompt tokens (padded to {bucket}), {} new tokens per row",
+        options.max_new_tokens
+    );
+    println!(
+        "{:<8} {:>14} {:>14} {:>14}",
+        "run", "prefill tok/s", "decode tok/s", "ms per token"
+    );
+    let mut rows = Vec::new();
+    for (i, r) in runs.iter().enumerate() {
+        println!(
+            "{:<8} {:>14} {:>14} {:>14}",
+            i + 1,
+            fmt(Some(r.prefill_tps(prompt_tokens))),
+            fmt(r.decode_tps()),
+            fmt2(r.ms_per_token())
+        );
+        rows.push(json!({
+            "prefill_s": r.prefill_s,
+            "generate_s": r.generate_s,
+            "prefill_tokens_per_s": r.prefill_tps(prompt_tokens),
+            "decode_tokens_per_s": r.decode_tps(),
+            "ms_per_token": r.ms_per_token(),
+            "generated_tokens": r.generated(),
+        }));
+    }
+    let med = |f: &dyn Fn(&Timed) -> Option<f64>| median(runs.iter().filter_map(f).collect());
+    let prefill_tps = med(&|r| Some(r.prefill_tps(prompt_tokens)));
+    let decode_tps = med(&|r| r.decode_tps());
+    let ms = med(&|r| r.ms_per_token());
+    let generate_s = med(&|r| Some(r.generate_s)).unwrap_or(0.0);
+    println!(
+        "{:<8} {:>14} {:>14} {:>14}",
+        "median",
+        fmt(prefill_tps),
+        fmt(decode_tps),
+        fmt2(ms)
+    );
+    let compile_s = first_s - generate_s;
+    println!(
+        "compile   {compile_s:.2} s ({})",
+        if cached {
+            "loaded from the compile cache"
+        } else {
+            "compiled"
+        }
+    );
+    let peak = peak_rss_mb();
+    if let Some(mb) = peak {
+        println!("memory    peak RSS {mb:.0} MB");
+    }
+    if let Some(path) = &a.json {
+        let value = json!({
+            "runs": rows,
+            "median": {
+                "prefill_tokens_per_s": prefill_tps,
+                "decode_tokens_per_s": decode_tps,
+                "ms_per_token": ms,
+                "generate_s": generate_s,
+            },
+            "prompt_len": l.prompts.iter().map(Vec::len).collect::<Vec<_>>(),
+            "max_new_tokens": options.max_new_tokens,
+            "compile_s": compile_s,
+            "compile_from_cache": cached,
+            "peak_rss_mb": peak,
+            "model": l.description,
+        });
+        write_json(path, &value)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,374 @@
+//! The `mamba2` example run as a user runs it: one-line errors, `generate` on the tiny fixture
+//! model (tokens and prompt logits checked against HF transformers' fixtures, JSON and `.npy`
+//! outputs), `--prompt` through a tokenizer, `emit` and `bench`.
+//!
+//! The example binary is built first with `cargo build --example mamba2` (a no-op when fresh),
+//! in the profile and target directory of this test binary.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+use serde_json::Value;
+
+/// The example binary, built on first use.
+fn binary() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        // This test runs from <target>/<profile>/deps/cli-<hash>.
+        let exe = std::env::current_exe().expect("current_exe");
+        let profile_dir = exe
+            .parent()
+            .and_then(Path::parent)
+            .expect("test binary in <target>/<profile>/deps");
+        let mut cmd = Command::new(env!("CARGO"));
+        cmd.current_dir(env!("CARGO_MANIFEST_DIR")).args([
+            "build",
+            "--quiet",
+            "--example",
+            "mamba2",
+        ]);
+        if profile_dir.file_name().is_some_and(|n| n == "release") {
+            cmd.arg("--release");
+        }
+        if let Some(target_dir) = profile_dir.parent() {
+            cmd.arg("--target-dir").arg(target_dir);
+        }
+        let status = cmd.status().expect("running cargo build --example mamba2");
+        assert!(status.success(), "cargo build --example mamba2 failed");
+        let bin = profile_dir
+            .join("examples")
+            .join(format!("mamba2{}", std::env::consts::EXE_SUFFIX));
+        assert!(bin.is_file(), "{} was not built", bin.display());
+        bin
+    })
+}
+
+fn run(args: &[&str]) -> Output {
+    Command::new(binary())
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env("RUST_BACKTRACE", "1")
+        .output()
+        .expect("running the mamba2 example")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Runs the example, asserting success.
+fn run_ok(args: &[&str]) -> String {
+    let out = run(args);
+    assert!(
+        out.status.success(),
+        "mamba2 {args:?} failed\nstdout:\n{}\nstderr:\n{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    text(&out.stdout)
+}
+
+const TINY: &str = "tests/fixtures/mamba2/tiny";
+
+/// A fresh scratch directory for one test.
+fn scratch(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join("cli")
+        .join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[test]
+fn errors_are_one_line() {
+    let cases: [&[&str]; 5] = [
+        &["generate", "--model", "/nonexistent/model"],
+        // A directory without config.json.
+        &["generate", "--model", "tests/fixtures"],
+        // The tiny fixture has no tokenizer.json.
+        &["generate", "--model", TINY, "--prompt", "hello"],
+        &["generate", "--model", TINY, "--prompt-ids", "1,2;3,100"],
+        &[
+            "emit",
+            "--model",
+            TINY,
+            "--prompt-ids",
+            "5,1000",
+            "--out-dir",
+            "/nonexistent/out",
+        ],
+    ];
+    for args in cases {
+        let out = run(args);
+        let stderr = text(&out.stderr);
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "{args:?} should fail with 1; stderr: {stderr}"
+        );
+        assert_eq!(
+            stderr.lines().count(),
+            1,
+            "{args:?}: want one line, got:\n{stderr}"
+        );
+        assert!(stderr.starts_with("error: "), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    }
+    assert!(text(&run(cases[2]).stderr).contains("tokenizer.json"));
+    assert!(text(&run(cases[3]).stderr).contains("token id 100"));
+}
+
+/// Tensors of the tiny fixture's `cases.safetensors` as f64, with their shapes.
+fn fixture_cases() -> HashMap<String, (Vec<usize>, Vec<f64>)> {
+    let bytes = std::fs::read(Path::new(TINY).join("cases.safetensors")).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    st.tensors()
+        .into_iter()
+        .map(|(name, view)| {
+            let data = match view.dtype() {
+                safetensors::Dtype::I64 => view
+                    .data()
+                    .chunks_exact(8)
+                    .map(|c| i64::from_le_bytes(c.try_into().unwrap()) as f64)
+                    .collect(),
+                safetensors::Dtype::F32 => view
+                    .data()
+                    .chunks_exact(4)
+                    .map(|c| f64::from(f32::from_le_bytes(c.try_into().unwrap())))
+                    .collect(),
+                _ => Vec::new(),
+            };
+            (name, (view.shape().to_vec(), data))
+        })
+        .collect()
+}
+
+/// Reads a `.npy` v1.0 float32 file: its shape and data, checking header, alignment and size.
+fn read_npy(path: &Path) -> (Vec<usize>, Vec<f32>) {
+    let bytes = std::fs::read(path).unwrap();
+    assert_eq!(&bytes[..8], b"\x93NUMPY\x01\x00", "magic and version");
+    let header_len = u16::from_le_bytes([bytes[8], bytes[9]]) as usize;
+    assert_eq!((10 + header_len) % 64, 0, "header not aligned to 64");
+    let header = std::str::from_utf8(&bytes[10..10 + header_len]).unwrap();
+    assert!(header.ends_with('\n'));
+    assert!(header.contains("'descr': '<f4'"), "{header}");
+    assert!(header.contains("'fortran_order': False"), "{header}");
+    let shape_text = header.split("'shape': (").nth(1).unwrap();
+    let shape: Vec<usize> = shape_text[..shape_text.find(')').unwrap()]
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse().unwrap())
+        .collect();
+    let data = &bytes[10 + header_len..];
+    assert_eq!(data.len(), 4 * shape.iter().product::<usize>(), "data size");
+    let values = data
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    (shape, values)
+}
+
+#[test]
+fn generate_writes_json_and_logits_matching_transformers() {
+    // Case 4 of the fixtures: a batch of two prompts, 12 and 5 tokens (HF left-padded them).
+    let cases = fixture_cases();
+    let (idims, ids) = &cases["case4.input_ids"];
+    let (_, mask) = &cases["case4.attention_mask"];
+    let rows: Vec<Vec<u32>> = (0..idims[0])
+        .map(|r| {
+            (0..idims[1])
+                .filter(|&t| mask[r * idims[1] + t] == 1.0)
+                .map(|t| ids[r * idims[1] + t] as u32)
+                .collect()
+        })
+        .collect();
+    assert_eq!(rows.iter().map(Vec::len).collect::<Vec<_>>(), [12, 5]);
+    let prompt_ids = rows
+        .iter()
+        .map(|r| r.iter().map(u32::to_string).collect::<Vec<_>>().join(","))
+        .collect::<Vec<_>>()
+        .join(";");
+
+    let dir = scratch("generate");
+    let (json_path, npy_path) = (dir.join("out.json"), dir.join("logits.npy"));
+    let stdout = run_ok(&[
+        "generate",
+        "--model",
+        TINY,
+        "--prompt-ids",
+        &prompt_ids,
+        "--max-new-tokens",
+        "8",
+        "--json",
+        json_path.to_str().unwrap(),
+        "--dump-logits",
+        npy_path.to_str().unwrap(),
+    ]);
+    assert!(stdout.contains("tokens/s"), "{stdout}");
+
+    let json: Value = serde_json::from_str(&std::fs::read_to_string(&json_path).unwrap()).unwrap();
+    for key in [
+        "tokens",
+        "prompt_len",
+        "prefill_tokens_per_s",
+        "decode_tokens_per_s",
+        "compile_s",
+        "peak_rss_mb",
+    ] {
+        assert!(json.get(key).is_some(), "{key} missing from {json}");
+    }
+    assert!(json["prefill_tokens_per_s"].as_f64().unwrap() > 0.0);
+    assert!(json["compile_s"].is_number());
+    assert!(json["peak_rss_mb"].as_f64().unwrap() > 0.0);
+    assert_eq!(json["prompt_len"], serde_json::json!([12, 5]));
+    // The new tokens are HF's greedy continuation.
+    let (gdims, greedy) = &cases["case4.greedy"];
+    let tokens = json["tokens"].as_array().unwrap();
+    assert_eq!(tokens.len(), 2);
+    for (r, row) in tokens.iter().enumerate() {
+        let got: Vec<f64> = row
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t.as_f64().unwrap())
+            .collect();
+        assert_eq!(got, greedy[r * gdims[1]..][..8], "row {r}");
+    }
+
+    // Logits [2, 12, vocab]: the real positions match HF, the left padding is 0.
+    let (shape, logits) = read_npy(&npy_path);
+    let vocab = 100;
+    assert_eq!(shape, [2, 12, vocab]);
+    let (ldims, hf) = &cases["case4.logits"];
+    assert_eq!(ldims[1], 12);
+    for (r, row) in rows.iter().enumerate() {
+        for p in 0..12 {
+            let ours = &logits[(r * 12 + p) * vocab..][..vocab];
+            if p < 12 - row.len() {
+                assert!(ours.iter().all(|&x| x == 0.0), "row {r} padding {p}");
+                continue;
+            }
+            let theirs = &hf[(r * 12 + p) * vocab..][..vocab];
+            let d = ours
+                .iter()
+                .zip(theirs)
+                .map(|(&a, &b)| (f64::from(a) - b).abs())
+                .fold(0.0, f64::max);
+            assert!(d < 1e-4, "row {r} position {p}: logits differ by {d}");
+        }
+    }
+}
+
+#[test]
+fn prompt_text_goes_through_the_tokenizer() {
+    // The tiny model with a word-level tokenizer: "w0" .. "w99" are ids 0 .. 99.
+    let dir = scratch("tokenizer");
+    for f in ["config.json", "model.safetensors"] {
+        std::fs::copy(Path::new(TINY).join(f), dir.join(f)).unwrap();
+    }
+    let vocab: serde_json::Map<String, Value> = (0..100)
+        .map(|i| (format!("w{i}"), Value::from(i)))
+        .collect();
+    let tokenizer = serde_json::json!({
+        "version": "1.0",
+        "truncation": null,
+        "padding": null,
+        "added_tokens": [],
+        "normalizer": null,
+        "pre_tokenizer": {"type": "Whitespace"},
+        "post_processor": null,
+        "decoder": null,
+        "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "w0"},
+    });
+    std::fs::write(dir.join("tokenizer.json"), tokenizer.to_string()).unwrap();
+    let model = dir.to_str().unwrap();
+    let (a, b) = (dir.join("a.json"), dir.join("b.json"));
+    let common = ["--model", model, "--max-new-tokens", "6"];
+    let stdout = run_ok(
+        &[
+            &[
+                "generate",
+                "--prompt",
+                "w5 w17 w42",
+                "--json",
+                a.to_str().unwrap(),
+            ],
+            &common[..],
+        ]
+        .concat(),
+    );
+    run_ok(
+        &[
+            &[
+                "generate",
+                "--prompt-ids",
+                "5,17,42",
+                "--json",
+                b.to_str().unwrap(),
+            ],
+            &common[..],
+        ]
+        .concat(),
+    );
+    let tokens = |p: &Path| {
+        serde_json::from_str::<Value>(&std::fs::read_to_string(p).unwrap()).unwrap()["tokens"]
+            .clone()
+    };
+    assert_eq!(tokens(&a), tokens(&b));
+    // The row is printed as decoded text: words "w<id>".
+    let row = stdout.lines().find(|l| l.starts_with("row 0")).unwrap();
+    assert!(row.contains("\"w"), "{row}");
+}
+
+#[test]
+fn emit_writes_three_programs() {
+    let dir = scratch("emit");
+    run_ok(&[
+        "emit",
+        "--model",
+        TINY,
+        "--prompt-ids",
+        "1,2,3;4,5",
+        "--max-new-tokens",
+        "4",
+        "--out-dir",
+        dir.to_str().unwrap(),
+    ]);
+    for name in ["prefill", "step", "generate"] {
+        let mlir = std::fs::read_to_string(dir.join(format!("{name}.mlir"))).unwrap();
+        assert!(mlir.contains("func.func public @main"), "{name}.mlir");
+        if name == "generate" {
+            assert_eq!(mlir.matches("stablehlo.while").count(), 1, "{name}.mlir");
+        }
+    }
+}
+
+#[test]
+fn bench_writes_every_run() {
+    let dir = scratch("bench");
+    let json_path = dir.join("bench.json");
+    let stdout = run_ok(&[
+        "bench",
+        "--model",
+        TINY,
+        "--prompt-ids",
+        "1,2,3",
+        "--batch",
+        "2",
+        "--max-new-tokens",
+        "4",
+        "--repeat",
+        "2",
+        "--json",
+        json_path.to_str().unwrap(),
+    ]);
+    assert!(stdout.contains("median"), "{stdout}");
+    let json: Value = serde_json::from_str(&std::fs::read_to_string(&json_path).unwrap()).unwrap();
+    assert_eq!(json["runs"].as_array().unwrap().len(), 2);
+    assert_eq!(json["prompt_len"], serde_json::json!([3, 3]));
+    assert!(json["median"]["prefill_tokens_per_s"].as_f64().unwrap() > 0.0);
+}
