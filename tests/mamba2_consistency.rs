@@ -278,6 +278,15 @@ fn bad_input_is_an_error() {
         .contains("outside the vocabulary"));
     assert!(m.prefill(&[]).is_err());
     assert!(m.prefill(&[vec![]]).is_err());
+    let none = GenerateOptions {
+        max_new_tokens: 0,
+        sampling: Sampling::Greedy,
+        eos: None,
+    };
+    assert_eq!(
+        m.generate(&[vec![1], vec![2, 3]], &none).unwrap(),
+        vec![Vec::<u32>::new(); 2]
+    );
     let pre = m.prefill(&[vec![1, 2]]).unwrap();
     assert!(
         m.step(&[1, 2], pre.state).is_err(),

@@ -428,6 +428,9 @@ impl Mamba2 {
             }
         }
         let (bucket, ids, mask, _) = self.pad_prompts(prompts)?;
+        if options.max_new_tokens == 0 {
+            return Ok(vec![Vec::new(); prompts.len()]);
+        }
         let batch = prompts.len();
         let seed = match options.sampling {
             Sampling::Sample { seed, .. } => seed,

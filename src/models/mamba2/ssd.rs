@@ -43,8 +43,8 @@ pub fn groups_to_heads(t: &Tensor, heads: usize) -> Result<Tensor> {
 /// The chunked SSD over a whole sequence. `x`: `[b, L, H, P]`, `dt`: `[b, L, H]` (after softplus,
 /// clamp and masking), `a`: `[H]` (negative), `b_`/`c`: `[b, L, H, N]` (already per head),
 /// `init`: the state before the sequence, `[b, H, P, N]` (zeros when `None`); `L` a multiple of
-/// `chunk`. The decays are computed in `a`'s dtype (see the module docs). Returns `y` (`[b, L, H, P]`, without the `D` skip) and the final state
-/// `[b, H, P, N]`.
+/// `chunk`. The decays are computed in `a`'s dtype (see the module docs). Returns `y`
+/// (`[b, L, H, P]`, without the `D` skip) and the final state `[b, H, P, N]`.
 pub fn ssd_chunked(
     x: &Tensor,
     dt: &Tensor,
