@@ -15,6 +15,9 @@
 //!   device buffers. The XLA CPU plugin is found or installed into a per-user cache automatically
 //!   (see [`runtime::install`]).
 //!
+//! - [`models::mamba2`]: Mamba-2 inference from the graph DSL alone: chunked SSD prefill, the
+//!   O(1) recurrent step, and whole-sequence generation as one compiled program.
+//!
 //! [`ops::Graph::compile`] joins them: lower, compile, run on host arrays or device buffers.
 //!
 //! ```
