@@ -31,7 +31,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
-use stablegraph::runtime::{install, Buffer, Client, Plugin};
+use stablegraph::runtime::{install, Buffer, Client, CompileCache, Plugin};
 
 /// Problem sizes: the full run, or 1/16 of the data for `--quick`.
 struct Sizes {
@@ -402,6 +402,8 @@ fn main() -> Result<()> {
     let start = Instant::now();
     let plugin = Plugin::load(&path)?;
     let client = Client::new(&plugin, &[])?;
+    // Every compile below is a real one: no memory or disk cache hits.
+    client.set_compile_cache(CompileCache::disabled());
     let create = start.elapsed();
 
     let (major, minor) = plugin.api_version();
