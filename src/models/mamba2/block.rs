@@ -109,6 +109,37 @@ fn split_xbc(xbc: &Tensor, cfg: &Mamba2Config) -> Result<(Tensor, Tensor, Tensor
     Ok((x, b, c))
 }
 
+/// The start of a block, shared by prefill and step: RMSNorm, `in_proj`, and its split into
+/// `z`, `xBC` and `dt`.
+fn mixer_inputs(
+    hidden: &Tensor,
+    w: &LayerWeights<Tensor>,
+    cfg: &Mamba2Config,
+) -> Result<(Tensor, Tensor, Tensor)> {
+    let normed = rms_norm(hidden, &w.norm, cfg.norm_eps)?;
+    let zxbcdt = linear(&normed, &w.in_proj, w.in_proj_bias.as_ref())?;
+    split_in_proj(&zxbcdt, cfg)
+}
+
+/// The end of a block, shared by prefill and step: the `D` skip added to the SSD output `y`
+/// (`[..., H, P]`, like `x`), the gated norm with `z`, `out_proj`, and the residual.
+fn mixer_output(
+    hidden: &Tensor,
+    y: &Tensor,
+    x: &Tensor,
+    z: &Tensor,
+    w: &LayerWeights<Tensor>,
+    cfg: &Mamba2Config,
+) -> Result<Tensor> {
+    let y = y.add(&x.mul(&w.d.expand_dims(-1)?)?)?;
+    let mut flat: Vec<isize> = z.dims().iter().map(|&d| d as isize).collect();
+    if let Some(last) = flat.last_mut() {
+        *last = cfg.d_inner() as isize;
+    }
+    let y = gated_rms_norm(&y.reshape(&flat)?, z, &w.gated_norm, cfg)?;
+    hidden.add(&linear(&y, &w.out_proj, w.out_proj_bias.as_ref())?)
+}
+
 /// One block over a whole left-padded sequence. `hidden`: `[b, L, hidden]` f32 (`L` a multiple
 /// of the chunk), `mask`: `[b, L]` f32, 1 for real tokens and 0 for padding. Padded steps get
 /// `x = 0` and `dt = 0`, so they neither feed nor decay the state; their convolution inputs are
@@ -119,11 +150,9 @@ pub fn block_prefill(
     w: &LayerWeights<Tensor>,
     cfg: &Mamba2Config,
 ) -> Result<(Tensor, LayerState<Tensor>)> {
-    let (bs, len) = (hidden.dims()[0], hidden.dims()[1]);
+    let len = hidden.dims()[1];
     let k = cfg.conv_kernel;
-    let normed = rms_norm(hidden, &w.norm, cfg.norm_eps)?;
-    let zxbcdt = linear(&normed, &w.in_proj, w.in_proj_bias.as_ref())?;
-    let (z, xbc, dt) = split_in_proj(&zxbcdt, cfg)?;
+    let (z, xbc, dt) = mixer_inputs(hidden, w, cfg)?;
     let m = mask.expand_dims(-1)?; // [b, L, 1]
     let xbc = xbc.mul(&m)?;
 
@@ -141,12 +170,8 @@ pub fn block_prefill(
     let b = groups_to_heads(&b, cfg.num_heads)?;
     let c = groups_to_heads(&c, cfg.num_heads)?;
     let (y, ssm) = ssd_chunked(&x, &dt, &a, &b, &c, None, cfg.chunk_size)?;
-    let y = y.add(&x.mul(&w.d.expand_dims(-1)?)?)?;
-    let y = y.reshape(&[bs as isize, len as isize, cfg.d_inner() as isize])?;
-    let y = gated_rms_norm(&y, &z, &w.gated_norm, cfg)?;
-    let out = linear(&y, &w.out_proj, w.out_proj_bias.as_ref())?;
     Ok((
-        hidden.add(&out)?,
+        mixer_output(hidden, &y, &x, &z, w, cfg)?,
         LayerState {
             conv: conv_state,
             ssm,
@@ -162,9 +187,7 @@ pub fn block_step(
     cfg: &Mamba2Config,
 ) -> Result<(Tensor, LayerState<Tensor>)> {
     let k = cfg.conv_kernel;
-    let normed = rms_norm(hidden, &w.norm, cfg.norm_eps)?;
-    let zxbcdt = linear(&normed, &w.in_proj, w.in_proj_bias.as_ref())?;
-    let (z, xbc, dt) = split_in_proj(&zxbcdt, cfg)?;
+    let (z, xbc, dt) = mixer_inputs(hidden, w, cfg)?;
     // Shift the convolution inputs left and append the new one.
     let conv_state = Tensor::concat(&[&state.conv.narrow(2, 1, k - 1)?, &xbc.expand_dims(2)?], 2)?;
     let mut conv = conv_state.mul(&w.conv_weight)?.sum(&[-1], false)?;
@@ -178,13 +201,8 @@ pub fn block_step(
     let b = groups_to_heads(&b.expand_dims(1)?, cfg.num_heads)?.squeeze(&[1])?;
     let c = groups_to_heads(&c.expand_dims(1)?, cfg.num_heads)?.squeeze(&[1])?;
     let (y, ssm) = ssd_step(&x, &dt, &a, &b, &c, &state.ssm)?;
-    let y = y.add(&x.mul(&w.d.expand_dims(-1)?)?)?;
-    let bs = hidden.dims()[0] as isize;
-    let y = y.reshape(&[bs, cfg.d_inner() as isize])?;
-    let y = gated_rms_norm(&y, &z, &w.gated_norm, cfg)?;
-    let out = linear(&y, &w.out_proj, w.out_proj_bias.as_ref())?;
     Ok((
-        hidden.add(&out)?,
+        mixer_output(hidden, &y, &x, &z, w, cfg)?,
         LayerState {
             conv: conv_state,
             ssm,
