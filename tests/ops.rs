@@ -1294,7 +1294,7 @@ fn convert_rounding_edge_cases() {
     // 1 + 2^-8 + 2^-30: directly to bf16 rounds up to 1 + 2^-7; through f32 it would first
     // become 1 + 2^-8 exactly (a bf16 tie) and then round to even, 1.
     let one = 1.0 + 2f64.powi(-8) + 2f64.powi(-30);
-    // 1 + 2^-11 + 2^-40: same for f16.
+    // 1 + 2^-11 + 2^-40: same for f16, where f64 converts through f32 on every processor.
     let one_h = 1.0 + 2f64.powi(-11) + 2f64.powi(-40);
     s.case("f64 -> bf16 / f16 just above a tie");
     let x = s.input("x", array_of(F64, &[4], &[one, -one, one_h, -one_h]));

@@ -717,6 +717,11 @@ mod tests {
         let v: i64 = (1 << 30) + (1 << 22) + 1;
         let b = eval1(Op::Convert, &[vec1(vec![v])], ty(DType::BF16, &[1])).unwrap();
         assert_eq!(values::<bf16>(&b)[0].to_f64(), f64::from(1u32 << 30));
+        // f64 to f16 rounds through f32 too: 1 + 2^-11 + 2^-40 becomes the f32 1 + 2^-11, an
+        // f16 tie, which rounds to the even 1 (a single rounding would give 1 + 2^-10).
+        let v = 1.0 + 2f64.powi(-11) + 2f64.powi(-40);
+        let h = eval1(Op::Convert, &[vec1(vec![v])], ty(DType::F16, &[1])).unwrap();
+        assert_eq!(values::<f16>(&h)[0].to_bits(), 0x3C00);
         // Shape must be kept.
         let r = eval1(Op::Convert, from_ref(&x), ty(DType::I32, &[3]));
         assert!(matches!(r, Err(Error::Interp(_))));

@@ -702,11 +702,27 @@ impl<'g> Lowering<'g> {
                 ));
             }
             Op::Convert => {
-                self.emit(format!(
-                    "{res} = stablehlo.convert {} : {}",
-                    ins[0],
-                    signature(&tys, out)
-                ));
+                let narrow = matches!(out.dtype, DType::F16 | DType::BF16);
+                if tys[0].dtype == DType::F64 && narrow {
+                    // Through f32 on every backend: XLA CPU converts f64 to a 16-bit float
+                    // directly on some processors and through f32 on others.
+                    let mid = TensorType::new(DType::F32, &out.dims);
+                    self.emit(format!(
+                        "{res}_f32 = stablehlo.convert {} : {}",
+                        ins[0],
+                        signature(&tys, &mid)
+                    ));
+                    self.emit(format!(
+                        "{res} = stablehlo.convert {res}_f32 : {}",
+                        signature(&[&mid], out)
+                    ));
+                } else {
+                    self.emit(format!(
+                        "{res} = stablehlo.convert {} : {}",
+                        ins[0],
+                        signature(&tys, out)
+                    ));
+                }
             }
             Op::BitcastConvert => {
                 let from = tys[0].dtype;

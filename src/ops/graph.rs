@@ -155,7 +155,8 @@ pub enum Op {
     Clamp,
     /// Elementwise conversion of `inputs[0]` to the output dtype: float to integer rounds toward
     /// zero and saturates (NaN gives 0), integers wrap, to `Pred` is `x != 0`, from `Pred` gives 0
-    /// or 1; to a float rounds to nearest even, to `BF16` through `F32` (as XLA does).
+    /// or 1; to a float rounds to nearest even, to `BF16` through `F32` (as XLA does), and from
+    /// `F64` to `F16` through `F32` too (the same on every processor).
     Convert,
     /// Reinterprets the bits of `inputs[0]` as the output dtype (same element size, same shape).
     BitcastConvert,
