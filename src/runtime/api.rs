@@ -7,8 +7,11 @@ use super::ffi::{self, PJRT_Api, PJRT_Error};
 use crate::error::{Error, ErrorCode, Result};
 
 /// A plugin's function table. Copyable: it is a pointer into the plugin, which is never unloaded.
+///
+/// Exported (hidden) only through [`crate::runtime::pjrt`] for the doc test that shows a
+/// mismatched call does not compile; not a stable API.
 #[derive(Clone, Copy)]
-pub(crate) struct Api {
+pub struct Api {
     raw: *const PJRT_Api,
     table_size: usize,
     major: i32,
@@ -17,16 +20,14 @@ pub(crate) struct Api {
 
 // SAFETY: the table is immutable plugin data, and the PJRT C API's functions are thread-safe.
 unsafe impl Send for Api {}
+// SAFETY: as above; `Api` has no interior mutability.
 unsafe impl Sync for Api {}
 
-/// Calls a PJRT function through [`Api::call`], naming the slot once.
+/// Calls a PJRT function through [`Api::call`], naming its slot, whose argument type is checked
+/// against `$args` at compile time. The caller's `unsafe` block vouches for the pointers in `$args`.
 macro_rules! pjrt_call {
     ($api:expr, $name:ident, $args:expr) => {
-        $api.call(
-            std::mem::offset_of!($crate::runtime::ffi::PJRT_Api, $name),
-            stringify!($name),
-            $args,
-        )
+        $api.call::<$crate::runtime::ffi::fns::$name>($args)
     };
 }
 pub(crate) use pjrt_call;
@@ -40,6 +41,7 @@ impl Api {
         if raw.is_null() {
             return Err("GetPjrtApi returned a null pointer".into());
         }
+        // SAFETY: non-null, and the caller guarantees a table; `struct_size` is its first field.
         let table_size = unsafe { (*raw).struct_size };
         let header_end = std::mem::offset_of!(PJRT_Api, pjrt_api_version)
             + std::mem::size_of::<ffi::PJRT_Api_Version>();
@@ -48,6 +50,7 @@ impl Api {
                 "its PJRT_Api struct_size is {table_size}, smaller than the {header_end}-byte header"
             ));
         }
+        // SAFETY: the table is at least as long as its header (checked above).
         let version = unsafe { (*raw).pjrt_api_version };
         Ok(Api {
             raw,
@@ -82,41 +85,49 @@ impl Api {
         Ok(unsafe { self.raw.cast::<u8>().add(offset).cast::<Option<F>>().read() })
     }
 
-    /// Calls the function in the slot at `offset` with `args`, converting a returned error.
-    pub(crate) fn call<A>(&self, offset: usize, name: &'static str, args: &mut A) -> Result<()> {
+    /// Calls the function of slot `F` with `args`, converting a returned error. A slot beyond the
+    /// plugin's table, or a null slot, is [`Error::Unsupported`] and nothing is called.
+    ///
+    /// # Safety
+    /// Every pointer in `args` must be what `F`'s function expects (live handles of this plugin,
+    /// arrays of the stated lengths, null where the header allows it), valid for the call.
+    pub unsafe fn call<F: ffi::Function>(&self, args: &mut F::Args) -> Result<()> {
         type RawFn = unsafe extern "C" fn(*mut c_void) -> *mut PJRT_Error;
         let f = self
-            .slot::<RawFn>(offset, name)?
+            .slot::<RawFn>(F::OFFSET, F::NAME)?
             .ok_or(Error::Unsupported {
-                function: name,
+                function: F::NAME,
                 api_version: self.version_string(),
                 table_size: self.table_size,
-                slot_end: offset + std::mem::size_of::<RawFn>(),
+                slot_end: F::OFFSET + std::mem::size_of::<RawFn>(),
             })?;
-        // SAFETY: `args` is the argument struct this slot's function takes, with `struct_size` set
-        // by its constructor; the pointer is valid for the duration of the call.
-        let err = unsafe { f((args as *mut A).cast::<c_void>()) };
-        self.check(err, name)
+        // SAFETY: `F::Args` is the argument struct of this slot (the `Function` contract), with
+        // `struct_size` set by its constructor; the caller vouches for the pointers inside it.
+        let err = unsafe { f((args as *mut F::Args).cast::<c_void>()) };
+        // SAFETY: a non-null return is a live error the caller now owns.
+        unsafe { self.check(err, F::NAME) }
     }
 
-    /// Converts a `PJRT_Error*` returned by `call` into a `Result`, destroying the error.
-    pub(crate) fn check(&self, err: *mut PJRT_Error, call: &'static str) -> Result<()> {
+    /// Converts a `PJRT_Error*` returned by a call into a `Result`, destroying the error.
+    ///
+    /// # Safety
+    /// `err` must be null or a live error of this plugin, which this call destroys.
+    unsafe fn check(&self, err: *mut PJRT_Error, call: &'static str) -> Result<()> {
         if err.is_null() {
             return Ok(());
         }
-        let message = self
-            .error_message(err)
+        // SAFETY: `err` is live until `destroy_error` below.
+        let message = unsafe { self.error_message(err) }
             .unwrap_or_else(|| "(the plugin gave no message)".to_string());
         let mut code_args = ffi::PJRT_Error_GetCode_Args::new();
         code_args.error = err;
-        let code = match self.call_no_error(
-            std::mem::offset_of!(PJRT_Api, PJRT_Error_GetCode),
-            &mut code_args,
-        ) {
+        // SAFETY: `err` is live.
+        let code = match unsafe { self.error_code(&mut code_args) } {
             true => ErrorCode::from_raw(code_args.code),
             false => ErrorCode::Unknown,
         };
-        self.destroy_error(err);
+        // SAFETY: `err` is live and destroyed once, here.
+        unsafe { self.destroy_error(err) };
         Err(Error::Pjrt {
             call,
             code,
@@ -124,7 +135,11 @@ impl Api {
         })
     }
 
-    fn error_message(&self, err: *mut PJRT_Error) -> Option<String> {
+    /// The message of `err`.
+    ///
+    /// # Safety
+    /// `err` must be a live error of this plugin.
+    unsafe fn error_message(&self, err: *mut PJRT_Error) -> Option<String> {
         type MsgFn = unsafe extern "C" fn(*mut c_void);
         let f = self
             .slot::<MsgFn>(std::mem::offset_of!(PJRT_Api, PJRT_Error_Message), "")
@@ -138,24 +153,35 @@ impl Api {
         Some(unsafe { string_from(args.message, args.message_size) })
     }
 
-    /// Calls `PJRT_Error_GetCode`, reporting whether it ran and succeeded; an error it returns is
-    /// destroyed.
-    fn call_no_error(&self, offset: usize, args: &mut ffi::PJRT_Error_GetCode_Args) -> bool {
+    /// Calls `PJRT_Error_GetCode` on the live error in `args`, reporting whether it ran and
+    /// succeeded. Not through [`Api::call`], which would recurse on an error from GetCode itself;
+    /// such an error is destroyed here.
+    ///
+    /// # Safety
+    /// `args.error` must be a live error of this plugin.
+    unsafe fn error_code(&self, args: &mut ffi::PJRT_Error_GetCode_Args) -> bool {
+        use ffi::Function as _;
+        type GetCode = ffi::fns::PJRT_Error_GetCode;
         type RawFn = unsafe extern "C" fn(*mut c_void) -> *mut PJRT_Error;
-        let Ok(Some(f)) = self.slot::<RawFn>(offset, "PJRT_Error_GetCode") else {
+        let Ok(Some(f)) = self.slot::<RawFn>(GetCode::OFFSET, GetCode::NAME) else {
             return false;
         };
-        // SAFETY: valid args for PJRT_Error_GetCode.
+        // SAFETY: the slot's argument struct, holding a live error that GetCode only reads.
         let err = unsafe { f((args as *mut ffi::PJRT_Error_GetCode_Args).cast()) };
         if err.is_null() {
             true
         } else {
-            self.destroy_error(err);
+            // SAFETY: a new error from GetCode, owned here and destroyed once.
+            unsafe { self.destroy_error(err) };
             false
         }
     }
 
-    fn destroy_error(&self, err: *mut PJRT_Error) {
+    /// Destroys `err`.
+    ///
+    /// # Safety
+    /// `err` must be a live error of this plugin, not used afterwards.
+    unsafe fn destroy_error(&self, err: *mut PJRT_Error) {
         type DestroyFn = unsafe extern "C" fn(*mut c_void);
         if let Ok(Some(f)) =
             self.slot::<DestroyFn>(std::mem::offset_of!(PJRT_Api, PJRT_Error_Destroy), "")
@@ -168,7 +194,11 @@ impl Api {
     }
 
     /// Waits for `event`, then destroys it; returns the event's error, if any.
-    pub(crate) fn await_event(
+    ///
+    /// # Safety
+    /// `event` must be null or a live event of this plugin that the caller owns; it is destroyed
+    /// here and must not be used afterwards.
+    pub(crate) unsafe fn await_event(
         &self,
         event: *mut ffi::PJRT_Event,
         what: &'static str,
@@ -178,10 +208,12 @@ impl Api {
         }
         let mut wait = ffi::PJRT_Event_Await_Args::new();
         wait.event = event;
-        let waited = pjrt_call!(self, PJRT_Event_Await, &mut wait);
+        // SAFETY: a live event.
+        let waited = unsafe { pjrt_call!(self, PJRT_Event_Await, &mut wait) };
         let mut destroy = ffi::PJRT_Event_Destroy_Args::new();
         destroy.event = event;
-        let destroyed = pjrt_call!(self, PJRT_Event_Destroy, &mut destroy);
+        // SAFETY: the same live event, destroyed once, here.
+        let destroyed = unsafe { pjrt_call!(self, PJRT_Event_Destroy, &mut destroy) };
         waited.map_err(|e| match e {
             Error::Pjrt { code, message, .. } => Error::Pjrt {
                 call: what,
@@ -202,6 +234,7 @@ pub(crate) unsafe fn string_from(ptr: *const c_char, len: usize) -> String {
     if ptr.is_null() || len == 0 {
         return String::new();
     }
+    // SAFETY: non-null and valid for `len` bytes (the caller's contract).
     let bytes = unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) };
     String::from_utf8_lossy(bytes).into_owned()
 }
@@ -223,12 +256,14 @@ mod tests {
     }
 
     unsafe extern "C" fn fake_message(args: *mut c_void) {
+        // SAFETY: this slot's argument struct.
         let args = unsafe { &mut *args.cast::<ffi::PJRT_Error_Message_Args>() };
         args.message = MESSAGE.as_ptr().cast();
         args.message_size = MESSAGE.len();
     }
 
     unsafe extern "C" fn fake_code(args: *mut c_void) -> *mut PJRT_Error {
+        // SAFETY: this slot's argument struct.
         let args = unsafe { &mut *args.cast::<ffi::PJRT_Error_GetCode_Args>() };
         args.code = 5; // NOT_FOUND
         std::ptr::null_mut()
@@ -262,9 +297,11 @@ mod tests {
         // The table ends just before PJRT_Client_Create.
         let size = std::mem::offset_of!(PJRT_Api, PJRT_Client_Create);
         let t = table(size);
+        // SAFETY: the table outlives `api` (both live to the end of the test).
         let api = unsafe { Api::new(&*t) }.unwrap();
         let mut args = ffi::PJRT_Client_Create_Args::new();
-        match pjrt_call!(api, PJRT_Client_Create, &mut args) {
+        // SAFETY: the fake functions read nothing from the arguments.
+        match unsafe { pjrt_call!(api, PJRT_Client_Create, &mut args) } {
             Err(Error::Unsupported {
                 function,
                 table_size,
@@ -283,9 +320,11 @@ mod tests {
     #[test]
     fn a_null_slot_inside_the_table_is_unsupported() {
         let t = table(std::mem::size_of::<PJRT_Api>());
+        // SAFETY: the table outlives `api` (both live to the end of the test).
         let api = unsafe { Api::new(&*t) }.unwrap();
         let mut args = ffi::PJRT_Client_Destroy_Args::new();
-        let err = pjrt_call!(api, PJRT_Client_Destroy, &mut args).unwrap_err();
+        // SAFETY: nothing is called: the slot is null.
+        let err = unsafe { pjrt_call!(api, PJRT_Client_Destroy, &mut args) }.unwrap_err();
         assert!(matches!(
             err,
             Error::Unsupported {
@@ -298,10 +337,12 @@ mod tests {
     #[test]
     fn a_returned_error_is_converted_and_destroyed_once() {
         let t = table(end_of(std::mem::offset_of!(PJRT_Api, PJRT_Client_Create)));
+        // SAFETY: the table outlives `api` (both live to the end of the test).
         let api = unsafe { Api::new(&*t) }.unwrap();
         let before = DESTROYED.load(Ordering::SeqCst);
         let mut args = ffi::PJRT_Client_Create_Args::new();
-        match pjrt_call!(api, PJRT_Client_Create, &mut args) {
+        // SAFETY: the fake functions read nothing from the arguments.
+        match unsafe { pjrt_call!(api, PJRT_Client_Create, &mut args) } {
             Err(Error::Pjrt {
                 call,
                 code,
@@ -319,7 +360,9 @@ mod tests {
     #[test]
     fn a_table_shorter_than_its_header_is_refused() {
         let t = table(8);
+        // SAFETY: a live table, and null, which `new` refuses.
         assert!(unsafe { Api::new(&*t) }.is_err());
+        // SAFETY: as above.
         assert!(unsafe { Api::new(std::ptr::null()) }.is_err());
     }
 }

@@ -37,14 +37,17 @@ pub struct Buffer {
 // SAFETY: PJRT buffers (`xla::PjRtBuffer`) are thread-safe; `Buffer` only exposes operations that
 // PJRT allows concurrently (reads, transfers to host, use as an execution argument).
 unsafe impl Send for Buffer {}
+// SAFETY: as above; the only Rust-side mutation is the atomic `donated` flag.
 unsafe impl Sync for Buffer {}
 
 impl Drop for Buffer {
     fn drop(&mut self) {
         let mut args = ffi::PJRT_Buffer_Destroy_Args::new();
         args.buffer = self.raw;
-        // An error while freeing cannot be acted on; it is converted (and so destroyed).
-        let _ = pjrt_call!(self.client.api(), PJRT_Buffer_Destroy, &mut args);
+        // SAFETY: a live buffer of `self.client`, which is dropped only after this body, so the
+        // PJRT client outlives the buffer; destroyed once, here. An error while freeing cannot be
+        // acted on; it is converted (and so destroyed).
+        let _ = unsafe { pjrt_call!(self.client.api(), PJRT_Buffer_Destroy, &mut args) };
     }
 }
 
@@ -108,7 +111,7 @@ impl Client {
         }
         let dims_i64: Vec<i64> = dims.iter().map(|&d| d as i64).collect();
         let mut args = ffi::PJRT_Client_BufferFromHostBuffer_Args::new();
-        args.client = self.inner.raw;
+        args.client = self.raw();
         // PJRT reads nothing for an empty shape, but the pointer must not be null.
         args.data = if bytes.is_empty() {
             std::ptr::NonNull::<u64>::dangling().as_ptr().cast()
@@ -120,7 +123,23 @@ impl Client {
         args.num_dims = dims_i64.len();
         args.host_buffer_semantics = ffi::PJRT_HOST_BUFFER_IMMUTABLE_ONLY_DURING_CALL;
         args.device = self.raw_device(device)?;
-        pjrt_call!(self.api(), PJRT_Client_BufferFromHostBuffer, &mut args)?;
+        // SAFETY: a live client and one of its devices; `data` holds the shape's bytes (checked
+        // above) and `dims` its dimensions, both alive until the host-buffer event completes
+        // (awaited below, before they are dropped); byte strides, memory and layout are null
+        // (dense row-major on the device's default memory).
+        unsafe { pjrt_call!(self.api(), PJRT_Client_BufferFromHostBuffer, &mut args) }?;
+        if args.buffer.is_null() {
+            // SAFETY: the call's event, ours to destroy; its error, if any, says more.
+            unsafe {
+                self.api().await_event(
+                    args.done_with_host_buffer,
+                    "PJRT_Client_BufferFromHostBuffer",
+                )
+            }?;
+            return Err(Error::InvalidArgument(
+                "PJRT_Client_BufferFromHostBuffer returned no buffer".into(),
+            ));
+        }
         let buffer = Buffer {
             client: self.clone(),
             raw: args.buffer,
@@ -129,17 +148,24 @@ impl Client {
             donated: AtomicBool::new(false),
         };
         // The host data was only borrowed for the call; the event says when PJRT is done with it.
-        self.api().await_event(
-            args.done_with_host_buffer,
-            "PJRT_Client_BufferFromHostBuffer",
-        )?;
+        // SAFETY: the call's event (or null), ours to destroy.
+        unsafe {
+            self.api().await_event(
+                args.done_with_host_buffer,
+                "PJRT_Client_BufferFromHostBuffer",
+            )
+        }?;
         Ok(buffer)
     }
 }
 
 impl Buffer {
     /// Wraps a buffer returned by an execution, reading its element type and shape.
-    pub(crate) fn from_raw(client: &Client, raw: *mut ffi::PJRT_Buffer) -> Result<Buffer> {
+    ///
+    /// # Safety
+    /// `raw` must be a live, non-null buffer of `client`, whose ownership passes to the result
+    /// (it is destroyed exactly once, by the `Buffer`, even when this returns an error).
+    pub(crate) unsafe fn from_raw(client: &Client, raw: *mut ffi::PJRT_Buffer) -> Result<Buffer> {
         let api = client.api();
         // Take ownership first, so that the buffer is destroyed whatever happens below.
         let mut buffer = Buffer {
@@ -151,7 +177,8 @@ impl Buffer {
         };
         let mut ty = ffi::PJRT_Buffer_ElementType_Args::new();
         ty.buffer = raw;
-        pjrt_call!(api, PJRT_Buffer_ElementType, &mut ty)?;
+        // SAFETY: a live buffer (the caller's contract).
+        unsafe { pjrt_call!(api, PJRT_Buffer_ElementType, &mut ty) }?;
         buffer.dtype = DType::from_pjrt(ty.type_).ok_or_else(|| {
             Error::InvalidArgument(format!(
                 "the program returned a buffer of PJRT element type {}, which stablegraph does \
@@ -161,13 +188,28 @@ impl Buffer {
         })?;
         let mut dims = ffi::PJRT_Buffer_Dimensions_Args::new();
         dims.buffer = raw;
-        pjrt_call!(api, PJRT_Buffer_Dimensions, &mut dims)?;
-        if !dims.dims.is_null() {
-            // SAFETY: owned by the buffer, valid for `num_dims` elements.
-            buffer.dims = unsafe { std::slice::from_raw_parts(dims.dims, dims.num_dims) }
+        // SAFETY: a live buffer (the caller's contract).
+        unsafe { pjrt_call!(api, PJRT_Buffer_Dimensions, &mut dims) }?;
+        if dims.num_dims > 0 {
+            if dims.dims.is_null() {
+                return Err(Error::InvalidArgument(format!(
+                    "the plugin reports a rank-{} buffer but returned no dimensions",
+                    dims.num_dims
+                )));
+            }
+            // SAFETY: non-null (checked), owned by the buffer, valid for `num_dims` elements.
+            let raw_dims = unsafe { std::slice::from_raw_parts(dims.dims, dims.num_dims) };
+            buffer.dims = raw_dims
                 .iter()
-                .map(|&d| d as usize)
-                .collect();
+                .map(|&d| usize::try_from(d))
+                .collect::<std::result::Result<_, _>>()
+                .map_err(|_| {
+                    Error::InvalidArgument(format!(
+                        "the program returned a buffer of dimensions {raw_dims:?}; dynamic \
+                         dimensions are not supported"
+                    ))
+                })?;
+            element_count(&buffer.dims)?;
         }
         Ok(buffer)
     }
@@ -209,7 +251,8 @@ impl Buffer {
     pub(crate) fn sync_donated_with_pjrt(&self) -> Result<()> {
         let mut args = ffi::PJRT_Buffer_IsDeleted_Args::new();
         args.buffer = self.raw;
-        pjrt_call!(self.client.api(), PJRT_Buffer_IsDeleted, &mut args)?;
+        // SAFETY: a live buffer handle (its memory may be gone; the handle is not).
+        unsafe { pjrt_call!(self.client.api(), PJRT_Buffer_IsDeleted, &mut args) }?;
         if args.is_deleted {
             self.mark_donated();
         }
@@ -240,9 +283,11 @@ impl Buffer {
         let expected = self.element_count() * self.dtype.size_in_bytes();
         let mut query = ffi::PJRT_Buffer_ToHostBuffer_Args::new();
         query.src = self.raw;
-        pjrt_call!(api, PJRT_Buffer_ToHostBuffer, &mut query)?;
+        // SAFETY: a live buffer; a null destination asks for the size only.
+        unsafe { pjrt_call!(api, PJRT_Buffer_ToHostBuffer, &mut query) }?;
         // A size query starts no copy; should a plugin return an event anyway, free it.
-        api.await_event(query.event, "PJRT_Buffer_ToHostBuffer")?;
+        // SAFETY: the call's event (or null), ours to destroy.
+        unsafe { api.await_event(query.event, "PJRT_Buffer_ToHostBuffer") }?;
         if query.dst_size != expected {
             return Err(Error::InvalidArgument(format!(
                 "the device reports {} bytes for a {} buffer of shape {:?}, expected {expected} \
@@ -258,9 +303,11 @@ impl Buffer {
         args.src = self.raw;
         args.dst = out.as_mut_ptr().cast();
         args.dst_size = out.len();
-        pjrt_call!(api, PJRT_Buffer_ToHostBuffer, &mut args)?;
-        // `out` must stay alive and untouched until the copy completes.
-        api.await_event(args.event, "PJRT_Buffer_ToHostBuffer")?;
+        // SAFETY: a live buffer and a destination of `dst_size` bytes, which stays alive and
+        // untouched until the copy's event completes, below.
+        unsafe { pjrt_call!(api, PJRT_Buffer_ToHostBuffer, &mut args) }?;
+        // SAFETY: the call's event (or null), ours to destroy.
+        unsafe { api.await_event(args.event, "PJRT_Buffer_ToHostBuffer") }?;
         Ok(out)
     }
 

@@ -321,11 +321,12 @@ fn load(
 /// Loads a serialized executable onto `client`'s devices.
 fn deserialize(client: &Client, payload: &[u8], mlir: &str) -> Result<Arc<LoadedProgram>> {
     let mut args = ffi::PJRT_Executable_DeserializeAndLoad_Args::new();
-    args.client = client.inner.raw;
+    args.client = client.raw();
     args.serialized_executable = payload.as_ptr().cast();
     args.serialized_executable_size = payload.len();
     // Null overridden options: use the options stored in the executable (they are in the key).
-    pjrt_call!(client.api(), PJRT_Executable_DeserializeAndLoad, &mut args)?;
+    // SAFETY: a live client; the payload is valid for its length and only read during the call.
+    unsafe { pjrt_call!(client.api(), PJRT_Executable_DeserializeAndLoad, &mut args) }?;
     LoadedProgram::new(client, args.loaded_executable, mlir)
 }
 

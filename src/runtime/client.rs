@@ -21,26 +21,52 @@ pub struct Client {
 }
 
 pub(crate) struct ClientInner {
-    pub(crate) plugin: Plugin,
-    pub(crate) raw: *mut ffi::PJRT_Client,
+    pub(crate) handle: Arc<ClientHandle>,
     devices: Vec<*mut ffi::PJRT_Device>,
     /// The compile cache: configuration, compiled programs and counters (see `cache`).
     pub(crate) compile_cache: ClientCache,
 }
 
-// SAFETY: a PJRT client is a thread-safe object (`xla::PjRtClient`), and the device pointers it
-// hands out are owned by it and immutable.
+// SAFETY: the device pointers are owned by the client and immutable; the rest is `Send + Sync`.
 unsafe impl Send for ClientInner {}
+// SAFETY: as above; nothing here is mutated through a shared reference except behind locks.
 unsafe impl Sync for ClientInner {}
 
-impl Drop for ClientInner {
+/// The `PJRT_Client` itself, destroyed when the last holder drops it.
+///
+/// Destruction order holds by construction: every object the client makes (a loaded program, a
+/// buffer) holds an `Arc<ClientHandle>`, directly or through a [`Client`], and destroys its own
+/// PJRT object in its `Drop::drop`, which Rust runs before it drops its fields; so the client
+/// outlives every object it made, whatever order users drop them in, on whichever thread. The
+/// compile cache holds programs but no `Client`, so there is no cycle.
+pub(crate) struct ClientHandle {
+    plugin: Plugin,
+    raw: *mut ffi::PJRT_Client,
+}
+
+// SAFETY: a PJRT client is a thread-safe object (`xla::PjRtClient`); the handle only destroys it.
+unsafe impl Send for ClientHandle {}
+// SAFETY: as above; the handle has no interior mutability.
+unsafe impl Sync for ClientHandle {}
+
+impl ClientHandle {
+    pub(crate) fn api(&self) -> Api {
+        self.plugin.api()
+    }
+
+    pub(crate) fn raw(&self) -> *mut ffi::PJRT_Client {
+        self.raw
+    }
+}
+
+impl Drop for ClientHandle {
     fn drop(&mut self) {
-        // Cached executables must be destroyed before their client.
-        self.compile_cache.clear();
         let mut args = ffi::PJRT_Client_Destroy_Args::new();
         args.client = self.raw;
-        // An error while tearing down cannot be acted on; it is converted (and so destroyed).
-        let _ = pjrt_call!(self.plugin.api(), PJRT_Client_Destroy, &mut args);
+        // SAFETY: `raw` is a live client, destroyed once, here; nothing it made is alive (see
+        // the type's doc). An error while tearing down cannot be acted on; it is converted (and
+        // so destroyed).
+        let _ = unsafe { pjrt_call!(self.plugin.api(), PJRT_Client_Destroy, &mut args) };
     }
 }
 
@@ -94,55 +120,71 @@ impl Client {
         let mut args = ffi::PJRT_Client_Create_Args::new();
         args.create_options = named.as_ptr();
         args.num_options = named.len();
-        pjrt_call!(api, PJRT_Client_Create, &mut args)?;
+        // SAFETY: `named` holds `num_options` values whose pointers point into `options`, which
+        // outlive the call; the callbacks and key-value store are null (none).
+        unsafe { pjrt_call!(api, PJRT_Client_Create, &mut args) }?;
         if args.client.is_null() {
             return Err(Error::PluginInvalid {
                 path: plugin.path().into(),
                 message: "PJRT_Client_Create succeeded but returned no client".into(),
             });
         }
-        let mut inner = ClientInner {
+        // From here on, dropping `handle` destroys the client.
+        let handle = Arc::new(ClientHandle {
             plugin: plugin.clone(),
             raw: args.client,
-            devices: Vec::new(),
-            compile_cache: ClientCache::from_env(),
-        };
-        // From here on, dropping `inner` destroys the client.
+        });
         let mut dev = ffi::PJRT_Client_AddressableDevices_Args::new();
-        dev.client = inner.raw;
-        pjrt_call!(api, PJRT_Client_AddressableDevices, &mut dev)?;
+        dev.client = handle.raw;
+        // SAFETY: a live client.
+        unsafe { pjrt_call!(api, PJRT_Client_AddressableDevices, &mut dev) }?;
+        let mut devices = Vec::new();
         if !dev.addressable_devices.is_null() {
             // SAFETY: the client owns this array of `num_addressable_devices` pointers.
-            inner.devices = unsafe {
+            devices = unsafe {
                 std::slice::from_raw_parts(dev.addressable_devices, dev.num_addressable_devices)
             }
             .to_vec();
         }
-        if inner.devices.is_empty() {
+        if devices.is_empty() || devices.iter().any(|d| d.is_null()) {
             return Err(Error::PluginInvalid {
                 path: plugin.path().into(),
-                message: "the client has no addressable devices".into(),
+                message: format!(
+                    "the client lists {} addressable devices, {} of them null",
+                    devices.len(),
+                    devices.iter().filter(|d| d.is_null()).count()
+                ),
             });
         }
         Ok(Client {
-            inner: Arc::new(inner),
+            inner: Arc::new(ClientInner {
+                handle,
+                devices,
+                compile_cache: ClientCache::from_env(),
+            }),
         })
     }
 
     /// The plugin this client runs on.
     pub fn plugin(&self) -> &Plugin {
-        &self.inner.plugin
+        &self.inner.handle.plugin
     }
 
     pub(crate) fn api(&self) -> Api {
-        self.inner.plugin.api()
+        self.inner.handle.api()
+    }
+
+    /// The `PJRT_Client`, live as long as `self`.
+    pub(crate) fn raw(&self) -> *mut ffi::PJRT_Client {
+        self.inner.handle.raw()
     }
 
     /// The platform name, for example `cpu` or `cuda`.
     pub fn platform_name(&self) -> Result<String> {
         let mut args = ffi::PJRT_Client_PlatformName_Args::new();
-        args.client = self.inner.raw;
-        pjrt_call!(self.api(), PJRT_Client_PlatformName, &mut args)?;
+        args.client = self.raw();
+        // SAFETY: a live client.
+        unsafe { pjrt_call!(self.api(), PJRT_Client_PlatformName, &mut args) }?;
         // SAFETY: owned by the client, valid for `platform_name_size` bytes.
         Ok(unsafe { string_from(args.platform_name, args.platform_name_size) })
     }
@@ -150,8 +192,9 @@ impl Client {
     /// The platform version string (for CPU, the XLA build).
     pub fn platform_version(&self) -> Result<String> {
         let mut args = ffi::PJRT_Client_PlatformVersion_Args::new();
-        args.client = self.inner.raw;
-        pjrt_call!(self.api(), PJRT_Client_PlatformVersion, &mut args)?;
+        args.client = self.raw();
+        // SAFETY: a live client.
+        unsafe { pjrt_call!(self.api(), PJRT_Client_PlatformVersion, &mut args) }?;
         // SAFETY: owned by the client, valid for `platform_version_size` bytes.
         Ok(unsafe { string_from(args.platform_version, args.platform_version_size) })
     }
@@ -188,7 +231,7 @@ impl Client {
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Client")
-            .field("plugin", &self.inner.plugin)
+            .field("plugin", self.plugin())
             .field("devices", &self.inner.devices.len())
             .finish()
     }
@@ -210,7 +253,14 @@ impl Device {
     fn description(&self) -> Result<*mut ffi::PJRT_DeviceDescription> {
         let mut args = ffi::PJRT_Device_GetDescription_Args::new();
         args.device = self.client.raw_device(self.index)?;
-        pjrt_call!(self.client.api(), PJRT_Device_GetDescription, &mut args)?;
+        // SAFETY: a device of a live client.
+        unsafe { pjrt_call!(self.client.api(), PJRT_Device_GetDescription, &mut args) }?;
+        if args.device_description.is_null() {
+            return Err(Error::InvalidArgument(format!(
+                "the plugin returned no description for device {}",
+                self.index
+            )));
+        }
         Ok(args.device_description)
     }
 
@@ -218,7 +268,8 @@ impl Device {
     pub fn id(&self) -> Result<i32> {
         let mut args = ffi::PJRT_DeviceDescription_Id_Args::new();
         args.device_description = self.description()?;
-        pjrt_call!(self.client.api(), PJRT_DeviceDescription_Id, &mut args)?;
+        // SAFETY: a live description, owned by the device.
+        unsafe { pjrt_call!(self.client.api(), PJRT_DeviceDescription_Id, &mut args) }?;
         Ok(args.id)
     }
 
@@ -226,7 +277,8 @@ impl Device {
     pub fn kind(&self) -> Result<String> {
         let mut args = ffi::PJRT_DeviceDescription_Kind_Args::new();
         args.device_description = self.description()?;
-        pjrt_call!(self.client.api(), PJRT_DeviceDescription_Kind, &mut args)?;
+        // SAFETY: a live description, owned by the device.
+        unsafe { pjrt_call!(self.client.api(), PJRT_DeviceDescription_Kind, &mut args) }?;
         // SAFETY: owned by the description, valid for `device_kind_size` bytes.
         Ok(unsafe { string_from(args.device_kind, args.device_kind_size) })
     }
@@ -235,11 +287,14 @@ impl Device {
     pub fn describe(&self) -> Result<String> {
         let mut args = ffi::PJRT_DeviceDescription_ToString_Args::new();
         args.device_description = self.description()?;
-        pjrt_call!(
-            self.client.api(),
-            PJRT_DeviceDescription_ToString,
-            &mut args
-        )?;
+        // SAFETY: a live description, owned by the device.
+        unsafe {
+            pjrt_call!(
+                self.client.api(),
+                PJRT_DeviceDescription_ToString,
+                &mut args
+            )
+        }?;
         // SAFETY: owned by the description, valid for `to_string_size` bytes.
         Ok(unsafe { string_from(args.to_string, args.to_string_size) })
     }

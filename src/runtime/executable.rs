@@ -2,10 +2,10 @@
 
 use std::sync::Arc;
 
-use super::api::{pjrt_call, Api};
+use super::api::pjrt_call;
 use super::buffer::Buffer;
 use super::cache;
-use super::client::Client;
+use super::client::{Client, ClientHandle};
 use super::compile_options::CompileOptions;
 use super::{ffi, signature};
 use crate::dtype::{DType, TensorType};
@@ -27,11 +27,11 @@ struct ExecutableInner {
 }
 
 /// A loaded PJRT executable and its parameter and output types: what the compile cache keeps and
-/// every [`Executable`] made from it shares. It holds no [`Client`] (the client's cache holds it,
-/// so that would be a cycle); the client empties its cache before it destroys itself, and an
-/// `Executable` keeps its client alive, so the executable is always destroyed first.
+/// every [`Executable`] made from it shares. It holds the [`ClientHandle`] (not a [`Client`],
+/// whose cache holds programs: that would be a cycle), and its `Drop` destroys the executable
+/// before that field is dropped, so the client always outlives it.
 pub(crate) struct LoadedProgram {
-    api: Api,
+    client: Arc<ClientHandle>,
     raw: *mut ffi::PJRT_LoadedExecutable,
     inputs: signature::Inputs,
     outputs: Vec<TensorType>,
@@ -39,14 +39,17 @@ pub(crate) struct LoadedProgram {
 
 // SAFETY: `xla::PjRtLoadedExecutable` is thread-safe, including concurrent `Execute` calls.
 unsafe impl Send for LoadedProgram {}
+// SAFETY: as above; the Rust side is immutable after construction.
 unsafe impl Sync for LoadedProgram {}
 
 impl Drop for LoadedProgram {
     fn drop(&mut self) {
         let mut args = ffi::PJRT_LoadedExecutable_Destroy_Args::new();
         args.executable = self.raw;
-        // An error while freeing cannot be acted on; it is converted (and so destroyed).
-        let _ = pjrt_call!(self.api, PJRT_LoadedExecutable_Destroy, &mut args);
+        // SAFETY: a live executable of the live client `self.client` (dropped only after this
+        // body), destroyed once, here. An error while freeing cannot be acted on; it is
+        // converted (and so destroyed).
+        let _ = unsafe { pjrt_call!(self.client.api(), PJRT_LoadedExecutable_Destroy, &mut args) };
     }
 }
 
@@ -64,7 +67,7 @@ impl LoadedProgram {
             ));
         }
         let mut program = LoadedProgram {
-            api: client.api(),
+            client: client.inner.handle.clone(),
             raw,
             inputs: signature::main_parameters(mlir),
             outputs: Vec::new(),
@@ -79,14 +82,11 @@ impl LoadedProgram {
         let api = client.api();
         let mut get = ffi::PJRT_LoadedExecutable_GetExecutable_Args::new();
         get.loaded_executable = self.raw;
-        pjrt_call!(api, PJRT_LoadedExecutable_GetExecutable, &mut get)?;
-        let view = ExecutableView {
-            client,
-            raw: get.executable,
-        };
+        let view = ExecutableView::new(client, &mut get)?;
         let mut args = ffi::PJRT_Executable_Serialize_Args::new();
         args.executable = view.raw;
-        pjrt_call!(api, PJRT_Executable_Serialize, &mut args)?;
+        // SAFETY: a live executable view.
+        unsafe { pjrt_call!(api, PJRT_Executable_Serialize, &mut args) }?;
         let bytes = if args.serialized_bytes.is_null() {
             Vec::new()
         } else {
@@ -115,17 +115,40 @@ impl LoadedProgram {
     }
 }
 
-/// Owns a `PJRT_Executable` obtained from a loaded executable, destroying it when dropped.
+/// Owns a `PJRT_Executable` obtained from a loaded executable, destroying it when dropped; the
+/// borrow keeps its client alive meanwhile.
 struct ExecutableView<'a> {
     client: &'a Client,
     raw: *mut ffi::PJRT_Executable,
+}
+
+impl<'a> ExecutableView<'a> {
+    /// Calls `PJRT_LoadedExecutable_GetExecutable` with `get` (whose loaded executable must be a
+    /// live one of `client`) and owns the result.
+    fn new(
+        client: &'a Client,
+        get: &mut ffi::PJRT_LoadedExecutable_GetExecutable_Args,
+    ) -> Result<ExecutableView<'a>> {
+        // SAFETY: the caller passes a live loaded executable of `client`.
+        unsafe { pjrt_call!(client.api(), PJRT_LoadedExecutable_GetExecutable, get) }?;
+        if get.executable.is_null() {
+            return Err(Error::InvalidArgument(
+                "PJRT_LoadedExecutable_GetExecutable returned no executable".into(),
+            ));
+        }
+        Ok(ExecutableView {
+            client,
+            raw: get.executable,
+        })
+    }
 }
 
 impl Drop for ExecutableView<'_> {
     fn drop(&mut self) {
         let mut args = ffi::PJRT_Executable_Destroy_Args::new();
         args.executable = self.raw;
-        let _ = pjrt_call!(self.client.api(), PJRT_Executable_Destroy, &mut args);
+        // SAFETY: a live view, destroyed once, here, while the borrowed client lives.
+        let _ = unsafe { pjrt_call!(self.client.api(), PJRT_Executable_Destroy, &mut args) };
     }
 }
 
@@ -174,11 +197,13 @@ impl Client {
             format_size: format.len(),
         };
         let mut args = ffi::PJRT_Client_Compile_Args::new();
-        args.client = self.inner.raw;
+        args.client = self.raw();
         args.program = &program;
         args.compile_options = encoded.as_ptr().cast();
         args.compile_options_size = encoded.len();
-        pjrt_call!(api, PJRT_Client_Compile, &mut args)?;
+        // SAFETY: a live client; the program's code and format and the options point into
+        // `mlir`, `format` and `encoded`, which outlive the call and are only read.
+        unsafe { pjrt_call!(api, PJRT_Client_Compile, &mut args) }?;
         LoadedProgram::new(self, args.executable, mlir)
     }
 }
@@ -190,23 +215,22 @@ fn output_types(
     let api = client.api();
     let mut get = ffi::PJRT_LoadedExecutable_GetExecutable_Args::new();
     get.loaded_executable = loaded;
-    pjrt_call!(api, PJRT_LoadedExecutable_GetExecutable, &mut get)?;
-    let view = ExecutableView {
-        client,
-        raw: get.executable,
-    };
+    let view = ExecutableView::new(client, &mut get)?;
 
     let mut num = ffi::PJRT_Executable_NumOutputs_Args::new();
     num.executable = view.raw;
-    pjrt_call!(api, PJRT_Executable_NumOutputs, &mut num)?;
+    // SAFETY: a live executable view.
+    unsafe { pjrt_call!(api, PJRT_Executable_NumOutputs, &mut num) }?;
     let n = num.num_outputs;
 
     let mut types = ffi::PJRT_Executable_OutputElementTypes_Args::new();
     types.executable = view.raw;
-    pjrt_call!(api, PJRT_Executable_OutputElementTypes, &mut types)?;
+    // SAFETY: a live executable view.
+    unsafe { pjrt_call!(api, PJRT_Executable_OutputElementTypes, &mut types) }?;
     let mut dims = ffi::PJRT_Executable_OutputDimensions_Args::new();
     dims.executable = view.raw;
-    pjrt_call!(api, PJRT_Executable_OutputDimensions, &mut dims)?;
+    // SAFETY: a live executable view.
+    unsafe { pjrt_call!(api, PJRT_Executable_OutputDimensions, &mut dims) }?;
     if types.num_output_types != n || dims.num_outputs != n {
         return Err(Error::InvalidArgument(format!(
             "the plugin reports {n} outputs but {} element types and {} shapes",
@@ -216,19 +240,34 @@ fn output_types(
     if n == 0 {
         return Ok(Vec::new());
     }
-    // SAFETY: each array is owned by the executable and holds `n` entries; `dims.dims` holds the
-    // concatenation of all output shapes, `dim_sizes[i]` entries for output `i`.
+    if types.output_types.is_null() || dims.dim_sizes.is_null() {
+        return Err(Error::InvalidArgument(format!(
+            "the plugin reports {n} outputs but returned no list of their element types or ranks"
+        )));
+    }
+    // SAFETY: non-null (checked), owned by the view, which lives to the end of this function,
+    // each holding `n` entries.
     let (raw_types, dim_sizes) = unsafe {
         (
             std::slice::from_raw_parts(types.output_types, n),
             std::slice::from_raw_parts(dims.dim_sizes, n),
         )
     };
-    let total: usize = dim_sizes.iter().sum();
+    let total = dim_sizes
+        .iter()
+        .try_fold(0usize, |t, &r| t.checked_add(r))
+        .ok_or_else(|| {
+            Error::InvalidArgument(format!("the plugin reports output ranks {dim_sizes:?}"))
+        })?;
     let all_dims: &[i64] = if total == 0 {
         &[]
+    } else if dims.dims.is_null() {
+        return Err(Error::InvalidArgument(format!(
+            "the plugin reports {total} output dimensions but returned no list of them"
+        )));
     } else {
-        // SAFETY: see above.
+        // SAFETY: non-null (checked), owned by the view, holding the concatenation of every
+        // output's shape: `dim_sizes[i]` entries for output `i`, `total` in all.
         unsafe { std::slice::from_raw_parts(dims.dims, total) }
     };
     let mut outputs = Vec::with_capacity(n);
@@ -241,8 +280,14 @@ fn output_types(
         })?;
         let shape = all_dims[at..at + rank]
             .iter()
-            .map(|&d| d as usize)
-            .collect();
+            .map(|&d| usize::try_from(d))
+            .collect::<std::result::Result<Vec<usize>, _>>()
+            .map_err(|_| {
+                Error::InvalidArgument(format!(
+                    "output {i} has dimensions {:?}; dynamic dimensions are not supported",
+                    &all_dims[at..at + rank]
+                ))
+            })?;
         at += rank;
         outputs.push(TensorType { dtype, dims: shape });
     }
@@ -394,7 +439,12 @@ impl Executable {
         exec.num_args = arg_ptrs.len();
         exec.output_lists = output_lists.as_ptr();
         exec.device_complete_events = complete.as_mut_ptr();
-        if let Err(e) = pjrt_call!(api, PJRT_LoadedExecutable_Execute, &mut exec) {
+        // SAFETY: a live executable of this client (checked in `check_args`, with the arguments:
+        // live, undonated buffers of this client); one device, so one argument list of
+        // `num_args` buffers, one output list with room for every output and one event slot,
+        // all alive until the call returns; `raw_options` and `non_donatable` outlive it too.
+        let launched = unsafe { pjrt_call!(api, PJRT_LoadedExecutable_Execute, &mut exec) };
+        if let Err(e) = launched {
             // PJRT may have taken some arguments before failing: ask it about each. Should even
             // that query fail, the buffer stays as it was; PJRT refuses a deleted buffer itself.
             for a in args {
@@ -420,11 +470,13 @@ impl Executable {
                         "the plugin returned fewer outputs than the program declares".into(),
                     ))
                 } else {
-                    Buffer::from_raw(client, raw)
+                    // SAFETY: a new, live output buffer of this client, owned from here on.
+                    unsafe { Buffer::from_raw(client, raw) }
                 }
             })
             .collect();
-        api.await_event(complete[0], "PJRT_LoadedExecutable_Execute")?;
+        // SAFETY: the execution's own completion event (or null), ours to destroy.
+        unsafe { api.await_event(complete[0], "PJRT_LoadedExecutable_Execute") }?;
         owned.into_iter().collect()
     }
 }

@@ -6,7 +6,7 @@
 //! `extension_start`; [`args!`] sets `struct_size` to the header's `*_STRUCT_SIZE` (the end of the last
 //! field, not `size_of`, which would include tail padding).
 
-#![allow(non_camel_case_types, non_snake_case, dead_code)]
+#![allow(non_camel_case_types, non_snake_case, dead_code, missing_docs)]
 
 use std::ffi::{c_char, c_int, c_void};
 
@@ -69,6 +69,12 @@ macro_rules! args {
                 let mut s: Self = unsafe { std::mem::zeroed() };
                 s.struct_size = Self::STRUCT_SIZE;
                 s
+            }
+        }
+
+        impl Default for $name {
+            fn default() -> Self {
+                Self::new()
             }
         }
     };
@@ -439,6 +445,98 @@ pub struct PJRT_Api {
     pub PJRT_Client_FulfillAliasBuffer: Fn,
     pub PJRT_LoadedExecutable_GetDeviceAssignment: Fn,
 }
+
+/// A slot of [`PJRT_Api`] tied to the one argument struct its function takes, so that calling a
+/// slot with another slot's arguments does not compile (see `Api::call`).
+///
+/// ```
+/// use stablegraph::runtime::pjrt::{fns, Api, PJRT_Client_Destroy_Args};
+///
+/// fn destroy(api: &Api) {
+///     let mut args = PJRT_Client_Destroy_Args::new();
+///     // SAFETY: never called; this only shows that a matching call compiles.
+///     let _ = unsafe { api.call::<fns::PJRT_Client_Destroy>(&mut args) };
+/// }
+/// ```
+///
+/// Passing `PJRT_Client_Destroy`'s arguments to `PJRT_Client_Create` is a type error:
+///
+/// ```compile_fail,E0308
+/// use stablegraph::runtime::pjrt::{fns, Api, PJRT_Client_Destroy_Args};
+///
+/// fn mismatched(api: &Api) {
+///     let mut args = PJRT_Client_Destroy_Args::new();
+///     // SAFETY: never called; this must not compile.
+///     let _ = unsafe { api.call::<fns::PJRT_Client_Create>(&mut args) };
+/// }
+/// ```
+///
+/// # Safety
+/// `OFFSET` is the offset of the slot named `NAME`, whose function takes a pointer to `Args` and
+/// returns a `PJRT_Error*`, as `pjrt_c_api.h` declares it.
+pub unsafe trait Function {
+    /// The argument struct of this slot's function.
+    type Args;
+    /// The slot's byte offset in [`PJRT_Api`].
+    const OFFSET: usize;
+    /// The slot's name, for error messages.
+    const NAME: &'static str;
+}
+
+/// Declares one marker type per slot in [`fns`], each implementing [`Function`] with its
+/// argument struct: the single place where a slot meets its arguments.
+macro_rules! functions {
+    ($($name:ident($args:ident)),* $(,)?) => {
+        /// One uninhabited marker type per function stablegraph calls, named as its slot.
+        pub mod fns {
+            $(
+                #[doc = concat!("`", stringify!($name), "`, which takes `", stringify!($args), "`.")]
+                pub enum $name {}
+
+                // SAFETY: `pjrt_c_api.h` declares this slot's function as taking `$args*` and
+                // returning `PJRT_Error*`; the offset is the slot's in our header-order table.
+                unsafe impl super::Function for $name {
+                    type Args = super::$args;
+                    const OFFSET: usize = std::mem::offset_of!(super::PJRT_Api, $name);
+                    const NAME: &'static str = stringify!($name);
+                }
+            )*
+        }
+    };
+}
+
+functions!(
+    PJRT_Error_GetCode(PJRT_Error_GetCode_Args),
+    PJRT_Plugin_Initialize(PJRT_Plugin_Initialize_Args),
+    PJRT_Plugin_Attributes(PJRT_Plugin_Attributes_Args),
+    PJRT_Event_Destroy(PJRT_Event_Destroy_Args),
+    PJRT_Event_Await(PJRT_Event_Await_Args),
+    PJRT_Client_Create(PJRT_Client_Create_Args),
+    PJRT_Client_Destroy(PJRT_Client_Destroy_Args),
+    PJRT_Client_PlatformName(PJRT_Client_PlatformName_Args),
+    PJRT_Client_PlatformVersion(PJRT_Client_PlatformVersion_Args),
+    PJRT_Client_AddressableDevices(PJRT_Client_AddressableDevices_Args),
+    PJRT_Client_Compile(PJRT_Client_Compile_Args),
+    PJRT_Client_BufferFromHostBuffer(PJRT_Client_BufferFromHostBuffer_Args),
+    PJRT_DeviceDescription_Id(PJRT_DeviceDescription_Id_Args),
+    PJRT_DeviceDescription_Kind(PJRT_DeviceDescription_Kind_Args),
+    PJRT_DeviceDescription_ToString(PJRT_DeviceDescription_ToString_Args),
+    PJRT_Device_GetDescription(PJRT_Device_GetDescription_Args),
+    PJRT_Executable_Destroy(PJRT_Executable_Destroy_Args),
+    PJRT_Executable_NumOutputs(PJRT_Executable_NumOutputs_Args),
+    PJRT_Executable_Serialize(PJRT_Executable_Serialize_Args),
+    PJRT_Executable_OutputElementTypes(PJRT_Executable_OutputElementTypes_Args),
+    PJRT_Executable_OutputDimensions(PJRT_Executable_OutputDimensions_Args),
+    PJRT_Executable_DeserializeAndLoad(PJRT_Executable_DeserializeAndLoad_Args),
+    PJRT_LoadedExecutable_Destroy(PJRT_LoadedExecutable_Destroy_Args),
+    PJRT_LoadedExecutable_GetExecutable(PJRT_LoadedExecutable_GetExecutable_Args),
+    PJRT_LoadedExecutable_Execute(PJRT_LoadedExecutable_Execute_Args),
+    PJRT_Buffer_Destroy(PJRT_Buffer_Destroy_Args),
+    PJRT_Buffer_ElementType(PJRT_Buffer_ElementType_Args),
+    PJRT_Buffer_Dimensions(PJRT_Buffer_Dimensions_Args),
+    PJRT_Buffer_IsDeleted(PJRT_Buffer_IsDeleted_Args),
+    PJRT_Buffer_ToHostBuffer(PJRT_Buffer_ToHostBuffer_Args),
+);
 
 /// The exported entry point of every plugin.
 pub type GetPjrtApiFn = unsafe extern "C" fn() -> *const PJRT_Api;

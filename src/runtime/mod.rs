@@ -14,6 +14,8 @@ mod cache;
 mod client;
 mod compile_options;
 mod executable;
+#[cfg(test)]
+mod fake;
 mod ffi;
 pub mod install;
 mod plugin;
@@ -26,3 +28,12 @@ pub use compile_options::CompileOptions;
 pub use executable::{Executable, ExecuteOptions};
 pub use install::{resolve_cpu_plugin, PluginResolver, PluginSource, PluginWheel};
 pub use plugin::{Plugin, Value};
+
+/// The typed PJRT function table, exported only so that a doc test can show that calling a slot
+/// with another slot's arguments does not compile. Not a stable API; everything in it is unsafe
+/// to call.
+#[doc(hidden)]
+pub mod pjrt {
+    pub use super::api::Api;
+    pub use super::ffi::{fns, Function, PJRT_Client_Destroy_Args};
+}

@@ -38,8 +38,9 @@ struct PluginInner {
     path: PathBuf,
     api: Api,
     attributes: Vec<(String, Value)>,
-    // Keeps the library mapped; the registry below keeps every `PluginInner` alive forever.
-    _library: libloading::Library,
+    // Keeps the library mapped (`None` for the test fake); the registry below keeps every
+    // `PluginInner` alive forever.
+    _library: Option<libloading::Library>,
 }
 
 /// Plugins loaded so far, by canonical path.
@@ -100,7 +101,8 @@ impl Plugin {
             });
         }
         let mut init = ffi::PJRT_Plugin_Initialize_Args::new();
-        match pjrt_call!(api, PJRT_Plugin_Initialize, &mut init) {
+        // SAFETY: the arguments hold no pointers.
+        match unsafe { pjrt_call!(api, PJRT_Plugin_Initialize, &mut init) } {
             Ok(()) | Err(Error::Unsupported { .. }) => {}
             Err(e) => return Err(e),
         }
@@ -110,7 +112,28 @@ impl Plugin {
                 path: path.into(),
                 api,
                 attributes,
-                _library: library,
+                _library: Some(library),
+            }),
+        })
+    }
+
+    /// A plugin over an in-memory function table, for tests.
+    ///
+    /// # Safety
+    /// `raw` must point to a `PJRT_Api` that lives as long as the process.
+    #[cfg(test)]
+    pub(crate) unsafe fn from_table(raw: *const ffi::PJRT_Api, name: &str) -> Result<Plugin> {
+        // SAFETY: the caller guarantees the table.
+        let api = unsafe { Api::new(raw) }.map_err(|message| Error::PluginInvalid {
+            path: name.into(),
+            message,
+        })?;
+        Ok(Plugin {
+            inner: Arc::new(PluginInner {
+                path: name.into(),
+                api,
+                attributes: Vec::new(),
+                _library: None,
             }),
         })
     }
@@ -165,7 +188,8 @@ impl std::fmt::Debug for Plugin {
 
 fn read_attributes(api: &Api) -> Result<Vec<(String, Value)>> {
     let mut args = ffi::PJRT_Plugin_Attributes_Args::new();
-    pjrt_call!(api, PJRT_Plugin_Attributes, &mut args)?;
+    // SAFETY: the arguments hold no pointers on input.
+    unsafe { pjrt_call!(api, PJRT_Plugin_Attributes, &mut args) }?;
     // SAFETY: the plugin returns `num_attributes` values it owns for its lifetime.
     Ok(unsafe { named_values(args.attributes, args.num_attributes) })
 }
@@ -181,12 +205,19 @@ pub(crate) unsafe fn named_values(
     if values.is_null() {
         return Vec::new();
     }
+    // SAFETY: non-null and valid for `n` elements (the caller's contract).
     let values = unsafe { std::slice::from_raw_parts(values, n) };
     values
         .iter()
         .filter_map(|v| {
+            if v.name.is_null() {
+                return None;
+            }
+            // SAFETY: non-null, and valid for `name_size` bytes (the caller's contract).
             let name = unsafe { string_from(v.name, v.name_size) };
             let value = match v.type_ {
+                // SAFETY: a string value's pointer is null (read as "") or valid for
+                // `value_size` bytes.
                 ffi::PJRT_NAMED_VALUE_STRING => Value::String(unsafe {
                     string_from(v.value as usize as *const _, v.value_size)
                 }),
@@ -196,6 +227,7 @@ pub(crate) unsafe fn named_values(
                     if ptr.is_null() {
                         Value::Int64List(Vec::new())
                     } else {
+                        // SAFETY: non-null, valid for `value_size` integers.
                         Value::Int64List(unsafe {
                             std::slice::from_raw_parts(ptr, v.value_size).to_vec()
                         })
