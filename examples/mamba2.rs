@@ -290,7 +290,7 @@ fn load(m: &ModelArgs, p: &PromptArgs, s: &SamplingArgs) -> Result<Loaded> {
         }
         None => {
             progress("drawing random weights for the 130M shape");
-            let w = Mamba2Weights::random(&config, dtype, m.weights_seed);
+            let w = Mamba2Weights::random(&config, dtype, m.weights_seed)?;
             let source = format!("130M shape, random weights (seed {})", m.weights_seed);
             (w, source)
         }

@@ -183,7 +183,7 @@ fn loads_every_disk_dtype_into_f32_or_bf16_matmuls() {
         .iter()
         .enumerate()
     {
-        let source = Mamba2Weights::random(cfg, DType::F32, 7);
+        let source = Mamba2Weights::random(cfg, DType::F32, 7).unwrap();
         for (d, disk) in [Dtype::F32, Dtype::BF16, Dtype::F16]
             .into_iter()
             .enumerate()
@@ -210,7 +210,7 @@ fn loads_every_disk_dtype_into_f32_or_bf16_matmuls() {
 #[test]
 fn loads_shards_through_the_index() {
     let cfg = config(false, false, true, 1);
-    let source = Mamba2Weights::random(&cfg, DType::F32, 3);
+    let source = Mamba2Weights::random(&cfg, DType::F32, 3).unwrap();
     let dir = temp_dir("sharded");
     let tensors = checkpoint(&source, Dtype::BF16, false);
     let (a, b) = tensors.split_at(tensors.len() / 2);
@@ -239,7 +239,7 @@ fn loads_shards_through_the_index() {
 #[test]
 fn loads_the_one_safetensors_file_of_a_directory() {
     let cfg = config(true, false, true, 1);
-    let source = Mamba2Weights::random(&cfg, DType::F32, 5);
+    let source = Mamba2Weights::random(&cfg, DType::F32, 5).unwrap();
     let dir = temp_dir("one_file");
     write(
         &dir.join("mamba2.safetensors"),
@@ -263,7 +263,7 @@ fn loads_the_one_safetensors_file_of_a_directory() {
 #[test]
 fn tied_heads_are_the_embedding_whatever_the_file_holds() {
     let cfg = config(true, false, true, 1);
-    let source = Mamba2Weights::random(&cfg, DType::F32, 11);
+    let source = Mamba2Weights::random(&cfg, DType::F32, 11).unwrap();
     assert!(source.lm_head.is_none());
     let mut tensors = checkpoint(&source, Dtype::F32, false);
     let embedding = tensors[0].clone();
@@ -305,7 +305,7 @@ fn tied_heads_are_the_embedding_whatever_the_file_holds() {
 #[test]
 fn every_problem_is_listed_in_one_error() {
     let cfg = config(false, false, true, 1);
-    let source = Mamba2Weights::random(&cfg, DType::F32, 1);
+    let source = Mamba2Weights::random(&cfg, DType::F32, 1).unwrap();
     let mut tensors = checkpoint(&source, Dtype::F32, false);
     tensors.retain(|t| t.name != "backbone.layers.1.mixer.D");
     tensors.push(Disk {
@@ -375,7 +375,7 @@ fn bad_directories_and_files_are_named() {
     );
 
     // A truncated checkpoint.
-    let source = Mamba2Weights::random(&cfg, DType::F32, 2);
+    let source = Mamba2Weights::random(&cfg, DType::F32, 2).unwrap();
     write(&file, &checkpoint(&source, Dtype::F32, false));
     let bytes = std::fs::read(&file).unwrap();
     std::fs::write(&file, &bytes[..bytes.len() - 10]).unwrap();
@@ -412,15 +412,15 @@ fn matmuls_are_f32_or_bf16() {
 #[test]
 fn random_weights_are_deterministic_typed_and_sensible() {
     let cfg = config(false, true, true, 2);
-    let a = Mamba2Weights::random(&cfg, DType::BF16, 42);
-    let b = Mamba2Weights::random(&cfg, DType::BF16, 42);
-    let c = Mamba2Weights::random(&cfg, DType::BF16, 43);
+    let a = Mamba2Weights::random(&cfg, DType::BF16, 42).unwrap();
+    let b = Mamba2Weights::random(&cfg, DType::BF16, 42).unwrap();
+    let c = Mamba2Weights::random(&cfg, DType::BF16, 43).unwrap();
     assert_same(&a, &b);
     assert!(a.embedding != c.embedding && a.layers[1].in_proj != c.layers[1].in_proj);
     // Layers differ from each other.
     assert!(a.layers[0].in_proj != a.layers[1].in_proj);
     for matmul in [DType::F32, DType::BF16] {
-        let w = Mamba2Weights::random(&cfg, matmul, 42);
+        let w = Mamba2Weights::random(&cfg, matmul, 42).unwrap();
         let want = Mamba2Weights::<TensorType>::types(&cfg, matmul).unwrap();
         assert_eq!(
             format!("{:?}", types(&w).named()),
@@ -429,11 +429,12 @@ fn random_weights_are_deterministic_typed_and_sensible() {
     }
     assert!(
         Mamba2Weights::random(&config(true, false, false, 1), DType::F32, 0)
+            .unwrap()
             .lm_head
             .is_none()
     );
 
-    let w = Mamba2Weights::random(&cfg, DType::F32, 42);
+    let w = Mamba2Weights::random(&cfg, DType::F32, 42).unwrap();
     let v = |a: &HostArray| a.to_f64_vec();
     let emb = v(&w.embedding);
     let std = (emb.iter().map(|x| x * x).sum::<f64>() / emb.len() as f64).sqrt();
@@ -461,7 +462,7 @@ fn random_weights_are_deterministic_typed_and_sensible() {
 #[test]
 fn upload_gives_one_buffer_per_tensor() {
     let cfg = config(false, true, true, 1);
-    let w = Mamba2Weights::random(&cfg, DType::BF16, 9);
+    let w = Mamba2Weights::random(&cfg, DType::BF16, 9).unwrap();
     let buffers = w.upload(&common::client()).unwrap();
     let (host, device) = (w.named(), buffers.named());
     assert_eq!(host.len(), device.len());

@@ -10,6 +10,7 @@ use safetensors::tensor::TensorView;
 use safetensors::{Dtype, SafeTensors};
 use serde_json::Value;
 
+use super::weights::check_matmul_dtype;
 use super::{LayerWeights, Mamba2Config, Mamba2Weights};
 use crate::array::HostArray;
 use crate::dtype::{DType, TensorType};
@@ -57,15 +58,14 @@ impl Mamba2Weights<HostArray> {
     /// the block and gated norm weights 1 + U(±0.1) and `norm_f` 1; `in_proj`/`out_proj`
     /// biases ~ U(±0.02) (HF zeroes them; small non-zero values exercise them).
     ///
-    /// Types are those of [`Mamba2Weights::types`]; a `matmul_dtype` other than BF16 gives F32
-    /// matrices. Each tensor draws from its own stream, seeded by `seed` and its name, so a
+    /// Types are those of [`Mamba2Weights::types`], which also says what is an error (a
+    /// `matmul_dtype` other than F32 or BF16, a config that [`Mamba2Config::validate`]
+    /// rejects). Each tensor draws from its own stream, seeded by `seed` and its name, so a
     /// tensor does not change when the config changes the others.
-    pub fn random(config: &Mamba2Config, matmul_dtype: DType, seed: u64) -> Self {
-        let m = if matmul_dtype == DType::BF16 {
-            DType::BF16
-        } else {
-            DType::F32
-        };
+    pub fn random(config: &Mamba2Config, matmul_dtype: DType, seed: u64) -> Result<Self> {
+        check_matmul_dtype(matmul_dtype)?;
+        config.validate()?;
+        let m = matmul_dtype;
         let c = config;
         let (h, di, k) = (c.hidden_size, c.d_inner(), c.conv_kernel);
         let fan = |n: usize| 1.0 / (n.max(1) as f64).sqrt();
@@ -116,13 +116,13 @@ impl Mamba2Weights<HostArray> {
                 }
             })
             .collect();
-        Mamba2Weights {
+        Ok(Mamba2Weights {
             embedding: gen("embedding", m, &[c.vocab_size, h], &|r| 0.02 * r.normal()),
             layers,
             norm_f: gen("norm_f", DType::F32, &[h], &|_| 1.0),
             lm_head: (!c.tie_word_embeddings)
                 .then(|| gen("lm_head", m, &[c.vocab_size, h], &uniform(fan(h)))),
-        }
+        })
     }
 }
 
