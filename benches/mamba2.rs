@@ -390,7 +390,7 @@ impl Ctx {
             return Ok(&self.models[i].1);
         }
         let t = Instant::now();
-        let weights = Mamba2Weights::random(&self.cfg, dtype, SEED);
+        let weights = Mamba2Weights::random(&self.cfg, dtype, SEED)?;
         let model = Mamba2::new(&self.client, self.cfg.clone(), &weights)?;
         eprintln!(
             "  {} model: random weights + upload {:.1}s",
@@ -1288,7 +1288,7 @@ fn bench_precision(ctx: &mut Ctx) -> Result<Value> {
     let scan_model = Mamba2::new(
         &ctx.client,
         scan_cfg,
-        &Mamba2Weights::random(&ctx.cfg, DType::F32, SEED),
+        &Mamba2Weights::random(&ctx.cfg, DType::F32, SEED)?,
     )?;
     let (ps, ss) = logits_trace(&scan_model, &p, &tokens)?;
     drop(scan_model);
@@ -1375,7 +1375,7 @@ fn memory_child(tokens: usize) -> Result<()> {
     let model = Mamba2::new(
         &client,
         cfg.clone(),
-        &Mamba2Weights::random(&cfg, DType::F32, SEED),
+        &Mamba2Weights::random(&cfg, DType::F32, SEED)?,
     )?;
     let options = greedy(tokens);
     // Compiling the program's text puts it in the client's memory cache; generate reuses it.

@@ -13,7 +13,7 @@ use anyhow::{anyhow, bail, ensure, Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde_json::json;
 use stablegraph::models::mamba2::{
-    GenerateOptions, Mamba2, Mamba2Config, Mamba2Weights, Prefill, Sampling,
+    GenerateOptions, LoadOptions, Mamba2, Mamba2Config, Mamba2Weights, Prefill, Sampling,
 };
 use stablegraph::runtime::Client;
 use stablegraph::DType;
@@ -68,6 +68,10 @@ struct ModelArgs {
     /// PJRT plugin shared object (default: the XLA CPU plugin, resolved as the README says).
     #[arg(long, value_name = "PATH")]
     plugin: Option<PathBuf>,
+    /// Load a --model checkpoint even if some tensors hold NaN or infinite values (by default
+    /// it is refused, naming them); for debugging such weights.
+    #[arg(long)]
+    allow_nonfinite: bool,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -284,13 +288,22 @@ fn load(m: &ModelArgs, p: &PromptArgs, s: &SamplingArgs) -> Result<Loaded> {
     let (weights, source) = match &m.model {
         Some(dir) => {
             progress(&format!("loading weights from {}", dir.display()));
-            let w = Mamba2Weights::load(dir, &config, dtype)
-                .with_context(|| format!("--model {}", dir.display()))?;
+            let options = LoadOptions {
+                allow_nonfinite: m.allow_nonfinite,
+            };
+            let w = Mamba2Weights::load_with(dir, &config, dtype, &options).map_err(|e| {
+                let hint = if e.to_string().contains("NaN or infinite") {
+                    " (--allow-nonfinite loads it anyway)"
+                } else {
+                    ""
+                };
+                anyhow::Error::new(e).context(format!("--model {}{hint}", dir.display()))
+            })?;
             (w, dir.display().to_string())
         }
         None => {
             progress("drawing random weights for the 130M shape");
-            let w = Mamba2Weights::random(&config, dtype, m.weights_seed);
+            let w = Mamba2Weights::random(&config, dtype, m.weights_seed)?;
             let source = format!("130M shape, random weights (seed {})", m.weights_seed);
             (w, source)
         }

@@ -20,6 +20,11 @@
 //!
 //! [`ops::Graph::compile`] joins them: lower, compile, run on host arrays or device buffers.
 //!
+//! **Errors, not panics.** Every public function returns an [`Error`] on bad input (a wrong
+//! rank, shape or dtype, a zero or overflowing size, a config or checkpoint that does not fit),
+//! and the message names the argument, field or tensor that was wrong and the function that
+//! refused it. A panic through a public function is a bug; please report it.
+//!
 //! ```
 //! use stablegraph::ops::{Graph, Tensor};
 //! use stablegraph::runtime::Client;

@@ -372,3 +372,66 @@ fn bench_writes_every_run() {
     assert_eq!(json["prompt_len"], serde_json::json!([3, 3]));
     assert!(json["median"]["prefill_tokens_per_s"].as_f64().unwrap() > 0.0);
 }
+
+/// Copies the tiny fixture to a scratch directory and overwrites every value of the f32 tensor
+/// `name` in its `model.safetensors` with NaN, found through the file's own header (an 8-byte
+/// little-endian length, then JSON with each tensor's `data_offsets` after the header).
+fn tiny_with_nan(dir_name: &str, name: &str) -> (PathBuf, usize) {
+    let dir = scratch(dir_name);
+    for file in ["config.json", "model.safetensors"] {
+        std::fs::copy(Path::new(TINY).join(file), dir.join(file)).unwrap();
+    }
+    let path = dir.join("model.safetensors");
+    let mut bytes = std::fs::read(&path).unwrap();
+    let header_len = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let header: Value = serde_json::from_slice(&bytes[8..8 + header_len]).unwrap();
+    let entry = &header[name];
+    assert_eq!(entry["dtype"], "F32", "{entry}");
+    let offsets: Vec<usize> = entry["data_offsets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap() as usize)
+        .collect();
+    let (start, end) = (8 + header_len + offsets[0], 8 + header_len + offsets[1]);
+    for chunk in bytes[start..end].chunks_exact_mut(4) {
+        chunk.copy_from_slice(&f32::NAN.to_le_bytes());
+    }
+    std::fs::write(&path, bytes).unwrap();
+    (dir, (end - start) / 4)
+}
+
+#[test]
+fn a_checkpoint_with_nan_is_refused_unless_allowed() {
+    let tensor = "backbone.layers.1.mixer.in_proj.weight";
+    let (dir, count) = tiny_with_nan("nan_checkpoint", tensor);
+    let dir = dir.to_str().unwrap();
+    let args = [
+        "generate",
+        "--model",
+        dir,
+        "--prompt-ids",
+        "1,2,3",
+        "--max-new-tokens",
+        "2",
+    ];
+    let out = run(&args);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "stderr: {stderr}");
+    let errors: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error:")).collect();
+    assert_eq!(errors.len(), 1, "want one error line, got:\n{stderr}");
+    assert!(
+        errors[0].contains(&format!(
+            "{tensor}: {count} of {count} values are NaN or infinite"
+        )),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(text(&out.stdout).is_empty(), "{}", text(&out.stdout));
+
+    // The opt-out loads it; generation runs (on NaN weights, so the tokens mean nothing).
+    let mut allowed = args.to_vec();
+    allowed.push("--allow-nonfinite");
+    let stdout = run_ok(&allowed);
+    assert!(stdout.contains("row 0"), "{stdout}");
+}

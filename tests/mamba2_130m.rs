@@ -20,7 +20,7 @@ fn mamba2_130m_end_to_end() {
     c.set_compile_cache(CompileCache::memory_only());
     let cfg = Mamba2Config::mamba2_130m();
     let t = Instant::now();
-    let weights = Mamba2Weights::random(&cfg, DType::F32, 0);
+    let weights = Mamba2Weights::random(&cfg, DType::F32, 0).unwrap();
     let model = Mamba2::new(&c, cfg.clone(), &weights).unwrap();
     eprintln!("random weights + upload: {:.2?}", t.elapsed());
 

@@ -34,7 +34,7 @@ fn config() -> Mamba2Config {
 
 fn model(dtype: DType) -> Mamba2 {
     let cfg = config();
-    let w = Mamba2Weights::random(&cfg, dtype, 7);
+    let w = Mamba2Weights::random(&cfg, dtype, 7).unwrap();
     Mamba2::new(&client(), cfg, &w).unwrap()
 }
 
@@ -311,7 +311,7 @@ fn bf16_logits_stay_close_to_f32() {
 #[test]
 fn bf16_scan_stays_close_to_f32() {
     let cfg = config();
-    let w = Mamba2Weights::random(&cfg, DType::F32, 7);
+    let w = Mamba2Weights::random(&cfg, DType::F32, 7).unwrap();
     let bf16_scan = Mamba2Config {
         scan_dtype: DType::BF16,
         ..cfg.clone()

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use half::{bf16, f16};
 use safetensors::tensor::TensorView;
 use safetensors::Dtype;
-use stablegraph::models::mamba2::{Mamba2Config, Mamba2Weights};
+use stablegraph::models::mamba2::{LoadOptions, Mamba2Config, Mamba2Weights};
 use stablegraph::{DType, HostArray, TensorType};
 
 /// A tiny config: hidden 16, 2 layers, state 4, head_dim 8 (4 heads), vocab 24.
@@ -183,7 +183,7 @@ fn loads_every_disk_dtype_into_f32_or_bf16_matmuls() {
         .iter()
         .enumerate()
     {
-        let source = Mamba2Weights::random(cfg, DType::F32, 7);
+        let source = Mamba2Weights::random(cfg, DType::F32, 7).unwrap();
         for (d, disk) in [Dtype::F32, Dtype::BF16, Dtype::F16]
             .into_iter()
             .enumerate()
@@ -210,7 +210,7 @@ fn loads_every_disk_dtype_into_f32_or_bf16_matmuls() {
 #[test]
 fn loads_shards_through_the_index() {
     let cfg = config(false, false, true, 1);
-    let source = Mamba2Weights::random(&cfg, DType::F32, 3);
+    let source = Mamba2Weights::random(&cfg, DType::F32, 3).unwrap();
     let dir = temp_dir("sharded");
     let tensors = checkpoint(&source, Dtype::BF16, false);
     let (a, b) = tensors.split_at(tensors.len() / 2);
@@ -239,7 +239,7 @@ fn loads_shards_through_the_index() {
 #[test]
 fn loads_the_one_safetensors_file_of_a_directory() {
     let cfg = config(true, false, true, 1);
-    let source = Mamba2Weights::random(&cfg, DType::F32, 5);
+    let source = Mamba2Weights::random(&cfg, DType::F32, 5).unwrap();
     let dir = temp_dir("one_file");
     write(
         &dir.join("mamba2.safetensors"),
@@ -263,7 +263,7 @@ fn loads_the_one_safetensors_file_of_a_directory() {
 #[test]
 fn tied_heads_are_the_embedding_whatever_the_file_holds() {
     let cfg = config(true, false, true, 1);
-    let source = Mamba2Weights::random(&cfg, DType::F32, 11);
+    let source = Mamba2Weights::random(&cfg, DType::F32, 11).unwrap();
     assert!(source.lm_head.is_none());
     let mut tensors = checkpoint(&source, Dtype::F32, false);
     let embedding = tensors[0].clone();
@@ -305,7 +305,7 @@ fn tied_heads_are_the_embedding_whatever_the_file_holds() {
 #[test]
 fn every_problem_is_listed_in_one_error() {
     let cfg = config(false, false, true, 1);
-    let source = Mamba2Weights::random(&cfg, DType::F32, 1);
+    let source = Mamba2Weights::random(&cfg, DType::F32, 1).unwrap();
     let mut tensors = checkpoint(&source, Dtype::F32, false);
     tensors.retain(|t| t.name != "backbone.layers.1.mixer.D");
     tensors.push(Disk {
@@ -375,7 +375,7 @@ fn bad_directories_and_files_are_named() {
     );
 
     // A truncated checkpoint.
-    let source = Mamba2Weights::random(&cfg, DType::F32, 2);
+    let source = Mamba2Weights::random(&cfg, DType::F32, 2).unwrap();
     write(&file, &checkpoint(&source, Dtype::F32, false));
     let bytes = std::fs::read(&file).unwrap();
     std::fs::write(&file, &bytes[..bytes.len() - 10]).unwrap();
@@ -412,15 +412,15 @@ fn matmuls_are_f32_or_bf16() {
 #[test]
 fn random_weights_are_deterministic_typed_and_sensible() {
     let cfg = config(false, true, true, 2);
-    let a = Mamba2Weights::random(&cfg, DType::BF16, 42);
-    let b = Mamba2Weights::random(&cfg, DType::BF16, 42);
-    let c = Mamba2Weights::random(&cfg, DType::BF16, 43);
+    let a = Mamba2Weights::random(&cfg, DType::BF16, 42).unwrap();
+    let b = Mamba2Weights::random(&cfg, DType::BF16, 42).unwrap();
+    let c = Mamba2Weights::random(&cfg, DType::BF16, 43).unwrap();
     assert_same(&a, &b);
     assert!(a.embedding != c.embedding && a.layers[1].in_proj != c.layers[1].in_proj);
     // Layers differ from each other.
     assert!(a.layers[0].in_proj != a.layers[1].in_proj);
     for matmul in [DType::F32, DType::BF16] {
-        let w = Mamba2Weights::random(&cfg, matmul, 42);
+        let w = Mamba2Weights::random(&cfg, matmul, 42).unwrap();
         let want = Mamba2Weights::<TensorType>::types(&cfg, matmul).unwrap();
         assert_eq!(
             format!("{:?}", types(&w).named()),
@@ -429,11 +429,12 @@ fn random_weights_are_deterministic_typed_and_sensible() {
     }
     assert!(
         Mamba2Weights::random(&config(true, false, false, 1), DType::F32, 0)
+            .unwrap()
             .lm_head
             .is_none()
     );
 
-    let w = Mamba2Weights::random(&cfg, DType::F32, 42);
+    let w = Mamba2Weights::random(&cfg, DType::F32, 42).unwrap();
     let v = |a: &HostArray| a.to_f64_vec();
     let emb = v(&w.embedding);
     let std = (emb.iter().map(|x| x * x).sum::<f64>() / emb.len() as f64).sqrt();
@@ -461,7 +462,7 @@ fn random_weights_are_deterministic_typed_and_sensible() {
 #[test]
 fn upload_gives_one_buffer_per_tensor() {
     let cfg = config(false, true, true, 1);
-    let w = Mamba2Weights::random(&cfg, DType::BF16, 9);
+    let w = Mamba2Weights::random(&cfg, DType::BF16, 9).unwrap();
     let buffers = w.upload(&common::client()).unwrap();
     let (host, device) = (w.named(), buffers.named());
     assert_eq!(host.len(), device.len());
@@ -481,4 +482,113 @@ fn loads_the_transformers_fixtures() {
         assert_eq!(w.layers.len(), cfg.num_layers);
         assert_eq!(w.lm_head.is_none(), cfg.tie_word_embeddings);
     }
+}
+
+/// Overwrites elements `at` of the tensor `name` with `value`, in its disk dtype; returns how
+/// many were written.
+fn poison(tensors: &mut [Disk], name: &str, at: impl Iterator<Item = usize>, value: f64) -> usize {
+    let t = tensors.iter_mut().find(|t| t.name == name).unwrap();
+    let size = match t.dtype {
+        Dtype::F32 => 4,
+        Dtype::BF16 | Dtype::F16 => 2,
+        other => panic!("no encoder for {other}"),
+    };
+    let bytes = encode(&[value], t.dtype);
+    let mut n = 0;
+    for i in at {
+        t.bytes[i * size..(i + 1) * size].copy_from_slice(&bytes);
+        n += 1;
+    }
+    n
+}
+
+#[test]
+fn nonfinite_tensors_are_refused_unless_allowed() {
+    let cfg = config(true, false, true, 1);
+    let source = Mamba2Weights::random(&cfg, DType::F32, 4).unwrap();
+    let in_proj = "backbone.layers.0.mixer.in_proj.weight";
+    let norm_f = "backbone.norm_f.weight";
+    let out_proj = "backbone.layers.1.mixer.out_proj.weight";
+    let conv = "backbone.layers.1.mixer.conv1d.weight";
+    let a_log = "backbone.layers.0.mixer.A_log";
+    let opt_out = LoadOptions {
+        allow_nonfinite: true,
+    };
+
+    // f32 on disk: in_proj all NaN and one -inf in norm_f, both in one error with their counts.
+    let mut tensors = checkpoint(&source, Dtype::F32, false);
+    let in_proj_len = cfg.in_proj_dim() * cfg.hidden_size;
+    assert_eq!(
+        poison(&mut tensors, in_proj, 0..in_proj_len, f64::NAN),
+        76 * 16
+    );
+    poison(&mut tensors, norm_f, 3..4, f64::NEG_INFINITY);
+    let dir = temp_dir("nonfinite_f32");
+    write(&dir.join("model.safetensors"), &tensors);
+    let e = load_err(&dir, &cfg);
+    assert!(e.contains("(2 problems)"), "{e}");
+    let lines: Vec<&str> = e.lines().skip(1).map(str::trim).collect();
+    assert_eq!(lines.len(), 2, "{e}");
+    assert!(
+        lines[0].starts_with(&format!(
+            "{in_proj}: 1216 of 1216 values are NaN or infinite"
+        )),
+        "{e}"
+    );
+    assert!(
+        lines[1].starts_with(&format!("{norm_f}: 1 of 16 values are NaN or infinite")),
+        "{e}"
+    );
+    // The opt-out loads the values as they are.
+    let w = Mamba2Weights::load_with(&dir, &cfg, DType::F32, &opt_out).unwrap();
+    assert!(w.layers[0].in_proj.to_f64_vec().iter().all(|v| v.is_nan()));
+    let nf = w.norm_f.to_f64_vec();
+    assert_eq!(nf[3], f64::NEG_INFINITY);
+    assert!(nf.iter().enumerate().all(|(i, v)| i == 3 || v.is_finite()));
+
+    // bf16 on disk: +inf in out_proj, loaded as bf16 and as f32 matrices; f16: NaN in the conv.
+    for (disk, matmul) in [(Dtype::BF16, DType::BF16), (Dtype::BF16, DType::F32)] {
+        let mut tensors = checkpoint(&source, disk, false);
+        let n = poison(&mut tensors, out_proj, (0..40).step_by(7), f64::INFINITY);
+        let dir = temp_dir("nonfinite_bf16");
+        write(&dir.join("model.safetensors"), &tensors);
+        let e = Mamba2Weights::load(&dir, &cfg, matmul)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(&format!(
+                "{out_proj}: {n} of 512 values are NaN or infinite"
+            )),
+            "{e}"
+        );
+        assert!(e.contains("(1 problems)"), "{e}");
+        let w = Mamba2Weights::load_with(&dir, &cfg, matmul, &opt_out).unwrap();
+        let bad = w.layers[1].out_proj.to_f64_vec();
+        assert_eq!(bad.iter().filter(|v| **v == f64::INFINITY).count(), n);
+    }
+    let mut tensors = checkpoint(&source, Dtype::F16, false);
+    poison(&mut tensors, conv, 5..7, f64::NAN);
+    let dir = temp_dir("nonfinite_f16");
+    write(&dir.join("model.safetensors"), &tensors);
+    let e = load_err(&dir, &cfg);
+    assert!(
+        e.contains(&format!("{conv}: 2 of 160 values are NaN or infinite")),
+        "{e}"
+    );
+
+    // f64 on disk: finite there, but too large for f32, so infinite once converted.
+    let mut tensors = checkpoint(&source, Dtype::F32, false);
+    let t = tensors.iter_mut().find(|t| t.name == a_log).unwrap();
+    t.dtype = Dtype::F64;
+    t.bytes = [1.0, 1e300, 2.0, -1e300]
+        .iter()
+        .flat_map(|v: &f64| v.to_le_bytes())
+        .collect();
+    let dir = temp_dir("nonfinite_f64");
+    write(&dir.join("model.safetensors"), &tensors);
+    let e = load_err(&dir, &cfg);
+    assert!(
+        e.contains(&format!("{a_log}: 2 of 4 values are NaN or infinite")),
+        "{e}"
+    );
 }

@@ -350,10 +350,15 @@ static NEXT_GRAPH_ID: AtomicU64 = AtomicU64::new(1);
 #[derive(Debug)]
 struct GraphData {
     id: u64,
-    nodes: Vec<Node>,
+    /// The nodes, shared copy-on-write: [`Graph::with_nodes`] and [`Graph::with_structure`]
+    /// hand their callback a snapshot (an `Rc` clone, no copy) and hold no borrow of the
+    /// `RefCell` while it runs, so a callback that builds nodes neither panics nor sees them;
+    /// a node added meanwhile copies the vector once (`Rc::make_mut`).
+    nodes: Rc<Vec<Node>>,
     params: Vec<ValueId>,
     outputs: Vec<ValueId>,
-    regions: Vec<Region>,
+    /// The regions, shared copy-on-write like `nodes`.
+    regions: Rc<Vec<Region>>,
     /// The innermost region being built; new nodes go there.
     current: usize,
     /// Indices of the parameters whose buffers the program may take over (see
@@ -430,10 +435,10 @@ impl Graph {
         Graph {
             data: Rc::new(RefCell::new(GraphData {
                 id: NEXT_GRAPH_ID.fetch_add(1, Ordering::Relaxed),
-                nodes: Vec::new(),
+                nodes: Rc::new(Vec::new()),
                 params: Vec::new(),
                 outputs: Vec::new(),
-                regions: vec![Region::default()],
+                regions: Rc::new(vec![Region::default()]),
                 current: 0,
                 donated: Vec::new(),
             })),
@@ -486,8 +491,12 @@ impl Graph {
             vec![],
             vec![ty],
         )?;
-        self.data.borrow_mut().params.push(t[0].id);
-        Ok(t.into_iter().next().expect("one output"))
+        let t = t
+            .into_iter()
+            .next()
+            .ok_or_else(|| graph_error("parameter", "internal: no output", location))?;
+        self.data.borrow_mut().params.push(t.id);
+        Ok(t)
     }
 
     /// The parameter names, in order.
@@ -615,12 +624,15 @@ impl Graph {
 
     /// A copy of all nodes, in creation (topological) order.
     pub fn nodes(&self) -> Vec<Node> {
-        self.data.borrow().nodes.clone()
+        self.data.borrow().nodes.to_vec()
     }
 
-    /// Calls `f` with the nodes, without copying them.
+    /// Calls `f` with the nodes as they are now, without copying them. `f` may keep building
+    /// this graph: the nodes it adds are not in the slice it was given.
     pub fn with_nodes<R>(&self, f: impl FnOnce(&[Node]) -> R) -> R {
-        f(&self.data.borrow().nodes)
+        // The snapshot is taken and the borrow released before `f` runs.
+        let nodes = Rc::clone(&self.data.borrow().nodes);
+        f(&nodes)
     }
 
     /// The parameter values, in order.
@@ -636,13 +648,18 @@ impl Graph {
 
     /// A copy of the regions (index 0 is the program; see [`Region`]).
     pub fn regions(&self) -> Vec<Region> {
-        self.data.borrow().regions.clone()
+        self.data.borrow().regions.to_vec()
     }
 
-    /// Calls `f` with the nodes and the regions, without copying them.
+    /// Calls `f` with the nodes and the regions as they are now, without copying them. `f` may
+    /// keep building this graph: what it adds is not in the slices it was given.
     pub fn with_structure<R>(&self, f: impl FnOnce(&[Node], &[Region]) -> R) -> R {
-        let d = self.data.borrow();
-        f(&d.nodes, &d.regions)
+        // The snapshot is taken and the borrow released before `f` runs.
+        let (nodes, regions) = {
+            let d = self.data.borrow();
+            (Rc::clone(&d.nodes), Rc::clone(&d.regions))
+        };
+        f(&nodes, &regions)
     }
 
     pub(crate) fn region_of(&self, v: ValueId) -> usize {
@@ -657,7 +674,7 @@ impl Graph {
     pub(crate) fn open_region(&self) -> usize {
         let mut d = self.data.borrow_mut();
         let parent = d.current;
-        d.regions.push(Region {
+        Rc::make_mut(&mut d.regions).push(Region {
             parent: Some(parent),
             ..Region::default()
         });
@@ -674,14 +691,16 @@ impl Graph {
     pub(crate) fn add_block_arg(&self, region: usize, ty: TensorType) -> Tensor {
         let mut d = self.data.borrow_mut();
         let node = d.nodes.len();
-        d.nodes.push(Node {
+        Rc::make_mut(&mut d.nodes).push(Node {
             op: Op::BlockArg,
             inputs: vec![],
             outputs: vec![ty.clone()],
             region,
         });
         let id = ValueId { node, output: 0 };
-        d.regions[region].args.push(id);
+        if let Some(r) = Rc::make_mut(&mut d.regions).get_mut(region) {
+            r.args.push(id);
+        }
         drop(d);
         Tensor {
             graph: self.clone(),
@@ -691,11 +710,15 @@ impl Graph {
     }
 
     pub(crate) fn set_region_results(&self, region: usize, results: Vec<ValueId>) {
-        self.data.borrow_mut().regions[region].results = results;
+        if let Some(r) = Rc::make_mut(&mut self.data.borrow_mut().regions).get_mut(region) {
+            r.results = results;
+        }
     }
 
     pub(crate) fn set_region_args(&self, region: usize, args: Vec<ValueId>) {
-        self.data.borrow_mut().regions[region].args = args;
+        if let Some(r) = Rc::make_mut(&mut self.data.borrow_mut().regions).get_mut(region) {
+            r.args = args;
+        }
     }
 
     pub(crate) fn region_captures(&self, region: usize) -> Vec<(ValueId, ValueId)> {
@@ -750,9 +773,9 @@ impl Graph {
             .value_type(outer)
             .unwrap_or_else(|| TensorType::new(DType::F32, &[]));
         let inner = self.add_block_arg(region, ty).id;
-        self.data.borrow_mut().regions[region]
-            .captures
-            .push((outer, inner));
+        if let Some(r) = Rc::make_mut(&mut self.data.borrow_mut().regions).get_mut(region) {
+            r.captures.push((outer, inner));
+        }
         Ok(inner)
     }
 
@@ -793,7 +816,7 @@ impl Graph {
         let mut d = self.data.borrow_mut();
         let node = d.nodes.len();
         let region = d.current;
-        d.nodes.push(Node {
+        Rc::make_mut(&mut d.nodes).push(Node {
             op,
             inputs,
             outputs: outputs.clone(),

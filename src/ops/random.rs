@@ -61,14 +61,17 @@ impl Graph {
         loc: Loc,
     ) -> Result<(Tensor, Tensor)> {
         let (k0, k1) = self.key_words(key, op, loc)?;
-        let n: usize = dims.iter().product();
-        if n as u64 > u64::from(u32::MAX) {
+        let n = dims
+            .iter()
+            .try_fold(1usize, |n, &d| n.checked_mul(d))
+            .filter(|&n| n as u64 <= u64::from(u32::MAX));
+        let Some(n) = n else {
             return Err(graph_error(
                 op,
-                format!("{n} elements is more than one key can give"),
+                format!("shape {dims:?} has more elements than one key can give (2^32 - 1)"),
                 loc,
             ));
-        }
+        };
         let counter = self.iota(DType::U32, &[n], 0)?;
         let zero = self.full_at(0.0, DType::U32, &[n], loc)?;
         let (a, b) = threefry(&k0, &k1, &counter, &zero)?;

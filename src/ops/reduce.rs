@@ -93,9 +93,10 @@ impl Tensor {
             ));
         }
         let a = axes("mean", self, axes_, loc)?;
-        let count: usize = a.iter().map(|&i| self.dims()[i]).product();
+        // In f64: a product of some dimensions of an empty tensor may overflow a usize.
+        let count: f64 = a.iter().map(|&i| self.dims()[i] as f64).product();
         let s = self.reduce_at(ReduceKind::Sum, axes_, keepdims, "mean", loc)?;
-        let n = self.graph().full_at(count as f64, self.dtype(), &[], loc)?;
+        let n = self.graph().full_at(count, self.dtype(), &[], loc)?;
         s.div(&n)
     }
 

@@ -14,11 +14,13 @@ impl Tensor {
     pub fn reshape(&self, dims: &[isize]) -> Result<Tensor> {
         let loc = Location::caller();
         let n = self.ty().element_count();
+        // Saturating: no tensor of a graph has usize::MAX elements (its size in bytes fits an
+        // isize), so an overflowing product matches none.
         let known: usize = dims
             .iter()
             .filter(|&&d| d >= 0)
-            .map(|&d| d as usize)
-            .product();
+            .try_fold(1usize, |n, &d| n.checked_mul(d as usize))
+            .unwrap_or(usize::MAX);
         let inferred = dims.iter().filter(|&&d| d == -1).count();
         let bad = || {
             graph_error(
@@ -50,7 +52,8 @@ impl Tensor {
         if dims == self.dims() {
             return Ok(self.clone());
         }
-        if dims.iter().product::<usize>() != self.ty().element_count() {
+        let count = dims.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
+        if count != Some(self.ty().element_count()) {
             return Err(graph_error(
                 "reshape",
                 format!("cannot reshape {} to {dims:?}", self.ty()),
@@ -189,21 +192,22 @@ impl Tensor {
     pub fn narrow(&self, axis_: isize, start: usize, len: usize) -> Result<Tensor> {
         let loc = Location::caller();
         let a = axis("narrow", self, axis_, loc)?;
-        if start + len > self.dims()[a] {
+        let end = start.checked_add(len).filter(|&e| e <= self.dims()[a]);
+        let Some(end) = end else {
             return Err(graph_error(
                 "narrow",
                 format!(
                     "[{start}, {}) is out of range along axis {a} of {}",
-                    start + len,
+                    start as u128 + len as u128,
                     self.ty()
                 ),
                 loc,
             ));
-        }
+        };
         let mut s = vec![0; self.rank()];
         let mut l = self.dims().to_vec();
         s[a] = start;
-        l[a] = start + len;
+        l[a] = end;
         self.slice_all_at(&s, &l, &vec![1; self.rank()], loc)
     }
 
@@ -356,7 +360,16 @@ impl Tensor {
             return Ok((*first).clone());
         }
         let mut dims = first.dims().to_vec();
-        dims[a] = tensors.iter().map(|t| t.dims()[a]).sum();
+        dims[a] = tensors
+            .iter()
+            .try_fold(0usize, |n, t| n.checked_add(t.dims()[a]))
+            .ok_or_else(|| {
+                graph_error(
+                    "concat",
+                    format!("joining [{}] along axis {a} is too large", types(tensors)),
+                    loc,
+                )
+            })?;
         node(
             first.graph(),
             Op::Concatenate { axis: a },
@@ -405,17 +418,19 @@ impl Tensor {
         }
         let mut dims = Vec::with_capacity(r);
         for i in 0..r {
-            let d = self.dims()[i] as i64;
+            // d + (d - 1) * interior + low + high, in i128 (no overflow from any inputs here).
+            let d = self.dims()[i] as i128;
             let inner = if d == 0 {
                 0
             } else {
-                d + (d - 1) * interior[i] as i64
+                d + (d - 1) * interior[i] as i128
             };
-            let n = low[i] + inner + high[i];
+            let n = i128::from(low[i]) + inner + i128::from(high[i]);
             if n < 0 {
                 return Err(bad("a dimension would become negative"));
             }
-            dims.push(n as usize);
+            let n = usize::try_from(n).map_err(|_| bad("a dimension would be too large"))?;
+            dims.push(n);
         }
         node(
             self.graph(),

@@ -8,10 +8,139 @@
 
 use super::config::Mamba2Config;
 use super::ssd::{groups_to_heads, ssd_chunked, ssd_step};
-use super::weights::{LayerWeights, Mamba2Weights};
-use crate::dtype::DType;
+use super::weights::{layer_types, LayerWeights, Mamba2Weights};
+use crate::dtype::{DType, TensorType};
 use crate::error::{Error, Result};
 use crate::ops::{Graph, Tensor};
+
+/// An error of the builder `op` about its argument `arg`.
+fn bad_arg(op: &str, arg: &str, why: impl std::fmt::Display) -> Error {
+    Error::InvalidArgument(format!("{op}: argument `{arg}` {why}"))
+}
+
+/// Checks that the argument `arg` of `op` has the shape `want` (described by `names`) and the
+/// dtype `dtype` (any integer type when `None`).
+fn check_arg(
+    op: &str,
+    arg: &str,
+    t: &Tensor,
+    want: &[usize],
+    names: &str,
+    dtype: Option<DType>,
+) -> Result<()> {
+    let dtype_ok = dtype.map_or(t.dtype().is_int(), |d| t.dtype() == d);
+    if t.dims() != want || !dtype_ok {
+        let ty = dtype.map_or_else(|| "integer".to_string(), |d| d.to_string());
+        return Err(bad_arg(
+            op,
+            arg,
+            format!("is {}, expected {ty} {names} = {want:?}", t.ty()),
+        ));
+    }
+    Ok(())
+}
+
+/// Appends to `problems` how the tensors `got` differ in shape from `want` (by name); dtypes
+/// are left to the ops, which name them.
+fn shape_problems(
+    prefix: &str,
+    got: Vec<(String, &Tensor)>,
+    want: Vec<(String, &TensorType)>,
+    problems: &mut Vec<String>,
+) {
+    for (name, ty) in &want {
+        match got.iter().find(|(n, _)| n == name) {
+            None => problems.push(format!("{prefix}{name} is missing")),
+            Some((_, t)) if t.dims() != ty.dims => problems.push(format!(
+                "{prefix}{name} is {}, expected shape {:?}",
+                t.ty(),
+                ty.dims
+            )),
+            Some(_) => {}
+        }
+    }
+    for (name, _) in &got {
+        if !want.iter().any(|(n, _)| n == name) {
+            problems.push(format!("{prefix}{name} is present, the config has none"));
+        }
+    }
+}
+
+/// Every tensor of `w` with its name, in [`LayerWeights::try_map`] order.
+fn named_layer<T>(w: &LayerWeights<T>) -> Vec<(String, &T)> {
+    let mut out = Vec::new();
+    // The closure never fails.
+    let _ = w.try_map(|name, t| {
+        out.push((name.to_string(), t));
+        Ok(())
+    });
+    out
+}
+
+/// The error of `op` listing `problems` with the weights argument `arg`, if any.
+fn weight_error(op: &str, arg: &str, problems: Vec<String>) -> Result<()> {
+    if problems.is_empty() {
+        return Ok(());
+    }
+    Err(bad_arg(
+        op,
+        arg,
+        format!("does not fit the config: {}", problems.join("; ")),
+    ))
+}
+
+/// Checks one block's weight shapes against a validated config.
+fn check_layer(op: &str, w: &LayerWeights<Tensor>, cfg: &Mamba2Config) -> Result<()> {
+    let want = layer_types(cfg, DType::F32);
+    let mut problems = Vec::new();
+    shape_problems("", named_layer(w), named_layer(&want), &mut problems);
+    weight_error(op, "w", problems)
+}
+
+/// Checks every weight shape against a validated config.
+fn check_weights(op: &str, w: &Mamba2Weights<Tensor>, cfg: &Mamba2Config) -> Result<()> {
+    let mut problems = Vec::new();
+    if w.layers.len() != cfg.num_layers {
+        problems.push(format!(
+            "{} layers, the config has num_layers = {}",
+            w.layers.len(),
+            cfg.num_layers
+        ));
+    }
+    let head = [cfg.vocab_size, cfg.hidden_size];
+    for (name, t, want) in [
+        ("embedding", Some(&w.embedding), Some(&head[..])),
+        ("norm_f", Some(&w.norm_f), Some(&[cfg.hidden_size][..])),
+        (
+            "lm_head",
+            w.lm_head.as_ref(),
+            (!cfg.tie_word_embeddings).then_some(&head[..]),
+        ),
+    ] {
+        match (t, want) {
+            (Some(t), Some(want)) if t.dims() != want => {
+                problems.push(format!("{name} is {}, expected shape {want:?}", t.ty()))
+            }
+            (None, Some(_)) => {
+                problems.push(format!("{name} is missing (tie_word_embeddings is false)"))
+            }
+            (Some(_), None) => problems.push(format!(
+                "{name} is present, but tie_word_embeddings is true"
+            )),
+            _ => {}
+        }
+    }
+    let want = layer_types(cfg, DType::F32);
+    for (i, layer) in w.layers.iter().enumerate() {
+        shape_problems(
+            &format!("layers.{i}."),
+            named_layer(layer),
+            named_layer(&want),
+            &mut problems,
+        );
+    }
+    weight_error(op, "w", problems)
+}
 
 /// The per-layer recurrent state of a batch: the last `conv_kernel` convolution inputs,
 /// `[b, conv_dim, conv_kernel]` (oldest first, HF's layout), and the SSM state `[b, H, P, N]`.
@@ -143,14 +272,42 @@ fn mixer_output(
 /// One block over a whole left-padded sequence. `hidden`: `[b, L, hidden]` f32 (`L` a multiple
 /// of the chunk), `mask`: `[b, L]` f32, 1 for real tokens and 0 for padding. Padded steps get
 /// `x = 0` and `dt = 0`, so they neither feed nor decay the state; their convolution inputs are
-/// zero, so the real tokens see the same history as without padding.
+/// zero, so the real tokens see the same history as without padding. A config that
+/// [`Mamba2Config::validate`] rejects, or an argument of the wrong shape, is an error naming it.
 pub fn block_prefill(
     hidden: &Tensor,
     mask: &Tensor,
     w: &LayerWeights<Tensor>,
     cfg: &Mamba2Config,
 ) -> Result<(Tensor, LayerState<Tensor>)> {
-    let len = hidden.dims()[1];
+    let op = "block_prefill";
+    cfg.validate()?;
+    let [batch, len] = match *hidden.dims() {
+        [b, l, h] if h == cfg.hidden_size && hidden.dtype() == DType::F32 => [b, l],
+        _ => {
+            return Err(bad_arg(
+                op,
+                "hidden",
+                format!(
+                    "is {}, expected f32 [b, L, hidden_size = {}]",
+                    hidden.ty(),
+                    cfg.hidden_size
+                ),
+            ))
+        }
+    };
+    if !len.is_multiple_of(cfg.chunk_size) {
+        return Err(bad_arg(
+            op,
+            "hidden",
+            format!(
+                "has L = {len} positions, not a multiple of chunk_size ({})",
+                cfg.chunk_size
+            ),
+        ));
+    }
+    check_arg(op, "mask", mask, &[batch, len], "[b, L]", Some(DType::F32))?;
+    check_layer(op, w, cfg)?;
     let k = cfg.conv_kernel;
     let (z, xbc, dt) = mixer_inputs(hidden, w, cfg)?;
     let m = mask.expand_dims(-1)?; // [b, L, 1]
@@ -179,13 +336,43 @@ pub fn block_prefill(
     ))
 }
 
-/// One block for one new token per row. `hidden`: `[b, hidden]` f32.
+/// One block for one new token per row. `hidden`: `[b, hidden]` f32; `state` as
+/// [`LayerState`] says, f32. A config that [`Mamba2Config::validate`] rejects, or an argument
+/// of the wrong shape, is an error naming it.
 pub fn block_step(
     hidden: &Tensor,
     state: &LayerState<Tensor>,
     w: &LayerWeights<Tensor>,
     cfg: &Mamba2Config,
 ) -> Result<(Tensor, LayerState<Tensor>)> {
+    let op = "block_step";
+    cfg.validate()?;
+    let batch = match *hidden.dims() {
+        [b, h] if h == cfg.hidden_size && hidden.dtype() == DType::F32 => b,
+        _ => {
+            return Err(bad_arg(
+                op,
+                "hidden",
+                format!(
+                    "is {}, expected f32 [b, hidden_size = {}]",
+                    hidden.ty(),
+                    cfg.hidden_size
+                ),
+            ))
+        }
+    };
+    let (conv_dims, ssm_dims) = state_dims(batch, cfg);
+    let f32 = Some(DType::F32);
+    check_arg(
+        op,
+        "state.conv",
+        &state.conv,
+        &conv_dims,
+        "[b, conv_dim, conv_kernel]",
+        f32,
+    )?;
+    check_arg(op, "state.ssm", &state.ssm, &ssm_dims, "[b, H, P, N]", f32)?;
+    check_layer(op, w, cfg)?;
     let k = cfg.conv_kernel;
     let (z, xbc, dt) = mixer_inputs(hidden, w, cfg)?;
     // Shift the convolution inputs left and append the new one.
@@ -210,33 +397,90 @@ pub fn block_step(
     ))
 }
 
-/// The head: final norm and logits (f32) of `hidden` `[..., hidden]`.
+/// The shapes of a batch's [`LayerState`] for a validated config: `conv`, `ssm`.
+fn state_dims(batch: usize, cfg: &Mamba2Config) -> ([usize; 3], [usize; 4]) {
+    (
+        [batch, cfg.conv_dim(), cfg.conv_kernel],
+        [batch, cfg.num_heads, cfg.head_dim, cfg.state_size],
+    )
+}
+
+/// The head: final norm and logits (f32) of `hidden` `[..., hidden]` (f32). A config that
+/// [`Mamba2Config::validate`] rejects, or an argument of the wrong shape, is an error naming it.
 pub fn head(hidden: &Tensor, w: &Mamba2Weights<Tensor>, cfg: &Mamba2Config) -> Result<Tensor> {
+    cfg.validate()?;
+    if hidden.dims().last() != Some(&cfg.hidden_size) || hidden.dtype() != DType::F32 {
+        return Err(bad_arg(
+            "head",
+            "hidden",
+            format!(
+                "is {}, expected f32 [..., hidden_size = {}]",
+                hidden.ty(),
+                cfg.hidden_size
+            ),
+        ));
+    }
+    check_weights("head", w, cfg)?;
     let normed = rms_norm(hidden, &w.norm_f, cfg.norm_eps)?;
     let matrix = w.lm_head.as_ref().unwrap_or(&w.embedding);
     linear(&normed, matrix, None)
 }
 
-/// Embeds integer token ids (any shape) as f32 `[..., hidden]`.
+/// Embeds integer token ids (any shape) as f32 `[..., hidden]`. Non-integer `tokens`, or an
+/// embedding that is not `[vocab, hidden]`, are an error naming them.
 pub fn embed(tokens: &Tensor, w: &Mamba2Weights<Tensor>) -> Result<Tensor> {
+    if !tokens.dtype().is_int() {
+        return Err(bad_arg(
+            "embed",
+            "tokens",
+            format!("is {}, expected integers", tokens.ty()),
+        ));
+    }
+    if w.embedding.rank() != 2 {
+        return Err(bad_arg(
+            "embed",
+            "w",
+            format!(
+                "has the embedding {}, expected [vocab, hidden]",
+                w.embedding.ty()
+            ),
+        ));
+    }
     w.embedding.take(tokens)?.convert(DType::F32)
 }
 
 /// The whole model over a left-padded prompt: returns the final hidden states `[b, L, hidden]`
-/// and each layer's state after the prompt. `tokens`: `[b, L]` integers, `mask`: `[b, L]` f32.
+/// and each layer's state after the prompt. `tokens`: `[b, L]` integers (`L` a multiple of the
+/// chunk), `mask`: `[b, L]` f32. A config that [`Mamba2Config::validate`] rejects, weights that
+/// do not fit it, or an argument of the wrong shape, are an error naming it.
 pub fn prefill(
     tokens: &Tensor,
     mask: &Tensor,
     w: &Mamba2Weights<Tensor>,
     cfg: &Mamba2Config,
 ) -> Result<(Tensor, Vec<LayerState<Tensor>>)> {
-    if tokens.rank() != 2 || !tokens.dims()[1].is_multiple_of(cfg.chunk_size) {
-        return Err(Error::InvalidArgument(format!(
-            "prefill needs tokens [batch, len] with len a multiple of the chunk ({}), got {}",
-            cfg.chunk_size,
-            tokens.ty()
-        )));
+    cfg.validate()?;
+    let fits = matches!(*tokens.dims(), [_, len] if len.is_multiple_of(cfg.chunk_size));
+    if !fits || !tokens.dtype().is_int() {
+        return Err(bad_arg(
+            "prefill",
+            "tokens",
+            format!(
+                "is {}, expected integers [batch, len] with len a multiple of the chunk ({})",
+                tokens.ty(),
+                cfg.chunk_size
+            ),
+        ));
     }
+    check_arg(
+        "prefill",
+        "mask",
+        mask,
+        tokens.dims(),
+        "[b, L]",
+        Some(DType::F32),
+    )?;
+    check_weights("prefill", w, cfg)?;
     let mut hidden = embed(tokens, w)?;
     let mut states = Vec::with_capacity(w.layers.len());
     for layer in &w.layers {
@@ -247,14 +491,36 @@ pub fn prefill(
     Ok((hidden, states))
 }
 
-/// The whole model for one token per row (`tokens`: `[b]` integers): returns the logits
-/// `[b, vocab]` and the new states.
+/// The whole model for one token per row (`tokens`: `[b]` integers, `states`: one per layer):
+/// returns the logits `[b, vocab]` and the new states. A config that
+/// [`Mamba2Config::validate`] rejects, weights that do not fit it, or an argument of the wrong
+/// shape or length, are an error naming it.
 pub fn step(
     tokens: &Tensor,
     states: &[LayerState<Tensor>],
     w: &Mamba2Weights<Tensor>,
     cfg: &Mamba2Config,
 ) -> Result<(Tensor, Vec<LayerState<Tensor>>)> {
+    cfg.validate()?;
+    if tokens.rank() != 1 || !tokens.dtype().is_int() {
+        return Err(bad_arg(
+            "step",
+            "tokens",
+            format!("is {}, expected integers [b]", tokens.ty()),
+        ));
+    }
+    if states.len() != cfg.num_layers {
+        return Err(bad_arg(
+            "step",
+            "states",
+            format!(
+                "has {} layer states, the config has num_layers = {}",
+                states.len(),
+                cfg.num_layers
+            ),
+        ));
+    }
+    check_weights("step", w, cfg)?;
     let mut hidden = embed(tokens, w)?;
     let mut next = Vec::with_capacity(states.len());
     for (layer, state) in w.layers.iter().zip(states) {

@@ -8,6 +8,12 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 
 /// The shape and numerics of a Mamba-2 model.
+///
+/// The fields are public, so a config may be built or changed by hand: every entry point that
+/// takes one ([`Mamba2::new`](super::Mamba2::new), [`Mamba2Weights::load`](super::Mamba2Weights::load),
+/// [`Mamba2Weights::random`](super::Mamba2Weights::random), [`Mamba2Weights::types`](super::Mamba2Weights::types)
+/// and the graph builders of [`block`](super::block)) calls [`Mamba2Config::validate`] first, a
+/// few comparisons.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Mamba2Config {
     /// Model width `d_model`.
@@ -53,19 +59,55 @@ pub struct Mamba2Config {
 }
 
 impl Mamba2Config {
-    /// The inner width `d_inner = num_heads * head_dim`.
+    /// The inner width `d_inner = num_heads * head_dim` (saturating at `usize::MAX`, which
+    /// [`Mamba2Config::validate`] rejects).
     pub fn d_inner(&self) -> usize {
-        self.num_heads * self.head_dim
+        self.num_heads.saturating_mul(self.head_dim)
     }
 
-    /// The convolved channels: `x`, `B` and `C`, `d_inner + 2 * n_groups * state_size`.
+    /// The convolved channels: `x`, `B` and `C`, `d_inner + 2 * n_groups * state_size`
+    /// (saturating, like [`Mamba2Config::d_inner`]).
     pub fn conv_dim(&self) -> usize {
-        self.d_inner() + 2 * self.n_groups * self.state_size
+        self.d_inner()
+            .saturating_add(self.bc_dim().saturating_mul(2))
     }
 
-    /// Rows of `in_proj`: `z`, `xBC` and `dt`.
+    /// Rows of `in_proj`: `z`, `xBC` and `dt` (saturating, like [`Mamba2Config::d_inner`]).
     pub fn in_proj_dim(&self) -> usize {
-        2 * self.d_inner() + 2 * self.n_groups * self.state_size + self.num_heads
+        self.d_inner()
+            .saturating_add(self.conv_dim())
+            .saturating_add(self.num_heads)
+    }
+
+    /// `n_groups * state_size`, the width of `B` (and of `C`), saturating.
+    fn bc_dim(&self) -> usize {
+        self.n_groups.saturating_mul(self.state_size)
+    }
+
+    /// Whether every tensor of the model and of its per-row state has a size in bytes (as f32)
+    /// that fits an `isize`, computed without overflow.
+    fn sizes_fit(&self) -> bool {
+        let bytes = |dims: &[usize]| {
+            dims.iter()
+                .try_fold(4usize, |n, &d| n.checked_mul(d))
+                .is_some_and(|n| isize::try_from(n).is_ok())
+        };
+        let d_inner = self.num_heads.checked_mul(self.head_dim);
+        let bc = self.n_groups.checked_mul(self.state_size);
+        let conv = d_inner
+            .zip(bc)
+            .and_then(|(d, bc)| bc.checked_mul(2)?.checked_add(d));
+        let in_proj = d_inner
+            .zip(conv)
+            .and_then(|(d, c)| d.checked_add(c)?.checked_add(self.num_heads));
+        let (Some(d_inner), Some(conv), Some(in_proj)) = (d_inner, conv, in_proj) else {
+            return false;
+        };
+        bytes(&[in_proj, self.hidden_size])
+            && bytes(&[self.hidden_size, d_inner])
+            && bytes(&[conv, self.conv_kernel])
+            && bytes(&[self.vocab_size, self.hidden_size])
+            && bytes(&[self.num_heads, self.head_dim, self.state_size])
     }
 
     /// The 130M shape (768 wide, 24 layers, state 128, head_dim 64, vocab 50288, chunk 256).
@@ -117,12 +159,18 @@ impl Mamba2Config {
         }
     }
 
-    /// Checks the fields agree with each other.
+    /// Checks every field and that they agree with each other: no size is 0 (`hidden_size`,
+    /// `num_layers`, `state_size`, `head_dim`, `num_heads`, `n_groups`, `conv_kernel`,
+    /// `chunk_size`, `vocab_size`); `n_groups` divides `num_heads`; every weight's size in bytes
+    /// fits an `isize`; `vocab_size` fits the `i32` token ids of the programs;
+    /// `time_step_limit` is a range of `dt >= 0` with a finite lower end; `time_step_init` is
+    /// finite with `0 < min <= max` and `floor >= 0`; `norm_eps` is finite and positive;
+    /// `scan_dtype` is a float type. One error lists every problem, naming the fields.
     pub fn validate(&self) -> Result<()> {
         let mut problems = Vec::new();
         let positive = [
             ("hidden_size", self.hidden_size),
-            ("num_hidden_layers", self.num_layers),
+            ("num_layers", self.num_layers),
             ("state_size", self.state_size),
             ("head_dim", self.head_dim),
             ("num_heads", self.num_heads),
@@ -142,22 +190,43 @@ impl Mamba2Config {
                 self.num_heads, self.n_groups
             ));
         }
+        if !self.sizes_fit() {
+            problems.push(format!(
+                "the weights are too large to address (hidden_size {}, num_heads {}, head_dim \
+                 {}, n_groups {}, state_size {}, conv_kernel {}, vocab_size {})",
+                self.hidden_size,
+                self.num_heads,
+                self.head_dim,
+                self.n_groups,
+                self.state_size,
+                self.conv_kernel,
+                self.vocab_size
+            ));
+        }
+        if i32::try_from(self.vocab_size).is_err() {
+            problems.push(format!(
+                "vocab_size ({}) is larger than the i32 token ids allow",
+                self.vocab_size
+            ));
+        }
         let (lo, hi) = self.time_step_limit;
-        if lo.is_nan() || hi.is_nan() || lo < 0.0 || lo > hi {
+        if !lo.is_finite() || hi.is_nan() || lo < 0.0 || lo > hi {
             problems.push(format!(
                 "time_step_limit ({lo}, {hi}) is not a range of dt >= 0"
             ));
         }
         let (dmin, dmax, floor) = self.time_step_init;
-        if !(dmin > 0.0 && dmin <= dmax && floor >= 0.0) {
+        let finite = dmin.is_finite() && dmax.is_finite() && floor.is_finite();
+        if !(finite && dmin > 0.0 && dmin <= dmax && floor >= 0.0) {
             problems.push(format!(
-                "time_step_min ({dmin}) and time_step_max ({dmax}) are not a range of positive \
-                 numbers, or time_step_floor ({floor}) is negative"
+                "time_step_init: time_step_min ({dmin}) and time_step_max ({dmax}) are not a \
+                 finite range of positive numbers, or time_step_floor ({floor}) is not finite \
+                 and >= 0"
             ));
         }
-        if self.norm_eps.is_nan() || self.norm_eps <= 0.0 {
+        if !self.norm_eps.is_finite() || self.norm_eps <= 0.0 {
             problems.push(format!(
-                "the norm epsilon {} is not positive",
+                "norm_eps ({}) is not a finite positive number",
                 self.norm_eps
             ));
         }
@@ -295,12 +364,30 @@ fn time_step_limit(v: Option<&Value>) -> Result<(f64, f64)> {
     }
 }
 
-fn padded_vocab(vocab: usize, multiple: usize) -> usize {
+/// `vocab` rounded up to a multiple of `multiple`; an error if that overflows.
+fn padded_vocab(vocab: usize, multiple: usize) -> Result<usize> {
     if multiple <= 1 {
-        vocab
-    } else {
-        vocab.div_ceil(multiple) * multiple
+        return Ok(vocab);
     }
+    vocab
+        .div_ceil(multiple)
+        .checked_mul(multiple)
+        .ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "vocab_size ({vocab}) padded to a multiple of pad_vocab_size_multiple \
+                 ({multiple}) is too large"
+            ))
+        })
+}
+
+/// `expand * hidden_size`, or an error naming both when it overflows.
+fn inner_width(expand: usize, hidden_size: usize) -> Result<usize> {
+    expand.checked_mul(hidden_size).ok_or_else(|| {
+        Error::InvalidArgument(format!(
+            "inconsistent Mamba-2 config: expand ({expand}) * hidden_size ({hidden_size}) is \
+             too large"
+        ))
+    })
 }
 
 fn from_hf(v: &Value) -> Result<Mamba2Config> {
@@ -337,9 +424,9 @@ fn from_hf(v: &Value) -> Result<Mamba2Config> {
             "rms_norm = false (a LayerNorm model) is not supported".into(),
         ));
     }
-    let d_inner = expand * hidden_size;
+    let d_inner = inner_width(expand, hidden_size)?;
     let num_heads = heads_field.unwrap_or(d_inner.checked_div(head_dim).unwrap_or(0));
-    if num_heads * head_dim != d_inner {
+    if num_heads.checked_mul(head_dim) != Some(d_inner) {
         return Err(Error::InvalidArgument(format!(
             "inconsistent Mamba-2 config: num_heads ({num_heads}) * head_dim ({head_dim}) != \
              expand ({expand}) * hidden_size ({hidden_size})"
@@ -354,7 +441,7 @@ fn from_hf(v: &Value) -> Result<Mamba2Config> {
         n_groups,
         conv_kernel,
         chunk_size,
-        vocab_size: padded_vocab(vocab, pad_multiple),
+        vocab_size: padded_vocab(vocab, pad_multiple)?,
         time_step_limit: time_step_limit(v.get("time_step_limit"))?,
         norm_eps,
         residual_in_fp32,
@@ -399,7 +486,7 @@ fn from_mamba_ssm(v: &Value) -> Result<Mamba2Config> {
     }
     let expand = s.usize_or("expand", 2);
     let head_dim = s.usize_or("headdim", 64);
-    let d_inner = expand * hidden_size;
+    let d_inner = inner_width(expand, hidden_size)?;
     let config = Mamba2Config {
         hidden_size,
         num_layers,
@@ -409,7 +496,7 @@ fn from_mamba_ssm(v: &Value) -> Result<Mamba2Config> {
         n_groups: s.usize_or("ngroups", 1),
         conv_kernel: s.usize_or("d_conv", 4),
         chunk_size: s.usize_or("chunk_size", 256),
-        vocab_size: padded_vocab(vocab, pad_multiple),
+        vocab_size: padded_vocab(vocab, pad_multiple)?,
         time_step_limit: time_step_limit(ssm.get("dt_limit"))?,
         norm_eps: 1e-5,
         residual_in_fp32,
@@ -424,7 +511,7 @@ fn from_mamba_ssm(v: &Value) -> Result<Mamba2Config> {
         ),
         scan_dtype: DType::F32,
     };
-    if config.num_heads * head_dim != d_inner {
+    if config.num_heads.checked_mul(head_dim) != Some(d_inner) {
         return Err(Error::InvalidArgument(format!(
             "inconsistent Mamba-2 config: d_inner ({d_inner}) is not a multiple of headdim \
              ({head_dim})"

@@ -10,6 +10,7 @@ pub mod ssd;
 mod weights;
 
 pub use block::LayerState;
+pub use checkpoint::LoadOptions;
 pub use config::Mamba2Config;
 pub use model::{GenerateOptions, Mamba2, Mamba2State, Prefill, Sampling};
 pub use weights::{LayerWeights, Mamba2Weights};

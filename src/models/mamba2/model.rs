@@ -96,7 +96,10 @@ impl std::fmt::Debug for Mamba2 {
 }
 
 impl Mamba2 {
-    /// Uploads `weights` (checked against `config`) to `client`'s device 0.
+    /// Uploads `weights` to `client`'s device 0. A config that [`Mamba2Config::validate`]
+    /// rejects, or weights whose names, dtypes or shapes differ from
+    /// [`Mamba2Weights::types`]`(config, dtype of the embedding)`, are an error listing every
+    /// difference.
     pub fn new(
         client: &Client,
         config: Mamba2Config,
@@ -104,6 +107,7 @@ impl Mamba2 {
     ) -> Result<Mamba2> {
         config.validate()?;
         let types = weights.try_map(|_, a| Ok(a.ty()))?;
+        check_weight_types(&types, &config)?;
         let buffers = weights
             .try_map(|_, a| client.buffer_from_bytes(a.dtype(), a.dims(), &a.to_bytes(), 0))?;
         Ok(Mamba2 {
@@ -148,13 +152,28 @@ impl Mamba2 {
     }
 
     /// The StableHLO text of the prefill, step and generate programs for a batch shape (for
-    /// reading and for `emit`).
+    /// reading and for `emit`): `batch` rows (at least 1) of prompts padded to `bucket`
+    /// positions (a positive multiple of the chunk). Wrong sizes or options are an error naming
+    /// them.
     pub fn stablehlo(
         &self,
         batch: usize,
         bucket: usize,
         options: &GenerateOptions,
     ) -> Result<[String; 3]> {
+        let chunk = self.config.chunk_size;
+        if batch == 0 {
+            return Err(Error::InvalidArgument(
+                "Mamba2::stablehlo: batch is 0; it needs at least one row".into(),
+            ));
+        }
+        if bucket == 0 || !bucket.is_multiple_of(chunk) {
+            return Err(Error::InvalidArgument(format!(
+                "Mamba2::stablehlo: bucket ({bucket}) is not a positive multiple of the chunk \
+                 ({chunk})"
+            )));
+        }
+        self.check_options(options)?;
         Ok([
             self.prefill_graph(batch, bucket)?.to_stablehlo()?,
             self.step_graph(batch)?.to_stablehlo()?,
@@ -228,9 +247,20 @@ impl Mamba2 {
             )));
         }
         let longest = prompts.iter().map(Vec::len).max().unwrap_or(1);
-        let bucket = longest.div_ceil(self.config.chunk_size) * self.config.chunk_size;
-        let mut ids = vec![0i32; prompts.len() * bucket];
-        let mut mask = vec![0f32; prompts.len() * bucket];
+        let chunk = self.config.chunk_size;
+        let too_long = || {
+            Error::InvalidArgument(format!(
+                "prompts: {} rows padded to {longest} tokens are too many to address",
+                prompts.len()
+            ))
+        };
+        let bucket = longest
+            .div_ceil(chunk)
+            .checked_mul(chunk)
+            .ok_or_else(too_long)?;
+        let total = prompts.len().checked_mul(bucket).ok_or_else(too_long)?;
+        let mut ids = vec![0i32; total];
+        let mut mask = vec![0f32; total];
         for (r, p) in prompts.iter().enumerate() {
             let start = r * bucket + bucket - p.len();
             for (k, &t) in p.iter().enumerate() {
@@ -402,31 +432,7 @@ impl Mamba2 {
         prompts: &[Vec<u32>],
         options: &GenerateOptions,
     ) -> Result<Vec<Vec<u32>>> {
-        if let Sampling::Sample {
-            temperature,
-            top_p,
-            top_k,
-            ..
-        } = options.sampling
-        {
-            if temperature.is_nan()
-                || temperature <= 0.0
-                || !(top_p > 0.0 && top_p <= 1.0)
-                || top_k > self.config.vocab_size
-            {
-                return Err(Error::InvalidArgument(format!(
-                    "sampling needs temperature > 0, top_p in (0, 1] and top_k <= vocab; got {:?}",
-                    options.sampling
-                )));
-            }
-        }
-        if let Some(e) = options.eos {
-            if e as usize >= self.config.vocab_size {
-                return Err(Error::InvalidArgument(format!(
-                    "eos {e} is outside the vocabulary"
-                )));
-            }
-        }
+        self.check_options(options)?;
         let (bucket, ids, mask, _) = self.pad_prompts(prompts)?;
         if options.max_new_tokens == 0 {
             return Ok(vec![Vec::new(); prompts.len()]);
@@ -469,6 +475,67 @@ impl Mamba2 {
             .take(batch)
             .map(|row| row.iter().map(|&t| t as u32).collect())
             .collect())
+    }
+
+    /// Checks generation options against the model: sampling settings in range, `eos` in the
+    /// vocabulary.
+    fn check_options(&self, options: &GenerateOptions) -> Result<()> {
+        if let Sampling::Sample {
+            temperature,
+            top_p,
+            top_k,
+            ..
+        } = options.sampling
+        {
+            if temperature.is_nan()
+                || temperature <= 0.0
+                || !(top_p > 0.0 && top_p <= 1.0)
+                || top_k > self.config.vocab_size
+            {
+                return Err(Error::InvalidArgument(format!(
+                    "options.sampling needs temperature > 0, top_p in (0, 1] and top_k <= vocab; got {:?}",
+                    options.sampling
+                )));
+            }
+        }
+        if let Some(e) = options.eos {
+            if e as usize >= self.config.vocab_size {
+                return Err(Error::InvalidArgument(format!(
+                    "options.eos ({e}) is outside the vocabulary of {}",
+                    self.config.vocab_size
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Checks that the types of some weights are those [`Mamba2Weights::types`] gives `config` with
+/// the embedding's dtype as the matmul dtype; one error lists every difference.
+fn check_weight_types(types: &Mamba2Weights<TensorType>, config: &Mamba2Config) -> Result<()> {
+    let want = Mamba2Weights::<TensorType>::types(config, types.embedding.dtype)
+        .map_err(|e| Error::InvalidArgument(format!("Mamba2::new: argument `weights`: {e}")))?;
+    let (got, want) = (types.named(), want.named());
+    let mut problems = Vec::new();
+    for (name, ty) in &want {
+        match got.iter().find(|(n, _)| n == name) {
+            None => problems.push(format!("{name} is missing")),
+            Some((_, t)) if t != ty => problems.push(format!("{name} is {t}, expected {ty}")),
+            Some(_) => {}
+        }
+    }
+    for (name, _) in &got {
+        if !want.iter().any(|(n, _)| n == name) {
+            problems.push(format!("{name} is present, the config has none"));
+        }
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::InvalidArgument(format!(
+            "Mamba2::new: argument `weights` does not fit the config: {}",
+            problems.join("; ")
+        )))
     }
 }
 

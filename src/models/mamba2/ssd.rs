@@ -5,15 +5,85 @@
 //! `scan_dtype` says otherwise, and the decays are converted to `x`'s dtype after the `exp`.
 
 use crate::dtype::DType;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::ops::{Graph, Tensor};
+
+/// An error of `op` about its argument `arg`.
+fn bad_arg(op: &str, arg: &str, why: impl std::fmt::Display) -> Error {
+    Error::InvalidArgument(format!("{op}: argument `{arg}` {why}"))
+}
+
+/// Checks that the argument `arg` of `op` is a float tensor of shape `want` (described by
+/// `names`, say `[b, L, H]`).
+fn check_dims(op: &str, arg: &str, t: &Tensor, want: &[usize], names: &str) -> Result<()> {
+    if t.dims() != want || !t.dtype().is_float() {
+        return Err(bad_arg(
+            op,
+            arg,
+            format!("is {}, expected a float tensor {names} = {want:?}", t.ty()),
+        ));
+    }
+    Ok(())
+}
+
+/// The dims `[b, L, H, P]` of `x`, or an error naming it.
+fn dims4(op: &str, x: &Tensor) -> Result<[usize; 4]> {
+    match *x.dims() {
+        [b, l, h, p] if x.dtype().is_float() => Ok([b, l, h, p]),
+        _ => Err(bad_arg(
+            op,
+            "x",
+            format!("is {}, expected a float tensor [b, L, H, P]", x.ty()),
+        )),
+    }
+}
+
+/// `N`, the last dimension of `b_` (rank 4), or an error naming it.
+fn state_size(op: &str, b_: &Tensor) -> Result<usize> {
+    match *b_.dims() {
+        [_, _, _, n] => Ok(n),
+        _ => Err(bad_arg(
+            op,
+            "b_",
+            format!("is {}, expected [b, L, H, N]", b_.ty()),
+        )),
+    }
+}
+
+/// Checks the arguments of the whole-sequence scans: returns `[b, L, H, P]` and `N`.
+fn check_sequence(
+    op: &str,
+    x: &Tensor,
+    dt: &Tensor,
+    a: &Tensor,
+    b_: &Tensor,
+    c: &Tensor,
+    init: Option<&Tensor>,
+) -> Result<([usize; 4], usize)> {
+    let [bs, len, h, p] = dims4(op, x)?;
+    let n = state_size(op, b_)?;
+    check_dims(op, "dt", dt, &[bs, len, h], "[b, L, H]")?;
+    check_dims(op, "a", a, &[h], "[H]")?;
+    check_dims(op, "b_", b_, &[bs, len, h, n], "[b, L, H, N]")?;
+    check_dims(op, "c", c, &[bs, len, h, n], "[b, L, H, N]")?;
+    if let Some(init) = init {
+        check_dims(op, "init", init, &[bs, h, p, n], "[b, H, P, N]")?;
+    }
+    Ok(([bs, len, h, p], n))
+}
 
 /// `segsum(x)[..., i, j] = x[..., j+1] + ... + x[..., i]` for `i >= j`, `-inf` above the
 /// diagonal, for `x` of shape `[..., T]`; built as a masked cumulative sum (no subtraction of
 /// large cumulative sums, so it stays accurate) over static `tril` masks.
 pub fn segsum(x: &Tensor) -> Result<Tensor> {
     let g = x.graph();
-    let t = *x.dims().last().unwrap_or(&0);
+    let Some(&t) = x.dims().last().filter(|_| x.dtype().is_float()) else {
+        return Err(bad_arg(
+            "segsum",
+            "x",
+            format!("is {}, expected a float tensor [..., T]", x.ty()),
+        ));
+    };
     let mut dims = x.dims().to_vec();
     dims.push(t);
     // rep[..., i, j] = x[..., i]
@@ -24,11 +94,24 @@ pub fn segsum(x: &Tensor) -> Result<Tensor> {
     seg.where_(&g.tril_mask(t, t, 0)?, f64::NEG_INFINITY)
 }
 
-/// Repeats `[b, L, G, N]` group tensors to `[b, L, H, N]` heads: head `h` reads group
-/// `h / (H / G)`.
+/// Repeats `[b, L, G, N]` group tensors (any leading dimensions; at least `[G, N]`) to
+/// `[b, L, H, N]` heads: head `h` reads group `h / (H / G)`. `G` must divide `heads`.
 pub fn groups_to_heads(t: &Tensor, heads: usize) -> Result<Tensor> {
     let d = t.dims().to_vec();
-    let (groups, n) = (d[d.len() - 2], d[d.len() - 1]);
+    let [.., groups, n] = d[..] else {
+        return Err(bad_arg(
+            "groups_to_heads",
+            "t",
+            format!("is {}, expected [..., G, N]", t.ty()),
+        ));
+    };
+    if groups == 0 || heads == 0 || !heads.is_multiple_of(groups) {
+        return Err(bad_arg(
+            "groups_to_heads",
+            "heads",
+            format!("({heads}) is not a positive multiple of the {groups} groups of t"),
+        ));
+    }
     if groups == heads {
         return Ok(t.clone());
     }
@@ -43,8 +126,9 @@ pub fn groups_to_heads(t: &Tensor, heads: usize) -> Result<Tensor> {
 /// The chunked SSD over a whole sequence. `x`: `[b, L, H, P]`, `dt`: `[b, L, H]` (after softplus,
 /// clamp and masking), `a`: `[H]` (negative), `b_`/`c`: `[b, L, H, N]` (already per head),
 /// `init`: the state before the sequence, `[b, H, P, N]` (zeros when `None`); `L` a multiple of
-/// `chunk`. The decays are computed in `a`'s dtype (see the module docs). Returns `y`
-/// (`[b, L, H, P]`, without the `D` skip) and the final state `[b, H, P, N]`.
+/// `chunk` (at least 1). The decays are computed in `a`'s dtype (see the module docs). Returns
+/// `y` (`[b, L, H, P]`, without the `D` skip) and the final state `[b, H, P, N]`. A wrong rank,
+/// shape or chunk is an error naming the argument.
 pub fn ssd_chunked(
     x: &Tensor,
     dt: &Tensor,
@@ -55,8 +139,14 @@ pub fn ssd_chunked(
     chunk: usize,
 ) -> Result<(Tensor, Tensor)> {
     let g = x.graph();
-    let [bs, len, h, p] = dims4(x);
-    let n = b_.dims()[3];
+    let ([bs, len, h, p], n) = check_sequence("ssd_chunked", x, dt, a, b_, c, init)?;
+    if chunk == 0 || !len.is_multiple_of(chunk) {
+        return Err(bad_arg(
+            "ssd_chunked",
+            "chunk",
+            format!("({chunk}) is not a positive divisor of the sequence length L = {len}"),
+        ));
+    }
     let nc = len / chunk;
     let (bs_, nc_, l_, h_, p_, n_) = (
         bs as isize,
@@ -107,7 +197,8 @@ pub fn ssd_chunked(
 
 /// One step of the recurrence: `h = exp(dt a) h + dt x B`, `y = C h`. `x`: `[b, H, P]`, `dt`:
 /// `[b, H]`, `a`: `[H]`, `b_`/`c`: `[b, H, N]`, `state`: `[b, H, P, N]`; `exp(dt a)` is computed in
-/// `a`'s dtype. Returns `y` (`[b, H, P]`, without the `D` skip) and the new state.
+/// `a`'s dtype. Returns `y` (`[b, H, P]`, without the `D` skip) and the new state. A wrong rank
+/// or shape is an error naming the argument.
 pub fn ssd_step(
     x: &Tensor,
     dt: &Tensor,
@@ -116,6 +207,32 @@ pub fn ssd_step(
     c: &Tensor,
     state: &Tensor,
 ) -> Result<(Tensor, Tensor)> {
+    let op = "ssd_step";
+    let [bs, h, p] = match *x.dims() {
+        [bs, h, p] if x.dtype().is_float() => [bs, h, p],
+        _ => {
+            return Err(bad_arg(
+                op,
+                "x",
+                format!("is {}, expected a float tensor [b, H, P]", x.ty()),
+            ))
+        }
+    };
+    let n = match *b_.dims() {
+        [_, _, n] => n,
+        _ => {
+            return Err(bad_arg(
+                op,
+                "b_",
+                format!("is {}, expected [b, H, N]", b_.ty()),
+            ))
+        }
+    };
+    check_dims(op, "dt", dt, &[bs, h], "[b, H]")?;
+    check_dims(op, "a", a, &[h], "[H]")?;
+    check_dims(op, "b_", b_, &[bs, h, n], "[b, H, N]")?;
+    check_dims(op, "c", c, &[bs, h, n], "[b, H, N]")?;
+    check_dims(op, "state", state, &[bs, h, p, n], "[b, H, P, N]")?;
     let decay = dt.convert(a.dtype())?.mul(a)?.exp()?.convert(x.dtype())?;
     let decay = decay.expand_dims(-1)?.expand_dims(-1)?; // [b, H, 1, 1]
     let xdt = x.mul(&dt.expand_dims(-1)?)?; // [b, H, P]
@@ -125,13 +242,9 @@ pub fn ssd_step(
     Ok((y, new_state))
 }
 
-fn dims4(t: &Tensor) -> [usize; 4] {
-    let d = t.dims();
-    [d[0], d[1], d[2], d[3]]
-}
-
 /// The naive recurrence over a whole sequence, one [`ssd_step`] per position inside a
-/// `fori_loop`: the reference the chunked form is tested against.
+/// `fori_loop`: the reference the chunked form is tested against. Arguments as in
+/// [`ssd_chunked`], with the initial state `init` required.
 pub fn ssd_recurrent(
     x: &Tensor,
     dt: &Tensor,
@@ -141,8 +254,7 @@ pub fn ssd_recurrent(
     init: &Tensor,
 ) -> Result<(Tensor, Tensor)> {
     let g: &Graph = x.graph();
-    let [bs, len, h, p] = dims4(x);
-    let n = b_.dims()[3];
+    let ([bs, len, h, p], n) = check_sequence("ssd_recurrent", x, dt, a, b_, c, Some(init))?;
     let y0 = g.zeros(DType::F32, &[bs, len, h, p])?;
     let zero = g.scalar(0.0, DType::I64)?;
     let (y, state) = g.fori_loop(0, len, &(y0, init.clone()), |t, (y, state)| {

@@ -126,34 +126,42 @@ impl Mamba2Weights<TensorType> {
     /// The element type and shape of every tensor of a model with `config`, as [`load`] and
     /// [`random`] produce them and the programs take them: `embedding`, `in_proj`, `out_proj`
     /// and `lm_head` in `matmul_dtype` (F32 or BF16), everything else in F32. `lm_head` is
-    /// `None` when the config ties it to the embedding. Fails for any other `matmul_dtype`.
+    /// `None` when the config ties it to the embedding. Fails for any other `matmul_dtype` and
+    /// for a config that [`Mamba2Config::validate`] rejects.
     ///
     /// [`load`]: Mamba2Weights::load
     /// [`random`]: Mamba2Weights::random
     pub fn types(config: &Mamba2Config, matmul_dtype: DType) -> Result<Self> {
         check_matmul_dtype(matmul_dtype)?;
-        let m = |dims: &[usize]| TensorType::new(matmul_dtype, dims);
-        let f = |dims: &[usize]| TensorType::new(DType::F32, dims);
+        config.validate()?;
         let c = config;
-        let layer = LayerWeights {
-            norm: f(&[c.hidden_size]),
-            in_proj: m(&[c.in_proj_dim(), c.hidden_size]),
-            in_proj_bias: c.use_bias.then(|| f(&[c.in_proj_dim()])),
-            conv_weight: f(&[c.conv_dim(), c.conv_kernel]),
-            conv_bias: c.use_conv_bias.then(|| f(&[c.conv_dim()])),
-            dt_bias: f(&[c.num_heads]),
-            a_log: f(&[c.num_heads]),
-            d: f(&[c.num_heads]),
-            gated_norm: f(&[c.d_inner()]),
-            out_proj: m(&[c.hidden_size, c.d_inner()]),
-            out_proj_bias: c.use_bias.then(|| f(&[c.hidden_size])),
-        };
+        let m = |dims: &[usize]| TensorType::new(matmul_dtype, dims);
+        let layer = layer_types(c, matmul_dtype);
         Ok(Mamba2Weights {
             embedding: m(&[c.vocab_size, c.hidden_size]),
             layers: vec![layer; c.num_layers],
-            norm_f: f(&[c.hidden_size]),
+            norm_f: TensorType::new(DType::F32, &[c.hidden_size]),
             lm_head: (!c.tie_word_embeddings).then(|| m(&[c.vocab_size, c.hidden_size])),
         })
+    }
+}
+
+/// The types of one block's weights (see [`Mamba2Weights::types`]) for a validated config.
+pub(crate) fn layer_types(c: &Mamba2Config, matmul_dtype: DType) -> LayerWeights<TensorType> {
+    let m = |dims: &[usize]| TensorType::new(matmul_dtype, dims);
+    let f = |dims: &[usize]| TensorType::new(DType::F32, dims);
+    LayerWeights {
+        norm: f(&[c.hidden_size]),
+        in_proj: m(&[c.in_proj_dim(), c.hidden_size]),
+        in_proj_bias: c.use_bias.then(|| f(&[c.in_proj_dim()])),
+        conv_weight: f(&[c.conv_dim(), c.conv_kernel]),
+        conv_bias: c.use_conv_bias.then(|| f(&[c.conv_dim()])),
+        dt_bias: f(&[c.num_heads]),
+        a_log: f(&[c.num_heads]),
+        d: f(&[c.num_heads]),
+        gated_norm: f(&[c.d_inner()]),
+        out_proj: m(&[c.hidden_size, c.d_inner()]),
+        out_proj_bias: c.use_bias.then(|| f(&[c.hidden_size])),
     }
 }
 
