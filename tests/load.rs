@@ -77,7 +77,7 @@ fn four_threads_share_one_model_and_memory_stays_flat() {
     const CALLS: usize = 50;
     const WARM: usize = 12;
     let cfg = config();
-    let weights = Mamba2Weights::random(&cfg, DType::F32, 3);
+    let weights = Mamba2Weights::random(&cfg, DType::F32, 3).unwrap();
     let model = Mamba2::new(&client(), cfg, &weights).unwrap();
 
     // Every distinct call, made alone first (this also compiles every program).
