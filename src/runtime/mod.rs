@@ -17,7 +17,7 @@ mod executable;
 mod ffi;
 pub mod install;
 mod plugin;
-mod signature;
+pub(crate) mod signature;
 
 pub use buffer::Buffer;
 pub use cache::{CacheStats, CompileCache};
