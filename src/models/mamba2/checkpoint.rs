@@ -222,7 +222,14 @@ pub(crate) fn read_index(path: &Path, text: &str) -> Result<BTreeMap<String, Str
         .ok_or_else(|| bad("no \"weight_map\" object"))?;
     map.iter()
         .map(|(name, shard)| match shard.as_str() {
-            Some(s) => Ok((name.clone(), s.to_string())),
+            // A plain file name: no directory part, so no shard is read from outside the
+            // checkpoint's directory ("../x", "/etc/x", "sub/x", "." and ".." are refused).
+            Some(s) if Path::new(s).file_name().and_then(|f| f.to_str()) == Some(s) => {
+                Ok((name.clone(), s.to_string()))
+            }
+            Some(s) => Err(bad(&format!(
+                "the shard of {name}, {s:?}, is not a file name in the checkpoint's directory"
+            ))),
             None => Err(bad(&format!("the shard of {name} is not a file name"))),
         })
         .collect()
