@@ -86,6 +86,8 @@ pub mod array;
 mod compiled;
 pub mod dtype;
 pub mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod interp;
 pub mod lower;
 pub mod models;

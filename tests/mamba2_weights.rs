@@ -592,3 +592,30 @@ fn nonfinite_tensors_are_refused_unless_allowed() {
         "{e}"
     );
 }
+
+#[test]
+fn index_shards_outside_the_directory_are_refused() {
+    // Found by the checkpoint fuzz target: the loader read `dir.join(shard)` for any shard name
+    // in the index, so "../x" or an absolute path loaded a file from outside the checkpoint.
+    let cfg = config(false, false, true, 1);
+    let source = Mamba2Weights::random(&cfg, DType::F32, 3).unwrap();
+    let root = temp_dir("outside");
+    let dir = root.join("checkpoint");
+    std::fs::create_dir_all(&dir).unwrap();
+    let tensors = checkpoint(&source, Dtype::F32, false);
+    let outside = root.join("model.safetensors");
+    write(&outside, &tensors);
+    for shard in ["../model.safetensors", outside.to_str().unwrap()] {
+        let map: serde_json::Map<String, serde_json::Value> = tensors
+            .iter()
+            .map(|t| (t.name.clone(), shard.into()))
+            .collect();
+        let index = serde_json::json!({"weight_map": map});
+        std::fs::write(dir.join("model.safetensors.index.json"), index.to_string()).unwrap();
+        let e = load_err(&dir, &cfg);
+        assert!(
+            e.contains(shard) && e.contains("is not a file name in the checkpoint's directory"),
+            "{e}"
+        );
+    }
+}

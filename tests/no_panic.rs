@@ -255,6 +255,11 @@ fn bad_configs() -> Vec<(&'static str, Mamba2Config, &'static str)> {
             "num_layers",
         ),
         (
+            "num_layers above the bound",
+            tiny_with(|c| c.num_layers = 1 << 60),
+            "num_layers (1152921504606846976) is more than 65536",
+        ),
+        (
             "state_size 0",
             tiny_with(|c| c.state_size = 0),
             "state_size",

@@ -133,12 +133,12 @@ impl Tensor {
 }
 
 /// The parsed einsum spec: one index list per operand and the output's.
-struct Spec {
-    inputs: Vec<Vec<char>>,
-    output: Vec<char>,
+pub(crate) struct Spec {
+    pub(crate) inputs: Vec<Vec<char>>,
+    pub(crate) output: Vec<char>,
 }
 
-fn parse_spec(spec: &str, n: usize) -> std::result::Result<Spec, String> {
+pub(crate) fn parse_spec(spec: &str, n: usize) -> std::result::Result<Spec, String> {
     let spec: String = spec.chars().filter(|c| !c.is_whitespace()).collect();
     if spec.contains("...") {
         return Err("ellipsis ('...') is not supported; name every index".into());

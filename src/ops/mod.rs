@@ -11,7 +11,7 @@ mod conv;
 mod elementwise;
 mod gather;
 mod graph;
-mod linalg;
+pub(crate) mod linalg;
 mod mask;
 mod random;
 mod reduce;

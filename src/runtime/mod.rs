@@ -19,7 +19,7 @@ mod fake;
 mod ffi;
 pub mod install;
 mod plugin;
-mod signature;
+pub(crate) mod signature;
 
 pub use buffer::Buffer;
 pub use cache::{CacheStats, CompileCache};

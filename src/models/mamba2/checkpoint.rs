@@ -68,7 +68,10 @@ impl Mamba2Weights<HostArray> {
         let files = checkpoint_files(dir)?;
         let mut loader = Loader::new(&types, config, options);
         for shard in &files.shards {
-            loader.read(dir, shard)?;
+            let path = dir.join(shard);
+            let bytes = std::fs::read(&path)
+                .map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
+            loader.read(&path, shard, &bytes)?;
         }
         loader.finish(dir, &types, files.index.as_ref())
     }
@@ -151,11 +154,11 @@ impl Mamba2Weights<HostArray> {
 }
 
 /// The files of a checkpoint.
-struct Files {
+pub(crate) struct Files {
     /// The safetensors files to read, by name in the directory.
-    shards: Vec<String>,
+    pub(crate) shards: Vec<String>,
     /// The index's `weight_map` (tensor → shard) when the checkpoint is sharded.
-    index: Option<BTreeMap<String, String>>,
+    pub(crate) index: Option<BTreeMap<String, String>>,
 }
 
 /// Finds the checkpoint's files in `dir`.
@@ -168,27 +171,9 @@ fn checkpoint_files(dir: &Path) -> Result<Files> {
     }
     let index_path = dir.join(INDEX);
     if index_path.is_file() {
-        let weight_map = read_index(&index_path)?;
-        let mut shards: Vec<String> = weight_map.values().cloned().collect();
-        shards.sort();
-        shards.dedup();
-        let absent: Vec<&str> = shards
-            .iter()
-            .filter(|s| !dir.join(s).is_file())
-            .map(String::as_str)
-            .collect();
-        if !absent.is_empty() {
-            return Err(Error::InvalidArgument(format!(
-                "{} names shards that {} lacks: {}",
-                index_path.display(),
-                dir.display(),
-                absent.join(", ")
-            )));
-        }
-        return Ok(Files {
-            shards,
-            index: Some(weight_map),
-        });
+        let text = std::fs::read_to_string(&index_path)
+            .map_err(|e| Error::io(format!("reading {}", index_path.display()), e))?;
+        return sharded_files(dir, &index_path, &text, |s| dir.join(s).is_file());
     }
     let entries =
         std::fs::read_dir(dir).map_err(|e| Error::io(format!("listing {}", dir.display()), e))?;
@@ -219,20 +204,56 @@ fn checkpoint_files(dir: &Path) -> Result<Files> {
     }
 }
 
-/// Reads the `weight_map` of a sharded checkpoint's index.
-fn read_index(path: &Path) -> Result<BTreeMap<String, String>> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
+/// The files of the sharded checkpoint in `dir` whose index, at `index_path`, reads `text`;
+/// `exists` says whether `dir` holds the shard of that name.
+pub(crate) fn sharded_files(
+    dir: &Path,
+    index_path: &Path,
+    text: &str,
+    exists: impl Fn(&str) -> bool,
+) -> Result<Files> {
+    let weight_map = read_index(index_path, text)?;
+    let mut shards: Vec<String> = weight_map.values().cloned().collect();
+    shards.sort();
+    shards.dedup();
+    let absent: Vec<&str> = shards
+        .iter()
+        .filter(|s| !exists(s))
+        .map(String::as_str)
+        .collect();
+    if !absent.is_empty() {
+        return Err(Error::InvalidArgument(format!(
+            "{} names shards that {} lacks: {}",
+            index_path.display(),
+            dir.display(),
+            absent.join(", ")
+        )));
+    }
+    Ok(Files {
+        shards,
+        index: Some(weight_map),
+    })
+}
+
+/// Reads the `weight_map` of a sharded checkpoint's index, `text`, read from `path`.
+pub(crate) fn read_index(path: &Path, text: &str) -> Result<BTreeMap<String, String>> {
     let bad = |what: &str| Error::InvalidArgument(format!("{}: {what}", path.display()));
     let v: Value =
-        serde_json::from_str(&text).map_err(|e| bad(&format!("not a JSON index ({e})")))?;
+        serde_json::from_str(text).map_err(|e| bad(&format!("not a JSON index ({e})")))?;
     let map = v
         .get("weight_map")
         .and_then(Value::as_object)
         .ok_or_else(|| bad("no \"weight_map\" object"))?;
     map.iter()
         .map(|(name, shard)| match shard.as_str() {
-            Some(s) => Ok((name.clone(), s.to_string())),
+            // A plain file name: no directory part, so no shard is read from outside the
+            // checkpoint's directory ("../x", "/etc/x", "sub/x", "." and ".." are refused).
+            Some(s) if Path::new(s).file_name().and_then(|f| f.to_str()) == Some(s) => {
+                Ok((name.clone(), s.to_string()))
+            }
+            Some(s) => Err(bad(&format!(
+                "the shard of {name}, {s:?}, is not a file name in the checkpoint's directory"
+            ))),
             None => Err(bad(&format!("the shard of {name} is not a file name"))),
         })
         .collect()
@@ -262,7 +283,7 @@ struct Slot {
 }
 
 /// Matches the tensors of a checkpoint's files with the expected ones, collecting problems.
-struct Loader {
+pub(crate) struct Loader {
     slots: Vec<Slot>,
     targets: HashMap<String, Target>,
     tied_head_dims: Vec<usize>,
@@ -277,7 +298,8 @@ struct Loader {
 }
 
 impl Loader {
-    fn new(
+    /// A loader expecting the tensors of `types` (made from `config`), checked as `options` say.
+    pub(crate) fn new(
         types: &Mamba2Weights<TensorType>,
         config: &Mamba2Config,
         options: &LoadOptions,
@@ -317,12 +339,9 @@ impl Loader {
         }
     }
 
-    /// Reads the file `shard` of `dir`, converting the tensors it expects.
-    fn read(&mut self, dir: &Path, shard: &str) -> Result<()> {
-        let path = dir.join(shard);
-        let bytes = std::fs::read(&path)
-            .map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
-        let st = SafeTensors::deserialize(&bytes).map_err(|e| {
+    /// Reads the file `shard` (at `path`, holding `bytes`), converting the tensors it expects.
+    pub(crate) fn read(&mut self, path: &Path, shard: &str, bytes: &[u8]) -> Result<()> {
+        let st = SafeTensors::deserialize(bytes).map_err(|e| {
             Error::InvalidArgument(format!(
                 "{} is not a valid safetensors file: {e}",
                 path.display()
@@ -413,7 +432,7 @@ impl Loader {
     }
 
     /// Reports what is missing or inconsistent, or assembles the weights.
-    fn finish(
+    pub(crate) fn finish(
         mut self,
         dir: &Path,
         types: &Mamba2Weights<TensorType>,
@@ -475,7 +494,7 @@ impl Loader {
 }
 
 /// The checkpoint names of the tensor named `key` in [`Mamba2Weights::named`].
-fn checkpoint_names(key: &str) -> Vec<String> {
+pub(crate) fn checkpoint_names(key: &str) -> Vec<String> {
     match key {
         "embedding" => EMBEDDING_NAMES.iter().map(|s| s.to_string()).collect(),
         "norm_f" => vec!["backbone.norm_f.weight".to_string()],

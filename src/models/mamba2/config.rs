@@ -84,6 +84,10 @@ impl Mamba2Config {
         self.n_groups.saturating_mul(self.state_size)
     }
 
+    /// The most layers a config may have: far beyond any published model, and a bound on what
+    /// a config file can make the loader allocate before it reads a tensor.
+    pub const MAX_LAYERS: usize = 1 << 16;
+
     /// Whether every tensor of the model and of its per-row state has a size in bytes (as f32)
     /// that fits an `isize`, computed without overflow.
     fn sizes_fit(&self) -> bool {
@@ -162,7 +166,7 @@ impl Mamba2Config {
     /// Checks every field and that they agree with each other: no size is 0 (`hidden_size`,
     /// `num_layers`, `state_size`, `head_dim`, `num_heads`, `n_groups`, `conv_kernel`,
     /// `chunk_size`, `vocab_size`); `n_groups` divides `num_heads`; every weight's size in bytes
-    /// fits an `isize`; `vocab_size` fits the `i32` token ids of the programs;
+    /// fits an `isize`; `num_layers` is at most [`Mamba2Config::MAX_LAYERS`]; `vocab_size` fits the `i32` token ids of the programs;
     /// `time_step_limit` is a range of `dt >= 0` with a finite lower end; `time_step_init` is
     /// finite with `0 < min <= max` and `floor >= 0`; `norm_eps` is finite and positive;
     /// `scan_dtype` is a float type. One error lists every problem, naming the fields.
@@ -201,6 +205,13 @@ impl Mamba2Config {
                 self.state_size,
                 self.conv_kernel,
                 self.vocab_size
+            ));
+        }
+        if self.num_layers > Mamba2Config::MAX_LAYERS {
+            problems.push(format!(
+                "num_layers ({}) is more than {}",
+                self.num_layers,
+                Mamba2Config::MAX_LAYERS
             ));
         }
         if i32::try_from(self.vocab_size).is_err() {

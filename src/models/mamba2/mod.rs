@@ -3,7 +3,7 @@
 //! Built only from the public graph API.
 
 pub mod block;
-mod checkpoint;
+pub(crate) mod checkpoint;
 mod config;
 mod model;
 pub mod ssd;

@@ -1,0 +1,114 @@
+//! Bounded versions of the fuzz targets in `fuzz/` (see the README's "Fuzzing" section): a
+//! seeded SplitMix64 feeds random byte streams to the `stablegraph::fuzzing` entry points, and
+//! every input a fuzzer ever crashed on (`tests/fuzz_regressions/<target>/`) is replayed.
+//! Each entry point checks its own properties and panics on a violation.
+
+use std::path::Path;
+use std::sync::OnceLock;
+
+use stablegraph::fuzzing;
+use stablegraph::runtime::{Client, CompileCache};
+
+/// SplitMix64: a tiny, well-mixed PRNG, so that the streams are the same on every run.
+struct SplitMix64(u64);
+
+impl SplitMix64 {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// A stream of 0 to `max_len` random bytes.
+    fn bytes(&mut self, max_len: usize) -> Vec<u8> {
+        let len = (self.next() % (max_len as u64 + 1)) as usize;
+        (0..len).map(|_| self.next() as u8).collect()
+    }
+}
+
+/// Runs `target` on `count` random streams of up to `max_len` bytes (seeded by `seed`).
+fn random_streams(seed: u64, count: usize, max_len: usize, mut target: impl FnMut(usize, &[u8])) {
+    let mut rng = SplitMix64(seed);
+    for k in 0..count {
+        let data = rng.bytes(max_len);
+        target(k, &data);
+    }
+}
+
+/// Every committed crash input of `target` (none is fine).
+fn regressions(target: &str) -> Vec<(String, Vec<u8>)> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fuzz_regressions")
+        .join(target);
+    let mut out = Vec::new();
+    if let Ok(entries) = std::fs::read_dir(&dir) {
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_file() {
+                let bytes = std::fs::read(&path).expect("a readable regression input");
+                out.push((path.display().to_string(), bytes));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Replays the regression inputs of `target` through `run`, naming the file that fails.
+fn replay(target: &str, run: impl Fn(&[u8])) {
+    for (name, bytes) in regressions(target) {
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(&bytes)));
+        assert!(result.is_ok(), "regression input {name} panicked");
+    }
+}
+
+#[test]
+fn config_json() {
+    replay("config_json", fuzzing::config_json);
+    random_streams(1, 3000, 400, |_, d| fuzzing::config_json(d));
+}
+
+#[test]
+fn checkpoint() {
+    replay("checkpoint", fuzzing::checkpoint);
+    random_streams(2, 1500, 600, |_, d| fuzzing::checkpoint(d));
+}
+
+#[test]
+fn einsum_spec() {
+    replay("einsum_spec", fuzzing::einsum_spec);
+    random_streams(3, 600, 200, |_, d| fuzzing::einsum_spec(d));
+}
+
+#[test]
+fn main_signature() {
+    replay("main_signature", fuzzing::main_signature);
+    random_streams(4, 3000, 300, |_, d| fuzzing::main_signature(d));
+}
+
+#[test]
+fn compile_options() {
+    replay("compile_options", fuzzing::compile_options);
+    random_streams(5, 5000, 64, |_, d| fuzzing::compile_options(d));
+}
+
+/// One CPU client for the test process, with the on-disk compile cache off.
+fn client() -> &'static Client {
+    static CLIENT: OnceLock<Client> = OnceLock::new();
+    CLIENT.get_or_init(|| {
+        let client = Client::cpu().expect("the CPU plugin");
+        client.set_compile_cache(CompileCache::disabled());
+        client
+    })
+}
+
+#[test]
+fn random_graph() {
+    replay("random_graph", |d| fuzzing::random_graph(d, Some(client())));
+    // Built and lowered: 400 graphs; compiled (and, when small, run): the first 30.
+    random_streams(6, 400, 300, |k, d| {
+        fuzzing::random_graph(d, (k < 30).then(client))
+    });
+}
