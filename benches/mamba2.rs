@@ -692,6 +692,14 @@ fn decode_bytes_per_step(cfg: &Mamba2Config, dtype: DType, batch: usize) -> Resu
     Ok((weights + state) as f64)
 }
 
+/// The sampled decode of the device-loop table: temperature 0.8, top-k 50, top-p 0.9.
+const SAMPLED: Sampling = Sampling::Sample {
+    temperature: 0.8,
+    top_k: 50,
+    top_p: 0.9,
+    seed: 7,
+};
+
 /// (a) the device loop: seconds per step (one token per row) of each run, from `generate`
 /// minus the prefill.
 fn device_loop(
@@ -700,20 +708,38 @@ fn device_loop(
     batch: usize,
     n: usize,
     runs: usize,
+    sampling: Sampling,
 ) -> Result<Vec<f64>> {
     let pre = ctx.prefill_time(dtype, batch, DECODE_PROMPT)?;
     let model = ctx.get(dtype);
     let prompts: Vec<Vec<u32>> = (0..batch).map(|r| prompt(DECODE_PROMPT, r)).collect();
+    let options = GenerateOptions {
+        sampling,
+        ..greedy(n)
+    };
     let t = Instant::now();
-    let first = model.generate(&prompts, &greedy(n))?;
+    let first = model.generate(&prompts, &options)?;
     eprintln!(
-        "  generate {} b{batch} n{n}: first call (compile + run) {:.1}s",
+        "  generate {} b{batch} n{n} {}: first call (compile + run) {:.1}s",
         dtype_name(dtype),
+        sampling_name(&sampling),
         secs_since(t)
     );
-    let (times, last) = timed(runs, || Ok(model.generate(&prompts, &greedy(n))?))?;
+    let (times, last) = timed(runs, || Ok(model.generate(&prompts, &options)?))?;
     ensure!(first == last, "generate is not deterministic");
     Ok(sorted(times.iter().map(|t| (t - pre) / n as f64).collect()))
+}
+
+fn sampling_name(s: &Sampling) -> String {
+    match *s {
+        Sampling::Greedy => "greedy".into(),
+        Sampling::Sample {
+            temperature,
+            top_k,
+            top_p,
+            ..
+        } => format!("t{temperature} k{top_k} p{top_p}"),
+    }
 }
 
 /// (b) the host loop: greedy tokens through `Mamba2::step`, timing each step with its logits
@@ -810,6 +836,7 @@ fn bench_decode(ctx: &mut Ctx) -> Result<Value> {
         &[
             "batch",
             "dtype",
+            "sampling",
             "tokens x runs",
             "tokens/s",
             "ms/step P50",
@@ -821,16 +848,22 @@ fn bench_decode(ctx: &mut Ctx) -> Result<Value> {
     );
     let mut device = Vec::new();
     for (batch, n, runs) in ctx.plan.device_loops.clone() {
-        for dtype in [DType::F32, DType::BF16] {
-            let per_step = device_loop(ctx, dtype, batch, n, runs)?;
+        for (dtype, sampling) in [
+            (DType::F32, Sampling::Greedy),
+            (DType::F32, SAMPLED),
+            (DType::BF16, Sampling::Greedy),
+        ] {
+            let per_step = device_loop(ctx, dtype, batch, n, runs, sampling)?;
             let (p50, p99) = (median(&per_step), quantile(&per_step, 0.99));
             let tps = batch as f64 / p50;
             let bytes = decode_bytes_per_step(&ctx.cfg, dtype, batch)?;
             let gbs = bytes / p50;
             let util = bandwidth.map(|b| gbs / b);
+            let name = sampling_name(&sampling);
             table.row(vec![
                 batch.to_string(),
                 dtype_name(dtype).into(),
+                name.clone(),
                 format!("{n} x {runs}"),
                 show(tps),
                 show(p50 * 1e3),
@@ -839,6 +872,15 @@ fn bench_decode(ctx: &mut Ctx) -> Result<Value> {
                 show(gbs / 1e9),
                 util.map_or("-".into(), |u| format!("{:.0}%", u * 100.0)),
             ]);
+            if sampling != Sampling::Greedy {
+                ctx.set_figure(format!("device_loop_sampled_f32_b{batch}"), p50);
+                device.push(json!({
+                    "batch": batch, "dtype": dtype_name(dtype), "sampling": name, "tokens": n,
+                    "runs": runs, "tokens_per_s": tps, "ms_per_step_p50": p50 * 1e3,
+                    "ms_per_step_p99": p99 * 1e3,
+                }));
+                continue;
+            }
             ctx.set_figure(format!("device_loop_{}_b{batch}", dtype_name(dtype)), p50);
             if let Some(u) = util {
                 ctx.set_figure(
@@ -847,10 +889,10 @@ fn bench_decode(ctx: &mut Ctx) -> Result<Value> {
                 );
             }
             device.push(json!({
-                "batch": batch, "dtype": dtype_name(dtype), "tokens": n, "runs": runs,
-                "tokens_per_s": tps, "ms_per_step_p50": p50 * 1e3, "ms_per_step_p99": p99 * 1e3,
-                "bytes_read_per_step": bytes, "read_gbs": gbs / 1e9,
-                "bandwidth_utilisation": util,
+                "batch": batch, "dtype": dtype_name(dtype), "sampling": name, "tokens": n,
+                "runs": runs, "tokens_per_s": tps, "ms_per_step_p50": p50 * 1e3,
+                "ms_per_step_p99": p99 * 1e3, "bytes_read_per_step": bytes,
+                "read_gbs": gbs / 1e9, "bandwidth_utilisation": util,
             }));
         }
     }
@@ -1594,6 +1636,18 @@ fn summary(ctx: &Ctx) -> Value {
         ratio("device_loop_f32_b1", "device_loop_bf16_b1"),
         &times,
         "",
+    );
+    add(
+        "sampling_over_greedy_ms",
+        format!(
+            "decode f32 batch 1: {} minus greedy, ms per step",
+            sampling_name(&SAMPLED)
+        ),
+        ctx.figure("device_loop_sampled_f32_b1")
+            .zip(ctx.figure("device_loop_f32_b1"))
+            .map(|(s, g)| (s - g) * 1e3),
+        &|v| format!("{v:+.2} ms"),
+        "within 1 ms",
     );
     table.print();
     Value::Object(out)

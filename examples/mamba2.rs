@@ -131,7 +131,8 @@ struct GenerateArgs {
     #[command(flatten)]
     sampling: SamplingArgs,
     /// Write {"tokens": [[new tokens of each row]], "prompt_len", "prefill_tokens_per_s",
-    /// "decode_tokens_per_s", "compile_s", "peak_rss_mb", ...} to FILE (rows cut after --eos).
+    /// "decode_tokens_per_s", "compile_s", "compiles" (XLA compiles this process ran),
+    /// "cache_hits", "peak_rss_mb", ...} to FILE (rows cut after --eos).
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
     /// Write the prompt logits to FILE.npy as float32 [batch, L, vocab], L the longest prompt:
@@ -487,6 +488,12 @@ fn warm_up(l: &Loaded, options: &GenerateOptions) -> Result<(f64, bool, Prefill)
     Ok((first_s, cached, prefill))
 }
 
+/// Compiles this process answered from the compile cache, in memory or on disk.
+fn cache_hits(client: &Client) -> u64 {
+    let s = client.cache_stats();
+    s.memory_hits + s.disk_hits
+}
+
 /// Peak resident memory in MB (VmHWM), where /proc says it.
 fn peak_rss_mb() -> Option<f64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
@@ -555,6 +562,8 @@ fn generate(a: GenerateArgs) -> Result<()> {
             "decode_tokens_per_s": run.decode_tps(),
             "compile_s": compile_s,
             "compile_from_cache": cached,
+            "compiles": l.client.cache_stats().compiles,
+            "cache_hits": cache_hits(&l.client),
             "peak_rss_mb": peak,
             "prefill_s": run.prefill_s,
             "generate_s": run.generate_s,
@@ -738,6 +747,8 @@ fn bench(a: BenchArgs) -> Result<()> {
             "max_new_tokens": options.max_new_tokens,
             "compile_s": compile_s,
             "compile_from_cache": cached,
+            "compiles": l.client.cache_stats().compiles,
+            "cache_hits": cache_hits(&l.client),
             "peak_rss_mb": peak,
             "model": l.description,
         });

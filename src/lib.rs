@@ -15,6 +15,8 @@
 //!   device buffers. The XLA CPU plugin is found or installed into a per-user cache automatically
 //!   (see [`runtime::install`]).
 //!
+//! - [`sampling`]: choosing tokens from logits on the device (greedy; temperature, top-k and
+//!   top-p as runtime inputs), for any model.
 //! - [`models::mamba2`]: Mamba-2 inference from the graph DSL alone: chunked SSD prefill, the
 //!   O(1) recurrent step, and whole-sequence generation as one compiled program.
 //!
@@ -93,6 +95,7 @@ pub mod lower;
 pub mod models;
 pub mod ops;
 pub mod runtime;
+pub mod sampling;
 
 pub use array::HostArray;
 pub use compiled::CompiledGraph;

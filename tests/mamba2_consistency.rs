@@ -158,16 +158,11 @@ fn generate_in_one_program_equals_the_step_api_and_batches_equal_rows_alone() {
 }
 
 #[test]
-fn the_generate_program_has_one_while_loop() {
+fn the_generate_program_has_one_device_loop_and_no_sort() {
     let m = model(DType::F32);
-    let options = GenerateOptions {
+    let mut options = GenerateOptions {
         max_new_tokens: 8,
-        sampling: Sampling::Sample {
-            temperature: 0.8,
-            top_k: 10,
-            top_p: 0.9,
-            seed: 1,
-        },
+        sampling: Sampling::Greedy,
         eos: Some(0),
     };
     let [prefill, step, generate] = m.stablehlo(2, 16, &options).unwrap();
@@ -178,6 +173,17 @@ fn the_generate_program_has_one_while_loop() {
         step.contains("tf.aliasing_output"),
         "the step program donates its state"
     );
+    // Sampling adds three bit-by-bit searches (the top-k and top-p cuts, the inverse-CDF draw)
+    // inside the token loop, and sorts nothing.
+    options.sampling = Sampling::Sample {
+        temperature: 0.8,
+        top_k: 10,
+        top_p: 0.9,
+        seed: 1,
+    };
+    let [_, _, generate] = m.stablehlo(2, 16, &options).unwrap();
+    assert_eq!(generate.matches("stablehlo.while").count(), 4);
+    assert!(!generate.contains("stablehlo.sort"));
 }
 
 #[test]
@@ -339,4 +345,81 @@ fn bf16_scan_stays_close_to_f32() {
         dp < 0.05 * scale.max(1.0) && ds < 0.05 * scale.max(1.0),
         "bf16 scan drifted: prefill {dp}, step {ds} against logits up to {scale}"
     );
+}
+
+#[test]
+fn new_sampling_values_and_shorter_runs_compile_nothing() {
+    // A client of its own, so that the other tests' compiles do not count.
+    let client = stablegraph::runtime::Client::cpu().unwrap();
+    let cfg = config();
+    let m = Mamba2::new(
+        &client,
+        cfg.clone(),
+        &Mamba2Weights::random(&cfg, DType::F32, 7).unwrap(),
+    )
+    .unwrap();
+    let prompt = vec![PROMPT.to_vec()];
+    let sample = |temperature: f32, top_k: usize, top_p: f32, seed: u64| Sampling::Sample {
+        temperature,
+        top_k,
+        top_p,
+        seed,
+    };
+    let first = GenerateOptions {
+        max_new_tokens: 12,
+        sampling: sample(0.8, 10, 0.9, 1),
+        eos: None,
+    };
+    let long = m.generate(&prompt, &first).unwrap();
+    let greedy = GenerateOptions {
+        sampling: Sampling::Greedy,
+        ..first.clone()
+    };
+    let long_greedy = m.generate(&prompt, &greedy).unwrap();
+    let before = client.cache_stats();
+    // Fewer tokens: the same tokens, cut (the count is a runtime input; 12 and 5 share the
+    // capacity of 16).
+    let short = GenerateOptions {
+        max_new_tokens: 5,
+        ..first.clone()
+    };
+    assert_eq!(m.generate(&prompt, &short).unwrap()[0], long[0][..5]);
+    let short_greedy = GenerateOptions {
+        max_new_tokens: 5,
+        ..greedy.clone()
+    };
+    assert_eq!(
+        m.generate(&prompt, &short_greedy).unwrap()[0],
+        long_greedy[0][..5]
+    );
+    let mut outputs = Vec::new();
+    for (sampling, eos, n) in [
+        (sample(1.3, 1, 0.9, 1), None, 12),
+        (sample(0.8, 0, 0.9, 1), None, 12),
+        (sample(0.8, 3, 1.0, 1), None, 12),
+        (sample(0.8, 64, 0.5, 1), None, 16),
+        (sample(0.8, 10, 0.9, 9), None, 1),
+        (sample(0.8, 10, 0.9, 1), Some(long[0][3]), 12),
+        (Sampling::Greedy, Some(long_greedy[0][2]), 12),
+    ] {
+        let options = GenerateOptions {
+            max_new_tokens: n,
+            sampling,
+            eos,
+        };
+        let tokens = m.generate(&prompt, &options).unwrap();
+        assert_eq!(tokens[0].len(), n, "{options:?}");
+        outputs.push(tokens);
+    }
+    let after = client.cache_stats();
+    assert_eq!(
+        (after.compiles, after.memory_hits, after.disk_hits),
+        (before.compiles, before.memory_hits, before.disk_hits),
+        "generate asked for a compile"
+    );
+    // The values did reach the program: the eos rows stop where the eos first appears.
+    let stopped = &outputs[5][0];
+    assert!(stopped[3..].iter().all(|&t| t == long[0][3]), "{stopped:?}");
+    assert_eq!(outputs[0], long_greedy, "top_k 1 is greedy");
+    assert_ne!(outputs[0], long, "top_k 10 is not");
 }

@@ -9,8 +9,10 @@ mod model;
 pub mod ssd;
 mod weights;
 
+/// Re-exported from [`crate::sampling`], where it lives.
+pub use crate::sampling::Sampling;
 pub use block::LayerState;
 pub use checkpoint::LoadOptions;
 pub use config::Mamba2Config;
-pub use model::{GenerateOptions, Mamba2, Mamba2State, Prefill, Sampling};
+pub use model::{GenerateOptions, Mamba2, Mamba2State, Prefill, MAX_NEW_TOKENS};
 pub use weights::{LayerWeights, Mamba2Weights};

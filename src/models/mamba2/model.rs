@@ -14,6 +14,7 @@ use crate::dtype::{DType, TensorType};
 use crate::error::{Error, Result};
 use crate::ops::{Carry, Graph, Tensor};
 use crate::runtime::{Buffer, Client};
+use crate::sampling::{self, SampleSettings, Sampling};
 
 impl Carry for LayerState<Tensor> {
     fn flatten(&self, out: &mut Vec<Tensor>) {
@@ -47,30 +48,10 @@ pub struct Prefill {
     pub state: Mamba2State,
 }
 
-/// How generation picks tokens.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Sampling {
-    /// The most likely token.
-    Greedy,
-    /// A random token from the logits scaled by `1 / temperature`, restricted to the `top_k`
-    /// most likely (0: no limit) and to the smallest set whose probability reaches `top_p`
-    /// (1: no limit). Reproducible for a given `seed`.
-    Sample {
-        /// Softmax temperature (> 0).
-        temperature: f32,
-        /// Keep only the k most likely tokens (0 keeps all).
-        top_k: usize,
-        /// Nucleus threshold in (0, 1].
-        top_p: f32,
-        /// Random seed.
-        seed: u64,
-    },
-}
-
 /// Options of [`Mamba2::generate`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct GenerateOptions {
-    /// How many tokens to generate per row.
+    /// How many tokens to generate per row (at most [`MAX_NEW_TOKENS`]).
     pub max_new_tokens: usize,
     /// Token choice.
     pub sampling: Sampling,
@@ -177,8 +158,13 @@ impl Mamba2 {
         Ok([
             self.prefill_graph(batch, bucket)?.to_stablehlo()?,
             self.step_graph(batch)?.to_stablehlo()?,
-            self.generate_graph(batch, bucket, options)?
-                .to_stablehlo()?,
+            self.generate_graph(
+                batch,
+                bucket,
+                generate_capacity(options.max_new_tokens),
+                matches!(options.sampling, Sampling::Sample { .. }),
+            )?
+            .to_stablehlo()?,
         ])
     }
 
@@ -371,30 +357,46 @@ impl Mamba2 {
         Ok((logits, Mamba2State { layers }))
     }
 
-    fn generate_graph(&self, batch: usize, bucket: usize, o: &GenerateOptions) -> Result<Graph> {
+    /// The generate program for `batch` rows of `bucket` prompt positions and up to `capacity`
+    /// new tokens. Parameters after the weights: `tokens`, `mask`, `max_new` (i32, at most
+    /// `capacity`), `eos` (i32, -1 for none), and when `sample`: `key` and the
+    /// [`SampleSettings`]. Output: `[batch, capacity]` i32 tokens, of which the first `max_new`
+    /// per row are meant.
+    fn generate_graph(
+        &self,
+        batch: usize,
+        bucket: usize,
+        capacity: usize,
+        sample: bool,
+    ) -> Result<Graph> {
         let cfg = &self.config;
         let g = Graph::new();
         let w = block::weight_parameters(&g, &self.types)?;
         let tokens = g.parameter("tokens", DType::I32, &[batch, bucket])?;
         let mask = g.parameter("mask", DType::F32, &[batch, bucket])?;
-        let key = g.parameter("key", DType::U32, &[2])?;
+        let max_new = g.parameter("max_new", DType::I32, &[])?;
+        let eos = g.parameter("eos", DType::I32, &[])?;
+        let sampler = if sample {
+            let key = g.parameter("key", DType::U32, &[2])?;
+            Some((key, SampleSettings::parameters(&g, batch)?))
+        } else {
+            None
+        };
         let (hidden, states) = block::prefill(&tokens, &mask, &w, cfg)?;
         let last = hidden
             .narrow(1, bucket - 1, 1)?
             .reshape(&[batch as isize, cfg.hidden_size as isize])?;
         let logits = block::head(&last, &w, cfg)?;
         // Positions after a row's EOS (also those the loop skips once every row has stopped)
-        // hold the EOS.
-        let fill = o.eos.map_or(0.0, f64::from);
-        let out = g.full(fill, DType::I32, &[batch, o.max_new_tokens])?;
+        // hold the EOS; without one (eos = -1) the loop runs to `max_new` and fills them all.
+        let out = eos.maximum(0.0)?.broadcast_to(&[batch, capacity])?;
         let done = g.full(0.0, DType::Pred, &[batch])?;
-        let i = g.scalar(0.0, DType::I64)?;
-        let max_new = g.scalar(o.max_new_tokens as f64, DType::I64)?;
-        let zero = g.scalar(0.0, DType::I64)?;
-        let eos = o
-            .eos
-            .map(|e| g.scalar(f64::from(e), DType::I32))
-            .transpose()?;
+        let i = g.scalar(0.0, DType::I32)?;
+        let zero = g.scalar(0.0, DType::I32)?;
+        let key = match &sampler {
+            Some((key, _)) => key.clone(),
+            None => g.zeros(DType::U32, &[2])?,
+        };
         let init = (i, logits, states, (out, done, key));
         let (_, _, _, (out, _, _)) = g.while_loop(
             &init,
@@ -404,16 +406,13 @@ impl Mamba2 {
                 more.and(&open)
             },
             |(i, logits, states, (out, done, key))| {
-                let (token, key) = pick(logits, key, &o.sampling)?;
-                let token = match &eos {
-                    Some(e) => token.where_(&done.not()?, e)?,
-                    None => token,
+                let (token, key) = match &sampler {
+                    Some((_, settings)) => sampling::sample(logits, settings, key)?,
+                    None => (sampling::greedy(logits)?, key.clone()),
                 };
+                let token = token.where_(&done.not()?, &eos)?;
                 let out = out.dynamic_update_slice(&token.expand_dims(1)?, &[&zero, i])?;
-                let done = match &eos {
-                    Some(e) => done.or(&token.eq(e)?)?,
-                    None => done.clone(),
-                };
+                let done = done.or(&token.eq(&eos)?)?;
                 let (logits, states) = block::step(&token, states, &w, cfg)?;
                 Ok((i.add(1.0)?, logits, states, (out, done, key)))
             },
@@ -427,6 +426,11 @@ impl Mamba2 {
     /// of different lengths are left-padded and masked; each row equals its prompt alone. A
     /// row that emits `eos` stops (its later positions repeat `eos`); the loop ends early when
     /// all rows have stopped. Returns the new tokens of each row (without the prompt).
+    ///
+    /// One compiled program serves every sampling setting, seed and `eos`, and every
+    /// `max_new_tokens` up to its capacity (the next power of two, at least 16): they are
+    /// runtime inputs. Greedy and sampled generation are two programs (greedy carries no
+    /// sampling work); a new batch size, prompt bucket or capacity compiles once.
     pub fn generate(
         &self,
         prompts: &[Vec<u32>],
@@ -438,65 +442,60 @@ impl Mamba2 {
             return Ok(vec![Vec::new(); prompts.len()]);
         }
         let batch = prompts.len();
-        let seed = match options.sampling {
-            Sampling::Sample { seed, .. } => seed,
-            Sampling::Greedy => 0,
-        };
+        let capacity = generate_capacity(options.max_new_tokens);
+        let sample = matches!(options.sampling, Sampling::Sample { .. });
         let key_id = format!(
-            "generate b{batch} l{bucket} n{} {:?} eos{:?}",
-            options.max_new_tokens,
-            match options.sampling {
-                Sampling::Sample {
-                    temperature,
-                    top_k,
-                    top_p,
-                    ..
-                } => format!("t{temperature} k{top_k} p{top_p}"),
-                Sampling::Greedy => "greedy".into(),
-            },
-            options.eos
+            "generate b{batch} l{bucket} n{capacity} {}",
+            if sample { "sample" } else { "greedy" }
         );
-        let program = self.program(&key_id, || self.generate_graph(batch, bucket, options))?;
-        let key = self
-            .client
-            .buffer_from_slice(&[seed as u32, (seed >> 32) as u32], &[2])?;
+        let program = self.program(&key_id, || {
+            self.generate_graph(batch, bucket, capacity, sample)
+        })?;
+        let scalar = |v: i32| self.client.buffer_from_slice(&[v], &[]);
+        // Both fit an i32: max_new_tokens <= MAX_NEW_TOKENS and eos < vocab (checked).
+        let max_new = scalar(options.max_new_tokens as i32)?;
+        let eos = scalar(options.eos.map_or(-1, |e| e as i32))?;
         let (ids, mask) = (self.upload(&ids)?, self.upload(&mask)?);
+        let mut inputs = vec![ids, mask, max_new, eos];
+        if sample {
+            inputs.push(
+                self.client
+                    .buffer_from_slice(&options.sampling.key(), &[2])?,
+            );
+            let settings =
+                SampleSettings::host_values(&options.sampling, batch, self.config.vocab_size)?;
+            for a in &settings {
+                inputs.push(self.upload(a)?);
+            }
+        }
         let mut args = self.weight_args();
-        args.push(&ids);
-        args.push(&mask);
-        args.push(&key);
+        args.extend(&inputs);
         let out = program.run_buffers(&args)?;
         let tokens = out
             .first()
             .ok_or_else(|| Error::InvalidArgument("generate returned nothing".into()))?
             .to_vec::<i32>()?;
         Ok(tokens
-            .chunks(options.max_new_tokens.max(1))
+            .chunks(capacity)
             .take(batch)
-            .map(|row| row.iter().map(|&t| t as u32).collect())
+            .map(|row| {
+                row[..options.max_new_tokens]
+                    .iter()
+                    .map(|&t| t as u32)
+                    .collect()
+            })
             .collect())
     }
 
     /// Checks generation options against the model: sampling settings in range, `eos` in the
-    /// vocabulary.
+    /// vocabulary, `max_new_tokens` at most [`MAX_NEW_TOKENS`].
     fn check_options(&self, options: &GenerateOptions) -> Result<()> {
-        if let Sampling::Sample {
-            temperature,
-            top_p,
-            top_k,
-            ..
-        } = options.sampling
-        {
-            if temperature.is_nan()
-                || temperature <= 0.0
-                || !(top_p > 0.0 && top_p <= 1.0)
-                || top_k > self.config.vocab_size
-            {
-                return Err(Error::InvalidArgument(format!(
-                    "options.sampling needs temperature > 0, top_p in (0, 1] and top_k <= vocab; got {:?}",
-                    options.sampling
-                )));
-            }
+        options.sampling.check(self.config.vocab_size)?;
+        if options.max_new_tokens > MAX_NEW_TOKENS {
+            return Err(Error::InvalidArgument(format!(
+                "options.max_new_tokens ({}) is more than {MAX_NEW_TOKENS}",
+                options.max_new_tokens
+            )));
         }
         if let Some(e) = options.eos {
             if e as usize >= self.config.vocab_size {
@@ -539,45 +538,11 @@ fn check_weight_types(types: &Mamba2Weights<TensorType>, config: &Mamba2Config) 
     }
 }
 
-/// Picks one token per row from `logits` `[b, vocab]`; returns the tokens (`i32`) and the next
-/// key.
-fn pick(logits: &Tensor, key: &Tensor, sampling: &Sampling) -> Result<(Tensor, Tensor)> {
-    let g = logits.graph();
-    match *sampling {
-        Sampling::Greedy => Ok((logits.argmax(-1, false)?.convert(DType::I32)?, key.clone())),
-        Sampling::Sample {
-            temperature,
-            top_k,
-            top_p,
-            ..
-        } => {
-            let vocab = logits.dims()[1];
-            let mut l = logits.div(f64::from(temperature))?;
-            if top_k > 0 && top_k < vocab {
-                let (values, _) = l.top_k(top_k)?;
-                let kth = values.narrow(-1, top_k - 1, 1)?;
-                l = l.masked_fill(&l.lt(&kth)?, f64::NEG_INFINITY)?;
-            }
-            if top_p < 1.0 {
-                let sorted = l.sort(-1, true)?;
-                let probs = sorted.sub(&sorted.logsumexp(&[-1], true)?)?.exp()?;
-                let before = probs.cumsum(-1, true, false)?;
-                let kept = sorted.where_(&before.lt(f64::from(top_p))?, f64::INFINITY)?;
-                let threshold = kept.min(&[-1], true)?;
-                l = l.masked_fill(&l.lt(&threshold)?, f64::NEG_INFINITY)?;
-            }
-            let dims = logits.dims().to_vec();
-            let u = g.random_uniform(key, DType::F32, &dims)?.maximum(1e-20)?;
-            let gumbel = u.log()?.neg()?.log()?.neg()?;
-            let token = l.add(&gumbel)?.argmax(-1, false)?.convert(DType::I32)?;
-            // The next key comes from a separate stream (the key xor a constant), so it is
-            // independent of this step's draws.
-            let tweak = g.constant(&HostArray::from_vec(
-                &[2],
-                vec![0x9E37_79B9u32, 0x7F4A_7C15],
-            )?)?;
-            let next_key = g.random_bits(&key.xor(&tweak)?, &[2])?;
-            Ok((token, next_key))
-        }
-    }
+/// The most new tokens one `generate` call makes per row (2^24).
+pub const MAX_NEW_TOKENS: usize = 1 << 24;
+
+/// The compiled capacity for `max_new_tokens`: the next power of two, at least 16. Every
+/// request up to it runs in the same program, the count being a runtime input.
+fn generate_capacity(max_new_tokens: usize) -> usize {
+    max_new_tokens.next_power_of_two().max(16)
 }

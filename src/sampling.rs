@@ -1,0 +1,315 @@
+//! Choosing the next token from logits on the device, for any model: greedy (the argmax) and
+//! sampling with a temperature, top-k and top-p whose values are runtime inputs of the program,
+//! so that one compiled program serves every setting and every seed.
+//!
+//! The filters sort nothing. Each logit is mapped to a `u32` key in the order of the float
+//! values ([`order_keys`]), and each cut is a threshold on the keys found bit by bit, from the
+//! highest: 32 rounds, each one pass over the vocabulary (a compare and a sum).
+//!
+//! - **top-k** keeps the tokens whose key is at least the largest `T` with
+//!   `count(key >= T) >= k`: that `T` is the key of the k-th largest logit, exactly; tokens tied
+//!   with it are kept too.
+//! - **top-p** then keeps the tokens whose key is at least the largest `T` with
+//!   `sum(p[key >= T]) >= top_p` (`p` the softmax of what top-k kept): the smallest set of most
+//!   likely tokens whose probability reaches `top_p`, ties at the cut kept. The sums are f32, so
+//!   a set whose probability is within rounding of `top_p` may be cut one token differently
+//!   from a sum in another order.
+//!
+//! A filter that is off for every row (`top_k` 0 or at least the vocabulary, `top_p >= 1`) runs
+//! zero rounds. The draw is an inverse CDF with one uniform number per row from the Threefry
+//! key: with weights `w = exp(x - max)` of the kept tokens, the token is the largest index `j`
+//! with `sum(w[..j]) <= u * sum(w)`, found bit by bit too (17 rounds for a vocabulary below
+//! 2^17). Each kept token is drawn with its softmax probability, up to the f32 rounding of the
+//! sums.
+
+use crate::array::HostArray;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::ops::{Graph, Tensor};
+
+/// How generation picks tokens.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Sampling {
+    /// The most likely token (the first one, on ties).
+    Greedy,
+    /// A random token from the logits scaled by `1 / temperature`, restricted to the `top_k`
+    /// most likely (0: no limit) and to the smallest set whose probability reaches `top_p`
+    /// (1: no limit). Reproducible for a given `seed`.
+    Sample {
+        /// Softmax temperature (> 0, finite).
+        temperature: f32,
+        /// Keep only the k most likely tokens (0 keeps all).
+        top_k: usize,
+        /// Nucleus threshold in (0, 1].
+        top_p: f32,
+        /// Random seed.
+        seed: u64,
+    },
+}
+
+impl Sampling {
+    /// Checks the settings for a vocabulary of `vocab` tokens: a finite `temperature > 0`,
+    /// `top_p` in (0, 1], `top_k <= vocab`. The error names the setting (as `sampling.<name>`).
+    pub fn check(&self, vocab: usize) -> Result<()> {
+        let Sampling::Sample {
+            temperature,
+            top_k,
+            top_p,
+            ..
+        } = *self
+        else {
+            return Ok(());
+        };
+        let bad = |what: String| Err(Error::InvalidArgument(format!("sampling.{what}")));
+        if !(temperature > 0.0 && temperature.is_finite()) {
+            return bad(format!(
+                "temperature ({temperature}) is not a finite number > 0"
+            ));
+        }
+        if !(top_p > 0.0 && top_p <= 1.0) {
+            return bad(format!("top_p ({top_p}) is not in (0, 1]"));
+        }
+        if top_k > vocab {
+            return bad(format!(
+                "top_k ({top_k}) is larger than the vocabulary ({vocab})"
+            ));
+        }
+        Ok(())
+    }
+
+    /// The seed (0 for greedy), as the two-word Threefry key the programs take.
+    pub fn key(&self) -> [u32; 2] {
+        let seed = match *self {
+            Sampling::Sample { seed, .. } => seed,
+            Sampling::Greedy => 0,
+        };
+        [seed as u32, (seed >> 32) as u32]
+    }
+}
+
+/// Per-row sampling settings as tensors of a program, each of shape `[batch]`.
+#[derive(Debug, Clone)]
+pub struct SampleSettings {
+    /// Temperature, f32.
+    pub temperature: Tensor,
+    /// Top-k, i32 (0: off).
+    pub top_k: Tensor,
+    /// Top-p, f32 (1: off).
+    pub top_p: Tensor,
+}
+
+impl SampleSettings {
+    /// Declares the settings as parameters of `g`, in this order: `temperature` (f32),
+    /// `top_k` (i32) and `top_p` (f32), each `[batch]`.
+    pub fn parameters(g: &Graph, batch: usize) -> Result<SampleSettings> {
+        Ok(SampleSettings {
+            temperature: g.parameter("temperature", DType::F32, &[batch])?,
+            top_k: g.parameter("top_k", DType::I32, &[batch])?,
+            top_p: g.parameter("top_p", DType::F32, &[batch])?,
+        })
+    }
+
+    /// The values for [`SampleSettings::parameters`]: `sampling`'s settings for each of `batch`
+    /// rows (checked as [`Sampling::check`] does for `vocab`). Greedy is temperature 1, top-k 1.
+    pub fn host_values(sampling: &Sampling, batch: usize, vocab: usize) -> Result<[HostArray; 3]> {
+        sampling.check(vocab)?;
+        let (temperature, top_k, top_p) = match *sampling {
+            Sampling::Greedy => (1.0, 1, 1.0),
+            Sampling::Sample {
+                temperature,
+                top_k,
+                top_p,
+                ..
+            } => (temperature, top_k, top_p),
+        };
+        let top_k = i32::try_from(top_k).map_err(|_| {
+            Error::InvalidArgument(format!("sampling: top_k ({top_k}) does not fit an i32"))
+        })?;
+        Ok([
+            HostArray::from_vec(&[batch], vec![temperature; batch])?,
+            HostArray::from_vec(&[batch], vec![top_k; batch])?,
+            HostArray::from_vec(&[batch], vec![top_p; batch])?,
+        ])
+    }
+
+    fn check(&self, batch: usize) -> Result<()> {
+        let want = [
+            ("temperature", &self.temperature, DType::F32),
+            ("top_k", &self.top_k, DType::I32),
+            ("top_p", &self.top_p, DType::F32),
+        ];
+        for (name, t, dtype) in want {
+            if t.dtype() != dtype || t.dims() != [batch] {
+                return Err(Error::InvalidArgument(format!(
+                    "sampling: settings.{name} is {}, expected {dtype}[{batch}]",
+                    t.ty()
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Checks that `logits` is a float `[batch, vocab]` with a vocabulary of at least one token;
+/// returns `(batch, vocab)`.
+fn logits_dims(logits: &Tensor, what: &str) -> Result<(usize, usize)> {
+    match *logits.dims() {
+        [b, v] if logits.dtype().is_float() && v > 0 => Ok((b, v)),
+        _ => Err(Error::InvalidArgument(format!(
+            "{what}: logits is {}, expected a float [batch, vocab] with vocab > 0",
+            logits.ty()
+        ))),
+    }
+}
+
+/// The most likely token of each row of `logits` `[batch, vocab]` (the first on ties), as i32
+/// `[batch]`.
+pub fn greedy(logits: &Tensor) -> Result<Tensor> {
+    logits_dims(logits, "greedy")?;
+    logits.argmax(-1, false)?.convert(DType::I32)
+}
+
+/// Maps float values to `u32` keys with the same order: `a < b` exactly when
+/// `key(a) < key(b)`, for every non-NaN pair except `-0.0 < +0.0`. (The sign bit is set for
+/// non-negative values; negative values have all their bits flipped.)
+pub fn order_keys(x: &Tensor) -> Result<Tensor> {
+    let bits = match x.dtype() {
+        DType::F32 => x.bitcast(DType::U32)?,
+        d if d.is_float() => x.convert(DType::F32)?.bitcast(DType::U32)?,
+        _ => {
+            return Err(Error::InvalidArgument(format!(
+                "order_keys: x is {}, expected a float tensor",
+                x.ty()
+            )))
+        }
+    };
+    let sign = f64::from(1u32 << 31);
+    let negative = bits.ge(sign)?;
+    bits.not()?.where_(&negative, &bits.or(sign)?)
+}
+
+/// The largest `T < 2^bits` (a `[batch]` u32) with `holds(T)` true, found bit by bit for the
+/// rows in `on` (`T` stays 0 for the others); `holds` maps candidates `[batch, 1]` to a pred
+/// `[batch]` and must be true at 0 and monotone (true at `T` means true below it). Runs `bits`
+/// rounds when some row is on, none otherwise.
+fn largest_true(
+    g: &Graph,
+    on: &Tensor,
+    bits: u32,
+    holds: impl FnOnce(&Tensor) -> Result<Tensor>,
+) -> Result<Tensor> {
+    let batch = on.dims()[0];
+    let rounds = on
+        .convert(DType::I32)?
+        .max(&[0], false)?
+        .mul(f64::from(bits))?;
+    let zero = g.zeros(DType::U32, &[batch])?;
+    let top_bit = g.scalar(f64::from(1u32 << (bits - 1)), DType::U32)?;
+    g.fori_loop(0i32, &rounds, &zero, |i, t| {
+        let candidate = t.or(&top_bit.shift_right(&i.convert(DType::U32)?)?)?;
+        let take = holds(&candidate.expand_dims(1)?)?.and(on)?;
+        candidate.where_(&take, t)
+    })
+}
+
+/// What the filters leave of a batch of logits.
+struct Filtered {
+    /// The logits divided by the temperature, f32 `[batch, vocab]`.
+    x: Tensor,
+    /// Which tokens top-k and top-p keep, pred `[batch, vocab]`.
+    keep: Tensor,
+    /// `exp(x - max(x))` where kept, 0 elsewhere: the unnormalised probabilities.
+    weights: Tensor,
+}
+
+fn filter(
+    logits: &Tensor,
+    settings: &SampleSettings,
+    batch: usize,
+    vocab: usize,
+) -> Result<Filtered> {
+    settings.check(batch)?;
+    let g = logits.graph();
+    let x = logits
+        .convert(DType::F32)?
+        .div(&settings.temperature.expand_dims(1)?)?;
+    let keys = order_keys(&x)?;
+    let k = &settings.top_k;
+    let vocab_i32 = i32::try_from(vocab).unwrap_or(i32::MAX);
+    let k_on = k.gt(0.0)?.and(&k.lt(f64::from(vocab_i32))?)?;
+    let k_cut = largest_true(g, &k_on, 32, |t| {
+        let count = keys.ge(t)?.convert(DType::I32)?.sum(&[1], false)?;
+        count.ge(k)
+    })?;
+    // The largest logit survives both cuts, so it is the maximum of the kept ones too.
+    let e = x.sub(&x.max(&[1], true)?)?.exp()?;
+    let in_k = e.where_(&keys.ge(&k_cut.expand_dims(1)?)?, 0.0)?;
+    let top_p = &settings.top_p;
+    let p_on = top_p.lt(1.0)?;
+    let target = in_k.sum(&[1], false)?.mul(top_p)?;
+    let p_cut = largest_true(g, &p_on, 32, |t| {
+        in_k.where_(&keys.ge(t)?, 0.0)?
+            .sum(&[1], false)?
+            .ge(&target)
+    })?;
+    let keep = keys.ge(&k_cut.maximum(&p_cut)?.expand_dims(1)?)?;
+    let weights = e.where_(&keep, 0.0)?;
+    Ok(Filtered { x, keep, weights })
+}
+
+/// `logits` `[batch, vocab]` divided by each row's temperature, with the tokens that top-k and
+/// then top-p remove set to `-inf` (f32). See the module docs for the exact cuts.
+pub fn filtered_logits(logits: &Tensor, settings: &SampleSettings) -> Result<Tensor> {
+    let (batch, vocab) = logits_dims(logits, "filtered_logits")?;
+    let f = filter(logits, settings, batch, vocab)?;
+    f.x.where_(&f.keep, f64::NEG_INFINITY)
+}
+
+/// Samples one token per row of `logits` `[batch, vocab]` with `settings`, from the Threefry
+/// `key` (u32 `[2]`); returns the tokens (i32 `[batch]`) and the key for the next draw.
+pub fn sample(
+    logits: &Tensor,
+    settings: &SampleSettings,
+    key: &Tensor,
+) -> Result<(Tensor, Tensor)> {
+    let (batch, vocab) = logits_dims(logits, "sample")?;
+    if key.dtype() != DType::U32 || key.dims() != [2] {
+        return Err(Error::InvalidArgument(format!(
+            "sample: key is {}, expected u32[2]",
+            key.ty()
+        )));
+    }
+    let Filtered { x, weights: w, .. } = filter(logits, settings, batch, vocab)?;
+    let g = logits.graph();
+    // Inverse CDF over the vocabulary in index order: with r = u * sum(w), the token is the
+    // largest j with sum(w[..j]) <= r, found bit by bit.
+    let r = g
+        .random_uniform(key, DType::F32, &[batch])?
+        .mul(&w.sum(&[1], false)?)?;
+    let index = g.iota(DType::U32, &[batch, vocab], 1)?;
+    let bits = usize::BITS - vocab.leading_zeros();
+    let on = g.full(1.0, DType::Pred, &[batch])?;
+    let token = largest_true(g, &on, bits, |j| {
+        let before = w.where_(&index.lt(j)?, 0.0)?.sum(&[1], false)?;
+        before.le(&r)
+    })?;
+    // A token whose weight is 0 can only come from rounding in the sums (r within an ulp of
+    // the total): take the most likely token instead (which every filter keeps).
+    let picked = index.eq(&token.expand_dims(1)?)?;
+    let weight = w.where_(&picked, 0.0)?.sum(&[1], false)?;
+    let token = token
+        .convert(DType::I32)?
+        .where_(&weight.gt(0.0)?, &greedy(&x)?)?;
+    Ok((token, next_key(key)?))
+}
+
+/// The key for the next draw: bits from a separate stream (the key xor a constant), so that
+/// it is independent of the draws made with `key`.
+pub fn next_key(key: &Tensor) -> Result<Tensor> {
+    let g = key.graph();
+    let tweak = g.constant(&HostArray::from_vec(
+        &[2],
+        vec![0x9E37_79B9u32, 0x7F4A_7C15],
+    )?)?;
+    g.random_bits(&key.xor(&tweak)?, &[2])
+}
