@@ -50,11 +50,11 @@ use std::time::Instant;
 use anyhow::{bail, ensure, Context, Result};
 use serde_json::{json, Value};
 use stablegraph::models::mamba2::{
-    block, ssd, GenerateOptions, Mamba2, Mamba2Config, Mamba2State, Mamba2Weights, Sampling,
+    ssd, GenerateOptions, Mamba2, Mamba2Config, Mamba2State, Mamba2Weights, Sampling,
 };
 use stablegraph::ops::Graph;
 use stablegraph::runtime::{Buffer, Client, CompileCache};
-use stablegraph::{CompiledGraph, DType, HostArray, TensorType};
+use stablegraph::{DType, HostArray, TensorType};
 
 /// Set in a child process: generate this many tokens and report peak memory.
 const MEMORY_CHILD_ENV: &str = "STABLEGRAPH_BENCH_MAMBA2_MEMORY_TOKENS";
@@ -301,83 +301,12 @@ fn dtype_name(d: DType) -> &'static str {
     }
 }
 
-/// The prefill `generate` runs before its loop: states and the last position's logits.
-struct PrefillProgram {
-    program: CompiledGraph,
-    batch: usize,
-    bucket: usize,
-}
-
-impl PrefillProgram {
-    fn compile(model: &Mamba2, client: &Client, batch: usize, bucket: usize) -> Result<Self> {
-        let cfg = model.config();
-        let types = Mamba2Weights::<TensorType>::types(cfg, model.matmul_dtype())?;
-        let g = Graph::new();
-        let w = block::weight_parameters(&g, &types)?;
-        let tokens = g.parameter("tokens", DType::I32, &[batch, bucket])?;
-        let mask = g.parameter("mask", DType::F32, &[batch, bucket])?;
-        let (hidden, states) = block::prefill(&tokens, &mask, &w, cfg)?;
-        let last = hidden
-            .narrow(1, bucket - 1, 1)?
-            .reshape(&[batch as isize, cfg.hidden_size as isize])?;
-        let mut outs = vec![block::head(&last, &w, cfg)?];
-        for s in states {
-            outs.push(s.conv);
-            outs.push(s.ssm);
-        }
-        g.set_outputs(&outs.iter().collect::<Vec<_>>())?;
-        Ok(PrefillProgram {
-            program: g.compile(client)?,
-            batch,
-            bucket,
-        })
-    }
-
-    /// Left-pads `prompts` (one per row, each at most `bucket` long) into device inputs.
-    fn inputs(&self, client: &Client, prompts: &[Vec<u32>]) -> Result<[Buffer; 2]> {
-        ensure!(prompts.len() == self.batch, "wrong batch");
-        let (b, l) = (self.batch, self.bucket);
-        let mut ids = vec![0i32; b * l];
-        let mut mask = vec![0f32; b * l];
-        for (r, p) in prompts.iter().enumerate() {
-            ensure!(p.len() <= l, "prompt longer than the bucket");
-            let start = r * l + l - p.len();
-            for (k, &t) in p.iter().enumerate() {
-                ids[start + k] = t as i32;
-                mask[start + k] = 1.0;
-            }
-        }
-        Ok([
-            client.buffer_from_slice(&ids, &[b, l])?,
-            client.buffer_from_slice(&mask, &[b, l])?,
-        ])
-    }
-
-    /// Runs on uploaded inputs; returns the last logits `[b, vocab]` on the host.
-    fn run(&self, model: &Mamba2, inputs: &[Buffer; 2]) -> Result<HostArray> {
-        let mut args: Vec<&Buffer> = model
-            .weights()
-            .named()
-            .into_iter()
-            .map(|(_, b)| b)
-            .collect();
-        args.extend(inputs.iter());
-        let outs = self.program.run_buffers(&args)?;
-        let logits = outs.first().context("prefill returned nothing")?;
-        Ok(HostArray::from_bytes(
-            &TensorType::new(DType::F32, logits.dims()),
-            &logits.to_bytes()?,
-        )?)
-    }
-}
-
-/// The models and compiled prefills of a run, made on first use.
+/// The models of a run (made on first use), prefill times and figures.
 struct Ctx {
     plan: Plan,
     client: Client,
     cfg: Mamba2Config,
     models: Vec<(DType, Mamba2)>,
-    prefills: Vec<(DType, PrefillProgram)>,
     /// Median seconds of prefill programs: (dtype, batch, bucket) -> seconds.
     prefill_secs: Vec<((DType, usize, usize), f64)>,
     /// Figures the utilisation and plot read: key -> value.
@@ -401,28 +330,6 @@ impl Ctx {
         Ok(&self.models.last().expect("pushed").1)
     }
 
-    /// The prefill program for `(dtype, batch, bucket)` (compiled once) and the model.
-    fn prefill(&mut self, dtype: DType, batch: usize, bucket: usize) -> Result<usize> {
-        let found = self
-            .prefills
-            .iter()
-            .position(|(d, p)| *d == dtype && p.batch == batch && p.bucket == bucket);
-        if let Some(i) = found {
-            return Ok(i);
-        }
-        self.model(dtype)?;
-        let model = self.get(dtype);
-        let t = Instant::now();
-        let p = PrefillProgram::compile(model, &self.client, batch, bucket)?;
-        eprintln!(
-            "  compiled prefill {} b{batch} l{bucket} in {:.1}s",
-            dtype_name(dtype),
-            secs_since(t)
-        );
-        self.prefills.push((dtype, p));
-        Ok(self.prefills.len() - 1)
-    }
-
     /// A model already made by [`Ctx::model`].
     fn get(&self, dtype: DType) -> &Mamba2 {
         &self
@@ -444,28 +351,40 @@ impl Ctx {
         self.figures.push((key, v));
     }
 
-    /// Median seconds of a prefill of `batch` prompts of `len` tokens (measured on first use).
-    fn prefill_time(&mut self, dtype: DType, batch: usize, len: usize) -> Result<f64> {
-        let bucket = len.div_ceil(self.cfg.chunk_size) * self.cfg.chunk_size;
+    /// Median seconds of `Mamba2::prefill` (what `generate` runs before its loop: states and
+    /// the last position's logits) of `batch` prompts of `len` tokens, measured on first use;
+    /// and the prompt bucket.
+    fn prefill_time(&mut self, dtype: DType, batch: usize, len: usize) -> Result<(f64, usize)> {
+        self.model(dtype)?;
+        let bucket = self
+            .get(dtype)
+            .prompt_bucket(len)
+            .context("prompt too long")?;
         if let Some((_, s)) = self
             .prefill_secs
             .iter()
             .find(|(k, _)| *k == (dtype, batch, bucket))
         {
-            return Ok(*s);
+            return Ok((*s, bucket));
         }
-        let i = self.prefill(dtype, batch, bucket)?;
-        let (p, model) = (&self.prefills[i].1, self.get(dtype));
+        let model = self.get(dtype);
         let prompts: Vec<Vec<u32>> = (0..batch).map(|r| prompt(len, r)).collect();
-        let inputs = p.inputs(&self.client, &prompts)?;
+        let t = Instant::now();
+        model.prefill(&prompts)?;
+        eprintln!(
+            "  prefill {} b{batch} l{bucket} (chunk {}): first call (compile + run) {:.1}s",
+            dtype_name(dtype),
+            model.prefill_chunk(len),
+            secs_since(t)
+        );
         let (reps, warm_up) = self.plan.prefill_reps(batch * bucket);
         if warm_up {
-            p.run(model, &inputs)?;
+            model.prefill(&prompts)?;
         }
-        let (times, _) = timed(reps, || p.run(model, &inputs))?;
+        let (times, _) = timed(reps, || Ok(model.prefill(&prompts)?))?;
         let s = median(&times);
         self.prefill_secs.push(((dtype, batch, bucket), s));
-        Ok(s)
+        Ok((s, bucket))
     }
 }
 
@@ -597,20 +516,16 @@ fn matmul_params(cfg: &Mamba2Config) -> (f64, f64) {
 /// SSD FLOPs per token (chunked, all layers): per head, the within-chunk `C B^T` (2 Q N) and
 /// its product with `X` (2 Q P) over the whole Q x Q block (the masked half is computed too), the
 /// chunk state (2 N P) and the state's contribution to the output (2 N P).
-fn ssd_flops_per_token(cfg: &Mamba2Config) -> f64 {
-    let (q, n, p) = (
-        cfg.chunk_size as f64,
-        cfg.state_size as f64,
-        cfg.head_dim as f64,
-    );
+fn ssd_flops_per_token(cfg: &Mamba2Config, chunk: usize) -> f64 {
+    let (q, n, p) = (chunk as f64, cfg.state_size as f64, cfg.head_dim as f64);
     (cfg.num_layers * cfg.num_heads) as f64 * (2.0 * q * (n + p) + 4.0 * n * p)
 }
 
 /// Prefill FLOPs per real token: 2 x layer matmul params + SSD FLOPs, plus the head's
 /// 2 x vocab x hidden once per sequence of `len` tokens (padded positions do the same work).
-fn prefill_flops_per_token(cfg: &Mamba2Config, len: usize, bucket: usize) -> f64 {
+fn prefill_flops_per_token(cfg: &Mamba2Config, len: usize, bucket: usize, chunk: usize) -> f64 {
     let (layers, head) = matmul_params(cfg);
-    ((2.0 * layers + ssd_flops_per_token(cfg)) * bucket as f64 + 2.0 * head) / len as f64
+    ((2.0 * layers + ssd_flops_per_token(cfg, chunk)) * bucket as f64 + 2.0 * head) / len as f64
 }
 
 fn bench_prefill(ctx: &mut Ctx) -> Result<Value> {
@@ -621,6 +536,7 @@ fn bench_prefill(ctx: &mut Ctx) -> Result<Value> {
             "batch",
             "dtype",
             "bucket",
+            "chunk",
             "ms",
             "tokens/s",
             "GFLOP/s",
@@ -636,16 +552,17 @@ fn bench_prefill(ctx: &mut Ctx) -> Result<Value> {
                 continue;
             }
             for dtype in [DType::F32, DType::BF16] {
-                let s = ctx.prefill_time(dtype, batch, len)?;
-                let bucket = len.div_ceil(ctx.cfg.chunk_size) * ctx.cfg.chunk_size;
+                let (s, bucket) = ctx.prefill_time(dtype, batch, len)?;
+                let chunk = ctx.get(dtype).prefill_chunk(len);
                 let tps = (batch * len) as f64 / s;
-                let flops = prefill_flops_per_token(&ctx.cfg, len, bucket) * tps;
+                let flops = prefill_flops_per_token(&ctx.cfg, len, bucket, chunk) * tps;
                 let util = peak.map(|p| flops / p);
                 table.row(vec![
                     len.to_string(),
                     batch.to_string(),
                     dtype_name(dtype).into(),
                     bucket.to_string(),
+                    chunk.to_string(),
                     show(s * 1e3),
                     show(tps),
                     show(flops / 1e9),
@@ -657,7 +574,7 @@ fn bench_prefill(ctx: &mut Ctx) -> Result<Value> {
                 );
                 rows.push(json!({
                     "prompt_len": len, "batch": batch, "dtype": dtype_name(dtype),
-                    "bucket": bucket, "median_ms": s * 1e3, "tokens_per_s": tps,
+                    "bucket": bucket, "chunk": chunk, "median_ms": s * 1e3, "tokens_per_s": tps,
                     "gflops": flops / 1e9, "flop_utilisation": util,
                 }));
             }
@@ -668,7 +585,12 @@ fn bench_prefill(ctx: &mut Ctx) -> Result<Value> {
         "flops_per_token_formula": "(2 * layer matmul params + SSD flops) per bucket position \
             + 2 * vocab * hidden per sequence, over real tokens; SSD per layer and head \
             2 Q (N + P) + 4 N P",
-        "flops_per_token_2048": prefill_flops_per_token(&ctx.cfg, 2048, 2048),
+        "flops_per_token_2048": prefill_flops_per_token(
+            &ctx.cfg,
+            2048,
+            2048,
+            ctx.get(DType::F32).prefill_chunk(2048)
+        ),
         "rows": rows,
     }))
 }
@@ -710,7 +632,7 @@ fn device_loop(
     runs: usize,
     sampling: Sampling,
 ) -> Result<Vec<f64>> {
-    let pre = ctx.prefill_time(dtype, batch, DECODE_PROMPT)?;
+    let (pre, _) = ctx.prefill_time(dtype, batch, DECODE_PROMPT)?;
     let model = ctx.get(dtype);
     let prompts: Vec<Vec<u32>> = (0..batch).map(|r| prompt(DECODE_PROMPT, r)).collect();
     let options = GenerateOptions {
@@ -798,15 +720,12 @@ fn window(h: &HostLoop, context: usize) -> Vec<f64> {
 /// logits, argmax), checking the logits against the cached decode.
 fn recompute(ctx: &mut Ctx, h: &HostLoop, context: usize) -> Result<Vec<f64>> {
     let k = ctx.plan.recompute_tokens(context);
-    let i = ctx.prefill(DType::F32, 1, context)?;
-    let (p, model) = (&ctx.prefills[i].1, ctx.get(DType::F32));
+    let model = ctx.get(DType::F32);
     let mut times = Vec::new();
-    let warm = p.inputs(&ctx.client, &[h.seq[..context].to_vec()])?;
-    p.run(model, &warm)?;
+    model.prefill(&[h.seq[..context].to_vec()])?;
     for len in context + 1 - k..=context {
         let t = Instant::now();
-        let inputs = p.inputs(&ctx.client, &[h.seq[..len].to_vec()])?;
-        let logits = p.run(model, &inputs)?;
+        let logits = model.prefill(&[h.seq[..len].to_vec()])?.logits;
         let token = argmax_rows(&logits)?[0];
         times.push(secs_since(t));
         if len == context {
@@ -1707,7 +1626,6 @@ fn main() -> Result<()> {
         client,
         cfg: Mamba2Config::mamba2_130m(),
         models: Vec::new(),
-        prefills: Vec::new(),
         prefill_secs: Vec::new(),
         figures: Vec::new(),
     };

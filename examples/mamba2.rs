@@ -68,6 +68,10 @@ struct ModelArgs {
     /// PJRT plugin shared object (default: the XLA CPU plugin, resolved as the README says).
     #[arg(long, value_name = "PATH")]
     plugin: Option<PathBuf>,
+    /// SSD chunk of the prefill (default: chosen per platform and prompt length, see
+    /// `Mamba2::prefill_chunk`); prompts are padded to a multiple of it.
+    #[arg(long, value_name = "N")]
+    prefill_chunk: Option<usize>,
     /// Load a --model checkpoint even if some tensors hold NaN or infinite values (by default
     /// it is refused, naming them); for debugging such weights.
     #[arg(long)]
@@ -216,8 +220,8 @@ impl Loaded {
 
     fn shape(&self) -> (usize, usize) {
         let longest = self.prompts.iter().map(Vec::len).max().unwrap_or(0);
-        let chunk = self.model.config().chunk_size;
-        (self.prompts.len(), longest.div_ceil(chunk) * chunk)
+        let bucket = self.model.prompt_bucket(longest).unwrap_or(longest);
+        (self.prompts.len(), bucket)
     }
 }
 
@@ -317,7 +321,7 @@ fn load(m: &ModelArgs, p: &PromptArgs, s: &SamplingArgs) -> Result<Loaded> {
         dtype.mlir_name()
     );
     progress("uploading the weights");
-    let model = Mamba2::new(&client, config, &weights)?;
+    let model = Mamba2::new(&client, config, &weights)?.with_prefill_chunk(m.prefill_chunk)?;
     Ok(Loaded {
         client,
         model,
@@ -470,9 +474,9 @@ impl Timed {
     }
 }
 
-/// Runs generate and prefill once each (compiling them); returns the first generate's time,
-/// whether its program came from the disk cache, and the prefill's result.
-fn warm_up(l: &Loaded, options: &GenerateOptions) -> Result<(f64, bool, Prefill)> {
+/// Runs generate and prefill once each (compiling them); returns the first generate's time and
+/// whether its program came from the disk cache.
+fn warm_up(l: &Loaded, options: &GenerateOptions) -> Result<(f64, bool)> {
     let (batch, bucket) = l.shape();
     progress(&format!(
         "compiling and running generate ({batch} x {bucket} prompt positions, {} new tokens)",
@@ -484,8 +488,8 @@ fn warm_up(l: &Loaded, options: &GenerateOptions) -> Result<(f64, bool, Prefill)
     let first_s = seconds(t);
     let cached = l.client.cache_stats().disk_hits > before.disk_hits;
     progress("compiling and running prefill");
-    let prefill = l.model.prefill(&l.prompts).context("prefill")?;
-    Ok((first_s, cached, prefill))
+    drop(l.model.prefill(&l.prompts).context("prefill")?);
+    Ok((first_s, cached))
 }
 
 /// Compiles this process answered from the compile cache, in memory or on disk.
@@ -505,11 +509,15 @@ fn peak_rss_mb() -> Option<f64> {
 fn generate(a: GenerateArgs) -> Result<()> {
     let l = load(&a.model, &a.prompt, &a.sampling)?;
     let options = l.options.clone();
-    let (first_s, cached, prefill) = warm_up(&l, &options)?;
+    let (first_s, cached) = warm_up(&l, &options)?;
     if let Some(path) = &a.dump_logits {
-        dump_logits(path, &prefill)?;
+        progress("prefill with the logits at every position");
+        let all = l
+            .model
+            .prefill_all_positions(&l.prompts)
+            .context("prefill")?;
+        dump_logits(path, &all)?;
     }
-    drop(prefill);
     let run = Timed::run(&l, &options)?;
     let compile_s = first_s - run.generate_s;
     let prompt_tokens = l.prompt_tokens();
@@ -671,8 +679,7 @@ fn bench(a: BenchArgs) -> Result<()> {
     ensure!(a.repeat > 0, "--repeat must be at least 1");
     let l = load(&a.model, &a.prompt, &a.sampling)?;
     let options = l.options.clone();
-    let (first_s, cached, prefill) = warm_up(&l, &options)?;
-    drop(prefill);
+    let (first_s, cached) = warm_up(&l, &options)?;
     let prompt_tokens = l.prompt_tokens();
     let mut runs = Vec::new();
     for i in 0..a.repeat {

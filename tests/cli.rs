@@ -225,10 +225,11 @@ fn generate_writes_json_and_logits_matching_transformers() {
     assert!(json["compile_s"].is_number());
     assert!(json["peak_rss_mb"].as_f64().unwrap() > 0.0);
     assert_eq!(json["prompt_len"], serde_json::json!([12, 5]));
-    // Two programs (generate and prefill), each compiled or loaded from the disk cache once,
-    // though both ran twice.
+    // Three programs (generate, prefill, and the prefill with every position's logits for
+    // --dump-logits), each compiled or loaded from the disk cache once, though generate and
+    // prefill both ran twice.
     let programs = json["compiles"].as_u64().unwrap() + json["cache_hits"].as_u64().unwrap();
-    assert_eq!(programs, 2, "{json}");
+    assert_eq!(programs, 3, "{json}");
     // The new tokens are HF's greedy continuation.
     let (gdims, greedy) = &cases["case4.greedy"];
     let tokens = json["tokens"].as_array().unwrap();

@@ -59,8 +59,8 @@ const PROMPT: [u32; 11] = [3, 17, 42, 5, 9, 60, 1, 33, 8, 21, 14];
 fn prefill_then_steps_equals_a_longer_prefill() {
     let m = model(DType::F32);
     let (head, tail) = PROMPT.split_at(7);
-    let full = m.prefill(&[PROMPT.to_vec()]).unwrap();
-    let part = m.prefill(&[head.to_vec()]).unwrap();
+    let full = m.prefill_all_positions(&[PROMPT.to_vec()]).unwrap();
+    let part = m.prefill_all_positions(&[head.to_vec()]).unwrap();
     let mut state = part.state;
     let want = row_logits(&full.logits, 0, PROMPT.len());
     let v = m.config().vocab_size;
@@ -124,7 +124,7 @@ fn generate_in_one_program_equals_the_step_api_and_batches_equal_rows_alone() {
             "row {r}"
         );
         // Driven token by token through the step API.
-        let pre = m.prefill(std::slice::from_ref(p)).unwrap();
+        let pre = m.prefill_all_positions(std::slice::from_ref(p)).unwrap();
         let v = m.config().vocab_size;
         let last = row_logits(&pre.logits, 0, 1);
         let argmax = |l: &[f64]| {
@@ -148,8 +148,10 @@ fn generate_in_one_program_equals_the_step_api_and_batches_equal_rows_alone() {
         assert_eq!(stepped, batched[r], "row {r}: generate vs step API");
     }
     // Prefill logits of a batched row equal the row alone.
-    let both = m.prefill(&prompts).unwrap();
-    let alone = m.prefill(std::slice::from_ref(&short)).unwrap();
+    let both = m.prefill_all_positions(&prompts).unwrap();
+    let alone = m
+        .prefill_all_positions(std::slice::from_ref(&short))
+        .unwrap();
     let d = max_abs(
         &row_logits(&both.logits, 1, 3),
         &row_logits(&alone.logits, 0, 3),
@@ -422,4 +424,59 @@ fn new_sampling_values_and_shorter_runs_compile_nothing() {
     assert!(stopped[3..].iter().all(|&t| t == long[0][3]), "{stopped:?}");
     assert_eq!(outputs[0], long_greedy, "top_k 1 is greedy");
     assert_ne!(outputs[0], long, "top_k 10 is not");
+}
+
+#[test]
+fn any_prefill_chunk_gives_the_same_model() {
+    let prompts = vec![PROMPT.to_vec(), PROMPT[..5].to_vec()];
+    let m = model(DType::F32);
+    // The automatic choice for an 11-token prompt on the CPU: the power of two covering it (16),
+    // capped by the config's chunk (8).
+    assert_eq!(m.prefill_chunk(PROMPT.len()), 8);
+    assert_eq!(m.prompt_bucket(PROMPT.len()), Some(16));
+    let want = m.prefill_all_positions(&prompts).unwrap();
+    let greedy = GenerateOptions {
+        max_new_tokens: 6,
+        sampling: Sampling::Greedy,
+        eos: None,
+    };
+    let tokens = m.generate(&prompts, &greedy).unwrap();
+    for chunk in [1, 2, 3, 5, 16] {
+        let m = model(DType::F32).with_prefill_chunk(Some(chunk)).unwrap();
+        let bucket = PROMPT.len().div_ceil(chunk) * chunk;
+        assert_eq!(m.prompt_bucket(PROMPT.len()), Some(bucket));
+        let got = m.prefill_all_positions(&prompts).unwrap();
+        // Compare the real positions (the buckets differ).
+        for (r, p) in prompts.iter().enumerate() {
+            let n = p.len();
+            let d = max_abs(
+                &row_logits(&got.logits, r, n),
+                &row_logits(&want.logits, r, n),
+            );
+            assert!(d < 1e-5, "chunk {chunk} row {r}: logits differ by {d}");
+        }
+        for (a, b) in got.state.layers.iter().zip(&want.state.layers) {
+            let d = max_abs(
+                &a.ssm
+                    .to_vec::<f32>()
+                    .unwrap()
+                    .iter()
+                    .map(|&x| f64::from(x))
+                    .collect::<Vec<_>>(),
+                &b.ssm
+                    .to_vec::<f32>()
+                    .unwrap()
+                    .iter()
+                    .map(|&x| f64::from(x))
+                    .collect::<Vec<_>>(),
+            );
+            assert!(d < 1e-5, "chunk {chunk}: SSM states differ by {d}");
+        }
+        assert_eq!(
+            m.generate(&prompts, &greedy).unwrap(),
+            tokens,
+            "chunk {chunk}"
+        );
+    }
+    assert!(model(DType::F32).with_prefill_chunk(Some(0)).is_err());
 }

@@ -94,7 +94,22 @@ fn check_config(name: &str) {
     let mut k = 0;
     while cases.has(&format!("case{k}.input_ids")) {
         let rows = prompts(&cases, k);
-        let pre = model.prefill(&rows).unwrap();
+        let pre = model.prefill_all_positions(&rows).unwrap();
+        // The default prefill returns the last position of the same (what generate runs).
+        let last = model.prefill(&rows).unwrap().logits.to_f64_vec();
+        let t = pre.logits.dims()[1];
+        for (r, want) in last.chunks(vocab).enumerate() {
+            let all = &pre.logits.to_f64_vec()[(r * t + t - 1) * vocab..][..vocab];
+            let d = all
+                .iter()
+                .zip(want)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0.0, f64::max);
+            assert!(
+                d < 1e-5,
+                "{name} case {k} row {r}: last logits differ by {d}"
+            );
+        }
 
         // Logits at every real position.
         let (ldims, want) = cases.f32s(&format!("case{k}.logits"));

@@ -96,3 +96,39 @@ fn segsum_and_groups_follow_their_definitions() {
         }
     }
 }
+
+#[test]
+fn segsum_is_accurate_over_a_long_chunk() {
+    // Decays A*dt of a 256-step chunk, all negative (as in the model), summing to about -256.
+    let (rows, t) = (3, 256);
+    let mut rng = Rng::new(11);
+    let xs = rng.f32s(rows * t, -2.0, 0.0);
+    let g = Graph::new();
+    let x = g.parameter("x", DType::F32, &[rows, t]).unwrap();
+    g.set_outputs(&[&segsum(&x).unwrap()]).unwrap();
+    let input = HostArray::from_vec(&[rows, t], xs.clone()).unwrap();
+    let device = g
+        .compile(&client())
+        .unwrap()
+        .run(std::slice::from_ref(&input))
+        .unwrap();
+    let interp = g.evaluate(&[input]).unwrap();
+    for (name, out) in [("device", &device[0]), ("interpreter", &interp[0])] {
+        let seg = out.to_f64_vec();
+        let mut worst: f64 = 0.0;
+        for r in 0..rows {
+            for i in 0..t {
+                for j in 0..=i {
+                    // The exact segment sum (f64 sums of at most 256 f32 values are exact to
+                    // ~1e-13 here), and one f32 ulp of it.
+                    let want: f64 = (j + 1..=i).map(|k| f64::from(xs[r * t + k])).sum();
+                    let ulp =
+                        f64::from(f32::EPSILON) * want.abs().max(f64::from(f32::MIN_POSITIVE));
+                    let err = (seg[(r * t + i) * t + j] - want).abs();
+                    worst = worst.max(err / ulp);
+                }
+            }
+        }
+        assert!(worst <= 0.5 + 1e-3, "{name}: worst error {worst} f32 ulps");
+    }
+}

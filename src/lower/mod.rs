@@ -26,8 +26,10 @@
 //!   ties go to the smaller index.
 //! - Sorts compare with `FLOAT` plus explicit NaN tests, not `TOTALORDER`, which would put
 //!   negative NaNs first and order `-0.0` before `0.0`.
-//! - Cumsum is a `reduce_window` whose window covers everything up to each element: exact for
-//!   integers, a sequential sum for floats, `n` additions per element along an axis of `n`.
+//! - Cumsum along an axis of `n <= 16` is a `reduce_window` whose window covers everything up to
+//!   each element (a sequential sum, `n` additions per element); a longer one is a log-depth
+//!   scan, `ceil(log2 n)` rounds of adding the running sum shifted by 1, 2, 4, ... (a tree sum
+//!   per element; `n log n` work). Both are exact for integers.
 //! - Constants: small ones element by element (floats as the shortest decimal that reads back
 //!   bit-exactly), large ones as one hex string; `Pred` never in hex.
 //!
@@ -215,6 +217,10 @@ fn arity_ok(op: &Op, count: usize, first_rank: Option<usize>) -> bool {
         Op::Sort { .. } => count == 1 || count == 2,
     }
 }
+
+/// The longest axis a cumulative sum is lowered as a `reduce_window` over (see
+/// `Lowering::cumsum`); longer ones are log-depth scans.
+const SCAN_WINDOW_MAX: usize = 16;
 
 impl<'g> Lowering<'g> {
     fn new(nodes: &'g [Node], regions: &'g [Region]) -> Self {
@@ -1119,11 +1125,15 @@ impl<'g> Lowering<'g> {
         ));
     }
 
-    /// An inclusive running sum as a `reduce_window` whose window covers the `n` elements up to
-    /// and including each position (padding `n - 1` zeros in front). Each window is summed first
-    /// to last, so integers are exact and floats round as a sequential sum does; the cost is
-    /// `n` additions per element.
+    /// An inclusive running sum along `axis` (of length `n`). Up to [`SCAN_WINDOW_MAX`]
+    /// elements: a `reduce_window` whose window covers the `n` elements up to and including
+    /// each position (padding `n - 1` zeros in front), summed first to last, `n` additions per
+    /// element. Longer: a Hillis-Steele scan, `s = s + shift(s, 2^k)` for `k = 0, 1, ...` while
+    /// `2^k < n` (each shift a slice and a zero pad), `ceil(log2 n)` additions per element.
     fn cumsum(&mut self, res: &str, x: &str, ty: &TensorType, axis: usize, n: usize) {
+        if n > SCAN_WINDOW_MAX {
+            return self.log_scan(res, x, ty, axis, n);
+        }
         let scalar = scalar_or_shaped(ty.dtype, &[]);
         let t = tensor_type(ty);
         let window: Vec<usize> = (0..ty.rank())
@@ -1157,6 +1167,62 @@ impl<'g> Lowering<'g> {
             padding.join(", "),
             ty.rank()
         ));
+    }
+
+    /// The log-depth inclusive scan of [`Self::cumsum`] for `n > SCAN_WINDOW_MAX`.
+    fn log_scan(&mut self, res: &str, x: &str, ty: &TensorType, axis: usize, n: usize) {
+        let t = tensor_type(ty);
+        let scalar = scalar_or_shaped(ty.dtype, &[]);
+        self.emit(format!(
+            "{res}_zero = stablehlo.constant dense<{}> : {scalar}",
+            special(ty.dtype, Special::Zero)
+        ));
+        let mut acc = x.to_string();
+        let mut shift = 1;
+        let mut round = 0;
+        while shift < n {
+            // shifted[i] = acc[i - shift] (0 for i < shift) along the axis.
+            let mut kept = ty.dims.clone();
+            kept[axis] = n - shift;
+            let ranges: Vec<String> = ty
+                .dims
+                .iter()
+                .enumerate()
+                .map(|(d, &len)| {
+                    if d == axis {
+                        format!("0:{}", n - shift)
+                    } else {
+                        format!("0:{len}")
+                    }
+                })
+                .collect();
+            let low: Vec<usize> = (0..ty.rank())
+                .map(|d| if d == axis { shift } else { 0 })
+                .collect();
+            let zeros = vec![0; ty.rank()];
+            let kept_t = tensor_type(&TensorType::new(ty.dtype, &kept));
+            let name = format!("{res}_s{round}");
+            self.emit(format!(
+                "{name}_kept = stablehlo.slice {acc} [{}] : ({t}) -> {kept_t}",
+                ranges.join(", ")
+            ));
+            self.emit(format!(
+                "{name}_shifted = stablehlo.pad {name}_kept, {res}_zero, low = {}, high = {}, \
+                 interior = {} : ({kept_t}, {scalar}) -> {t}",
+                int_list(&low),
+                int_list(&zeros),
+                int_list(&zeros)
+            ));
+            let out = if shift * 2 >= n {
+                res.to_string()
+            } else {
+                name.clone()
+            };
+            self.emit(format!("{out} = stablehlo.add {acc}, {name}_shifted : {t}"));
+            acc = out;
+            shift *= 2;
+            round += 1;
+        }
     }
 
     /// A stable sort whose comparator looks at the keys only: `a` goes before `b` when it is

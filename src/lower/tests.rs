@@ -1130,6 +1130,51 @@ fn cumsum_is_inclusive_and_exact_for_integers() {
     assert!(v::<f32>(&out[4]).is_empty());
 }
 
+#[test]
+fn long_cumsums_are_log_depth_scans() {
+    // Lengths around the powers of two, past the reduce_window limit; i64 with wrapping values
+    // (exact modulo 2^64 in any order) and f32 against an f64 running sum.
+    for n in [17, 32, 33, 100, 1000] {
+        let g = Graph::new();
+        let x = param(&g, "x", DType::I64, &[2, n]);
+        let f = param(&g, "f", DType::F32, &[n, 3]);
+        let ci = push(&g, Op::Cumsum { axis: 1 }, &[&x], tt(DType::I64, &[2, n]));
+        let cf = push(&g, Op::Cumsum { axis: 0 }, &[&f], tt(DType::F32, &[n, 3]));
+        g.set_outputs(&[&ci, &cf]).unwrap();
+        let text = to_stablehlo(&g).unwrap();
+        assert!(!text.contains("reduce_window"), "{text}");
+        let rounds = usize::BITS - (n - 1).leading_zeros();
+        assert_eq!(text.matches("stablehlo.pad").count(), 2 * rounds as usize);
+        let xs: Vec<i64> = (0..2 * n as i64)
+            .map(|i| i.wrapping_mul(0x9E37_79B9_7F4A_7C15u64 as i64))
+            .collect();
+        let fs: Vec<f32> = (0..3 * n)
+            .map(|i| ((i * 37) % 17) as f32 / 8.0 - 1.0)
+            .collect();
+        let out = run(&g, &[&ci, &cf], &[&buf(&xs, &[2, n]), &buf(&fs, &[n, 3])]);
+        let got = v::<i64>(&out[0]);
+        for r in 0..2 {
+            let mut sum = 0i64;
+            for k in 0..n {
+                sum = sum.wrapping_add(xs[r * n + k]);
+                assert_eq!(got[r * n + k], sum, "n {n} row {r} at {k}");
+            }
+        }
+        let got = v::<f32>(&out[1]);
+        for c in 0..3 {
+            let mut sum = 0f64;
+            for k in 0..n {
+                sum += f64::from(fs[k * 3 + c]);
+                let err = (f64::from(got[k * 3 + c]) - sum).abs();
+                assert!(
+                    err <= 1e-5 * (k + 1) as f64,
+                    "n {n} column {c} at {k}: {err}"
+                );
+            }
+        }
+    }
+}
+
 // ----- contraction, gather, sort -----
 
 #[test]

@@ -14,5 +14,5 @@ pub use crate::sampling::Sampling;
 pub use block::LayerState;
 pub use checkpoint::LoadOptions;
 pub use config::Mamba2Config;
-pub use model::{GenerateOptions, Mamba2, Mamba2State, Prefill, MAX_NEW_TOKENS};
+pub use model::{GenerateOptions, Mamba2, Mamba2State, Prefill, CPU_MAX_CHUNK, MAX_NEW_TOKENS};
 pub use weights::{LayerWeights, Mamba2Weights};

@@ -39,8 +39,10 @@ pub struct Mamba2State {
 /// What a prefill returns.
 #[derive(Debug)]
 pub struct Prefill {
-    /// Logits at every position of the padded batch, `[b, L, vocab]` f32; row `r`'s prompt
-    /// occupies its last `prompt_len[r]` positions (prompts are left-padded).
+    /// From [`Mamba2::prefill`]: the logits after each row's prompt, `[b, vocab]` f32. From
+    /// [`Mamba2::prefill_all_positions`]: the logits at every position of the padded batch,
+    /// `[b, L, vocab]`, where row `r`'s prompt occupies its last `prompt_len[r]` positions
+    /// (prompts are left-padded).
     pub logits: HostArray,
     /// Each row's prompt length.
     pub prompt_len: Vec<usize>,
@@ -65,7 +67,18 @@ pub struct Mamba2 {
     client: Client,
     weights: Mamba2Weights<Buffer>,
     types: Mamba2Weights<TensorType>,
+    /// The SSD chunk of every prefill, when set (see [`Mamba2::with_prefill_chunk`]).
+    prefill_chunk: Option<usize>,
     programs: Mutex<HashMap<String, CompiledGraph>>,
+}
+
+/// Which positions' logits a prefill program returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LogitsAt {
+    /// The last position: `[b, vocab]`.
+    Last,
+    /// Every position: `[b, L, vocab]`.
+    All,
 }
 
 impl std::fmt::Debug for Mamba2 {
@@ -96,8 +109,58 @@ impl Mamba2 {
             client: client.clone(),
             weights: buffers,
             types,
+            prefill_chunk: None,
             programs: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// Runs every prefill with SSD chunks of `chunk` positions (prompts padded to a multiple
+    /// of it) instead of the automatic choice of [`Mamba2::prefill_chunk`]; `None` restores
+    /// that choice. The chunk is the algorithm's block size, not a property of the weights: any
+    /// chunk gives the same result up to rounding. A chunk of 0 is an error.
+    pub fn with_prefill_chunk(mut self, chunk: Option<usize>) -> Result<Mamba2> {
+        if chunk == Some(0) {
+            return Err(Error::InvalidArgument(
+                "Mamba2::with_prefill_chunk: chunk is 0".into(),
+            ));
+        }
+        self.prefill_chunk = chunk;
+        self.programs
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+        Ok(self)
+    }
+
+    /// The SSD chunk a prefill of prompts up to `longest` tokens uses: the one set with
+    /// [`Mamba2::with_prefill_chunk`], or else the power of two covering `longest` (at least
+    /// 16), capped by the config's `chunk_size` and by [`CPU_MAX_CHUNK`] on the CPU platform
+    /// (measured there: smaller chunks are faster; see the README), so that a short prompt is
+    /// not padded to a long chunk.
+    pub fn prefill_chunk(&self, longest: usize) -> usize {
+        if let Some(chunk) = self.prefill_chunk {
+            return chunk;
+        }
+        let mut chunk = self.config.chunk_size;
+        if self.client.platform_name().is_ok_and(|p| p == "cpu") {
+            chunk = chunk.min(CPU_MAX_CHUNK);
+        }
+        chunk.min(longest.max(16).next_power_of_two())
+    }
+
+    /// The padded length (prompt bucket) of prompts up to `longest` tokens: a multiple of
+    /// [`Mamba2::prefill_chunk`]`(longest)`. `None` when it overflows.
+    pub fn prompt_bucket(&self, longest: usize) -> Option<usize> {
+        let chunk = self.prefill_chunk(longest);
+        longest.max(1).div_ceil(chunk).checked_mul(chunk)
+    }
+
+    /// The config with the chunk of a prefill over `bucket` positions.
+    fn prefill_config(&self, bucket: usize) -> Mamba2Config {
+        Mamba2Config {
+            chunk_size: self.prefill_chunk(bucket),
+            ..self.config.clone()
+        }
     }
 
     /// The configuration.
@@ -134,29 +197,30 @@ impl Mamba2 {
 
     /// The StableHLO text of the prefill, step and generate programs for a batch shape (for
     /// reading and for `emit`): `batch` rows (at least 1) of prompts padded to `bucket`
-    /// positions (a positive multiple of the chunk). Wrong sizes or options are an error naming
-    /// them.
+    /// positions (a value of [`Mamba2::prompt_bucket`]). Wrong sizes or options are an error
+    /// naming them.
     pub fn stablehlo(
         &self,
         batch: usize,
         bucket: usize,
         options: &GenerateOptions,
     ) -> Result<[String; 3]> {
-        let chunk = self.config.chunk_size;
         if batch == 0 {
             return Err(Error::InvalidArgument(
                 "Mamba2::stablehlo: batch is 0; it needs at least one row".into(),
             ));
         }
-        if bucket == 0 || !bucket.is_multiple_of(chunk) {
+        if bucket == 0 || self.prompt_bucket(bucket) != Some(bucket) {
             return Err(Error::InvalidArgument(format!(
-                "Mamba2::stablehlo: bucket ({bucket}) is not a positive multiple of the chunk \
-                 ({chunk})"
+                "Mamba2::stablehlo: bucket ({bucket}) is not a prompt bucket; \
+                 Mamba2::prompt_bucket gives them (here {:?})",
+                self.prompt_bucket(bucket.max(1))
             )));
         }
         self.check_options(options)?;
         Ok([
-            self.prefill_graph(batch, bucket)?.to_stablehlo()?,
+            self.prefill_graph(batch, bucket, LogitsAt::Last)?
+                .to_stablehlo()?,
             self.step_graph(batch)?.to_stablehlo()?,
             self.generate_graph(
                 batch,
@@ -176,13 +240,12 @@ impl Mamba2 {
         )
     }
 
-    fn prefill_graph(&self, batch: usize, bucket: usize) -> Result<Graph> {
+    fn prefill_graph(&self, batch: usize, bucket: usize, at: LogitsAt) -> Result<Graph> {
         let g = Graph::new();
         let w = block::weight_parameters(&g, &self.types)?;
         let tokens = g.parameter("tokens", DType::I32, &[batch, bucket])?;
         let mask = g.parameter("mask", DType::F32, &[batch, bucket])?;
-        let (hidden, states) = block::prefill(&tokens, &mask, &w, &self.config)?;
-        let logits = block::head(&hidden, &w, &self.config)?;
+        let (logits, states) = self.prefill_logits(&tokens, &mask, &w, at)?;
         let mut outs = vec![logits];
         for s in states {
             outs.push(s.conv);
@@ -190,6 +253,32 @@ impl Mamba2 {
         }
         g.set_outputs(&outs.iter().collect::<Vec<_>>())?;
         Ok(g)
+    }
+
+    /// The prefill of left-padded `tokens` `[b, L]` in a graph: the logits at `at` and the
+    /// states. Prefill and generate both build it here.
+    fn prefill_logits(
+        &self,
+        tokens: &Tensor,
+        mask: &Tensor,
+        w: &Mamba2Weights<Tensor>,
+        at: LogitsAt,
+    ) -> Result<(Tensor, Vec<LayerState<Tensor>>)> {
+        let [batch, bucket] = *tokens.dims() else {
+            return Err(Error::InvalidArgument(format!(
+                "prefill: tokens is {}, expected [b, L]",
+                tokens.ty()
+            )));
+        };
+        let cfg = self.prefill_config(bucket);
+        let (hidden, states) = block::prefill(tokens, mask, w, &cfg)?;
+        let hidden = match at {
+            LogitsAt::All => hidden,
+            LogitsAt::Last => hidden
+                .narrow(1, bucket - 1, 1)?
+                .reshape(&[batch as isize, cfg.hidden_size as isize])?,
+        };
+        Ok((block::head(&hidden, w, &cfg)?, states))
     }
 
     fn step_graph(&self, batch: usize) -> Result<Graph> {
@@ -216,7 +305,8 @@ impl Mamba2 {
         Ok(g)
     }
 
-    /// Left-pads the prompts to a multiple of the chunk: token ids and the real-token mask.
+    /// Left-pads the prompts to their [`Mamba2::prompt_bucket`]: token ids and the real-token
+    /// mask.
     fn pad_prompts(
         &self,
         prompts: &[Vec<u32>],
@@ -233,17 +323,13 @@ impl Mamba2 {
             )));
         }
         let longest = prompts.iter().map(Vec::len).max().unwrap_or(1);
-        let chunk = self.config.chunk_size;
         let too_long = || {
             Error::InvalidArgument(format!(
                 "prompts: {} rows padded to {longest} tokens are too many to address",
                 prompts.len()
             ))
         };
-        let bucket = longest
-            .div_ceil(chunk)
-            .checked_mul(chunk)
-            .ok_or_else(too_long)?;
+        let bucket = self.prompt_bucket(longest).ok_or_else(too_long)?;
         let total = prompts.len().checked_mul(bucket).ok_or_else(too_long)?;
         let mut ids = vec![0i32; total];
         let mut mask = vec![0f32; total];
@@ -268,13 +354,24 @@ impl Mamba2 {
             .buffer_from_bytes(a.dtype(), a.dims(), &a.to_bytes(), 0)
     }
 
-    /// Runs the prompts (left-padded to a common multiple of the chunk) through the chunked
-    /// SSD; returns the logits at every position and the state for [`Mamba2::step`].
+    /// Runs the prompts (left-padded to a common [`Mamba2::prompt_bucket`]) through the
+    /// chunked SSD; returns the logits after each prompt (`[b, vocab]`) and the state for
+    /// [`Mamba2::step`]. This is the prefill [`Mamba2::generate`] runs.
     pub fn prefill(&self, prompts: &[Vec<u32>]) -> Result<Prefill> {
+        self.run_prefill(prompts, LogitsAt::Last)
+    }
+
+    /// [`Mamba2::prefill`] returning the logits at every position, `[b, L, vocab]` (costlier:
+    /// the head runs `L` times).
+    pub fn prefill_all_positions(&self, prompts: &[Vec<u32>]) -> Result<Prefill> {
+        self.run_prefill(prompts, LogitsAt::All)
+    }
+
+    fn run_prefill(&self, prompts: &[Vec<u32>], at: LogitsAt) -> Result<Prefill> {
         let (bucket, ids, mask, prompt_len) = self.pad_prompts(prompts)?;
         let batch = prompts.len();
-        let program = self.program(&format!("prefill b{batch} l{bucket}"), || {
-            self.prefill_graph(batch, bucket)
+        let program = self.program(&format!("prefill b{batch} l{bucket} {at:?}"), || {
+            self.prefill_graph(batch, bucket, at)
         })?;
         let (ids, mask) = (self.upload(&ids)?, self.upload(&mask)?);
         let mut args = self.weight_args();
@@ -382,11 +479,7 @@ impl Mamba2 {
         } else {
             None
         };
-        let (hidden, states) = block::prefill(&tokens, &mask, &w, cfg)?;
-        let last = hidden
-            .narrow(1, bucket - 1, 1)?
-            .reshape(&[batch as isize, cfg.hidden_size as isize])?;
-        let logits = block::head(&last, &w, cfg)?;
+        let (logits, states) = self.prefill_logits(&tokens, &mask, &w, LogitsAt::Last)?;
         // Positions after a row's EOS (also those the loop skips once every row has stopped)
         // hold the EOS; without one (eos = -1) the loop runs to `max_new` and fills them all.
         let out = eos.maximum(0.0)?.broadcast_to(&[batch, capacity])?;
@@ -546,3 +639,7 @@ pub const MAX_NEW_TOKENS: usize = 1 << 24;
 fn generate_capacity(max_new_tokens: usize) -> usize {
     max_new_tokens.next_power_of_two().max(16)
 }
+
+/// The largest prefill chunk on the CPU platform. Measured on the 130M shape (see the README):
+/// smaller chunks make the chunked SSD faster there, as its work per token grows with the chunk.
+pub const CPU_MAX_CHUNK: usize = 64;

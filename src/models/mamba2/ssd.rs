@@ -73,8 +73,15 @@ fn check_sequence(
 }
 
 /// `segsum(x)[..., i, j] = x[..., j+1] + ... + x[..., i]` for `i >= j`, `-inf` above the
-/// diagonal, for `x` of shape `[..., T]`; built as a masked cumulative sum (no subtraction of
-/// large cumulative sums, so it stays accurate) over static `tril` masks.
+/// diagonal, for `x` of shape `[..., T]`: the difference `cs[i] - cs[j]` of one cumulative sum
+/// `cs` along `T`, so O(T^2) work per row (a masked cumulative sum over a `T x T` tensor would be
+/// O(T^3)).
+///
+/// Accuracy: the sum and the difference are computed in a wider dtype (f64 for f32 and f64
+/// input, f32 for bf16 and f16) and rounded to `x`'s dtype once. For f32 input the result is
+/// within half an f32 ulp of the exact value plus `2 T S 2^-53` (`S` the sum of `|x|` along the
+/// row), that is, plus at most `6e-10` for `T = 256` and `S = 10^4`: as accurate as an f32
+/// segment sum can be. (The masked sequential sum it replaces rounded in f32 at every step.)
 pub fn segsum(x: &Tensor) -> Result<Tensor> {
     let g = x.graph();
     let Some(&t) = x.dims().last().filter(|_| x.dtype().is_float()) else {
@@ -84,14 +91,15 @@ pub fn segsum(x: &Tensor) -> Result<Tensor> {
             format!("is {}, expected a float tensor [..., T]", x.ty()),
         ));
     };
-    let mut dims = x.dims().to_vec();
-    dims.push(t);
-    // rep[..., i, j] = x[..., i]
-    let rep = x.expand_dims(-1)?.broadcast_to(&dims)?;
-    let strictly_lower = g.tril_mask(t, t, -1)?;
-    let rep = rep.where_(&strictly_lower, 0.0)?;
-    let seg = rep.cumsum(-2, false, false)?;
-    seg.where_(&g.tril_mask(t, t, 0)?, f64::NEG_INFINITY)
+    let wide = match x.dtype() {
+        DType::F32 | DType::F64 => DType::F64,
+        _ => DType::F32,
+    };
+    let cs = x.convert(wide)?.cumsum(-1, false, false)?;
+    // seg[..., i, j] = cs[..., i] - cs[..., j]
+    let seg = cs.expand_dims(-1)?.sub(&cs.expand_dims(-2)?)?;
+    seg.convert(x.dtype())?
+        .where_(&g.tril_mask(t, t, 0)?, f64::NEG_INFINITY)
 }
 
 /// Repeats `[b, L, G, N]` group tensors (any leading dimensions; at least `[G, N]`) to
