@@ -13,7 +13,8 @@ use anyhow::{anyhow, bail, ensure, Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde_json::json;
 use stablegraph::models::mamba2::{
-    GenerateOptions, LoadOptions, Mamba2, Mamba2Config, Mamba2Weights, Prefill, Sampling,
+    GenerateOptions, LoadOptions, Mamba2, Mamba2Config, Mamba2State, Mamba2Weights, Prefill,
+    Sampling,
 };
 use stablegraph::runtime::Client;
 use stablegraph::DType;
@@ -144,6 +145,15 @@ struct GenerateArgs {
     /// padding of a shorter prompt) are 0.
     #[arg(long, value_name = "FILE")]
     dump_logits: Option<PathBuf>,
+    /// Continue from the state in FILE (written by --state-out; one row per prompt): the
+    /// prompt is fed after whatever made it, e.g. the next turn of a conversation.
+    #[arg(long, value_name = "FILE")]
+    state_in: Option<PathBuf>,
+    /// Write the state after the prompt and the generated tokens to FILE (safetensors), for
+    /// a later --state-in. With --state-in or --state-out, generate runs once (compile
+    /// included) and prints no throughput.
+    #[arg(long, value_name = "FILE")]
+    state_out: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -509,6 +519,9 @@ fn peak_rss_mb() -> Option<f64> {
 fn generate(a: GenerateArgs) -> Result<()> {
     let l = load(&a.model, &a.prompt, &a.sampling)?;
     let options = l.options.clone();
+    if a.state_in.is_some() || a.state_out.is_some() {
+        return generate_with_state(&l, &a, &options);
+    }
     let (first_s, cached) = warm_up(&l, &options)?;
     if let Some(path) = &a.dump_logits {
         progress("prefill with the logits at every position");
@@ -523,17 +536,7 @@ fn generate(a: GenerateArgs) -> Result<()> {
     let prompt_tokens = l.prompt_tokens();
     let peak = peak_rss_mb();
 
-    for (r, row) in run.tokens.iter().enumerate() {
-        let shown = match &l.tokenizer {
-            Some(tok) => format!(
-                "{:?}",
-                tok.decode(row, false)
-                    .map_err(|e| anyhow!("decoding row {r}: {e}"))?
-            ),
-            None => ids_text(row),
-        };
-        println!("row {r:<5} {shown}");
-    }
+    print_rows(&l, &run.tokens)?;
     let (batch, bucket) = l.shape();
     println!("model     {}", l.description);
     println!("prompt    {batch} row(s), {prompt_tokens} tokens in all (padded to {bucket})");
@@ -580,6 +583,62 @@ fn generate(a: GenerateArgs) -> Result<()> {
             "model": l.description,
         });
         write_json(path, &value)?;
+    }
+    Ok(())
+}
+
+/// Prints each row's new tokens, as text when there is a tokenizer.
+fn print_rows(l: &Loaded, rows: &[Vec<u32>]) -> Result<()> {
+    for (r, row) in rows.iter().enumerate() {
+        let shown = match &l.tokenizer {
+            Some(tok) => format!(
+                "{:?}",
+                tok.decode(row, false)
+                    .map_err(|e| anyhow!("decoding row {r}: {e}"))?
+            ),
+            None => ids_text(row),
+        };
+        println!("row {r:<5} {shown}");
+    }
+    Ok(())
+}
+
+/// `generate --state-in/--state-out`: one `generate_from` from the given state (or none),
+/// writing the state after it.
+fn generate_with_state(l: &Loaded, a: &GenerateArgs, options: &GenerateOptions) -> Result<()> {
+    let state = match &a.state_in {
+        Some(path) => Some(
+            Mamba2State::load(path, &l.client)
+                .with_context(|| format!("--state-in {}", path.display()))?,
+        ),
+        None => None,
+    };
+    progress("compiling and running generate from the state");
+    let t = Instant::now();
+    let (tokens, state) = l
+        .model
+        .generate_from(&l.prompts, state, options)
+        .context("generate")?;
+    let seconds_taken = seconds(t);
+    let tokens = cut_at_eos(tokens, options.eos);
+    print_rows(l, &tokens)?;
+    println!("model     {}", l.description);
+    println!(
+        "generate  {} prompt tokens and {} new in {seconds_taken:.2} s (compile included)",
+        l.prompt_tokens(),
+        tokens.iter().map(Vec::len).sum::<usize>()
+    );
+    if let Some(path) = &a.state_in {
+        println!("state     continued from {}", path.display());
+    }
+    if let Some(path) = &a.state_out {
+        state
+            .save(path)
+            .with_context(|| format!("--state-out {}", path.display()))?;
+        println!("state     written to {}", path.display());
+    }
+    if let Some(path) = &a.json {
+        write_json(path, &json!({ "tokens": tokens, "model": l.description }))?;
     }
     Ok(())
 }

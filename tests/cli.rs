@@ -440,3 +440,74 @@ fn a_checkpoint_with_nan_is_refused_unless_allowed() {
     let stdout = run_ok(&allowed);
     assert!(stdout.contains("row 0"), "{stdout}");
 }
+
+#[test]
+fn a_conversation_continues_from_a_state_file() {
+    let dir = scratch("state");
+    let state = dir.join("state.safetensors");
+    let tokens = |json: &Path| -> Vec<u32> {
+        let v: Value = serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap();
+        v["tokens"][0]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t.as_u64().unwrap() as u32)
+            .collect()
+    };
+    let ids = |t: &[u32]| t.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
+    let gen = |prompt: &str, extra: &[&str], json: &Path| -> Vec<u32> {
+        let mut args = vec![
+            "generate",
+            "--model",
+            TINY,
+            "--prompt-ids",
+            prompt,
+            "--max-new-tokens",
+            "4",
+            "--json",
+            json.to_str().unwrap(),
+        ];
+        args.extend(extra);
+        let stdout = run_ok(&args);
+        assert!(stdout.contains("row 0"), "{stdout}");
+        tokens(json)
+    };
+    // Turn one writes the state after its prompt and answer; turn two continues from it.
+    let first = gen(
+        "5,6,7,8,9",
+        &["--state-out", state.to_str().unwrap()],
+        &dir.join("1.json"),
+    );
+    let second = gen(
+        "10,11",
+        &["--state-in", state.to_str().unwrap()],
+        &dir.join("2.json"),
+    );
+    // The same as the whole conversation as one prompt.
+    let whole = format!("5,6,7,8,9,{},10,11", ids(&first));
+    assert_eq!(second, gen(&whole, &[], &dir.join("3.json")));
+    // A state for two rows does not fit one prompt: one error line.
+    run_ok(&[
+        "generate",
+        "--model",
+        TINY,
+        "--prompt-ids",
+        "1,2;3",
+        "--max-new-tokens",
+        "1",
+        "--state-out",
+        state.to_str().unwrap(),
+    ]);
+    let out = run(&[
+        "generate",
+        "--model",
+        TINY,
+        "--prompt-ids",
+        "1,2",
+        "--state-in",
+        state.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(err.contains("error:") && err.contains("(1 rows)"), "{err}");
+}

@@ -10,26 +10,7 @@ use stablegraph::models::mamba2::{GenerateOptions, Mamba2, Mamba2Config, Mamba2W
 use stablegraph::{DType, HostArray};
 
 fn config() -> Mamba2Config {
-    Mamba2Config {
-        hidden_size: 32,
-        num_layers: 2,
-        state_size: 8,
-        head_dim: 8,
-        num_heads: 8,
-        n_groups: 2,
-        conv_kernel: 4,
-        chunk_size: 8,
-        vocab_size: 64,
-        time_step_limit: (0.0, f64::INFINITY),
-        norm_eps: 1e-5,
-        residual_in_fp32: true,
-        tie_word_embeddings: false,
-        use_bias: false,
-        use_conv_bias: true,
-        norm_before_gate: false,
-        time_step_init: (1e-3, 1e-1, 1e-4),
-        scan_dtype: DType::F32,
-    }
+    common::tiny_mamba2()
 }
 
 fn model(dtype: DType) -> Mamba2 {

@@ -364,7 +364,7 @@ fn configs_are_validated_whatever_their_source() {
             let w = block::weight_parameters(&g, &Mamba2Weights::types(&tiny(), DType::F32)?)?;
             let tokens = g.parameter("tokens", DType::I32, &[1, 8])?;
             let mask = g.parameter("mask", DType::F32, &[1, 8])?;
-            block::prefill(&tokens, &mask, &w, &c).map(drop)
+            block::prefill(&tokens, &mask, &w, &c, None).map(drop)
         }));
         let c = cfg;
         cases.push(case(name, Expect::Err(words), move || {
@@ -607,7 +607,7 @@ fn block_builders_check_their_arguments() {
         move || -> Result<()> {
             let (g, w) = graph_weights(&tiny())?;
             let p = params(&g, &[hidden, mask])?;
-            block::block_prefill(&p[0], &p[1], &w.layers[0], &cfg).map(drop)
+            block::block_prefill(&p[0], &p[1], &w.layers[0], &cfg, None).map(drop)
         }
     };
     cases.push(case(
@@ -634,6 +634,27 @@ fn block_builders_check_their_arguments() {
         "block_prefill: weights of another config",
         Expect::Err(&["block_prefill", "`w`", "mixer.in_proj"]),
         prefill_block(&[1, 8, 32], &[1, 8], tiny_with(|c| c.hidden_size = 32)),
+    ));
+    cases.push(case(
+        "block_prefill: init state of another batch",
+        Expect::Err(&["block_prefill", "`init.conv`"]),
+        || {
+            let (g, w) = graph_weights(&tiny())?;
+            let p = params(&g, &[&[1, 8, 16], &[1, 8]])?;
+            let init = layer_state(&g, &tiny(), 2)?;
+            block::block_prefill(&p[0], &p[1], &w.layers[0], &tiny(), Some(&init)).map(drop)
+        },
+    ));
+    cases.push(case(
+        "prefill: init with too few layers",
+        Expect::Err(&["prefill", "`init`", "num_layers"]),
+        || {
+            let (g, w) = graph_weights(&tiny())?;
+            let tokens = g.parameter("tokens", DType::I32, &[1, 8])?;
+            let mask = g.parameter("mask", DType::F32, &[1, 8])?;
+            let init = vec![layer_state(&g, &tiny(), 1)?];
+            block::prefill(&tokens, &mask, &w, &tiny(), Some(&init)).map(drop)
+        },
     ));
     // block_step
     let step_block = move |hidden: Vec<usize>, conv: Vec<usize>, cfg: Mamba2Config| {
@@ -726,7 +747,7 @@ fn block_builders_check_their_arguments() {
             w.layers.truncate(layers);
             let t = g.parameter("tokens", DType::I32, tokens)?;
             let m = g.parameter("mask", DType::F32, mask)?;
-            block::prefill(&t, &m, &w, &tiny()).map(drop)
+            block::prefill(&t, &m, &w, &tiny(), None).map(drop)
         }
     };
     cases.push(case(

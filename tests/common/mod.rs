@@ -3,7 +3,9 @@
 
 use std::sync::OnceLock;
 
+use stablegraph::models::mamba2::Mamba2Config;
 use stablegraph::runtime::{Buffer, Client, Executable};
+use stablegraph::DType;
 
 /// One CPU client per test binary (the plugin is resolved, and fetched on first use, as for users).
 pub fn client() -> Client {
@@ -99,4 +101,29 @@ pub fn rss_kb() -> u64 {
         .find_map(|l| l.strip_prefix("VmRSS:"))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .expect("VmRSS in /proc/self/status")
+}
+
+/// A tiny Mamba-2 shape for model tests: 2 layers, 32 wide, 8 heads in 2 groups, chunk 8,
+/// vocabulary 64.
+pub fn tiny_mamba2() -> Mamba2Config {
+    Mamba2Config {
+        hidden_size: 32,
+        num_layers: 2,
+        state_size: 8,
+        head_dim: 8,
+        num_heads: 8,
+        n_groups: 2,
+        conv_kernel: 4,
+        chunk_size: 8,
+        vocab_size: 64,
+        time_step_limit: (0.0, f64::INFINITY),
+        norm_eps: 1e-5,
+        residual_in_fp32: true,
+        tie_word_embeddings: false,
+        use_bias: false,
+        use_conv_bias: true,
+        norm_before_gate: false,
+        time_step_init: (1e-3, 1e-1, 1e-4),
+        scan_dtype: DType::F32,
+    }
 }

@@ -269,16 +269,72 @@ fn mixer_output(
     hidden.add(&linear(&y, &w.out_proj, w.out_proj_bias.as_ref())?)
 }
 
+/// The last `k - 1` convolution inputs `init` remembers, placed for a history of `k - 1 + L`
+/// positions (`[b, k - 1 + L, C]`, zero elsewhere) just before each row's first real token:
+/// row `r`, left-padded by `p_r` positions, gets them at `p_r .. p_r + k - 1`.
+fn remembered_inputs(
+    init: &LayerState<Tensor>,
+    mask: &Tensor,
+    k: usize,
+    len: usize,
+) -> Result<Tensor> {
+    let g = mask.graph();
+    let batch = mask.dims()[0];
+    let earlier = init.conv.narrow(2, 1, k - 1)?.transpose(&[0, 2, 1])?; // [b, k-1, C]
+    let padding = mask
+        .neg()?
+        .add(1.0)?
+        .sum(&[1], false)?
+        .convert(DType::I32)?; // [b]
+    let dims = [batch, k - 1 + len, k - 1];
+    let position = g.iota(DType::I32, &dims, 1)?;
+    let j = g.iota(DType::I32, &dims, 2)?;
+    let target = j.add(&padding.expand_dims(1)?.expand_dims(2)?)?;
+    let place = position.eq(&target)?.convert(DType::F32)?; // [b, k-1+L, k-1]
+    Tensor::einsum("btj,bjc->btc", &[&place, &earlier])
+}
+
+/// Checks a batch's layer state against the config.
+fn check_state(
+    op: &str,
+    arg: &str,
+    state: &LayerState<Tensor>,
+    batch: usize,
+    cfg: &Mamba2Config,
+) -> Result<()> {
+    let (conv_dims, ssm_dims) = state_dims(batch, cfg);
+    let f32 = Some(DType::F32);
+    check_arg(
+        op,
+        &format!("{arg}.conv"),
+        &state.conv,
+        &conv_dims,
+        "[b, conv_dim, conv_kernel]",
+        f32,
+    )?;
+    check_arg(
+        op,
+        &format!("{arg}.ssm"),
+        &state.ssm,
+        &ssm_dims,
+        "[b, H, P, N]",
+        f32,
+    )
+}
+
 /// One block over a whole left-padded sequence. `hidden`: `[b, L, hidden]` f32 (`L` a multiple
-/// of the chunk), `mask`: `[b, L]` f32, 1 for real tokens and 0 for padding. Padded steps get
-/// `x = 0` and `dt = 0`, so they neither feed nor decay the state; their convolution inputs are
-/// zero, so the real tokens see the same history as without padding. A config that
-/// [`Mamba2Config::validate`] rejects, or an argument of the wrong shape, is an error naming it.
+/// of the chunk), `mask`: `[b, L]` f32, 1 for real tokens and 0 for padding, `init`: the state
+/// before the sequence (zero when `None`). Padded steps get `x = 0` and `dt = 0`, so they
+/// neither feed nor decay the state; their convolution inputs are zero, or, just before a
+/// row's first real token, the inputs `init` remembers, so the real tokens see the same history
+/// as without padding. A config that [`Mamba2Config::validate`] rejects, or an argument of the
+/// wrong shape, is an error naming it.
 pub fn block_prefill(
     hidden: &Tensor,
     mask: &Tensor,
     w: &LayerWeights<Tensor>,
     cfg: &Mamba2Config,
+    init: Option<&LayerState<Tensor>>,
 ) -> Result<(Tensor, LayerState<Tensor>)> {
     let op = "block_prefill";
     cfg.validate()?;
@@ -307,18 +363,25 @@ pub fn block_prefill(
         ));
     }
     check_arg(op, "mask", mask, &[batch, len], "[b, L]", Some(DType::F32))?;
+    if let Some(init) = init {
+        check_state(op, "init", init, batch, cfg)?;
+    }
     check_layer(op, w, cfg)?;
     let k = cfg.conv_kernel;
     let (z, xbc, dt) = mixer_inputs(hidden, w, cfg)?;
     let m = mask.expand_dims(-1)?; // [b, L, 1]
     let xbc = xbc.mul(&m)?;
 
+    // The inputs the convolution sees: k - 1 earlier ones (zero, or from `init`), then xbc.
+    let mut history = xbc.pad(&[0, k as i64 - 1, 0], &[0, 0, 0], &[0, 0, 0], 0.0)?;
+    if let Some(init) = init {
+        history = history.add(&remembered_inputs(init, mask, k, len)?)?;
+    }
     // The convolution state after the prompt: its last k inputs, oldest first.
-    let history = xbc.pad(&[0, k as i64, 0], &[0, 0, 0], &[0, 0, 0], 0.0)?; // [b, k + L, C]
-    let conv_state = history.narrow(1, len, k)?.transpose(&[0, 2, 1])?; // [b, C, k]
-
-    let conv = xbc
+    let conv_state = history.narrow(1, len - 1, k)?.transpose(&[0, 2, 1])?; // [b, C, k]
+    let conv = history
         .causal_conv1d(&w.conv_weight, w.conv_bias.as_ref())?
+        .narrow(1, k - 1, len)?
         .silu()?;
     let (x, b, c) = split_xbc(&conv, cfg)?;
     let x = x.mul(&m.expand_dims(-1)?)?;
@@ -326,7 +389,7 @@ pub fn block_prefill(
     let a = w.a_log.exp()?.neg()?.convert(cfg.scan_dtype)?;
     let b = groups_to_heads(&b, cfg.num_heads)?;
     let c = groups_to_heads(&c, cfg.num_heads)?;
-    let (y, ssm) = ssd_chunked(&x, &dt, &a, &b, &c, None, cfg.chunk_size)?;
+    let (y, ssm) = ssd_chunked(&x, &dt, &a, &b, &c, init.map(|s| &s.ssm), cfg.chunk_size)?;
     Ok((
         mixer_output(hidden, &y, &x, &z, w, cfg)?,
         LayerState {
@@ -361,17 +424,7 @@ pub fn block_step(
             ))
         }
     };
-    let (conv_dims, ssm_dims) = state_dims(batch, cfg);
-    let f32 = Some(DType::F32);
-    check_arg(
-        op,
-        "state.conv",
-        &state.conv,
-        &conv_dims,
-        "[b, conv_dim, conv_kernel]",
-        f32,
-    )?;
-    check_arg(op, "state.ssm", &state.ssm, &ssm_dims, "[b, H, P, N]", f32)?;
+    check_state(op, "state", state, batch, cfg)?;
     check_layer(op, w, cfg)?;
     let k = cfg.conv_kernel;
     let (z, xbc, dt) = mixer_inputs(hidden, w, cfg)?;
@@ -451,13 +504,15 @@ pub fn embed(tokens: &Tensor, w: &Mamba2Weights<Tensor>) -> Result<Tensor> {
 
 /// The whole model over a left-padded prompt: returns the final hidden states `[b, L, hidden]`
 /// and each layer's state after the prompt. `tokens`: `[b, L]` integers (`L` a multiple of the
-/// chunk), `mask`: `[b, L]` f32. A config that [`Mamba2Config::validate`] rejects, weights that
-/// do not fit it, or an argument of the wrong shape, are an error naming it.
+/// chunk), `mask`: `[b, L]` f32, `init`: one state per layer to continue from (zero when
+/// `None`; see [`block_prefill`]). A config that [`Mamba2Config::validate`] rejects, weights
+/// that do not fit it, or an argument of the wrong shape, are an error naming it.
 pub fn prefill(
     tokens: &Tensor,
     mask: &Tensor,
     w: &Mamba2Weights<Tensor>,
     cfg: &Mamba2Config,
+    init: Option<&[LayerState<Tensor>]>,
 ) -> Result<(Tensor, Vec<LayerState<Tensor>>)> {
     cfg.validate()?;
     let fits = matches!(*tokens.dims(), [_, len] if len.is_multiple_of(cfg.chunk_size));
@@ -481,10 +536,23 @@ pub fn prefill(
         Some(DType::F32),
     )?;
     check_weights("prefill", w, cfg)?;
+    if let Some(init) = init {
+        if init.len() != cfg.num_layers {
+            return Err(bad_arg(
+                "prefill",
+                "init",
+                format!(
+                    "has {} layer states, the config has num_layers = {}",
+                    init.len(),
+                    cfg.num_layers
+                ),
+            ));
+        }
+    }
     let mut hidden = embed(tokens, w)?;
     let mut states = Vec::with_capacity(w.layers.len());
-    for layer in &w.layers {
-        let (h, s) = block_prefill(&hidden, mask, layer, cfg)?;
+    for (i, layer) in w.layers.iter().enumerate() {
+        let (h, s) = block_prefill(&hidden, mask, layer, cfg, init.map(|s| &s[i]))?;
         hidden = h;
         states.push(s);
     }

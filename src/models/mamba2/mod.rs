@@ -7,6 +7,7 @@ pub(crate) mod checkpoint;
 mod config;
 mod model;
 pub mod ssd;
+mod state;
 mod weights;
 
 /// Re-exported from [`crate::sampling`], where it lives.
@@ -14,5 +15,6 @@ pub use crate::sampling::Sampling;
 pub use block::LayerState;
 pub use checkpoint::LoadOptions;
 pub use config::Mamba2Config;
-pub use model::{GenerateOptions, Mamba2, Mamba2State, Prefill, CPU_MAX_CHUNK, MAX_NEW_TOKENS};
+pub use model::{GenerateOptions, Mamba2, Prefill, CPU_MAX_CHUNK, MAX_NEW_TOKENS};
+pub use state::Mamba2State;
 pub use weights::{LayerWeights, Mamba2Weights};

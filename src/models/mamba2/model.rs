@@ -7,6 +7,7 @@ use std::sync::Mutex;
 
 use super::block::{self, LayerState};
 use super::config::Mamba2Config;
+use super::state::Mamba2State;
 use super::weights::Mamba2Weights;
 use crate::array::HostArray;
 use crate::compiled::CompiledGraph;
@@ -27,13 +28,6 @@ impl Carry for LayerState<Tensor> {
             ssm: values.next()?,
         })
     }
-}
-
-/// The recurrent state of a batch on the device: one [`LayerState`] per layer.
-#[derive(Debug)]
-pub struct Mamba2State {
-    /// Per layer: convolution inputs `[b, conv_dim, conv_kernel]` and SSM state `[b, H, P, N]`.
-    pub layers: Vec<LayerState<Buffer>>,
 }
 
 /// What a prefill returns.
@@ -70,6 +64,24 @@ pub struct Mamba2 {
     /// The SSD chunk of every prefill, when set (see [`Mamba2::with_prefill_chunk`]).
     prefill_chunk: Option<usize>,
     programs: Mutex<HashMap<String, CompiledGraph>>,
+}
+
+/// What a generate program takes and returns besides its tokens.
+#[derive(Debug, Clone, Copy)]
+struct Variant {
+    /// Sampling (else greedy).
+    sample: bool,
+    /// Continues from a state given as parameters.
+    from_state: bool,
+    /// Returns the final state.
+    state_out: bool,
+}
+
+/// A `[b]` pred reshaped to `[b, 1, ...]` of `rank` dimensions, to select whole rows.
+fn rows(done: &Tensor, rank: usize) -> Result<Tensor> {
+    let mut dims = vec![1isize; rank];
+    dims[0] = done.dims()[0] as isize;
+    done.reshape(&dims)
 }
 
 /// Which positions' logits a prefill program returns.
@@ -219,14 +231,18 @@ impl Mamba2 {
         }
         self.check_options(options)?;
         Ok([
-            self.prefill_graph(batch, bucket, LogitsAt::Last)?
+            self.prefill_graph(batch, bucket, LogitsAt::Last, false)?
                 .to_stablehlo()?,
             self.step_graph(batch)?.to_stablehlo()?,
             self.generate_graph(
                 batch,
                 bucket,
                 generate_capacity(options.max_new_tokens),
-                matches!(options.sampling, Sampling::Sample { .. }),
+                Variant {
+                    sample: matches!(options.sampling, Sampling::Sample { .. }),
+                    from_state: false,
+                    state_out: false,
+                },
             )?
             .to_stablehlo()?,
         ])
@@ -240,12 +256,38 @@ impl Mamba2 {
         )
     }
 
-    fn prefill_graph(&self, batch: usize, bucket: usize, at: LogitsAt) -> Result<Graph> {
+    /// A `batch`-row state as parameters `conv.{i}`, `ssm.{i}` of `g`, donated.
+    fn state_parameters(&self, g: &Graph, batch: usize) -> Result<Vec<LayerState<Tensor>>> {
+        let (conv_t, ssm_t) = self.state_types(batch);
+        (0..self.config.num_layers)
+            .map(|i| {
+                let conv = g.parameter(&format!("conv.{i}"), conv_t.dtype, &conv_t.dims)?;
+                let ssm = g.parameter(&format!("ssm.{i}"), ssm_t.dtype, &ssm_t.dims)?;
+                g.donate(&conv)?;
+                g.donate(&ssm)?;
+                Ok(LayerState { conv, ssm })
+            })
+            .collect()
+    }
+
+    /// The prefill program; with `from_state`, it continues from a state given after the mask.
+    fn prefill_graph(
+        &self,
+        batch: usize,
+        bucket: usize,
+        at: LogitsAt,
+        from_state: bool,
+    ) -> Result<Graph> {
         let g = Graph::new();
         let w = block::weight_parameters(&g, &self.types)?;
         let tokens = g.parameter("tokens", DType::I32, &[batch, bucket])?;
         let mask = g.parameter("mask", DType::F32, &[batch, bucket])?;
-        let (logits, states) = self.prefill_logits(&tokens, &mask, &w, at)?;
+        let init = if from_state {
+            Some(self.state_parameters(&g, batch)?)
+        } else {
+            None
+        };
+        let (logits, states) = self.prefill_logits(&tokens, &mask, &w, at, init.as_deref())?;
         let mut outs = vec![logits];
         for s in states {
             outs.push(s.conv);
@@ -255,14 +297,15 @@ impl Mamba2 {
         Ok(g)
     }
 
-    /// The prefill of left-padded `tokens` `[b, L]` in a graph: the logits at `at` and the
-    /// states. Prefill and generate both build it here.
+    /// The prefill of left-padded `tokens` `[b, L]` in a graph, from `init` (zero when `None`):
+    /// the logits at `at` and the states. Prefill and generate both build it here.
     fn prefill_logits(
         &self,
         tokens: &Tensor,
         mask: &Tensor,
         w: &Mamba2Weights<Tensor>,
         at: LogitsAt,
+        init: Option<&[LayerState<Tensor>]>,
     ) -> Result<(Tensor, Vec<LayerState<Tensor>>)> {
         let [batch, bucket] = *tokens.dims() else {
             return Err(Error::InvalidArgument(format!(
@@ -271,7 +314,7 @@ impl Mamba2 {
             )));
         };
         let cfg = self.prefill_config(bucket);
-        let (hidden, states) = block::prefill(tokens, mask, w, &cfg)?;
+        let (hidden, states) = block::prefill(tokens, mask, w, &cfg, init)?;
         let hidden = match at {
             LogitsAt::All => hidden,
             LogitsAt::Last => hidden
@@ -285,15 +328,7 @@ impl Mamba2 {
         let g = Graph::new();
         let w = block::weight_parameters(&g, &self.types)?;
         let token = g.parameter("token", DType::I32, &[batch])?;
-        let (conv_t, ssm_t) = self.state_types(batch);
-        let mut states = Vec::new();
-        for i in 0..self.config.num_layers {
-            let conv = g.parameter(&format!("conv.{i}"), conv_t.dtype, &conv_t.dims)?;
-            let ssm = g.parameter(&format!("ssm.{i}"), ssm_t.dtype, &ssm_t.dims)?;
-            g.donate(&conv)?;
-            g.donate(&ssm)?;
-            states.push(LayerState { conv, ssm });
-        }
+        let states = self.state_parameters(&g, batch)?;
         let (logits, next) = block::step(&token, &states, &w, &self.config)?;
         let mut outs = Vec::new();
         for s in next {
@@ -358,26 +393,46 @@ impl Mamba2 {
     /// chunked SSD; returns the logits after each prompt (`[b, vocab]`) and the state for
     /// [`Mamba2::step`]. This is the prefill [`Mamba2::generate`] runs.
     pub fn prefill(&self, prompts: &[Vec<u32>]) -> Result<Prefill> {
-        self.run_prefill(prompts, LogitsAt::Last)
+        self.run_prefill(prompts, LogitsAt::Last, None)
+    }
+
+    /// [`Mamba2::prefill`] continuing from `state` (one row per prompt): the prompts are fed
+    /// after whatever made the state, chunked like any prefill, so a conversation or a long
+    /// document can be fed in pieces with O(1) memory. The state's buffers are donated. A state
+    /// of another shape is an error naming the tensor.
+    pub fn prefill_from(&self, prompts: &[Vec<u32>], state: Mamba2State) -> Result<Prefill> {
+        self.run_prefill(prompts, LogitsAt::Last, Some(state))
     }
 
     /// [`Mamba2::prefill`] returning the logits at every position, `[b, L, vocab]` (costlier:
     /// the head runs `L` times).
     pub fn prefill_all_positions(&self, prompts: &[Vec<u32>]) -> Result<Prefill> {
-        self.run_prefill(prompts, LogitsAt::All)
+        self.run_prefill(prompts, LogitsAt::All, None)
     }
 
-    fn run_prefill(&self, prompts: &[Vec<u32>], at: LogitsAt) -> Result<Prefill> {
+    fn run_prefill(
+        &self,
+        prompts: &[Vec<u32>],
+        at: LogitsAt,
+        state: Option<Mamba2State>,
+    ) -> Result<Prefill> {
         let (bucket, ids, mask, prompt_len) = self.pad_prompts(prompts)?;
         let batch = prompts.len();
-        let program = self.program(&format!("prefill b{batch} l{bucket} {at:?}"), || {
-            self.prefill_graph(batch, bucket, at)
-        })?;
+        if let Some(s) = &state {
+            s.check(&self.config, batch)?;
+        }
+        let from = state.is_some();
+        let key = format!("prefill b{batch} l{bucket} {at:?} from{from}");
+        let program = self.program(&key, || self.prefill_graph(batch, bucket, at, from))?;
         let (ids, mask) = (self.upload(&ids)?, self.upload(&mask)?);
         let mut args = self.weight_args();
         args.push(&ids);
         args.push(&mask);
-        let mut outs = program.run_buffers(&args)?.into_iter();
+        args.extend(state_args(state.as_ref()));
+        let outs = program.run_buffers(&args)?;
+        drop(args);
+        drop(state);
+        let mut outs = outs.into_iter();
         let logits = outs
             .next()
             .ok_or_else(|| Error::InvalidArgument("prefill returned nothing".into()))?;
@@ -385,14 +440,10 @@ impl Mamba2 {
             &TensorType::new(DType::F32, logits.dims()),
             &logits.to_bytes()?,
         )?;
-        let mut layers = Vec::new();
-        while let (Some(conv), Some(ssm)) = (outs.next(), outs.next()) {
-            layers.push(LayerState { conv, ssm });
-        }
         Ok(Prefill {
             logits,
             prompt_len,
-            state: Mamba2State { layers },
+            state: layer_states(&mut outs, self.config.num_layers)?,
         })
     }
 
@@ -400,17 +451,7 @@ impl Mamba2 {
     /// state's buffers are donated: the step updates them in place.
     pub fn step(&self, tokens: &[u32], state: Mamba2State) -> Result<(HostArray, Mamba2State)> {
         let batch = tokens.len();
-        if state.layers.len() != self.config.num_layers
-            || state
-                .layers
-                .iter()
-                .any(|l| l.ssm.dims().first() != Some(&batch))
-        {
-            return Err(Error::InvalidArgument(format!(
-                "the state does not fit {batch} tokens and {} layers",
-                self.config.num_layers
-            )));
-        }
+        state.check(&self.config, batch)?;
         if let Some(bad) = tokens
             .iter()
             .find(|&&t| t as usize >= self.config.vocab_size)
@@ -425,10 +466,7 @@ impl Mamba2 {
         let token = self.client.buffer_from_slice(&ids, &[batch])?;
         let mut args = self.weight_args();
         args.push(&token);
-        for l in &state.layers {
-            args.push(&l.conv);
-            args.push(&l.ssm);
-        }
+        args.extend(state_args(Some(&state)));
         let outs = program.run_buffers(&args)?;
         drop(args);
         drop(state);
@@ -455,31 +493,38 @@ impl Mamba2 {
     }
 
     /// The generate program for `batch` rows of `bucket` prompt positions and up to `capacity`
-    /// new tokens. Parameters after the weights: `tokens`, `mask`, `max_new` (i32, at most
-    /// `capacity`), `eos` (i32, -1 for none), and when `sample`: `key` and the
-    /// [`SampleSettings`]. Output: `[batch, capacity]` i32 tokens, of which the first `max_new`
-    /// per row are meant.
+    /// new tokens. Parameters after the weights: `tokens`, `mask`, with `v.from_state` the
+    /// state to continue from (donated), `max_new` (i32, at most `capacity`), `eos` (i32, -1 for
+    /// none), and with `v.sample` the `key` and the [`SampleSettings`]. Outputs: `[batch,
+    /// capacity]` i32 tokens, of which the first `max_new` per row are meant, and with
+    /// `v.state_out` the state after the prompt and every emitted token.
     fn generate_graph(
         &self,
         batch: usize,
         bucket: usize,
         capacity: usize,
-        sample: bool,
+        v: Variant,
     ) -> Result<Graph> {
         let cfg = &self.config;
         let g = Graph::new();
         let w = block::weight_parameters(&g, &self.types)?;
         let tokens = g.parameter("tokens", DType::I32, &[batch, bucket])?;
         let mask = g.parameter("mask", DType::F32, &[batch, bucket])?;
+        let init = if v.from_state {
+            Some(self.state_parameters(&g, batch)?)
+        } else {
+            None
+        };
         let max_new = g.parameter("max_new", DType::I32, &[])?;
         let eos = g.parameter("eos", DType::I32, &[])?;
-        let sampler = if sample {
+        let sampler = if v.sample {
             let key = g.parameter("key", DType::U32, &[2])?;
             Some((key, SampleSettings::parameters(&g, batch)?))
         } else {
             None
         };
-        let (logits, states) = self.prefill_logits(&tokens, &mask, &w, LogitsAt::Last)?;
+        let (logits, states) =
+            self.prefill_logits(&tokens, &mask, &w, LogitsAt::Last, init.as_deref())?;
         // Positions after a row's EOS (also those the loop skips once every row has stopped)
         // hold the EOS; without one (eos = -1) the loop runs to `max_new` and fills them all.
         let out = eos.maximum(0.0)?.broadcast_to(&[batch, capacity])?;
@@ -491,7 +536,7 @@ impl Mamba2 {
             None => g.zeros(DType::U32, &[2])?,
         };
         let init = (i, logits, states, (out, done, key));
-        let (_, _, _, (out, _, _)) = g.while_loop(
+        let (_, _, states, (out, _, _)) = g.while_loop(
             &init,
             |(i, _, _, (_, done, _))| {
                 let more = i.lt(&max_new)?;
@@ -505,12 +550,26 @@ impl Mamba2 {
                 };
                 let token = token.where_(&done.not()?, &eos)?;
                 let out = out.dynamic_update_slice(&token.expand_dims(1)?, &[&zero, i])?;
+                let (logits, mut next) = block::step(&token, states, &w, cfg)?;
+                if v.state_out {
+                    // A row that had stopped keeps the state it stopped with.
+                    for (n, s) in next.iter_mut().zip(states) {
+                        n.conv = s.conv.where_(&rows(done, 3)?, &n.conv)?;
+                        n.ssm = s.ssm.where_(&rows(done, 4)?, &n.ssm)?;
+                    }
+                }
                 let done = done.or(&token.eq(&eos)?)?;
-                let (logits, states) = block::step(&token, states, &w, cfg)?;
-                Ok((i.add(1.0)?, logits, states, (out, done, key)))
+                Ok((i.add(1.0)?, logits, next, (out, done, key)))
             },
         )?;
-        g.set_outputs(&[&out])?;
+        let mut outs = vec![out];
+        if v.state_out {
+            for s in states {
+                outs.push(s.conv);
+                outs.push(s.ssm);
+            }
+        }
+        g.set_outputs(&outs.iter().collect::<Vec<_>>())?;
         Ok(g)
     }
 
@@ -529,28 +588,62 @@ impl Mamba2 {
         prompts: &[Vec<u32>],
         options: &GenerateOptions,
     ) -> Result<Vec<Vec<u32>>> {
+        Ok(self.run_generate(prompts, None, false, options)?.0)
+    }
+
+    /// [`Mamba2::generate`] continuing from `state` (when given; its buffers are donated), and
+    /// returning, with the tokens, the state after the prompts and every token emitted (a row
+    /// that stopped at `eos` keeps its state from there), ready for [`Mamba2::prefill_from`] or
+    /// another `generate_from`: a conversation, turn by turn, in O(1) memory.
+    pub fn generate_from(
+        &self,
+        prompts: &[Vec<u32>],
+        state: Option<Mamba2State>,
+        options: &GenerateOptions,
+    ) -> Result<(Vec<Vec<u32>>, Mamba2State)> {
+        let (tokens, state) = self.run_generate(prompts, state, true, options)?;
+        let state = state.ok_or_else(|| {
+            Error::InvalidArgument("generate_from: the program returned no state".into())
+        })?;
+        Ok((tokens, state))
+    }
+
+    fn run_generate(
+        &self,
+        prompts: &[Vec<u32>],
+        state: Option<Mamba2State>,
+        state_out: bool,
+        options: &GenerateOptions,
+    ) -> Result<(Vec<Vec<u32>>, Option<Mamba2State>)> {
         self.check_options(options)?;
         let (bucket, ids, mask, _) = self.pad_prompts(prompts)?;
-        if options.max_new_tokens == 0 {
-            return Ok(vec![Vec::new(); prompts.len()]);
-        }
         let batch = prompts.len();
+        if let Some(s) = &state {
+            s.check(&self.config, batch)?;
+        }
+        if options.max_new_tokens == 0 {
+            let state = if state_out {
+                Some(self.run_prefill(prompts, LogitsAt::Last, state)?.state)
+            } else {
+                None
+            };
+            return Ok((vec![Vec::new(); batch], state));
+        }
         let capacity = generate_capacity(options.max_new_tokens);
-        let sample = matches!(options.sampling, Sampling::Sample { .. });
-        let key_id = format!(
-            "generate b{batch} l{bucket} n{capacity} {}",
-            if sample { "sample" } else { "greedy" }
-        );
-        let program = self.program(&key_id, || {
-            self.generate_graph(batch, bucket, capacity, sample)
-        })?;
+        let v = Variant {
+            sample: matches!(options.sampling, Sampling::Sample { .. }),
+            from_state: state.is_some(),
+            state_out,
+        };
+        let key_id = format!("generate b{batch} l{bucket} n{capacity} {v:?}");
+        let program = self.program(&key_id, || self.generate_graph(batch, bucket, capacity, v))?;
         let scalar = |v: i32| self.client.buffer_from_slice(&[v], &[]);
         // Both fit an i32: max_new_tokens <= MAX_NEW_TOKENS and eos < vocab (checked).
         let max_new = scalar(options.max_new_tokens as i32)?;
         let eos = scalar(options.eos.map_or(-1, |e| e as i32))?;
         let (ids, mask) = (self.upload(&ids)?, self.upload(&mask)?);
-        let mut inputs = vec![ids, mask, max_new, eos];
-        if sample {
+        let mut inputs = vec![max_new, eos];
+        if v.sample {
             inputs.push(
                 self.client
                     .buffer_from_slice(&options.sampling.key(), &[2])?,
@@ -562,13 +655,19 @@ impl Mamba2 {
             }
         }
         let mut args = self.weight_args();
+        args.push(&ids);
+        args.push(&mask);
+        args.extend(state_args(state.as_ref()));
         args.extend(&inputs);
-        let out = program.run_buffers(&args)?;
-        let tokens = out
-            .first()
+        let outs = program.run_buffers(&args)?;
+        drop(args);
+        drop(state);
+        let mut outs = outs.into_iter();
+        let tokens = outs
+            .next()
             .ok_or_else(|| Error::InvalidArgument("generate returned nothing".into()))?
             .to_vec::<i32>()?;
-        Ok(tokens
+        let tokens = tokens
             .chunks(capacity)
             .take(batch)
             .map(|row| {
@@ -577,7 +676,13 @@ impl Mamba2 {
                     .map(|&t| t as u32)
                     .collect()
             })
-            .collect())
+            .collect();
+        let state = if state_out {
+            Some(layer_states(&mut outs, self.config.num_layers)?)
+        } else {
+            None
+        };
+        Ok((tokens, state))
     }
 
     /// Checks generation options against the model: sampling settings in range, `eos` in the
@@ -643,3 +748,25 @@ fn generate_capacity(max_new_tokens: usize) -> usize {
 /// The largest prefill chunk on the CPU platform. Measured on the 130M shape (see the README):
 /// smaller chunks make the chunked SSD faster there, as its work per token grows with the chunk.
 pub const CPU_MAX_CHUNK: usize = 64;
+
+/// The buffers of a state in parameter order (`conv.0`, `ssm.0`, `conv.1`, ...).
+fn state_args(state: Option<&Mamba2State>) -> Vec<&Buffer> {
+    state
+        .into_iter()
+        .flat_map(|s| &s.layers)
+        .flat_map(|l| [&l.conv, &l.ssm])
+        .collect()
+}
+
+/// Collects layer states from program outputs, two per layer.
+fn layer_states(outs: &mut impl Iterator<Item = Buffer>, layers: usize) -> Result<Mamba2State> {
+    let layers = (0..layers)
+        .map(|_| match (outs.next(), outs.next()) {
+            (Some(conv), Some(ssm)) => Ok(LayerState { conv, ssm }),
+            _ => Err(Error::InvalidArgument(
+                "a program returned too few state tensors".into(),
+            )),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Mamba2State { layers })
+}

@@ -1,0 +1,166 @@
+//! Continuing from a state: a prompt fed in pieces equals the whole prompt (logits, states and
+//! the tokens generated after it), `generate_from` hands back the state after what it emitted,
+//! and states survive a safetensors round trip.
+
+mod common;
+
+use common::{client, tiny_mamba2};
+use stablegraph::models::mamba2::{GenerateOptions, Mamba2, Mamba2State, Mamba2Weights, Sampling};
+use stablegraph::runtime::Buffer;
+use stablegraph::DType;
+
+fn model() -> Mamba2 {
+    let cfg = tiny_mamba2();
+    let w = Mamba2Weights::random(&cfg, DType::F32, 7).unwrap();
+    Mamba2::new(&client(), cfg, &w).unwrap()
+}
+
+fn host(b: &Buffer) -> Vec<f64> {
+    b.to_vec::<f32>()
+        .unwrap()
+        .into_iter()
+        .map(f64::from)
+        .collect()
+}
+
+fn max_abs(a: &[f64], b: &[f64]) -> f64 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f64::max)
+}
+
+/// The largest difference between two states.
+fn state_diff(a: &Mamba2State, b: &Mamba2State) -> f64 {
+    a.layers
+        .iter()
+        .zip(&b.layers)
+        .map(|(x, y)| {
+            max_abs(&host(&x.conv), &host(&y.conv)).max(max_abs(&host(&x.ssm), &host(&y.ssm)))
+        })
+        .fold(0.0, f64::max)
+}
+
+fn greedy(n: usize) -> GenerateOptions {
+    GenerateOptions {
+        max_new_tokens: n,
+        sampling: Sampling::Greedy,
+        eos: None,
+    }
+}
+
+fn joined(a: &[Vec<u32>], b: &[Vec<u32>]) -> Vec<Vec<u32>> {
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| [x.clone(), y.clone()].concat())
+        .collect()
+}
+
+/// Two rows of different lengths in both pieces, so both prefills pad, one piece shorter than
+/// the convolution kernel.
+fn pieces() -> (Vec<Vec<u32>>, Vec<Vec<u32>>) {
+    (
+        vec![
+            vec![3, 17, 42, 5, 9, 60, 1, 33, 8, 21, 14, 2],
+            vec![7, 7, 30],
+        ],
+        vec![vec![11, 4], vec![50, 2, 19, 23, 61, 6, 44, 12, 9]],
+    )
+}
+
+#[test]
+fn a_prompt_in_pieces_equals_the_whole_prompt() {
+    let (a, b) = pieces();
+    let whole = joined(&a, &b);
+    for chunk in [None, Some(2), Some(5)] {
+        let m = model().with_prefill_chunk(chunk).unwrap();
+        let first = m.prefill(&a).unwrap();
+        let second = m.prefill_from(&b, first.state).unwrap();
+        let want = m.prefill(&whole).unwrap();
+        let d = max_abs(&second.logits.to_f64_vec(), &want.logits.to_f64_vec());
+        assert!(d < 1e-5, "chunk {chunk:?}: last logits differ by {d}");
+        let d = state_diff(&second.state, &want.state);
+        assert!(d < 1e-5, "chunk {chunk:?}: states differ by {d}");
+        // And the tokens generated after it, greedy and sampled.
+        let sampled = GenerateOptions {
+            max_new_tokens: 7,
+            sampling: Sampling::Sample {
+                temperature: 0.9,
+                top_k: 20,
+                top_p: 0.95,
+                seed: 3,
+            },
+            eos: None,
+        };
+        for options in [greedy(7), sampled] {
+            let first = m.prefill(&a).unwrap();
+            let (tokens, _) = m.generate_from(&b, Some(first.state), &options).unwrap();
+            assert_eq!(tokens, m.generate(&whole, &options).unwrap(), "{options:?}");
+        }
+    }
+}
+
+#[test]
+fn generate_from_returns_the_state_after_what_it_emitted() {
+    let (a, c) = pieces();
+    let m = model();
+    let free = m.generate(&a, &greedy(5)).unwrap();
+    // Row 1 stops at its third token; row 0 runs to the end (unless it meets the same token).
+    let eos = free[1][2];
+    let options = GenerateOptions {
+        eos: Some(eos),
+        ..greedy(5)
+    };
+    let (tokens, state) = m.generate_from(&a, None, &options).unwrap();
+    let emitted: Vec<Vec<u32>> = tokens
+        .iter()
+        .map(|row| match row.iter().position(|&t| t == eos) {
+            Some(p) => row[..=p].to_vec(),
+            None => row.clone(),
+        })
+        .collect();
+    assert_eq!(emitted[1].len(), 3);
+    let (next, _) = m.generate_from(&c, Some(state), &greedy(6)).unwrap();
+    let history = joined(&joined(&a, &emitted), &c);
+    assert_eq!(next, m.generate(&history, &greedy(6)).unwrap());
+    // Zero new tokens: the state after the prompts alone.
+    let (none, state) = m.generate_from(&a, None, &greedy(0)).unwrap();
+    assert_eq!(none, vec![Vec::<u32>::new(); 2]);
+    assert!(state_diff(&state, &m.prefill(&a).unwrap().state) < 1e-6);
+}
+
+#[test]
+fn states_survive_a_file() {
+    let (a, b) = pieces();
+    let m = model();
+    let dir = std::env::temp_dir().join(format!("stablegraph-state-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("state.safetensors");
+    m.prefill(&a).unwrap().state.save(&path).unwrap();
+    let loaded = Mamba2State::load(&path, &client()).unwrap();
+    assert_eq!(loaded.batch(), 2);
+    let got = m.prefill_from(&b, loaded).unwrap();
+    let want = m.prefill_from(&b, m.prefill(&a).unwrap().state).unwrap();
+    assert_eq!(got.logits.to_f64_vec(), want.logits.to_f64_vec());
+
+    // A state for another batch, another model or a damaged file is an error naming it.
+    let e = m
+        .prefill_from(&b[..1], Mamba2State::load(&path, &client()).unwrap())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("layers.0.conv") && e.contains("(1 rows)"), "{e}");
+    let mut one_layer = Mamba2State::load(&path, &client()).unwrap();
+    one_layer.layers.pop();
+    let e = m.prefill_from(&b, one_layer).unwrap_err().to_string();
+    assert!(e.contains("1 layers, the model has 2"), "{e}");
+    let bytes = std::fs::read(&path).unwrap();
+    std::fs::write(&path, &bytes[..bytes.len() / 2]).unwrap();
+    let e = Mamba2State::load(&path, &client()).unwrap_err().to_string();
+    assert!(e.contains("state.safetensors"), "{e}");
+    let e = Mamba2State::load(&dir.join("missing"), &client())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("missing"), "{e}");
+    std::fs::remove_dir_all(&dir).ok();
+}
