@@ -614,6 +614,9 @@ fn decode_bytes_per_step(cfg: &Mamba2Config, dtype: DType, batch: usize) -> Resu
     Ok((weights + state) as f64)
 }
 
+/// Segment length of the streamed decode of the device-loop table.
+const STREAM_SEGMENT: usize = 16;
+
 /// The sampled decode of the device-loop table: temperature 0.8, top-k 50, top-p 0.9.
 const SAMPLED: Sampling = Sampling::Sample {
     temperature: 0.8,
@@ -631,6 +634,7 @@ fn device_loop(
     n: usize,
     runs: usize,
     sampling: Sampling,
+    stream: Option<usize>,
 ) -> Result<Vec<f64>> {
     let (pre, _) = ctx.prefill_time(dtype, batch, DECODE_PROMPT)?;
     let model = ctx.get(dtype);
@@ -639,15 +643,22 @@ fn device_loop(
         sampling,
         ..greedy(n)
     };
+    let run = || -> Result<Vec<Vec<u32>>> {
+        Ok(match stream {
+            Some(k) => model.generate_stream(&prompts, &options, k, |_| true)?,
+            None => model.generate(&prompts, &options)?,
+        })
+    };
     let t = Instant::now();
-    let first = model.generate(&prompts, &options)?;
+    let first = run()?;
     eprintln!(
-        "  generate {} b{batch} n{n} {}: first call (compile + run) {:.1}s",
+        "  generate {} b{batch} n{n} {}{}: first call (compile + run) {:.1}s",
         dtype_name(dtype),
         sampling_name(&sampling),
+        stream.map_or(String::new(), |k| format!(" streamed K={k}")),
         secs_since(t)
     );
-    let (times, last) = timed(runs, || Ok(model.generate(&prompts, &options)?))?;
+    let (times, last) = timed(runs, run)?;
     ensure!(first == last, "generate is not deterministic");
     Ok(sorted(times.iter().map(|t| (t - pre) / n as f64).collect()))
 }
@@ -767,18 +778,22 @@ fn bench_decode(ctx: &mut Ctx) -> Result<Value> {
     );
     let mut device = Vec::new();
     for (batch, n, runs) in ctx.plan.device_loops.clone() {
-        for (dtype, sampling) in [
-            (DType::F32, Sampling::Greedy),
-            (DType::F32, SAMPLED),
-            (DType::BF16, Sampling::Greedy),
+        for (dtype, sampling, stream) in [
+            (DType::F32, Sampling::Greedy, None),
+            (DType::F32, Sampling::Greedy, Some(STREAM_SEGMENT)),
+            (DType::F32, SAMPLED, None),
+            (DType::BF16, Sampling::Greedy, None),
         ] {
-            let per_step = device_loop(ctx, dtype, batch, n, runs, sampling)?;
+            let per_step = device_loop(ctx, dtype, batch, n, runs, sampling, stream)?;
             let (p50, p99) = (median(&per_step), quantile(&per_step, 0.99));
             let tps = batch as f64 / p50;
             let bytes = decode_bytes_per_step(&ctx.cfg, dtype, batch)?;
             let gbs = bytes / p50;
             let util = bandwidth.map(|b| gbs / b);
-            let name = sampling_name(&sampling);
+            let mut name = sampling_name(&sampling);
+            if let Some(k) = stream {
+                name += &format!(", streamed K={k}");
+            }
             table.row(vec![
                 batch.to_string(),
                 dtype_name(dtype).into(),
@@ -791,8 +806,13 @@ fn bench_decode(ctx: &mut Ctx) -> Result<Value> {
                 show(gbs / 1e9),
                 util.map_or("-".into(), |u| format!("{:.0}%", u * 100.0)),
             ]);
-            if sampling != Sampling::Greedy {
-                ctx.set_figure(format!("device_loop_sampled_f32_b{batch}"), p50);
+            if stream.is_some() || sampling != Sampling::Greedy {
+                let what = if stream.is_some() {
+                    "streamed"
+                } else {
+                    "sampled"
+                };
+                ctx.set_figure(format!("device_loop_{what}_f32_b{batch}"), p50);
                 device.push(json!({
                     "batch": batch, "dtype": dtype_name(dtype), "sampling": name, "tokens": n,
                     "runs": runs, "tokens_per_s": tps, "ms_per_step_p50": p50 * 1e3,
@@ -1567,6 +1587,13 @@ fn summary(ctx: &Ctx) -> Value {
             .map(|(s, g)| (s - g) * 1e3),
         &|v| format!("{v:+.2} ms"),
         "within 1 ms",
+    );
+    add(
+        "streamed_over_one_program",
+        format!("decode f32 batch 1: streamed in segments of {STREAM_SEGMENT} / one program, ms per step"),
+        ratio("device_loop_streamed_f32_b1", "device_loop_f32_b1"),
+        &|v| format!("{:+.1}%", (v - 1.0) * 100.0),
+        "within 3%",
     );
     table.print();
     Value::Object(out)

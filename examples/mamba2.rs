@@ -5,7 +5,7 @@
 //! shape with seeded random weights on a 128-token prompt and generates 128 tokens. `--model DIR`
 //! loads an HF or `mamba_ssm` checkpoint instead. `--help` on each subcommand lists its flags.
 
-use std::io::Write as _;
+use std::io::{IsTerminal as _, Write as _};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -145,6 +145,14 @@ struct GenerateArgs {
     /// padding of a shorter prompt) are 0.
     #[arg(long, value_name = "FILE")]
     dump_logits: Option<PathBuf>,
+    /// Print the text as it is produced (segments of 16 tokens; one row, with a tokenizer).
+    /// Default: on when stdout is a terminal and there is a tokenizer. Streaming runs generate
+    /// once (compile included) and prints no throughput; use `bench` for figures.
+    #[arg(long, conflicts_with = "no_stream")]
+    stream: bool,
+    /// Never stream (print the rows at the end, with timings).
+    #[arg(long)]
+    no_stream: bool,
     /// Continue from the state in FILE (written by --state-out; one row per prompt): the
     /// prompt is fed after whatever made it, e.g. the next turn of a conversation.
     #[arg(long, value_name = "FILE")]
@@ -522,6 +530,10 @@ fn generate(a: GenerateArgs) -> Result<()> {
     if a.state_in.is_some() || a.state_out.is_some() {
         return generate_with_state(&l, &a, &options);
     }
+    let terminal = std::io::stdout().is_terminal() && l.tokenizer.is_some();
+    if a.stream || (terminal && !a.no_stream && l.prompts.len() == 1) {
+        return generate_streamed(&l, &options);
+    }
     let (first_s, cached) = warm_up(&l, &options)?;
     if let Some(path) = &a.dump_logits {
         progress("prefill with the logits at every position");
@@ -600,6 +612,59 @@ fn print_rows(l: &Loaded, rows: &[Vec<u32>]) -> Result<()> {
         };
         println!("row {r:<5} {shown}");
     }
+    Ok(())
+}
+
+/// Segment length of `generate --stream`.
+const STREAM_SEGMENT: usize = 16;
+
+/// `generate --stream`: prints each row's text (or ids) as its tokens arrive.
+fn generate_streamed(l: &Loaded, options: &GenerateOptions) -> Result<()> {
+    ensure!(
+        l.prompts.len() == 1,
+        "--stream prints one row; give one prompt (or --no-stream)"
+    );
+    progress("compiling and running prefill and the generate segment");
+    let t = Instant::now();
+    let mut all: Vec<u32> = Vec::new();
+    let mut printed = String::new();
+    let mut failure = None;
+    let mut out = std::io::stdout();
+    let tokens = l
+        .model
+        .generate_stream(&l.prompts, options, STREAM_SEGMENT, |fresh| {
+            all.extend(&fresh[0]);
+            let shown = match &l.tokenizer {
+                Some(tok) => match tok.decode(&all, false) {
+                    Ok(text) => text,
+                    Err(e) => {
+                        failure = Some(anyhow!("decoding: {e}"));
+                        return false;
+                    }
+                },
+                None => ids_text(&all) + ",",
+            };
+            // Print what is new; a decode that rewrote earlier text waits for the next one.
+            if let Some(new) = shown.strip_prefix(printed.as_str()) {
+                print!("{new}");
+                let _ = out.flush();
+                printed = shown;
+            }
+            true
+        })
+        .context("generate")?;
+    println!();
+    if let Some(e) = failure {
+        return Err(e);
+    }
+    let generated = cut_at_eos(tokens, options.eos)[0].len();
+    println!("model     {}", l.description);
+    println!(
+        "generate  {} prompt tokens and {generated} new in {:.2} s, streamed in segments of \
+         {STREAM_SEGMENT} (compile included)",
+        l.prompt_tokens(),
+        seconds(t)
+    );
     Ok(())
 }
 

@@ -511,3 +511,45 @@ fn a_conversation_continues_from_a_state_file() {
     let err = text(&out.stderr);
     assert!(err.contains("error:") && err.contains("(1 rows)"), "{err}");
 }
+
+#[test]
+fn stream_prints_the_same_tokens() {
+    let dir = scratch("stream");
+    let json = dir.join("out.json");
+    let base = [
+        "generate",
+        "--model",
+        TINY,
+        "--prompt-ids",
+        "4,8,15,16,23,42",
+        "--max-new-tokens",
+        "20",
+    ];
+    let mut args = base.to_vec();
+    args.extend(["--no-stream", "--json", json.to_str().unwrap()]);
+    run_ok(&args);
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let want: Vec<String> = v["tokens"][0]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.to_string())
+        .collect();
+    let mut args = base.to_vec();
+    args.push("--stream");
+    let stdout = run_ok(&args);
+    let first = stdout.lines().next().unwrap();
+    assert_eq!(first, format!("{},", want.join(",")), "{stdout}");
+    assert!(stdout.contains("streamed in segments of 16"), "{stdout}");
+    // Two prompts cannot stream: one error line.
+    let out = run(&[
+        "generate",
+        "--model",
+        TINY,
+        "--prompt-ids",
+        "1;2",
+        "--stream",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("--stream prints one row"));
+}

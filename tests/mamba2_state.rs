@@ -164,3 +164,54 @@ fn states_survive_a_file() {
     assert!(e.contains("missing"), "{e}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn streamed_generation_equals_one_program() {
+    let (a, _) = pieces();
+    let m = model();
+    let free = m.generate(&a, &greedy(9)).unwrap();
+    let sampled = GenerateOptions {
+        max_new_tokens: 9,
+        sampling: Sampling::Sample {
+            temperature: 1.1,
+            top_k: 0,
+            top_p: 0.9,
+            seed: 5,
+        },
+        eos: None,
+    };
+    let with_eos = GenerateOptions {
+        eos: Some(free[1][3]),
+        ..greedy(9)
+    };
+    for options in [greedy(9), sampled, with_eos] {
+        let want = m.generate(&a, &options).unwrap();
+        for segment in [1, 4, 9, 16] {
+            let mut seen: Vec<Vec<u32>> = vec![Vec::new(); 2];
+            let mut calls = 0;
+            let got = m
+                .generate_stream(&a, &options, segment, |fresh| {
+                    calls += 1;
+                    for (s, f) in seen.iter_mut().zip(fresh) {
+                        s.extend(f);
+                    }
+                    true
+                })
+                .unwrap();
+            assert_eq!(got, want, "{options:?} segment {segment}");
+            // The callback saw every token up to each row's eos, in order.
+            for (s, w) in seen.iter().zip(&want) {
+                let cut = options
+                    .eos
+                    .and_then(|e| w.iter().position(|&t| t == e))
+                    .map_or(w.len(), |p| p + 1);
+                assert_eq!(s[..], w[..cut], "{options:?} segment {segment}");
+            }
+            assert!(calls <= 9usize.div_ceil(segment), "{calls} calls");
+        }
+    }
+    // Stopping early: the callback says no after the first segment.
+    let got = m.generate_stream(&a, &greedy(9), 2, |_| false).unwrap();
+    assert_eq!(got[0], free[0][..2]);
+    assert!(m.generate_stream(&a, &greedy(9), 0, |_| true).is_err());
+}

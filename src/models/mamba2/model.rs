@@ -77,6 +77,18 @@ struct Variant {
     state_out: bool,
 }
 
+/// Where decoding stands between steps, on the device.
+struct Decoding {
+    /// The logits of the next token, `[b, vocab]`.
+    logits: Tensor,
+    /// One state per layer.
+    states: Vec<LayerState<Tensor>>,
+    /// The rows that have emitted `eos`, pred `[b]`.
+    done: Tensor,
+    /// The sampling key.
+    key: Tensor,
+}
+
 /// A `[b]` pred reshaped to `[b, 1, ...]` of `rank` dimensions, to select whole rows.
 fn rows(done: &Tensor, rank: usize) -> Result<Tensor> {
     let mut dims = vec![1isize; rank];
@@ -505,7 +517,6 @@ impl Mamba2 {
         capacity: usize,
         v: Variant,
     ) -> Result<Graph> {
-        let cfg = &self.config;
         let g = Graph::new();
         let w = block::weight_parameters(&g, &self.types)?;
         let tokens = g.parameter("tokens", DType::I32, &[batch, bucket])?;
@@ -525,43 +536,20 @@ impl Mamba2 {
         };
         let (logits, states) =
             self.prefill_logits(&tokens, &mask, &w, LogitsAt::Last, init.as_deref())?;
-        // Positions after a row's EOS (also those the loop skips once every row has stopped)
-        // hold the EOS; without one (eos = -1) the loop runs to `max_new` and fills them all.
-        let out = eos.maximum(0.0)?.broadcast_to(&[batch, capacity])?;
         let done = g.full(0.0, DType::Pred, &[batch])?;
-        let i = g.scalar(0.0, DType::I32)?;
-        let zero = g.scalar(0.0, DType::I32)?;
         let key = match &sampler {
             Some((key, _)) => key.clone(),
             None => g.zeros(DType::U32, &[2])?,
         };
-        let init = (i, logits, states, (out, done, key));
-        let (_, _, states, (out, _, _)) = g.while_loop(
-            &init,
-            |(i, _, _, (_, done, _))| {
-                let more = i.lt(&max_new)?;
-                let open = done.not()?.convert(DType::I32)?.max(&[0], false)?.gt(0.0)?;
-                more.and(&open)
-            },
-            |(i, logits, states, (out, done, key))| {
-                let (token, key) = match &sampler {
-                    Some((_, settings)) => sampling::sample(logits, settings, key)?,
-                    None => (sampling::greedy(logits)?, key.clone()),
-                };
-                let token = token.where_(&done.not()?, &eos)?;
-                let out = out.dynamic_update_slice(&token.expand_dims(1)?, &[&zero, i])?;
-                let (logits, mut next) = block::step(&token, states, &w, cfg)?;
-                if v.state_out {
-                    // A row that had stopped keeps the state it stopped with.
-                    for (n, s) in next.iter_mut().zip(states) {
-                        n.conv = s.conv.where_(&rows(done, 3)?, &n.conv)?;
-                        n.ssm = s.ssm.where_(&rows(done, 4)?, &n.ssm)?;
-                    }
-                }
-                let done = done.or(&token.eq(&eos)?)?;
-                Ok((i.add(1.0)?, logits, next, (out, done, key)))
-            },
-        )?;
+        let settings = sampler.as_ref().map(|(_, s)| s);
+        let start = Decoding {
+            logits,
+            states,
+            done,
+            key,
+        };
+        let (out, end) = self.decode_loop(&w, start, &max_new, &eos, settings, capacity, v)?;
+        let states = end.states;
         let mut outs = vec![out];
         if v.state_out {
             for s in states {
@@ -571,6 +559,198 @@ impl Mamba2 {
         }
         g.set_outputs(&outs.iter().collect::<Vec<_>>())?;
         Ok(g)
+    }
+
+    /// Up to `max_steps` (rank-0 i32, at most `capacity`) decode steps from `start` inside one
+    /// `while` loop, ending early when every row has emitted `eos` (rank-0 i32, -1 for none).
+    /// Returns the tokens `[b, capacity]` (positions after a row's `eos`, and those the loop
+    /// did not reach, hold `max(eos, 0)`) and where decoding stands. With `v.state_out` a row
+    /// that had stopped keeps the state it stopped with.
+    #[allow(clippy::too_many_arguments)]
+    fn decode_loop(
+        &self,
+        w: &Mamba2Weights<Tensor>,
+        start: Decoding,
+        max_steps: &Tensor,
+        eos: &Tensor,
+        settings: Option<&SampleSettings>,
+        capacity: usize,
+        v: Variant,
+    ) -> Result<(Tensor, Decoding)> {
+        let g = max_steps.graph();
+        let batch = start.done.dims()[0];
+        let out = eos.maximum(0.0)?.broadcast_to(&[batch, capacity])?;
+        let i = g.scalar(0.0, DType::I32)?;
+        let zero = g.scalar(0.0, DType::I32)?;
+        let init = (i, start.logits, start.states, (out, start.done, start.key));
+        let (_, logits, states, (out, done, key)) = g.while_loop(
+            &init,
+            |(i, _, _, (_, done, _))| {
+                let more = i.lt(max_steps)?;
+                let open = done.not()?.convert(DType::I32)?.max(&[0], false)?.gt(0.0)?;
+                more.and(&open)
+            },
+            |(i, logits, states, (out, done, key))| {
+                let (token, key) = match settings {
+                    Some(settings) => sampling::sample(logits, settings, key)?,
+                    None => (sampling::greedy(logits)?, key.clone()),
+                };
+                let token = token.where_(&done.not()?, eos)?;
+                let out = out.dynamic_update_slice(&token.expand_dims(1)?, &[&zero, i])?;
+                let (logits, mut next) = block::step(&token, states, w, &self.config)?;
+                if v.state_out {
+                    for (n, s) in next.iter_mut().zip(states) {
+                        n.conv = s.conv.where_(&rows(done, 3)?, &n.conv)?;
+                        n.ssm = s.ssm.where_(&rows(done, 4)?, &n.ssm)?;
+                    }
+                }
+                let done = done.or(&token.eq(eos)?)?;
+                Ok((i.add(1.0)?, logits, next, (out, done, key)))
+            },
+        )?;
+        Ok((
+            out,
+            Decoding {
+                logits,
+                states,
+                done,
+                key,
+            },
+        ))
+    }
+
+    /// The segment program of [`Mamba2::generate_stream`]: up to `segment` decode steps from
+    /// where decoding stands. Parameters after the weights: `logits` `[b, vocab]`, the state
+    /// (both donated), `done` (pred `[b]`), `key`, `max_steps`, `eos`, and with `sample` the
+    /// [`SampleSettings`]. Outputs: the tokens `[b, segment]`, then the new logits, state (two
+    /// per layer), `done` and `key`.
+    fn segment_graph(&self, batch: usize, segment: usize, sample: bool) -> Result<Graph> {
+        let g = Graph::new();
+        let w = block::weight_parameters(&g, &self.types)?;
+        let logits = g.parameter("logits", DType::F32, &[batch, self.config.vocab_size])?;
+        g.donate(&logits)?;
+        let states = self.state_parameters(&g, batch)?;
+        let done = g.parameter("done", DType::Pred, &[batch])?;
+        let key = g.parameter("key", DType::U32, &[2])?;
+        let max_steps = g.parameter("max_steps", DType::I32, &[])?;
+        let eos = g.parameter("eos", DType::I32, &[])?;
+        let settings = if sample {
+            Some(SampleSettings::parameters(&g, batch)?)
+        } else {
+            None
+        };
+        let start = Decoding {
+            logits,
+            states,
+            done,
+            key,
+        };
+        let v = Variant {
+            sample,
+            from_state: true,
+            state_out: false,
+        };
+        let (out, end) =
+            self.decode_loop(&w, start, &max_steps, &eos, settings.as_ref(), segment, v)?;
+        let mut outs = vec![out, end.logits];
+        for s in end.states {
+            outs.push(s.conv);
+            outs.push(s.ssm);
+        }
+        outs.push(end.done);
+        outs.push(end.key);
+        g.set_outputs(&outs.iter().collect::<Vec<_>>())?;
+        Ok(g)
+    }
+
+    /// [`Mamba2::generate`] in segments of up to `segment` tokens (at least 1), handing each
+    /// segment's new tokens (one list per row, cut after a row's `eos`) to `on_tokens` as soon
+    /// as they exist, for printing text as it is produced. The loop still runs on the device:
+    /// one prefill, then one execution of a compiled segment program per `segment` tokens, the
+    /// state, logits and key staying on the device (donated) between them. `on_tokens`
+    /// returning `false` stops early. Returns every row's tokens, the same as `generate`'s.
+    pub fn generate_stream(
+        &self,
+        prompts: &[Vec<u32>],
+        options: &GenerateOptions,
+        segment: usize,
+        mut on_tokens: impl FnMut(&[Vec<u32>]) -> bool,
+    ) -> Result<Vec<Vec<u32>>> {
+        self.check_options(options)?;
+        if segment == 0 || segment > MAX_NEW_TOKENS {
+            return Err(Error::InvalidArgument(format!(
+                "generate_stream: segment ({segment}) is not in 1..={MAX_NEW_TOKENS}"
+            )));
+        }
+        let batch = prompts.len();
+        let pre = self.prefill(prompts)?;
+        let mut all = vec![Vec::new(); batch];
+        if options.max_new_tokens == 0 {
+            return Ok(all);
+        }
+        let sample = matches!(options.sampling, Sampling::Sample { .. });
+        let key_id = format!("segment b{batch} k{segment} sample{sample}");
+        let program = self.program(&key_id, || self.segment_graph(batch, segment, sample))?;
+        let mut logits = self.upload(&pre.logits)?;
+        let mut state = pre.state;
+        let mut done = self.upload(&HostArray::from_vec(&[batch], vec![false; batch])?)?;
+        let mut key = self
+            .client
+            .buffer_from_slice(&options.sampling.key(), &[2])?;
+        let eos_id = options.eos.map_or(-1, |e| e as i32);
+        let eos = self.client.buffer_from_slice(&[eos_id], &[])?;
+        let settings =
+            SampleSettings::host_values(&options.sampling, batch, self.config.vocab_size)?
+                .iter()
+                .map(|a| self.upload(a))
+                .collect::<Result<Vec<_>>>()?;
+        let mut stopped = vec![false; batch];
+        let mut made = 0;
+        while made < options.max_new_tokens && stopped.iter().any(|s| !s) {
+            let steps = segment.min(options.max_new_tokens - made);
+            let max_steps = self.client.buffer_from_slice(&[steps as i32], &[])?;
+            let mut args = self.weight_args();
+            args.push(&logits);
+            args.extend(state_args(Some(&state)));
+            args.extend([&done, &key, &max_steps, &eos]);
+            if sample {
+                args.extend(&settings);
+            }
+            let outs = program.run_buffers(&args)?;
+            drop(args);
+            let mut outs = outs.into_iter();
+            let missing =
+                || Error::InvalidArgument("a generate segment returned too little".into());
+            let tokens = outs.next().ok_or_else(missing)?.to_vec::<i32>()?;
+            logits = outs.next().ok_or_else(missing)?;
+            state = layer_states(&mut outs, self.config.num_layers)?;
+            done = outs.next().ok_or_else(missing)?;
+            key = outs.next().ok_or_else(missing)?;
+            let mut fresh = vec![Vec::new(); batch];
+            for (r, row) in tokens.chunks(segment).take(batch).enumerate() {
+                for &t in &row[..steps] {
+                    if stopped[r] {
+                        break;
+                    }
+                    fresh[r].push(t as u32);
+                    stopped[r] = eos_id >= 0 && t == eos_id;
+                }
+                all[r].extend(&fresh[r]);
+            }
+            made += steps;
+            if !on_tokens(&fresh) {
+                break;
+            }
+        }
+        // Rows that stopped repeat their eos to `max_new_tokens`, as in `generate`.
+        if let Some(e) = options.eos {
+            for row in &mut all {
+                if row.last() == Some(&e) {
+                    row.resize(options.max_new_tokens, e);
+                }
+            }
+        }
+        Ok(all)
     }
 
     /// Generates up to `max_new_tokens` tokens per prompt in ONE execution: prefill and a
