@@ -75,6 +75,16 @@ struct Variant {
     from_state: bool,
     /// Returns the final state.
     state_out: bool,
+    /// Continues in later calls (a stream segment): needs the logits after the last token.
+    segment: bool,
+}
+
+impl Variant {
+    /// Whether the token the loop picks last must be stepped through the model: when the state
+    /// or the logits after it are wanted.
+    fn needs_last_step(&self) -> bool {
+        self.state_out || self.segment
+    }
 }
 
 /// Where decoding stands between steps, on the device.
@@ -254,6 +264,7 @@ impl Mamba2 {
                     sample: matches!(options.sampling, Sampling::Sample { .. }),
                     from_state: false,
                     state_out: false,
+                    segment: false,
                 },
             )?
             .to_stablehlo()?,
@@ -582,21 +593,33 @@ impl Mamba2 {
         let out = eos.maximum(0.0)?.broadcast_to(&[batch, capacity])?;
         let i = g.scalar(0.0, DType::I32)?;
         let zero = g.scalar(0.0, DType::I32)?;
+        // Picks a token per row (the eos for rows that have stopped) and writes it at `i`.
+        let pick = |i: &Tensor, logits: &Tensor, out: &Tensor, done: &Tensor, key: &Tensor| {
+            let (token, key) = match settings {
+                Some(settings) => sampling::sample(logits, settings, key)?,
+                None => (sampling::greedy(logits)?, key.clone()),
+            };
+            let token = token.where_(&done.not()?, eos)?;
+            let out = out.dynamic_update_slice(&token.expand_dims(1)?, &[&zero, i])?;
+            Ok::<_, crate::error::Error>((token, out, key))
+        };
+        // Without the final state, the last token needs no step: the loop stops one short and
+        // its last pick follows it.
+        let steps = if v.needs_last_step() {
+            max_steps.clone()
+        } else {
+            max_steps.sub(1.0)?
+        };
         let init = (i, start.logits, start.states, (out, start.done, start.key));
-        let (_, logits, states, (out, done, key)) = g.while_loop(
+        let (i, logits, states, (out, done, key)) = g.while_loop(
             &init,
             |(i, _, _, (_, done, _))| {
-                let more = i.lt(max_steps)?;
+                let more = i.lt(&steps)?;
                 let open = done.not()?.convert(DType::I32)?.max(&[0], false)?.gt(0.0)?;
                 more.and(&open)
             },
             |(i, logits, states, (out, done, key))| {
-                let (token, key) = match settings {
-                    Some(settings) => sampling::sample(logits, settings, key)?,
-                    None => (sampling::greedy(logits)?, key.clone()),
-                };
-                let token = token.where_(&done.not()?, eos)?;
-                let out = out.dynamic_update_slice(&token.expand_dims(1)?, &[&zero, i])?;
+                let (token, out, key) = pick(i, logits, out, done, key)?;
                 let (logits, mut next) = block::step(&token, states, w, &self.config)?;
                 if v.state_out {
                     for (n, s) in next.iter_mut().zip(states) {
@@ -608,6 +631,14 @@ impl Mamba2 {
                 Ok((i.add(1.0)?, logits, next, (out, done, key)))
             },
         )?;
+        let (out, done, key) = if v.needs_last_step() {
+            (out, done, key)
+        } else {
+            // `i < max_steps` here; after an early end (every row stopped) this writes an eos.
+            let (token, out, key) = pick(&i, &logits, &out, &done, &key)?;
+            let done = done.or(&token.eq(eos)?)?;
+            (out, done, key)
+        };
         Ok((
             out,
             Decoding {
@@ -649,6 +680,7 @@ impl Mamba2 {
             sample,
             from_state: true,
             state_out: false,
+            segment: true,
         };
         let (out, end) =
             self.decode_loop(&w, start, &max_steps, &eos, settings.as_ref(), segment, v)?;
@@ -814,6 +846,7 @@ impl Mamba2 {
             sample: matches!(options.sampling, Sampling::Sample { .. }),
             from_state: state.is_some(),
             state_out,
+            segment: false,
         };
         let key_id = format!("generate b{batch} l{bucket} n{capacity} {v:?}");
         let program = self.program(&key_id, || self.generate_graph(batch, bucket, capacity, v))?;
