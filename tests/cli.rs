@@ -553,3 +553,48 @@ fn stream_prints_the_same_tokens() {
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out.stderr).contains("--stream prints one row"));
 }
+
+#[test]
+fn other_xla_flags_are_other_cache_entries() {
+    let dir = scratch("xla_flags");
+    let cache = dir.join("cache");
+    let json = dir.join("out.json");
+    let programs = |flags: Option<&str>| -> (u64, u64) {
+        let mut cmd = Command::new(binary());
+        cmd.args([
+            "generate",
+            "--model",
+            TINY,
+            "--prompt-ids",
+            "1,2,3",
+            "--max-new-tokens",
+            "2",
+            "--no-stream",
+            "--json",
+            json.to_str().unwrap(),
+        ])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env("STABLEGRAPH_CACHE_DIR", &cache)
+        .env_remove("STABLEGRAPH_CACHE")
+        .env_remove("XLA_FLAGS");
+        if let Some(f) = flags {
+            cmd.env("XLA_FLAGS", f);
+        }
+        let out = cmd.output().unwrap();
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let v: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        (
+            v["compiles"].as_u64().unwrap(),
+            v["cache_hits"].as_u64().unwrap(),
+        )
+    };
+    assert_eq!(
+        programs(None),
+        (2, 0),
+        "a fresh cache compiles both programs"
+    );
+    assert_eq!(programs(None), (0, 2), "the same flags load them");
+    let flags = Some("--xla_cpu_enable_fast_math=false");
+    assert_eq!(programs(flags), (2, 0), "other XLA_FLAGS compile again");
+    assert_eq!(programs(flags), (0, 2));
+}

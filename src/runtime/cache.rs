@@ -5,8 +5,9 @@
 //! An entry is keyed by the SHA-256 of a format version, the module text, the encoded
 //! `CompileOptionsProto` and the identity of the plugin and client that compiled it (the plugin
 //! file's canonical path, size and modification time, its PJRT API version and attributes, the
-//! platform name and version, and the number of devices). Changing any of them makes a new key, so
-//! an entry is never used by another plugin build.
+//! platform name and version, the number of devices, and the `XLA_FLAGS` environment variable,
+//! which XLA reads compiler flags from). Changing any of them makes a new key, so an entry is
+//! never used by another plugin build or under other flags.
 //!
 //! Entry files are `<dir>/<hex key>.pjrt`: an 88-byte header (magic, format version, the key, the
 //! payload length and the payload's SHA-256) and then the bytes of `PJRT_Executable_Serialize`. A
@@ -466,6 +467,14 @@ fn client_identity(client: &Client) -> Key {
         client.platform_version().unwrap_or_default().as_bytes(),
     );
     put(&mut h, &(client.device_count() as u64).to_le_bytes());
+    // XLA reads compiler flags from this variable too: an executable compiled under other
+    // flags is another executable.
+    put(
+        &mut h,
+        std::env::var_os("XLA_FLAGS")
+            .unwrap_or_default()
+            .as_encoded_bytes(),
+    );
     h.finalize().into()
 }
 
