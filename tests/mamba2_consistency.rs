@@ -461,5 +461,14 @@ fn any_prefill_chunk_gives_the_same_model() {
             "chunk {chunk}"
         );
     }
-    assert!(model(DType::F32).with_prefill_chunk(Some(0)).is_err());
+    for bad in [0, (1 << 16) + 1, 1 << 40] {
+        let e = model(DType::F32)
+            .with_prefill_chunk(Some(bad))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("with_prefill_chunk") && e.contains(&bad.to_string()),
+            "{e}"
+        );
+    }
 }

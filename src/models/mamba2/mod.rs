@@ -15,6 +15,8 @@ pub use crate::sampling::Sampling;
 pub use block::LayerState;
 pub use checkpoint::LoadOptions;
 pub use config::Mamba2Config;
-pub use model::{GenerateOptions, Mamba2, Prefill, CPU_MAX_CHUNK, MAX_NEW_TOKENS};
+pub use model::{
+    GenerateOptions, Mamba2, Prefill, CPU_MAX_CHUNK, MAX_NEW_TOKENS, MAX_PREFILL_CHUNK,
+};
 pub use state::Mamba2State;
 pub use weights::{LayerWeights, Mamba2Weights};

@@ -151,12 +151,13 @@ impl Mamba2 {
     /// Runs every prefill with SSD chunks of `chunk` positions (prompts padded to a multiple
     /// of it) instead of the automatic choice of [`Mamba2::prefill_chunk`]; `None` restores
     /// that choice. The chunk is the algorithm's block size, not a property of the weights: any
-    /// chunk gives the same result up to rounding. A chunk of 0 is an error.
+    /// chunk gives the same result up to rounding. A chunk of 0 or above
+    /// [`MAX_PREFILL_CHUNK`] is an error.
     pub fn with_prefill_chunk(mut self, chunk: Option<usize>) -> Result<Mamba2> {
-        if chunk == Some(0) {
-            return Err(Error::InvalidArgument(
-                "Mamba2::with_prefill_chunk: chunk is 0".into(),
-            ));
+        if let Some(c) = chunk.filter(|&c| c == 0 || c > MAX_PREFILL_CHUNK) {
+            return Err(Error::InvalidArgument(format!(
+                "Mamba2::with_prefill_chunk: chunk ({c}) is not in 1..={MAX_PREFILL_CHUNK}"
+            )));
         }
         self.prefill_chunk = chunk;
         self.programs
@@ -957,6 +958,10 @@ pub const MAX_NEW_TOKENS: usize = 1 << 24;
 fn generate_capacity(max_new_tokens: usize) -> usize {
     max_new_tokens.next_power_of_two().max(16)
 }
+
+/// The largest chunk [`Mamba2::with_prefill_chunk`] takes (every prompt is padded to a
+/// multiple of it).
+pub const MAX_PREFILL_CHUNK: usize = 1 << 16;
 
 /// The largest prefill chunk on the CPU platform. Measured on the 130M shape (see the README):
 /// smaller chunks make the chunked SSD faster there, as its work per token grows with the chunk.
