@@ -446,7 +446,7 @@ pub struct PJRT_Api {
     pub PJRT_LoadedExecutable_GetDeviceAssignment: Fn,
 }
 
-/// A slot of [`PJRT_Api`] tied to the one argument struct its function takes, so that calling a
+/// A slot of `PJRT_Api` tied to the one argument struct its function takes, so that calling a
 /// slot with another slot's arguments does not compile (see `Api::call`).
 ///
 /// ```
@@ -477,7 +477,7 @@ pub struct PJRT_Api {
 pub unsafe trait Function {
     /// The argument struct of this slot's function.
     type Args;
-    /// The slot's byte offset in [`PJRT_Api`].
+    /// The slot's byte offset in `PJRT_Api`.
     const OFFSET: usize;
     /// The slot's name, for error messages.
     const NAME: &'static str;
