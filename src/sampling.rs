@@ -170,8 +170,9 @@ pub fn greedy(logits: &Tensor) -> Result<Tensor> {
 }
 
 /// Maps float values to `u32` keys with the same order: `a < b` exactly when
-/// `key(a) < key(b)`, for every non-NaN pair except `-0.0 < +0.0`. (The sign bit is set for
-/// non-negative values; negative values have all their bits flipped.)
+/// `key(a) < key(b)`, for every non-NaN pair of f32 values except `-0.0 < +0.0`. (The sign bit
+/// is set for non-negative values; negative values have all their bits flipped.) Other float
+/// types are converted to f32 first, so f64 values that round to one f32 share its key.
 pub fn order_keys(x: &Tensor) -> Result<Tensor> {
     let bits = match x.dtype() {
         DType::F32 => x.bitcast(DType::U32)?,

@@ -215,3 +215,19 @@ fn streamed_generation_equals_one_program() {
     assert_eq!(got[0], free[0][..2]);
     assert!(m.generate_stream(&a, &greedy(9), 0, |_| true).is_err());
 }
+
+#[test]
+fn a_kernel_of_one_continues_too() {
+    let cfg = stablegraph::models::mamba2::Mamba2Config {
+        conv_kernel: 1,
+        ..tiny_mamba2()
+    };
+    let w = Mamba2Weights::random(&cfg, DType::F32, 9).unwrap();
+    let m = Mamba2::new(&client(), cfg, &w).unwrap();
+    let (a, b) = pieces();
+    let first = m.prefill(&a).unwrap();
+    let second = m.prefill_from(&b, first.state).unwrap();
+    let want = m.prefill(&joined(&a, &b)).unwrap();
+    let d = max_abs(&second.logits.to_f64_vec(), &want.logits.to_f64_vec());
+    assert!(d < 1e-5, "last logits differ by {d}");
+}

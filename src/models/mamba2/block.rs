@@ -374,7 +374,7 @@ pub fn block_prefill(
 
     // The inputs the convolution sees: k - 1 earlier ones (zero, or from `init`), then xbc.
     let mut history = xbc.pad(&[0, k as i64 - 1, 0], &[0, 0, 0], &[0, 0, 0], 0.0)?;
-    if let Some(init) = init {
+    if let Some(init) = init.filter(|_| k > 1) {
         history = history.add(&remembered_inputs(init, mask, k, len)?)?;
     }
     // The convolution state after the prompt: its last k inputs, oldest first.
