@@ -69,6 +69,10 @@ struct ModelArgs {
     /// PJRT plugin shared object (default: the XLA CPU plugin, resolved as the README says).
     #[arg(long, value_name = "PATH")]
     plugin: Option<PathBuf>,
+    /// How bf16 matrices enter their products: `on` as bf16 dots, `off` converted to f32 in
+    /// the program first, `auto` by platform and processor (see `Mamba2::bf16_dots`).
+    #[arg(long, value_enum, default_value_t = Bf16Dots::Auto)]
+    bf16_dots: Bf16Dots,
     /// SSD chunk of the prefill (default: chosen per platform and prompt length, see
     /// `Mamba2::prefill_chunk`); prompts are padded to a multiple of it.
     #[arg(long, value_name = "N")]
@@ -77,6 +81,13 @@ struct ModelArgs {
     /// it is refused, naming them); for debugging such weights.
     #[arg(long)]
     allow_nonfinite: bool,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Bf16Dots {
+    Auto,
+    On,
+    Off,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -339,7 +350,14 @@ fn load(m: &ModelArgs, p: &PromptArgs, s: &SamplingArgs) -> Result<Loaded> {
         dtype.mlir_name()
     );
     progress("uploading the weights");
-    let model = Mamba2::new(&client, config, &weights)?.with_prefill_chunk(m.prefill_chunk)?;
+    let bf16_dots = match m.bf16_dots {
+        Bf16Dots::Auto => None,
+        Bf16Dots::On => Some(true),
+        Bf16Dots::Off => Some(false),
+    };
+    let model = Mamba2::new(&client, config, &weights)?
+        .with_prefill_chunk(m.prefill_chunk)?
+        .with_bf16_dots(bf16_dots);
     Ok(Loaded {
         client,
         model,

@@ -63,6 +63,8 @@ pub struct Mamba2 {
     types: Mamba2Weights<TensorType>,
     /// The SSD chunk of every prefill, when set (see [`Mamba2::with_prefill_chunk`]).
     prefill_chunk: Option<usize>,
+    /// How bf16 matrices enter products, when set (see [`Mamba2::with_bf16_dots`]).
+    bf16_dots: Option<bool>,
     programs: Mutex<HashMap<String, CompiledGraph>>,
 }
 
@@ -144,6 +146,7 @@ impl Mamba2 {
             weights: buffers,
             types,
             prefill_chunk: None,
+            bf16_dots: None,
             programs: Mutex::new(HashMap::new()),
         })
     }
@@ -188,6 +191,42 @@ impl Mamba2 {
     pub fn prompt_bucket(&self, longest: usize) -> Option<usize> {
         let chunk = self.prefill_chunk(longest);
         longest.max(1).div_ceil(chunk).checked_mul(chunk)
+    }
+
+    /// Whether bf16 matrices enter their products as bf16 (`true`) or are converted to f32 in
+    /// the program first (`false`): see [`Mamba2::with_bf16_dots`]. Without an explicit choice,
+    /// `false` on a CPU platform whose processor has neither AVX512-BF16 nor AMX-BF16 (read
+    /// from `/proc/cpuinfo`; XLA's bf16 dot is slower than converting there, measured in the
+    /// README), `true` elsewhere.
+    pub fn bf16_dots(&self) -> bool {
+        if let Some(choice) = self.bf16_dots {
+            return choice;
+        }
+        let cpu = self.client.platform_name().is_ok_and(|p| p == "cpu");
+        !cpu || host_has_bf16_dot()
+    }
+
+    /// Sets how bf16 matrices enter their products (see [`Mamba2::bf16_dots`]); `None`
+    /// restores the automatic choice. Converting keeps the bf16 bytes on the device (the
+    /// conversion is in the program; `generate` hoists it out of its loop) and computes in f32,
+    /// which is also more precise. No effect on f32 weights.
+    pub fn with_bf16_dots(mut self, choice: Option<bool>) -> Mamba2 {
+        self.bf16_dots = choice;
+        self.programs
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+        self
+    }
+
+    /// The weights as parameters of `g`, bf16 matrices converted to f32 unless
+    /// [`Mamba2::bf16_dots`].
+    fn weight_parameters(&self, g: &Graph) -> Result<Mamba2Weights<Tensor>> {
+        let w = block::weight_parameters(g, &self.types)?;
+        if self.bf16_dots() {
+            return Ok(w);
+        }
+        w.try_map(|_, t| t.convert(DType::F32))
     }
 
     /// The config with the chunk of a prefill over `bucket` positions.
@@ -303,7 +342,7 @@ impl Mamba2 {
         from_state: bool,
     ) -> Result<Graph> {
         let g = Graph::new();
-        let w = block::weight_parameters(&g, &self.types)?;
+        let w = self.weight_parameters(&g)?;
         let tokens = g.parameter("tokens", DType::I32, &[batch, bucket])?;
         let mask = g.parameter("mask", DType::F32, &[batch, bucket])?;
         let init = if from_state {
@@ -350,7 +389,7 @@ impl Mamba2 {
 
     fn step_graph(&self, batch: usize) -> Result<Graph> {
         let g = Graph::new();
-        let w = block::weight_parameters(&g, &self.types)?;
+        let w = self.weight_parameters(&g)?;
         let token = g.parameter("token", DType::I32, &[batch])?;
         let states = self.state_parameters(&g, batch)?;
         let (logits, next) = block::step(&token, &states, &w, &self.config)?;
@@ -530,7 +569,7 @@ impl Mamba2 {
         v: Variant,
     ) -> Result<Graph> {
         let g = Graph::new();
-        let w = block::weight_parameters(&g, &self.types)?;
+        let w = self.weight_parameters(&g)?;
         let tokens = g.parameter("tokens", DType::I32, &[batch, bucket])?;
         let mask = g.parameter("mask", DType::F32, &[batch, bucket])?;
         let init = if v.from_state {
@@ -658,7 +697,7 @@ impl Mamba2 {
     /// per layer), `done` and `key`.
     fn segment_graph(&self, batch: usize, segment: usize, sample: bool) -> Result<Graph> {
         let g = Graph::new();
-        let w = block::weight_parameters(&g, &self.types)?;
+        let w = self.weight_parameters(&g)?;
         let logits = g.parameter("logits", DType::F32, &[batch, self.config.vocab_size])?;
         g.donate(&logits)?;
         let states = self.state_parameters(&g, batch)?;
@@ -987,4 +1026,16 @@ fn layer_states(outs: &mut impl Iterator<Item = Buffer>, layers: usize) -> Resul
         })
         .collect::<Result<Vec<_>>>()?;
     Ok(Mamba2State { layers })
+}
+
+/// Whether this processor has a bf16 dot instruction XLA's CPU backend can use (AVX512-BF16 or
+/// AMX-BF16), as `/proc/cpuinfo` lists its flags; `true` where that file cannot say.
+fn host_has_bf16_dot() -> bool {
+    match std::fs::read_to_string("/proc/cpuinfo") {
+        Ok(info) => info.lines().filter(|l| l.starts_with("flags")).any(|l| {
+            l.split_whitespace()
+                .any(|f| f == "avx512_bf16" || f == "amx_bf16")
+        }),
+        Err(_) => true,
+    }
 }
