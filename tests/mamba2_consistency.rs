@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::client;
+use common::{buffer_diff, client, max_abs};
 use stablegraph::models::mamba2::{GenerateOptions, Mamba2, Mamba2Config, Mamba2Weights, Sampling};
 use stablegraph::{DType, HostArray};
 
@@ -24,14 +24,6 @@ fn row_logits(logits: &HostArray, r: usize, n: usize) -> Vec<f64> {
     let (t, v) = (logits.dims()[1], logits.dims()[2]);
     let all = logits.to_f64_vec();
     all[(r * t + t - n) * v..(r * t + t) * v].to_vec()
-}
-
-fn max_abs(a: &[f64], b: &[f64]) -> f64 {
-    assert_eq!(a.len(), b.len());
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f64::max)
 }
 
 const PROMPT: [u32; 11] = [3, 17, 42, 5, 9, 60, 1, 33, 8, 21, 14];
@@ -53,35 +45,9 @@ fn prefill_then_steps_equals_a_longer_prefill() {
         assert!(d < 1e-4, "position {pos}: {d}");
     }
     for (a, b) in state.layers.iter().zip(&full.state.layers) {
-        let d = max_abs(
-            &a.ssm
-                .to_vec::<f32>()
-                .unwrap()
-                .iter()
-                .map(|&x| f64::from(x))
-                .collect::<Vec<_>>(),
-            &b.ssm
-                .to_vec::<f32>()
-                .unwrap()
-                .iter()
-                .map(|&x| f64::from(x))
-                .collect::<Vec<_>>(),
-        );
+        let d = buffer_diff(&a.ssm, &b.ssm);
         assert!(d < 1e-4, "ssm state {d}");
-        let d = max_abs(
-            &a.conv
-                .to_vec::<f32>()
-                .unwrap()
-                .iter()
-                .map(|&x| f64::from(x))
-                .collect::<Vec<_>>(),
-            &b.conv
-                .to_vec::<f32>()
-                .unwrap()
-                .iter()
-                .map(|&x| f64::from(x))
-                .collect::<Vec<_>>(),
-        );
+        let d = buffer_diff(&a.conv, &b.conv);
         assert!(d < 1e-5, "conv state {d}");
     }
 }
@@ -458,20 +424,7 @@ fn any_prefill_chunk_gives_the_same_model() {
             assert!(d < 1e-5, "chunk {chunk} row {r}: logits differ by {d}");
         }
         for (a, b) in got.state.layers.iter().zip(&want.state.layers) {
-            let d = max_abs(
-                &a.ssm
-                    .to_vec::<f32>()
-                    .unwrap()
-                    .iter()
-                    .map(|&x| f64::from(x))
-                    .collect::<Vec<_>>(),
-                &b.ssm
-                    .to_vec::<f32>()
-                    .unwrap()
-                    .iter()
-                    .map(|&x| f64::from(x))
-                    .collect::<Vec<_>>(),
-            );
+            let d = buffer_diff(&a.ssm, &b.ssm);
             assert!(d < 1e-5, "chunk {chunk}: SSM states differ by {d}");
         }
         assert_eq!(

@@ -4,9 +4,8 @@
 
 mod common;
 
-use common::{client, tiny_mamba2};
+use common::{buffer_diff, client, max_abs, tiny_mamba2};
 use stablegraph::models::mamba2::{GenerateOptions, Mamba2, Mamba2State, Mamba2Weights, Sampling};
-use stablegraph::runtime::Buffer;
 use stablegraph::DType;
 
 fn model() -> Mamba2 {
@@ -15,30 +14,12 @@ fn model() -> Mamba2 {
     Mamba2::new(&client(), cfg, &w).unwrap()
 }
 
-fn host(b: &Buffer) -> Vec<f64> {
-    b.to_vec::<f32>()
-        .unwrap()
-        .into_iter()
-        .map(f64::from)
-        .collect()
-}
-
-fn max_abs(a: &[f64], b: &[f64]) -> f64 {
-    assert_eq!(a.len(), b.len());
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f64::max)
-}
-
 /// The largest difference between two states.
 fn state_diff(a: &Mamba2State, b: &Mamba2State) -> f64 {
     a.layers
         .iter()
         .zip(&b.layers)
-        .map(|(x, y)| {
-            max_abs(&host(&x.conv), &host(&y.conv)).max(max_abs(&host(&x.ssm), &host(&y.ssm)))
-        })
+        .map(|(x, y)| buffer_diff(&x.conv, &y.conv).max(buffer_diff(&x.ssm, &y.ssm)))
         .fold(0.0, f64::max)
 }
 

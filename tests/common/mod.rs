@@ -127,3 +127,24 @@ pub fn tiny_mamba2() -> Mamba2Config {
         scan_dtype: DType::F32,
     }
 }
+
+/// The largest absolute difference between two equally long slices.
+pub fn max_abs(a: &[f64], b: &[f64]) -> f64 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f64::max)
+}
+
+/// The largest absolute difference between two f32 device buffers of one shape.
+pub fn buffer_diff(a: &Buffer, b: &Buffer) -> f64 {
+    let host = |b: &Buffer| -> Vec<f64> {
+        b.to_vec::<f32>()
+            .unwrap()
+            .into_iter()
+            .map(f64::from)
+            .collect()
+    };
+    max_abs(&host(a), &host(b))
+}

@@ -294,6 +294,21 @@ fn remembered_inputs(
     Tensor::einsum("btj,bjc->btc", &[&place, &earlier])
 }
 
+/// Checks that the argument `arg` of `op` has one layer state per layer of the config.
+fn check_layer_count(op: &str, arg: &str, count: usize, cfg: &Mamba2Config) -> Result<()> {
+    if count == cfg.num_layers {
+        return Ok(());
+    }
+    Err(bad_arg(
+        op,
+        arg,
+        format!(
+            "has {count} layer states, the config has num_layers = {}",
+            cfg.num_layers
+        ),
+    ))
+}
+
 /// Checks a batch's layer state against the config.
 fn check_state(
     op: &str,
@@ -537,17 +552,7 @@ pub fn prefill(
     )?;
     check_weights("prefill", w, cfg)?;
     if let Some(init) = init {
-        if init.len() != cfg.num_layers {
-            return Err(bad_arg(
-                "prefill",
-                "init",
-                format!(
-                    "has {} layer states, the config has num_layers = {}",
-                    init.len(),
-                    cfg.num_layers
-                ),
-            ));
-        }
+        check_layer_count("prefill", "init", init.len(), cfg)?;
     }
     let mut hidden = embed(tokens, w)?;
     let mut states = Vec::with_capacity(w.layers.len());
@@ -577,17 +582,7 @@ pub fn step(
             format!("is {}, expected integers [b]", tokens.ty()),
         ));
     }
-    if states.len() != cfg.num_layers {
-        return Err(bad_arg(
-            "step",
-            "states",
-            format!(
-                "has {} layer states, the config has num_layers = {}",
-                states.len(),
-                cfg.num_layers
-            ),
-        ));
-    }
+    check_layer_count("step", "states", states.len(), cfg)?;
     check_weights("step", w, cfg)?;
     let mut hidden = embed(tokens, w)?;
     let mut next = Vec::with_capacity(states.len());

@@ -65,6 +65,8 @@ pub struct Mamba2 {
     prefill_chunk: Option<usize>,
     /// How bf16 matrices enter products, when set (see [`Mamba2::with_bf16_dots`]).
     bf16_dots: Option<bool>,
+    /// Whether the client's platform is the CPU (read once).
+    on_cpu: bool,
     programs: Mutex<HashMap<String, CompiledGraph>>,
 }
 
@@ -138,6 +140,7 @@ impl Mamba2 {
         config.validate()?;
         let types = weights.try_map(|_, a| Ok(a.ty()))?;
         check_weight_types(&types, &config)?;
+        let on_cpu = client.platform_name().is_ok_and(|p| p == "cpu");
         let buffers = weights
             .try_map(|_, a| client.buffer_from_bytes(a.dtype(), a.dims(), &a.to_bytes(), 0))?;
         Ok(Mamba2 {
@@ -147,6 +150,7 @@ impl Mamba2 {
             types,
             prefill_chunk: None,
             bf16_dots: None,
+            on_cpu,
             programs: Mutex::new(HashMap::new()),
         })
     }
@@ -180,7 +184,7 @@ impl Mamba2 {
             return chunk;
         }
         let mut chunk = self.config.chunk_size;
-        if self.client.platform_name().is_ok_and(|p| p == "cpu") {
+        if self.on_cpu {
             chunk = chunk.min(CPU_MAX_CHUNK);
         }
         chunk.min(longest.max(16).next_power_of_two())
@@ -202,8 +206,7 @@ impl Mamba2 {
         if let Some(choice) = self.bf16_dots {
             return choice;
         }
-        let cpu = self.client.platform_name().is_ok_and(|p| p == "cpu");
-        !cpu || host_has_bf16_dot()
+        !self.on_cpu || host_has_bf16_dot()
     }
 
     /// Sets how bf16 matrices enter their products (see [`Mamba2::bf16_dots`]); `None`
@@ -445,6 +448,14 @@ impl Mamba2 {
             HostArray::from_vec(&[b, bucket], mask)?,
             prompts.iter().map(Vec::len).collect(),
         ))
+    }
+
+    /// The [`SampleSettings`] parameters of `sampling` for `batch` rows, on the device.
+    fn sample_settings(&self, sampling: &Sampling, batch: usize) -> Result<Vec<Buffer>> {
+        SampleSettings::host_values(sampling, batch, self.config.vocab_size)?
+            .iter()
+            .map(|a| self.upload(a))
+            .collect()
     }
 
     fn upload(&self, a: &HostArray) -> Result<Buffer> {
@@ -771,11 +782,7 @@ impl Mamba2 {
             .buffer_from_slice(&options.sampling.key(), &[2])?;
         let eos_id = options.eos.map_or(-1, |e| e as i32);
         let eos = self.client.buffer_from_slice(&[eos_id], &[])?;
-        let settings =
-            SampleSettings::host_values(&options.sampling, batch, self.config.vocab_size)?
-                .iter()
-                .map(|a| self.upload(a))
-                .collect::<Result<Vec<_>>>()?;
+        let settings = self.sample_settings(&options.sampling, batch)?;
         let mut stopped = vec![false; batch];
         let mut made = 0;
         while made < options.max_new_tokens && stopped.iter().any(|s| !s) {
@@ -901,11 +908,7 @@ impl Mamba2 {
                 self.client
                     .buffer_from_slice(&options.sampling.key(), &[2])?,
             );
-            let settings =
-                SampleSettings::host_values(&options.sampling, batch, self.config.vocab_size)?;
-            for a in &settings {
-                inputs.push(self.upload(a)?);
-            }
+            inputs.extend(self.sample_settings(&options.sampling, batch)?);
         }
         let mut args = self.weight_args();
         args.push(&ids);
