@@ -381,17 +381,53 @@ fn new_sampling_values_and_shorter_runs_compile_nothing() {
         assert_eq!(tokens[0].len(), n, "{options:?}");
         outputs.push(tokens);
     }
+    // A shorter prompt in the same bucket (16 positions): the same program.
+    let shorter = vec![PROMPT[..9].to_vec()];
+    assert_eq!(m.generate(&shorter, &short_greedy).unwrap()[0].len(), 5);
     let after = client.cache_stats();
     assert_eq!(
         (after.compiles, after.memory_hits, after.disk_hits),
         (before.compiles, before.memory_hits, before.disk_hits),
         "generate asked for a compile"
     );
+    // Prompts of 33 and 47 tokens share the bucket of 48 (6 chunks of 8): one compile.
+    let long_prompt = |n: usize| vec![(0..n as u32).map(|i| (i * 7 + 3) % 64).collect::<Vec<_>>()];
+    m.generate(&long_prompt(33), &short_greedy).unwrap();
+    let before = client.cache_stats();
+    m.generate(&long_prompt(47), &short_greedy).unwrap();
+    assert_eq!(
+        client.cache_stats().compiles,
+        before.compiles,
+        "a prompt in the same bucket compiled"
+    );
     // The values did reach the program: the eos rows stop where the eos first appears.
     let stopped = &outputs[5][0];
     assert!(stopped[3..].iter().all(|&t| t == long[0][3]), "{stopped:?}");
     assert_eq!(outputs[0], long_greedy, "top_k 1 is greedy");
     assert_ne!(outputs[0], long, "top_k 10 is not");
+}
+
+/// The prompt bucket by its definition: the fewest chunks covering `n` tokens whose count's odd
+/// part is 1 or 3 (1, 2, 3, 4, 6, 8, 12, ... chunks).
+fn bucket(n: usize, chunk: usize) -> usize {
+    let chunks = (n.div_ceil(chunk)..)
+        .find(|&m: &usize| matches!(m >> m.trailing_zeros(), 1 | 3))
+        .unwrap();
+    chunks * chunk
+}
+
+#[test]
+fn prompt_buckets_are_powers_of_two_and_one_and_a_half_times_them() {
+    let m = model(DType::F32);
+    // The tiny config's chunk is 8: prompts of 1 to 8 tokens take one chunk (the chunk covering
+    // them, at least 16, capped at 8), longer ones 2, 3, 4, 6, 8, 12, ... chunks.
+    for n in 1..=200 {
+        assert_eq!(m.prompt_bucket(n), Some(bucket(n, 8)), "{n} tokens");
+    }
+    assert_eq!(m.prompt_bucket(33), Some(48));
+    assert_eq!(m.prompt_bucket(49), Some(64));
+    assert_eq!(m.prompt_bucket(65), Some(96));
+    assert_eq!(m.prompt_bucket(usize::MAX), None);
 }
 
 #[test]
@@ -411,8 +447,10 @@ fn any_prefill_chunk_gives_the_same_model() {
     let tokens = m.generate(&prompts, &greedy).unwrap();
     for chunk in [1, 2, 3, 5, 16] {
         let m = model(DType::F32).with_prefill_chunk(Some(chunk)).unwrap();
-        let bucket = PROMPT.len().div_ceil(chunk) * chunk;
-        assert_eq!(m.prompt_bucket(PROMPT.len()), Some(bucket));
+        assert_eq!(
+            m.prompt_bucket(PROMPT.len()),
+            Some(bucket(PROMPT.len(), chunk))
+        );
         let got = m.prefill_all_positions(&prompts).unwrap();
         // Compare the real positions (the buckets differ).
         for (r, p) in prompts.iter().enumerate() {

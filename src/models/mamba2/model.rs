@@ -187,14 +187,19 @@ impl Mamba2 {
         if self.on_cpu {
             chunk = chunk.min(CPU_MAX_CHUNK);
         }
-        chunk.min(longest.max(16).next_power_of_two())
+        let covering = longest.max(16).checked_next_power_of_two();
+        covering.map_or(chunk, |covering| chunk.min(covering))
     }
 
-    /// The padded length (prompt bucket) of prompts up to `longest` tokens: a multiple of
-    /// [`Mamba2::prefill_chunk`]`(longest)`. `None` when it overflows.
+    /// The padded length (prompt bucket) of prompts up to `longest` tokens: the chunk
+    /// ([`Mamba2::prefill_chunk`]`(longest)`) times the smallest of 1, 2, 3, 4, 6, 8, 12, 16, ...
+    /// (the powers of two and 1.5 times them) that covers them. Every prompt length in a bucket
+    /// runs one compiled program (the padding is masked), so lengths up to `L` need about
+    /// `2 log2(L / chunk)` programs, and a prompt is padded by less than half. `None` when it
+    /// overflows.
     pub fn prompt_bucket(&self, longest: usize) -> Option<usize> {
         let chunk = self.prefill_chunk(longest);
-        longest.max(1).div_ceil(chunk).checked_mul(chunk)
+        bucket_chunks(longest.max(1).div_ceil(chunk))?.checked_mul(chunk)
     }
 
     /// Whether bf16 matrices enter their products as bf16 (`true`) or are converted to f32 in
@@ -990,6 +995,18 @@ fn check_weight_types(types: &Mamba2Weights<TensorType>, config: &Mamba2Config) 
             problems.join("; ")
         )))
     }
+}
+
+/// The smallest of 1, 2, 3, 4, 6, 8, 12, ... (2^k and 3 * 2^k) at least `n` (> 0): how many
+/// chunks a prompt bucket holds. `None` when it overflows.
+fn bucket_chunks(n: usize) -> Option<usize> {
+    let power = n.checked_next_power_of_two()?;
+    let three_quarters = power / 4 * 3;
+    Some(if three_quarters >= n {
+        three_quarters
+    } else {
+        power
+    })
 }
 
 /// The most new tokens one `generate` call makes per row (2^24).
