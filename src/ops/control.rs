@@ -196,30 +196,7 @@ impl Graph {
             let next = body(&state)?;
             let mut next_flat = Vec::new();
             next.flatten(&mut next_flat);
-            if next_flat.len() != types.len() {
-                return Err(graph_error(
-                    "while_loop",
-                    format!(
-                        "the body returns {} tensors, the state has {}",
-                        next_flat.len(),
-                        types.len()
-                    ),
-                    loc,
-                ));
-            }
-            for (k, (t, want)) in next_flat.iter().zip(&types).enumerate() {
-                same_graph(self, &[t], "while_loop", loc)?;
-                if t.ty() != want {
-                    return Err(graph_error(
-                        "while_loop",
-                        format!(
-                            "carry component {k} changes from {want} to {} in the body",
-                            t.ty()
-                        ),
-                        loc,
-                    ));
-                }
-            }
+            self.check_next_state(&next_flat, &types, "while_loop", loc)?;
             let results = next_flat
                 .iter()
                 .map(|t| self.resolve(t.id(), "while_loop", loc))
@@ -228,6 +205,58 @@ impl Graph {
             region
         };
 
+        let outs = self.close_while(cond_region, body_region, init_ids, &types, loc)?;
+        C::unflatten(init, &mut outs.into_iter())
+            .ok_or_else(|| graph_error("while_loop", "internal: the state did not rebuild", loc))
+    }
+
+    /// Checks that a body's next state has the state's types; `op` names the loop builder.
+    fn check_next_state(
+        &self,
+        next: &[Tensor],
+        types: &[TensorType],
+        op: &'static str,
+        loc: Loc,
+    ) -> Result<()> {
+        if next.len() != types.len() {
+            return Err(graph_error(
+                op,
+                format!(
+                    "the body returns {} tensors, the state has {}",
+                    next.len(),
+                    types.len()
+                ),
+                loc,
+            ));
+        }
+        for (k, (t, want)) in next.iter().zip(types).enumerate() {
+            same_graph(self, &[t], op, loc)?;
+            if t.ty() != want {
+                return Err(graph_error(
+                    op,
+                    format!(
+                        "carry component {k} changes from {want} to {} in the body",
+                        t.ty()
+                    ),
+                    loc,
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Finishes a loop whose condition and body regions are built, with the state's first
+    /// `types.len()` arguments in each and the body's next state as its results: threads the
+    /// captured outer values through both regions and adds the `While` node. Returns the final
+    /// state (without the captures).
+    fn close_while(
+        &self,
+        cond_region: usize,
+        body_region: usize,
+        init_ids: Vec<ValueId>,
+        types: &[TensorType],
+        loc: Loc,
+    ) -> Result<Vec<Tensor>> {
         // Both regions take the same state: the carry, then every captured outer value (each
         // region gets an argument for the other's captures too). The body passes captures on.
         let mut captured: Vec<ValueId> = Vec::new();
@@ -265,7 +294,7 @@ impl Graph {
         }
         let mut inputs = init_ids;
         inputs.extend(captured.iter().copied());
-        let mut out_types = types.clone();
+        let mut out_types = types.to_vec();
         for o in &captured {
             out_types.push(self.value_type(*o).ok_or_else(|| {
                 graph_error("while_loop", "internal: lost a captured value", loc)
@@ -279,8 +308,7 @@ impl Graph {
             inputs,
             out_types,
         )?;
-        C::unflatten(init, &mut outs.into_iter().take(n))
-            .ok_or_else(|| graph_error("while_loop", "internal: the state did not rebuild", loc))
+        Ok(outs.into_iter().take(n).collect())
     }
 
     /// Opens a region (made current) whose arguments are the loop state, and returns it with
