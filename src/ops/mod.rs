@@ -4,7 +4,8 @@
 //!
 //! Each op family keeps its shape rules beside its builders: `elementwise` (creation,
 //! elementwise, conversions, composites, operators), `reduce`, `shape`, `linalg` (dot_general,
-//! matmul, einsum), `mask` (tril, triu), `gather` (take, one_hot), `conv`, `random`, `sort`.
+//! matmul, einsum), `mask` (tril, triu), `gather` (take, one_hot), `conv`,
+//! `random`, `sort`, `control` (while_loop, fori_loop, scan).
 
 mod control;
 mod conv;
