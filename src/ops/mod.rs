@@ -5,7 +5,8 @@
 //! Each op family keeps its shape rules beside its builders: `elementwise` (creation,
 //! elementwise, conversions, composites, operators), `reduce`, `shape`, `linalg` (dot_general,
 //! matmul, einsum), `mask` (tril, triu), `gather` (take, one_hot), `conv`,
-//! `random`, `sort`, `control` (while_loop, fori_loop, scan).
+//! `random`, `sort`, `control` (while_loop, fori_loop, scan); and composites users reach for:
+//! `nn` (softmax, layer_norm, rms_norm, erf, gelu_exact), `stats` (mean_all, var, std).
 
 mod control;
 mod conv;
@@ -14,11 +15,13 @@ mod gather;
 mod graph;
 pub(crate) mod linalg;
 mod mask;
+mod nn;
 mod random;
 mod reduce;
 mod regions;
 mod shape;
 mod sort;
+mod stats;
 mod util;
 
 pub use control::{Bound, Carry};
@@ -29,3 +32,4 @@ pub use graph::{
 pub(crate) use regions::check_while;
 #[cfg(test)]
 pub(crate) use regions::malformed::cases as malformed_loops;
+pub use stats::VarOptions;
