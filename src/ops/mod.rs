@@ -6,7 +6,8 @@
 //! elementwise, conversions, composites, operators), `reduce`, `shape`, `linalg` (dot_general,
 //! matmul, einsum), `mask` (tril, triu), `gather` (take, one_hot), `conv`,
 //! `random`, `sort`, `control` (while_loop, fori_loop, scan); and composites users reach for:
-//! `nn` (softmax, layer_norm, rms_norm, erf, gelu_exact), `stats` (mean_all, var, std).
+//! `nn` (softmax, layer_norm, rms_norm, erf, gelu_exact), `stats` (mean_all, var, std), `split`
+//! (split, chunk).
 
 mod control;
 mod conv;
@@ -21,6 +22,7 @@ mod reduce;
 mod regions;
 mod shape;
 mod sort;
+mod split;
 mod stats;
 mod util;
 
