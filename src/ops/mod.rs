@@ -4,7 +4,7 @@
 //!
 //! Each op family keeps its shape rules beside its builders: `elementwise` (creation,
 //! elementwise, conversions, composites, operators), `reduce`, `shape`, `linalg` (dot_general,
-//! matmul, einsum), `mask` (tril, triu), `gather` (take, one_hot), `conv`,
+//! matmul, einsum), `mask` (tril, triu), `gather` (take, take_along_axis, one_hot), `conv`,
 //! `random`, `sort`, `control` (while_loop, fori_loop, scan); and composites users reach for:
 //! `nn` (softmax, layer_norm, rms_norm, erf, gelu_exact), `stats` (mean_all, var, std), `split`
 //! (split, chunk).
