@@ -7,11 +7,14 @@
 //! loop-invariant operand), and the same happens through every level of nested loops. A value
 //! made inside a loop cannot be used outside it (an error). The body must return a state of the
 //! same types; a component whose dtype or shape changed is an error that names it.
+//!
+//! `scan` is JAX's `lax.scan` on top of the same loop: a carry threaded through the steps, inputs
+//! sliced along their leading axis, per-step outputs stacked into preallocated buffers.
 
 use std::panic::Location;
 
 use super::graph::{graph_error, Graph, Op, Tensor, ValueId};
-use super::util::{same_graph, Loc};
+use super::util::{check_size, same_graph, Loc};
 use crate::dtype::{DType, TensorType};
 use crate::error::Result;
 
@@ -196,30 +199,7 @@ impl Graph {
             let next = body(&state)?;
             let mut next_flat = Vec::new();
             next.flatten(&mut next_flat);
-            if next_flat.len() != types.len() {
-                return Err(graph_error(
-                    "while_loop",
-                    format!(
-                        "the body returns {} tensors, the state has {}",
-                        next_flat.len(),
-                        types.len()
-                    ),
-                    loc,
-                ));
-            }
-            for (k, (t, want)) in next_flat.iter().zip(&types).enumerate() {
-                same_graph(self, &[t], "while_loop", loc)?;
-                if t.ty() != want {
-                    return Err(graph_error(
-                        "while_loop",
-                        format!(
-                            "carry component {k} changes from {want} to {} in the body",
-                            t.ty()
-                        ),
-                        loc,
-                    ));
-                }
-            }
+            self.check_next_state(&next_flat, &types, "while_loop", loc)?;
             let results = next_flat
                 .iter()
                 .map(|t| self.resolve(t.id(), "while_loop", loc))
@@ -228,6 +208,58 @@ impl Graph {
             region
         };
 
+        let outs = self.close_while(cond_region, body_region, init_ids, &types, loc)?;
+        C::unflatten(init, &mut outs.into_iter())
+            .ok_or_else(|| graph_error("while_loop", "internal: the state did not rebuild", loc))
+    }
+
+    /// Checks that a body's next state has the state's types; `op` names the loop builder.
+    fn check_next_state(
+        &self,
+        next: &[Tensor],
+        types: &[TensorType],
+        op: &'static str,
+        loc: Loc,
+    ) -> Result<()> {
+        if next.len() != types.len() {
+            return Err(graph_error(
+                op,
+                format!(
+                    "the body returns {} tensors, the state has {}",
+                    next.len(),
+                    types.len()
+                ),
+                loc,
+            ));
+        }
+        for (k, (t, want)) in next.iter().zip(types).enumerate() {
+            same_graph(self, &[t], op, loc)?;
+            if t.ty() != want {
+                return Err(graph_error(
+                    op,
+                    format!(
+                        "carry component {k} changes from {want} to {} in the body",
+                        t.ty()
+                    ),
+                    loc,
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Finishes a loop whose condition and body regions are built, with the state's first
+    /// `types.len()` arguments in each and the body's next state as its results: threads the
+    /// captured outer values through both regions and adds the `While` node. Returns the final
+    /// state (without the captures).
+    fn close_while(
+        &self,
+        cond_region: usize,
+        body_region: usize,
+        init_ids: Vec<ValueId>,
+        types: &[TensorType],
+        loc: Loc,
+    ) -> Result<Vec<Tensor>> {
         // Both regions take the same state: the carry, then every captured outer value (each
         // region gets an argument for the other's captures too). The body passes captures on.
         let mut captured: Vec<ValueId> = Vec::new();
@@ -265,7 +297,7 @@ impl Graph {
         }
         let mut inputs = init_ids;
         inputs.extend(captured.iter().copied());
-        let mut out_types = types.clone();
+        let mut out_types = types.to_vec();
         for o in &captured {
             out_types.push(self.value_type(*o).ok_or_else(|| {
                 graph_error("while_loop", "internal: lost a captured value", loc)
@@ -279,8 +311,7 @@ impl Graph {
             inputs,
             out_types,
         )?;
-        C::unflatten(init, &mut outs.into_iter().take(n))
-            .ok_or_else(|| graph_error("while_loop", "internal: the state did not rebuild", loc))
+        Ok(outs.into_iter().take(n).collect())
     }
 
     /// Opens a region (made current) whose arguments are the loop state, and returns it with
@@ -316,7 +347,7 @@ impl Graph {
     /// // for i in 0..16 { x = tanh(x) * 0.9; out[i] = x }, all on the device.
     /// let (_, out) = g.fori_loop(0, 16, &(x.clone(), out), |i, (x, out)| {
     ///     let x = x.tanh()?.mul(0.9)?;
-    ///     let zero = g.scalar(0.0, DType::I64)?;
+    ///     let zero = g.scalar_i64(0)?;
     ///     let out = out.dynamic_update_slice(&x.expand_dims(0)?, &[i, &zero])?;
     ///     Ok((x, out))
     /// })?;
@@ -373,4 +404,181 @@ impl Graph {
         )?;
         Ok(state)
     }
+
+    /// JAX's `lax.scan`: runs `body(carry, x_t) -> (carry, y_t)` for `t = 0..T`, where `x_t` is
+    /// step `t` of `xs` (every tensor of `xs` sliced along its leading axis, of length `T`), and
+    /// returns the final carry and the `y_t` stacked along a new leading axis (each tensor of
+    /// `Y` gains a first dimension `T`). `C`, `X` and `Y` are any [`Carry`] (a tensor, a tuple, a
+    /// `Vec`, ...). One `stablehlo.while` whose state holds the step, the carry and the stacked
+    /// outputs, written in place with `dynamic_update_slice`. With `T = 0` the body is built but
+    /// never runs: the carry is `init` and the stacked outputs are empty.
+    ///
+    /// ```
+    /// use stablegraph::ops::Graph;
+    /// use stablegraph::{DType, HostArray};
+    ///
+    /// # fn main() -> stablegraph::Result<()> {
+    /// let g = Graph::new();
+    /// let xs = g.parameter("xs", DType::F32, &[5, 3])?;
+    /// let h0 = g.zeros(DType::F32, &[3])?;
+    /// // h_t = 0.5 h_{t-1} + x_t, returning every h_t.
+    /// let (h, hs) = g.scan(&h0, &xs, |h, x| {
+    ///     let h = h.mul(0.5)?.add(x)?;
+    ///     Ok((h.clone(), h))
+    /// })?;
+    /// g.set_outputs(&[&h, &hs])?;
+    /// let out = g.evaluate(&[HostArray::from_vec(&[5, 3], vec![1.0f32; 15])?])?;
+    /// assert_eq!(out[1].dims(), &[5, 3]);
+    /// assert_eq!(out[1].to_f64_vec()[3..6], [1.5; 3]);
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[track_caller]
+    pub fn scan<C: Carry, X: Carry, Y: Carry>(
+        &self,
+        init: &C,
+        xs: &X,
+        body: impl FnOnce(&C, &X) -> Result<(C, Y)>,
+    ) -> Result<(C, Y)> {
+        let loc = Location::caller();
+        let op = "scan";
+        let (mut x_flat, mut c_flat) = (Vec::new(), Vec::new());
+        xs.flatten(&mut x_flat);
+        init.flatten(&mut c_flat);
+        let operands: Vec<&Tensor> = x_flat.iter().chain(&c_flat).collect();
+        same_graph(self, &operands, op, loc)?;
+        let length = scan_length(&x_flat, loc)?;
+        let outer = self.current_region();
+        let mut types = vec![TensorType::new(DType::I64, &[])];
+        types.extend(c_flat.iter().map(|t| t.ty().clone()));
+        let lost = || graph_error(op, "internal: the state did not rebuild", loc);
+
+        // The body region takes the step and the carry, then the stacked outputs, whose types
+        // are known once the body has been built.
+        let (body_region, y, stacked) = {
+            let _guard = RegionGuard { graph: self, outer };
+            let region = self.open_region();
+            let args: Vec<Tensor> = types
+                .iter()
+                .map(|t| self.add_block_arg(region, t.clone()))
+                .collect();
+            let i = &args[0];
+            let carry = C::unflatten(init, &mut args[1..].iter().cloned()).ok_or_else(lost)?;
+            let slices = x_flat
+                .iter()
+                .map(|x| self.step_slice(x, i, loc))
+                .collect::<Result<Vec<_>>>()?;
+            let x = X::unflatten(xs, &mut slices.into_iter()).ok_or_else(lost)?;
+            let (next, y) = body(&carry, &x)?;
+            let (mut next_flat, mut y_flat) = (Vec::new(), Vec::new());
+            next.flatten(&mut next_flat);
+            y.flatten(&mut y_flat);
+            self.check_next_state(&next_flat, &types[1..], op, loc)?;
+            let mut stacked = Vec::with_capacity(y_flat.len());
+            for t in &y_flat {
+                same_graph(self, &[t], op, loc)?;
+                let mut dims = vec![length];
+                dims.extend_from_slice(t.dims());
+                let ty = TensorType::new(t.dtype(), &dims);
+                check_size(&ty, op, loc)?;
+                stacked.push(ty);
+            }
+            let buffers: Vec<Tensor> = stacked
+                .iter()
+                .map(|t| self.add_block_arg(region, t.clone()))
+                .collect();
+            let mut results = vec![i.add(1)?];
+            results.extend(next_flat);
+            for (buffer, y) in buffers.iter().zip(&y_flat) {
+                results.push(self.write_step(buffer, y, i, loc)?);
+            }
+            // The state's arguments first; `close_while` appends the captures.
+            let state = args.iter().chain(&buffers).map(|t| t.id()).collect();
+            self.set_region_args(region, state);
+            let results = results
+                .iter()
+                .map(|t| self.resolve(t.id(), op, loc))
+                .collect::<Result<Vec<_>>>()?;
+            self.set_region_results(region, results);
+            (region, y, stacked)
+        };
+
+        let mut init_flat = vec![self.scalar_i64(0)?];
+        init_flat.extend(c_flat);
+        for t in &stacked {
+            init_flat.push(self.full_at(0.0, t.dtype, &t.dims, loc)?);
+        }
+        types.extend(stacked);
+        let end = self.full_at(length as f64, DType::I64, &[], loc)?;
+        let cond_region = {
+            let _guard = RegionGuard { graph: self, outer };
+            let (region, state) = self.open_state_region(&init_flat, &types, loc)?;
+            let c = state[0].lt(&end)?;
+            let c = self.resolve(c.id(), op, loc)?;
+            self.set_region_results(region, vec![c]);
+            region
+        };
+        let init_ids = init_flat
+            .iter()
+            .map(|t| self.resolve(t.id(), op, loc))
+            .collect::<Result<Vec<ValueId>>>()?;
+        let outs = self.close_while(cond_region, body_region, init_ids, &types, loc)?;
+        let mut rest = outs.into_iter().skip(1);
+        let carry = C::unflatten(init, &mut rest).ok_or_else(lost)?;
+        let ys = Y::unflatten(&y, &mut rest).ok_or_else(lost)?;
+        Ok((carry, ys))
+    }
+
+    /// Step `i` of `x` along its leading axis, without that axis (zeros when the axis is empty:
+    /// the loop then never runs).
+    fn step_slice(&self, x: &Tensor, i: &Tensor, loc: Loc) -> Result<Tensor> {
+        let rest = &x.dims()[1..];
+        if x.dims()[0] == 0 {
+            return self.full_at(0.0, x.dtype(), rest, loc);
+        }
+        let zero = self.scalar_i64(0)?;
+        let mut starts = vec![i];
+        starts.extend(std::iter::repeat_n(&zero, rest.len()));
+        let mut sizes = vec![1];
+        sizes.extend_from_slice(rest);
+        x.dynamic_slice(&starts, &sizes)?.reshape_at(rest, loc)
+    }
+
+    /// `buffer` with `y` written as row `i` of its leading axis.
+    fn write_step(&self, buffer: &Tensor, y: &Tensor, i: &Tensor, loc: Loc) -> Result<Tensor> {
+        if buffer.dims()[0] == 0 {
+            return Ok(buffer.clone());
+        }
+        let zero = self.scalar_i64(0)?;
+        let mut starts = vec![i];
+        starts.extend(std::iter::repeat_n(&zero, y.rank()));
+        let mut dims = vec![1];
+        dims.extend_from_slice(y.dims());
+        buffer.dynamic_update_slice(&y.reshape_at(&dims, loc)?, &starts)
+    }
+}
+
+/// The common length of the leading axes of a scan's inputs.
+fn scan_length(xs: &[Tensor], loc: Loc) -> Result<usize> {
+    let Some(first) = xs.first() else {
+        return Err(graph_error(
+            "scan",
+            "scan needs at least one input tensor to scan over (its leading axis sets the \
+             number of steps); use fori_loop for a loop without inputs",
+            loc,
+        ));
+    };
+    let length = first.dims().first().copied();
+    if length.is_none() || xs.iter().any(|x| x.dims().first().copied() != length) {
+        let types: Vec<String> = xs.iter().map(|x| x.ty().to_string()).collect();
+        return Err(graph_error(
+            "scan",
+            format!(
+                "the inputs must share a leading axis of one length, got [{}]",
+                types.join(", ")
+            ),
+            loc,
+        ));
+    }
+    Ok(length.unwrap_or(0))
 }

@@ -55,6 +55,22 @@ impl Graph {
         self.full_at(value, dtype, &[], Location::caller())
     }
 
+    /// A rank-0 `i64` constant, exact for every `i64`: a loop bound or a start index for
+    /// [`Tensor::dynamic_slice`] and [`Tensor::dynamic_update_slice`].
+    #[track_caller]
+    pub fn scalar_i64(&self, value: i64) -> Result<Tensor> {
+        node(
+            self,
+            Op::Constant {
+                data: value.to_le_bytes().to_vec(),
+            },
+            &[],
+            TensorType::new(DType::I64, &[]),
+            "scalar_i64",
+            Location::caller(),
+        )
+    }
+
     /// A tensor of shape `dims` filled with `value` (a splat constant).
     #[track_caller]
     pub fn full(&self, value: f64, dtype: DType, dims: &[usize]) -> Result<Tensor> {
