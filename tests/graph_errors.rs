@@ -1,7 +1,7 @@
 //! Every shape rule rejects bad operands with an `Error::Graph` that names the op, the operand
 //! types and the caller's line; nothing panics.
 
-use stablegraph::ops::{Graph, Tensor};
+use stablegraph::ops::{CumsumOptions, Graph, SortOrder, Tensor};
 use stablegraph::{DType, Error};
 
 /// Asserts `$e` is a graph error for `$op` raised from this file within a few lines of the macro
@@ -168,7 +168,7 @@ fn shape_rules() {
         "pad",
         "one entry per dimension"
     );
-    expect_err!(a.reverse(&[2]), "reverse", "axis 2");
+    expect_err!(a.flip(&[2]), "flip", "axis 2");
 }
 
 #[test]
@@ -177,14 +177,14 @@ fn reduction_rules() {
     let a = f32s(&g, "a", &[2, 0]);
     let p = g.parameter("p", DType::Pred, &[2]).unwrap();
     let i = g.parameter("i", DType::I32, &[2]).unwrap();
-    expect_err!(a.sum(&[2], false), "sum", "axis 2", "f32[2, 0]");
-    expect_err!(a.sum(&[1, -1], false), "sum", "twice");
-    expect_err!(p.sum(&[0], false), "sum", "pred[2]");
-    expect_err!(a.argmax(1, false), "argmax", "non-empty axis 1");
-    expect_err!(i.mean(&[0], false), "mean", "i32[2]");
-    expect_err!(i.logsumexp(&[0], false), "logsumexp", "i32[2]");
-    expect_err!(p.cumsum(0, false, false), "cumsum", "pred[2]");
-    expect_err!(a.cumsum(3, false, false), "cumsum", "axis 3");
+    expect_err!(a.sum(&[2]), "sum", "axis 2", "f32[2, 0]");
+    expect_err!(a.sum(&[1, -1]), "sum", "twice");
+    expect_err!(p.sum(&[0]), "sum", "pred[2]");
+    expect_err!(a.argmax(1), "argmax", "non-empty axis 1");
+    expect_err!(i.mean(&[0]), "mean", "i32[2]");
+    expect_err!(i.logsumexp(&[0]), "logsumexp", "i32[2]");
+    expect_err!(p.cumsum(0), "cumsum", "pred[2]");
+    expect_err!(a.cumsum(3), "cumsum", "axis 3");
 }
 
 #[test]
@@ -281,7 +281,7 @@ fn gather_conv_sort_random_rules() {
         "f32[3, 2]"
     );
     let p = g.parameter("p", DType::Pred, &[3]).unwrap();
-    expect_err!(p.sort(0, false), "sort", "pred[3]");
+    expect_err!(p.sort(0, SortOrder::Ascending), "sort", "pred[3]");
     expect_err!(table.top_k(4), "top_k", "k = 4");
     let bad_key = g.parameter("k", DType::U32, &[3]).unwrap();
     expect_err!(
@@ -303,11 +303,22 @@ fn gather_conv_sort_random_rules() {
 fn inferred_shapes_of_composites() {
     let g = Graph::new();
     let x = f32s(&g, "x", &[2, 5, 3]);
-    assert_eq!(x.sum(&[1], true).unwrap().dims(), &[2, 1, 3]);
-    assert_eq!(x.sum(&[-1, 0], false).unwrap().dims(), &[5]);
-    assert_eq!(x.argmax(-1, false).unwrap().ty().to_string(), "i64[2, 5]");
-    assert_eq!(x.logsumexp(&[1], false).unwrap().dims(), &[2, 3]);
-    assert_eq!(x.cumsum(1, true, true).unwrap().dims(), &[2, 5, 3]);
+    assert_eq!(x.sum_keepdims(&[1]).unwrap().dims(), &[2, 1, 3]);
+    assert_eq!(x.sum(&[-1, 0]).unwrap().dims(), &[5]);
+    assert_eq!(x.argmax(-1).unwrap().ty().to_string(), "i64[2, 5]");
+    assert_eq!(x.logsumexp(&[1]).unwrap().dims(), &[2, 3]);
+    assert_eq!(
+        x.cumsum_with(
+            1,
+            CumsumOptions {
+                exclusive: true,
+                reverse: true
+            }
+        )
+        .unwrap()
+        .dims(),
+        &[2, 5, 3]
+    );
     assert_eq!(x.slice(1, -3, 100, 2).unwrap().dims(), &[2, 2, 3]);
     assert_eq!(x.reshape(&[-1, 3]).unwrap().dims(), &[10, 3]);
     assert_eq!(x.transpose(&[2, 0, 1]).unwrap().dims(), &[3, 2, 5]);
@@ -359,7 +370,7 @@ fn loop_rules() {
         g.while_loop(
             &(x.clone(), i.clone()),
             |(_, i)| i.lt(10.0),
-            |(x, i)| Ok((x.clone(), i.convert(DType::I32)?))
+            |(x, i)| Ok((x.clone(), i.astype(DType::I32)?))
         ),
         "while_loop",
         "carry component 1",

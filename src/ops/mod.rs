@@ -13,6 +13,7 @@ mod gather;
 mod graph;
 pub(crate) mod linalg;
 mod mask;
+mod operators;
 mod random;
 mod reduce;
 mod regions;
@@ -21,10 +22,12 @@ mod sort;
 mod util;
 
 pub use control::{Bound, Carry};
-pub use elementwise::Operand;
+pub use elementwise::{Number, Operand};
 pub use graph::{
     ArgKind, BinaryOp, Comparison, Graph, Node, Op, ReduceKind, Region, Tensor, UnaryOp, ValueId,
 };
+pub use reduce::CumsumOptions;
 pub(crate) use regions::check_while;
 #[cfg(test)]
 pub(crate) use regions::malformed::cases as malformed_loops;
+pub use sort::SortOrder;
