@@ -422,7 +422,127 @@ fn loop_rules() {
         "rank-0 integers",
         "f32[]"
     );
+    // fori_loop names itself, and counts the carry's components from the user's first (not
+    // from its hidden counter).
+    expect_err!(
+        g.fori_loop(0, 4, &(x.clone(), i.clone()), |_, (x, i)| Ok((
+            x.clone(),
+            i.astype(DType::I32)?
+        ))),
+        "fori_loop",
+        "carry component 1 changes from i64[] to i32[]"
+    );
+    expect_err!(
+        g.fori_loop(0, 4, &x, |_, x| Tensor::concat(&[x, x], 0)),
+        "fori_loop",
+        "carry component 0 changes from f32[3] to f32[6]"
+    );
+    // ... and counts only the user's tensors when the number changes.
+    expect_err!(
+        g.fori_loop(0, 4, &vec![x.clone()], |_, v| Ok(vec![
+            v[0].clone(),
+            v[0].clone()
+        ])),
+        "fori_loop",
+        "the body returns 2 tensors, the state has 1"
+    );
     // After errors the graph is usable: new nodes land in the program again.
     let y = x.exp().unwrap();
     g.set_outputs(&[&y]).unwrap();
+}
+
+#[test]
+fn select_family_names_the_op_called() {
+    let g = Graph::new();
+    let a = f32s(&g, "a", &[2, 3]);
+    let m = g.parameter("m", DType::Pred, &[2, 3]).unwrap();
+    let i = g.parameter("i", DType::I32, &[2, 3]).unwrap();
+    // masked_fill's errors say masked_fill (they said select).
+    expect_err!(
+        a.masked_fill(&a, 0.0),
+        "masked_fill",
+        "condition must be pred",
+        "f32[2, 3]"
+    );
+    expect_err!(i.masked_fill(&m, 1.5), "masked_fill", "1.5", "i32");
+    let wide = g.parameter("w", DType::Pred, &[4, 3]).unwrap();
+    expect_err!(
+        a.masked_fill(&wide, 0.0),
+        "masked_fill",
+        "pred[4, 3]",
+        "broadcast"
+    );
+    expect_err!(a.where_(&a, 0.0), "where_", "condition must be pred");
+    let s = g.scalar(0.0, DType::F32).unwrap();
+    expect_err!(s.tril(0), "tril", "rank >= 2", "f32[]");
+    // select with numbers for both branches has no dtype to give them.
+    expect_err!(
+        m.select(1.0, 0.0),
+        "select",
+        "at least one branch must be a tensor"
+    );
+    expect_err!(
+        m.select(&a, &i),
+        "select",
+        "dtypes",
+        "f32[2, 3]",
+        "i32[2, 3]"
+    );
+    // Numbers take the tensor branch's dtype, on either side.
+    assert_eq!(m.select(1, &i).unwrap().ty().to_string(), "i32[2, 3]");
+    assert_eq!(m.select(&a, -1.0).unwrap().ty().to_string(), "f32[2, 3]");
+    expect_err!(m.select(&i, 2.5), "select", "2.5", "i32");
+}
+
+#[test]
+fn reduction_options_and_index_dtypes() {
+    let g = Graph::new();
+    let x = f32s(&g, "x", &[2, 300]);
+    let p = g.parameter("p", DType::Pred, &[2]).unwrap();
+    assert_eq!(x.max_keepdims(&[1]).unwrap().dims(), &[2, 1]);
+    assert_eq!(x.mean_keepdims(&[0, 1]).unwrap().dims(), &[1, 1]);
+    assert_eq!(x.logsumexp_keepdims(&[-1]).unwrap().dims(), &[2, 1]);
+    assert_eq!(x.argmin_keepdims(1).unwrap().ty().to_string(), "i64[2, 1]");
+    assert_eq!(
+        x.argmax_as(0, DType::U8).unwrap().ty().to_string(),
+        "u8[300]"
+    );
+    assert_eq!(
+        x.argmin_as(-1, DType::I32).unwrap().ty().to_string(),
+        "i32[2]"
+    );
+    // 299 does not fit a u8; floats and pred are not index dtypes.
+    expect_err!(x.argmax_as(1, DType::U8), "argmax_as", "299", "u8");
+    expect_err!(x.argmin_as(0, DType::F32), "argmin_as", "integer", "f32");
+    expect_err!(x.argmax_as(0, DType::Pred), "argmax_as", "integer", "pred");
+    expect_err!(x.sum_keepdims(&[2]), "sum_keepdims", "axis 2");
+    expect_err!(
+        p.cumsum_with(0, CumsumOptions::default()),
+        "cumsum_with",
+        "pred[2]"
+    );
+    expect_err!(p.sort(0, SortOrder::Descending), "sort", "pred[2]");
+}
+
+#[test]
+fn operators_with_numbers() {
+    let g = Graph::new();
+    let u = g.parameter("u", DType::U8, &[3]).unwrap();
+    let i = g.parameter("i", DType::I64, &[3]).unwrap();
+    let h = g.parameter("h", DType::F16, &[3]).unwrap();
+    // An integer must be a value of the tensor's dtype, on either side of the operator.
+    expect_err!(&u + 300, "add", "300", "u8");
+    expect_err!(&u * -1i64, "mul", "-1", "u8");
+    expect_err!(2.5 * &u, "mul", "2.5", "u8");
+    expect_err!(&h * 100_000i64, "mul", "100000", "f16");
+    expect_err!(u.clone() - u64::MAX, "sub", "18446744073709551615", "u8");
+    assert_eq!((&u * 10).unwrap().ty().to_string(), "u8[3]");
+    assert_eq!((2 * &i).unwrap().ty().to_string(), "i64[3]");
+    assert_eq!((1.0 - &h).unwrap().ty().to_string(), "f16[3]");
+    // A Result<Tensor> on either side keeps the first error.
+    expect_err!(&u + (&u + 300), "add", "300");
+    expect_err!((&u + 300) + &u, "add", "300");
+    // Different dtypes are still an error through the operators.
+    expect_err!(&u + &i, "add", "dtypes");
+    expect_err!(u.clone() % i.clone(), "rem", "u8[3]", "i64[3]");
 }

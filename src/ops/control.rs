@@ -138,6 +138,26 @@ impl From<&Tensor> for Bound {
     }
 }
 
+/// The loop builder a user called, for its errors: its name, and how many leading components of
+/// the carry are the builder's own (the user's carry follows them).
+#[derive(Clone, Copy)]
+struct LoopName {
+    op: &'static str,
+    hidden: usize,
+}
+
+impl LoopName {
+    const WHILE: LoopName = LoopName {
+        op: "while_loop",
+        hidden: 0,
+    };
+    /// `fori_loop` carries its counter first.
+    const FORI: LoopName = LoopName {
+        op: "fori_loop",
+        hidden: 1,
+    };
+}
+
 impl Graph {
     /// Runs `body` on the state while `cond` holds, starting from `init`, as one
     /// `stablehlo.while`; returns the final state. `cond` must return a rank-0 pred; `body` a
@@ -150,41 +170,45 @@ impl Graph {
         cond: impl FnOnce(&C) -> Result<Tensor>,
         body: impl FnOnce(&C) -> Result<C>,
     ) -> Result<C> {
-        self.while_at(init, cond, body, Location::caller())
+        self.while_at(init, cond, body, LoopName::WHILE, Location::caller())
     }
 
+    /// The loop for `while_loop` and `fori_loop`; errors name `name.op` and count the carry's
+    /// components from after the first `name.hidden` (the builder's own, such as a counter).
     fn while_at<C: Carry>(
         &self,
         init: &C,
         cond: impl FnOnce(&C) -> Result<Tensor>,
         body: impl FnOnce(&C) -> Result<C>,
+        name: LoopName,
         loc: Loc,
     ) -> Result<C> {
+        let LoopName { op, hidden } = name;
         let mut flat = Vec::new();
         init.flatten(&mut flat);
         let refs: Vec<&Tensor> = flat.iter().collect();
-        same_graph(self, &refs, "while_loop", loc)?;
+        same_graph(self, &refs, op, loc)?;
         let outer = self.current_region();
         let init_ids = flat
             .iter()
-            .map(|t| self.resolve(t.id(), "while_loop", loc))
+            .map(|t| self.resolve(t.id(), op, loc))
             .collect::<Result<Vec<ValueId>>>()?;
         let types: Vec<TensorType> = flat.iter().map(|t| t.ty().clone()).collect();
 
         // The condition region.
         let cond_region = {
             let _guard = RegionGuard { graph: self, outer };
-            let (region, state) = self.open_state_region(init, &types, loc)?;
+            let (region, state) = self.open_state_region(init, &types, op, loc)?;
             let c = cond(&state)?;
-            same_graph(self, &[&c], "while_loop", loc)?;
+            same_graph(self, &[&c], op, loc)?;
             if c.dtype() != DType::Pred || c.rank() != 0 {
                 return Err(graph_error(
-                    "while_loop",
+                    op,
                     format!("the condition must be a rank-0 pred, got {}", c.ty()),
                     loc,
                 ));
             }
-            let c = self.resolve(c.id(), "while_loop", loc)?;
+            let c = self.resolve(c.id(), op, loc)?;
             self.set_region_results(region, vec![c]);
             region
         };
@@ -192,37 +216,38 @@ impl Graph {
         // The body region.
         let body_region = {
             let _guard = RegionGuard { graph: self, outer };
-            let (region, state) = self.open_state_region(init, &types, loc)?;
+            let (region, state) = self.open_state_region(init, &types, op, loc)?;
             let next = body(&state)?;
             let mut next_flat = Vec::new();
             next.flatten(&mut next_flat);
             if next_flat.len() != types.len() {
                 return Err(graph_error(
-                    "while_loop",
+                    op,
                     format!(
                         "the body returns {} tensors, the state has {}",
-                        next_flat.len(),
-                        types.len()
+                        next_flat.len().saturating_sub(hidden),
+                        types.len() - hidden
                     ),
                     loc,
                 ));
             }
             for (k, (t, want)) in next_flat.iter().zip(&types).enumerate() {
-                same_graph(self, &[t], "while_loop", loc)?;
+                same_graph(self, &[t], op, loc)?;
                 if t.ty() != want {
+                    let what = match k.checked_sub(hidden) {
+                        Some(k) => format!("carry component {k}"),
+                        None => "the loop's own state".to_string(),
+                    };
                     return Err(graph_error(
-                        "while_loop",
-                        format!(
-                            "carry component {k} changes from {want} to {} in the body",
-                            t.ty()
-                        ),
+                        op,
+                        format!("{what} changes from {want} to {} in the body", t.ty()),
                         loc,
                     ));
                 }
             }
             let results = next_flat
                 .iter()
-                .map(|t| self.resolve(t.id(), "while_loop", loc))
+                .map(|t| self.resolve(t.id(), op, loc))
                 .collect::<Result<Vec<_>>>()?;
             self.set_region_results(region, results);
             region
@@ -248,7 +273,7 @@ impl Graph {
                     Some(&(_, inner)) => inner,
                     None => {
                         let ty = self.value_type(*o).ok_or_else(|| {
-                            graph_error("while_loop", "internal: lost a captured value", loc)
+                            graph_error(op, "internal: lost a captured value", loc)
                         })?;
                         self.add_block_arg(region, ty).id()
                     }
@@ -267,9 +292,10 @@ impl Graph {
         inputs.extend(captured.iter().copied());
         let mut out_types = types.clone();
         for o in &captured {
-            out_types.push(self.value_type(*o).ok_or_else(|| {
-                graph_error("while_loop", "internal: lost a captured value", loc)
-            })?);
+            out_types.push(
+                self.value_type(*o)
+                    .ok_or_else(|| graph_error(op, "internal: lost a captured value", loc))?,
+            );
         }
         let outs = self.push(
             Op::While {
@@ -280,7 +306,7 @@ impl Graph {
             out_types,
         )?;
         C::unflatten(init, &mut outs.into_iter().take(n))
-            .ok_or_else(|| graph_error("while_loop", "internal: the state did not rebuild", loc))
+            .ok_or_else(|| graph_error(op, "internal: the state did not rebuild", loc))
     }
 
     /// Opens a region (made current) whose arguments are the loop state, and returns it with
@@ -289,6 +315,7 @@ impl Graph {
         &self,
         init: &C,
         types: &[TensorType],
+        op: &'static str,
         loc: Loc,
     ) -> Result<(usize, C)> {
         let region = self.open_region();
@@ -297,7 +324,7 @@ impl Graph {
             .map(|t| self.add_block_arg(region, t.clone()))
             .collect();
         let state = C::unflatten(init, &mut args.into_iter())
-            .ok_or_else(|| graph_error("while_loop", "internal: the state did not rebuild", loc))?;
+            .ok_or_else(|| graph_error(op, "internal: the state did not rebuild", loc))?;
         Ok((region, state))
     }
 
@@ -369,6 +396,7 @@ impl Graph {
                 let next = body(i, s)?;
                 Ok((i.add(1)?, next))
             },
+            LoopName::FORI,
             loc,
         )?;
         Ok(state)
