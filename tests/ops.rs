@@ -1129,6 +1129,108 @@ fn broadcasting_and_number_operands() {
     s.run();
 }
 
+/// An operator applied to two tensors (in any of the operand forms) and the same arithmetic on
+/// the host.
+type OperatorCase = (&'static str, Binary, fn(f64, f64) -> f64);
+
+/// Every operand form of the operators (`Tensor`, `&Tensor`, `Result<Tensor>`, numbers of each
+/// kind on either side), against the interpreter and the same arithmetic on the host. Values
+/// are small integers, so every result is exact in every dtype used.
+#[test]
+fn operators_every_operand_form() {
+    let mut s = Suite::new("operators", 502);
+    let forms: Vec<OperatorCase> = vec![
+        ("a + b", |a, b| a.clone() + b.clone(), |x, y| x + y),
+        ("&a - b", |a, b| a - b.clone(), |x, y| x - y),
+        ("a * &b", |a, b| a.clone() * b, |x, y| x * y),
+        ("&a % &b", |a, b| a % b, |x, y| x % y),
+        ("a / (&b * 1)", |a, b| a.clone() / (b * 1), |x, y| x / y),
+        ("(&a + &b) - b", |a, b| (a + b) - b.clone(), |x, _| x),
+        (
+            "a - (&a * &b)",
+            |a, b| a.clone() - (a * b),
+            |x, y| x - x * y,
+        ),
+        ("&b * (&a + 2)", |a, b| b * (a + 2), |x, y| y * (x + 2.0)),
+        (
+            "(&a * 3i64) + &b",
+            |a, b| (a * 3i64) + b,
+            |x, y| 3.0 * x + y,
+        ),
+        ("-(a) + &b", |a, b| -(a.clone()) + b, |x, y| y - x),
+        (
+            "&a * 10 - 4u32",
+            |a, _| (a * 10)? - 4u32,
+            |x, _| 10.0 * x - 4.0,
+        ),
+        ("6i64 - &a", |a, _| 6i64 - a, |x, _| 6.0 - x),
+        (
+            "2 * a + 1usize",
+            |a, _| (2 * a.clone())? + 1usize,
+            |x, _| 2.0 * x + 1.0,
+        ),
+        ("-&b", |_, b| -b, |_, y| -y),
+    ];
+    let float_forms: Vec<OperatorCase> = vec![
+        ("&a * 0.5", |a, _| a * 0.5, |x, _| 0.5 * x),
+        ("1.5 - a", |a, _| 1.5 - a.clone(), |x, _| 1.5 - x),
+        ("&a / 2.0f32", |a, _| a / 2.0f32, |x, _| x / 2.0),
+    ];
+    for dtype in [F64, F32, BF16, I32, I64] {
+        let ours = forms.iter().chain(if dtype.is_float() {
+            &float_forms[..]
+        } else {
+            &[]
+        });
+        for (name, f, host) in ours {
+            let dims = [2, 3];
+            s.case(format!("{name} {dtype}"));
+            let a = s.param("a", dtype, &dims, &Dist::Int(1, 6));
+            let b = s.param("b", dtype, &dims, &Dist::Int(1, 4));
+            let (av, bv) = (s.value(&a).to_f64_vec(), s.value(&b).to_f64_vec());
+            let want: Vec<f64> = av
+                .iter()
+                .zip(&bv)
+                .map(|(&x, &y)| {
+                    let v = host(x, y);
+                    // Integer division truncates.
+                    if dtype.is_int() && name.contains('/') {
+                        v.trunc()
+                    } else {
+                        v
+                    }
+                })
+                .collect();
+            let want = array_of(dtype, &dims, &want);
+            s.check_formula(&f(&a, &b).unwrap(), Tol::Exact, want, Tol::Exact);
+        }
+    }
+    // Integer numbers keep every bit: 2^60 + 1 does not round through an f64.
+    let big = (1i64 << 60) + 1;
+    s.case("i64 + 2^60 + 1");
+    let a = s.param("a", I64, &[3], &Dist::Int(-5, 5));
+    let want: Vec<i64> = s
+        .value(&a)
+        .to_f64_vec()
+        .iter()
+        .map(|&x| x as i64 + big)
+        .collect();
+    let want = HostArray::from_vec(&[3], want).unwrap();
+    s.check_formula(&(&a + big).unwrap(), Tol::Exact, want, Tol::Exact);
+    s.case("u64 * 3 + 2^63");
+    let u = s.param("u", U64, &[3], &Dist::Int(0, 5));
+    let want: Vec<u64> = s
+        .value(&u)
+        .to_f64_vec()
+        .iter()
+        .map(|&x| x as u64 * 3 + (1u64 << 63))
+        .collect();
+    let want = HostArray::from_vec(&[3], want).unwrap();
+    let y = ((&u * 3).unwrap() + (1u64 << 63)).unwrap();
+    s.check_formula(&y, Tol::Exact, want, Tol::Exact);
+    s.run();
+}
+
 #[test]
 fn select_where_clamp() {
     let mut s = Suite::new("select_where_clamp", 601);
@@ -1154,6 +1256,9 @@ fn select_where_clamp() {
         s.check_tol(&t.where_(&c, &f).unwrap(), Tol::Bits);
         let one = if dtype == Pred { 1.0 } else { 7.0 };
         s.check_tol(&t.where_(&c, one).unwrap(), Tol::Bits);
+        // A number for either branch takes the other's dtype.
+        s.check_tol(&c.select(one, &f).unwrap(), Tol::Bits);
+        s.check_tol(&c.select(&t, one).unwrap(), Tol::Bits);
     }
     for k in 0..24 {
         let dtype = NUMERIC[k % NUMERIC.len()];
@@ -1733,7 +1838,51 @@ fn argmax_argmin() {
             }
         }
     }
+    // Every integer index dtype, against the interpreter and a host argmax (first extreme).
+    for (k, index) in INTS.into_iter().enumerate() {
+        let dtype = NUMERIC[(3 * k) % NUMERIC.len()];
+        let mut dims = shape(&mut s.rng, 1, 3);
+        let axis = s.rng.below(dims.len());
+        dims[axis] = nz_dim(&mut s.rng);
+        s.case(format!("arg_as {index} {dtype}{dims:?} axis {axis}"));
+        let x = s.param("x", dtype, &dims, &pick(&[0.0, 1.0, 2.0, 3.0]));
+        let v = s.value(&x).to_f64_vec();
+        for max in [true, false] {
+            let want = arg_ref(&v, &dims, axis, max);
+            let mut out_dims = dims.clone();
+            out_dims.remove(axis);
+            let a = axis as isize;
+            let y = if max {
+                x.argmax_as(a, index)
+            } else {
+                x.argmin_as(a, index)
+            };
+            let want = array_of(index, &out_dims, &want);
+            s.check_formula(&y.unwrap(), Tol::Exact, want, Tol::Exact);
+        }
+    }
     s.run();
+}
+
+/// The index of the first maximum (or minimum) of each lane of `v` (row-major, shape `dims`,
+/// no NaN) along `axis`.
+fn arg_ref(v: &[f64], dims: &[usize], axis: usize, max: bool) -> Vec<f64> {
+    let n = dims[axis];
+    let stride: usize = dims[axis + 1..].iter().product();
+    let lanes = v.len() / n;
+    (0..lanes)
+        .map(|lane| {
+            let base = (lane / stride) * stride * n + lane % stride;
+            let at = |i: usize| v[base + i * stride];
+            let mut best = 0;
+            for i in 1..n {
+                if (max && at(i) > at(best)) || (!max && at(i) < at(best)) {
+                    best = i;
+                }
+            }
+            best as f64
+        })
+        .collect()
 }
 
 #[test]
@@ -1766,6 +1915,16 @@ fn cumsum_every_mode() {
                 }
             }
         }
+    }
+    // The plain cumsum is the inclusive forward sum: against a running sum on the host.
+    for dtype in [F64, I64, I32] {
+        let dims = [3, 4];
+        s.case(format!("cumsum {dtype}{dims:?}"));
+        let x = s.param("x", dtype, &dims, &Dist::Int(-9, 9));
+        let v = s.value(&x).to_f64_vec();
+        let want: Vec<f64> = (0..12).map(|i| v[i - i % 4..=i].iter().sum()).collect();
+        let want = array_of(dtype, &dims, &want);
+        s.check_formula(&x.cumsum(-1).unwrap(), Tol::Exact, want, Tol::Exact);
     }
     s.run();
 }
@@ -2466,6 +2625,28 @@ fn tril_triu_masked_fill() {
             value
         };
         s.check_tol(&x.masked_fill(&m, value).unwrap(), Tol::Bits);
+    }
+    // The fill value may be a rank-0 tensor (here a parameter) instead of a number.
+    for dtype in [F32, I32] {
+        s.case(format!("masked_fill {dtype} with a tensor value"));
+        let x = s.param("x", dtype, &[2, 3], &Dist::Int(0, 9));
+        let m = s.param("m", Pred, &[3], &Dist::Bool(0.5));
+        let v = s.param("v", dtype, &[], &Dist::Int(-9, -1));
+        let (xv, mv, vv) = (
+            s.value(&x).to_f64_vec(),
+            s.value(&m).to_f64_vec(),
+            s.value(&v).to_f64_vec()[0],
+        );
+        let want: Vec<f64> = (0..6)
+            .map(|i| if mv[i % 3] != 0.0 { vv } else { xv[i] })
+            .collect();
+        let want = array_of(dtype, &[2, 3], &want);
+        s.check_formula(
+            &x.masked_fill(&m, &v).unwrap(),
+            Tol::Exact,
+            want,
+            Tol::Exact,
+        );
     }
     s.run();
 }
