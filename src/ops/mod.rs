@@ -3,8 +3,24 @@
 //! caller's source line.
 //!
 //! Each op family keeps its shape rules beside its builders: `elementwise` (creation,
-//! elementwise, conversions, composites, operators), `reduce`, `shape`, `linalg` (dot_general,
-//! matmul, einsum), `mask` (tril, triu), `gather` (take, one_hot), `conv`, `random`, `sort`.
+//! elementwise, conversions, composites), `operators` (`+ - * / %` for every operand form),
+//! `reduce`, `shape`, `linalg` (dot_general, matmul, einsum), `mask` (tril, triu), `gather`
+//! (take, one_hot), `conv`, `random`, `sort`, `control` (while and fori loops).
+//!
+//! Conventions, so that a call site reads as what it does:
+//!
+//! - Names are NumPy's and JAX's (`sum`, `astype`, `flip`, `matrix_transpose`, `select` for
+//!   `jnp.where`). A few names users of other libraries look for are aliases documented as such
+//!   ([`Tensor::where_`], [`Tensor::t`], [`Tensor::convert`]); [`Tensor::masked_fill`] and
+//!   [`Tensor::narrow`] keep torch's names for what NumPy has no name for.
+//! - No positional booleans: a reduction drops its axes and its `*_keepdims` twin keeps them;
+//!   [`Tensor::argmax_as`] names the index dtype, [`CumsumOptions`] the kind of running sum,
+//!   [`SortOrder`] the order.
+//! - Sizes are `usize`; what may be negative is `isize`: axes (counted from the end),
+//!   [`Tensor::reshape`]'s `-1`, [`Tensor::slice`] bounds, [`Tensor::pad`] amounts and diagonal
+//!   offsets.
+//! - Numbers stand for tensors wherever an [`Operand`] is taken, and take the other operand's
+//!   dtype.
 
 mod control;
 mod conv;

@@ -60,6 +60,18 @@ impl Tensor {
         }
     }
 
+    fn float_only(&self, name: &'static str, loc: Loc) -> Result<()> {
+        if self.dtype().is_float() {
+            Ok(())
+        } else {
+            Err(graph_error(
+                name,
+                format!("{name} needs a float tensor, got {}", self.ty()),
+                loc,
+            ))
+        }
+    }
+
     fn mean_at(
         &self,
         axes_: &[isize],
@@ -67,13 +79,7 @@ impl Tensor {
         name: &'static str,
         loc: Loc,
     ) -> Result<Tensor> {
-        if !self.dtype().is_float() {
-            return Err(graph_error(
-                name,
-                format!("{name} needs a float tensor, got {}", self.ty()),
-                loc,
-            ));
-        }
+        self.float_only(name, loc)?;
         let a = axes(name, self, axes_, loc)?;
         // In f64: a product of some dimensions of an empty tensor may overflow a usize.
         let count: f64 = a.iter().map(|&i| self.dims()[i] as f64).product();
@@ -82,8 +88,7 @@ impl Tensor {
         s.div(&n)
     }
 
-    /// `log(sum(exp(x)))` over `axes`, computed stably as `m + log(sum(exp(x - m)))` with `m`
-    /// the maximum (replaced by 0 where it is infinite, so all `-inf` rows give `-inf`).
+    /// `m + log(sum(exp(x - m)))` with `m` the maximum, or 0 where that is infinite.
     fn logsumexp_at(
         &self,
         axes_: &[isize],
@@ -91,13 +96,7 @@ impl Tensor {
         name: &'static str,
         loc: Loc,
     ) -> Result<Tensor> {
-        if !self.dtype().is_float() {
-            return Err(graph_error(
-                name,
-                format!("{name} needs a float tensor, got {}", self.ty()),
-                loc,
-            ));
-        }
+        self.float_only(name, loc)?;
         let m = self.reduce_at(ReduceKind::Max, axes_, true, name, loc)?;
         let inf = m.abs()?.eq(f64::INFINITY)?;
         let m = inf.not()?.select(&m, 0.0)?;
@@ -236,131 +235,82 @@ pub struct CumsumOptions {
     pub reverse: bool,
 }
 
-macro_rules! monoid_reductions {
-    ($($name:ident, $keep:ident => $kind:ident, $what:literal;)*) => {
+/// Each reduction and its `*_keepdims` twin, built by `self.$at($($arg,)* axes, keepdims, name,
+/// loc)`.
+macro_rules! reductions {
+    ($($name:ident, $keep:ident => $at:ident($($arg:expr),*), $doc:literal;)*) => {
         impl Tensor {
             $(
-                #[doc = concat!("The ", $what, " over `axes`, which disappear from the shape. An empty `axes`")]
-                #[doc = "reduces nothing."]
+                #[doc = $doc]
                 #[track_caller]
                 pub fn $name(&self, axes: &[isize]) -> Result<Tensor> {
-                    self.reduce_at(ReduceKind::$kind, axes, false, stringify!($name), Location::caller())
+                    self.$at($($arg,)* axes, false, stringify!($name), Location::caller())
                 }
 
                 #[doc = concat!("As [`Tensor::", stringify!($name), "`], keeping the reduced axes as size-1 dimensions.")]
                 #[track_caller]
                 pub fn $keep(&self, axes: &[isize]) -> Result<Tensor> {
-                    self.reduce_at(ReduceKind::$kind, axes, true, stringify!($keep), Location::caller())
+                    self.$at($($arg,)* axes, true, stringify!($keep), Location::caller())
                 }
             )*
         }
     };
 }
 
-monoid_reductions! {
-    sum, sum_keepdims => Sum, "sum";
-    prod, prod_keepdims => Prod, "product";
-    max, max_keepdims => Max, "maximum (NaN propagates)";
-    min, min_keepdims => Min, "minimum (NaN propagates)";
+reductions! {
+    sum, sum_keepdims => reduce_at(ReduceKind::Sum),
+        "The sum over `axes`, which disappear from the shape. An empty `axes` reduces nothing.";
+    prod, prod_keepdims => reduce_at(ReduceKind::Prod),
+        "The product over `axes`, which disappear from the shape.";
+    max, max_keepdims => reduce_at(ReduceKind::Max),
+        "The maximum over `axes` (NaN propagates), which disappear from the shape.";
+    min, min_keepdims => reduce_at(ReduceKind::Min),
+        "The minimum over `axes` (NaN propagates), which disappear from the shape.";
+    mean, mean_keepdims => mean_at(),
+        "The mean over `axes` (float tensors), which disappear from the shape.";
+    logsumexp, logsumexp_keepdims => logsumexp_at(),
+        "`log(sum(exp(x)))` over `axes` (float tensors), which disappear from the shape; computed \
+         stably as `m + log(sum(exp(x - m)))` with `m` the maximum (replaced by 0 where it is \
+         infinite, so an all `-inf` lane gives `-inf`).";
+}
+
+macro_rules! arg_reductions {
+    ($($name:ident, $keep:ident, $as:ident => $kind:ident, $what:literal;)*) => {
+        impl Tensor {
+            $(
+                #[doc = concat!("The index (`i64`) of the first ", $what, " along `axis`, which disappears from")]
+                #[doc = "the shape. NaN counts as larger than every number."]
+                #[track_caller]
+                pub fn $name(&self, axis: isize) -> Result<Tensor> {
+                    let loc = Location::caller();
+                    self.arg_at(ArgKind::$kind, axis, false, DType::I64, stringify!($name), loc)
+                }
+
+                #[doc = concat!("As [`Tensor::", stringify!($name), "`], keeping `axis` as a size-1 dimension.")]
+                #[track_caller]
+                pub fn $keep(&self, axis: isize) -> Result<Tensor> {
+                    let loc = Location::caller();
+                    self.arg_at(ArgKind::$kind, axis, true, DType::I64, stringify!($keep), loc)
+                }
+
+                #[doc = concat!("As [`Tensor::", stringify!($name), "`], with the index in the integer dtype `index`")]
+                #[doc = "(which must hold every index along `axis`)."]
+                #[track_caller]
+                pub fn $as(&self, axis: isize, index: DType) -> Result<Tensor> {
+                    let loc = Location::caller();
+                    self.arg_at(ArgKind::$kind, axis, false, index, stringify!($as), loc)
+                }
+            )*
+        }
+    };
+}
+
+arg_reductions! {
+    argmax, argmax_keepdims, argmax_as => Max, "maximum";
+    argmin, argmin_keepdims, argmin_as => Min, "minimum";
 }
 
 impl Tensor {
-    /// The mean over `axes` (float tensors), which disappear from the shape.
-    #[track_caller]
-    pub fn mean(&self, axes: &[isize]) -> Result<Tensor> {
-        self.mean_at(axes, false, "mean", Location::caller())
-    }
-
-    /// As [`Tensor::mean`], keeping the reduced axes as size-1 dimensions.
-    #[track_caller]
-    pub fn mean_keepdims(&self, axes: &[isize]) -> Result<Tensor> {
-        self.mean_at(axes, true, "mean_keepdims", Location::caller())
-    }
-
-    /// `log(sum(exp(x)))` over `axes` (float tensors), which disappear from the shape; computed
-    /// stably as `m + log(sum(exp(x - m)))` with `m` the maximum (replaced by 0 where it is
-    /// infinite, so an all `-inf` lane gives `-inf`).
-    #[track_caller]
-    pub fn logsumexp(&self, axes: &[isize]) -> Result<Tensor> {
-        self.logsumexp_at(axes, false, "logsumexp", Location::caller())
-    }
-
-    /// As [`Tensor::logsumexp`], keeping the reduced axes as size-1 dimensions.
-    #[track_caller]
-    pub fn logsumexp_keepdims(&self, axes: &[isize]) -> Result<Tensor> {
-        self.logsumexp_at(axes, true, "logsumexp_keepdims", Location::caller())
-    }
-
-    /// The index (`i64`) of the first maximum along `axis`, which disappears from the shape.
-    /// NaN counts as larger than every number.
-    #[track_caller]
-    pub fn argmax(&self, axis: isize) -> Result<Tensor> {
-        self.arg_at(
-            ArgKind::Max,
-            axis,
-            false,
-            DType::I64,
-            "argmax",
-            Location::caller(),
-        )
-    }
-
-    /// As [`Tensor::argmax`], keeping `axis` as a size-1 dimension.
-    #[track_caller]
-    pub fn argmax_keepdims(&self, axis: isize) -> Result<Tensor> {
-        let loc = Location::caller();
-        self.arg_at(ArgKind::Max, axis, true, DType::I64, "argmax_keepdims", loc)
-    }
-
-    /// As [`Tensor::argmax`], with the index in the integer dtype `index` (which must hold every
-    /// index along `axis`).
-    #[track_caller]
-    pub fn argmax_as(&self, axis: isize, index: DType) -> Result<Tensor> {
-        self.arg_at(
-            ArgKind::Max,
-            axis,
-            false,
-            index,
-            "argmax_as",
-            Location::caller(),
-        )
-    }
-
-    /// The index (`i64`) of the first minimum along `axis`, which disappears from the shape.
-    /// NaN counts as larger than every number (so it is the minimum only of an all-NaN lane).
-    #[track_caller]
-    pub fn argmin(&self, axis: isize) -> Result<Tensor> {
-        self.arg_at(
-            ArgKind::Min,
-            axis,
-            false,
-            DType::I64,
-            "argmin",
-            Location::caller(),
-        )
-    }
-
-    /// As [`Tensor::argmin`], keeping `axis` as a size-1 dimension.
-    #[track_caller]
-    pub fn argmin_keepdims(&self, axis: isize) -> Result<Tensor> {
-        let loc = Location::caller();
-        self.arg_at(ArgKind::Min, axis, true, DType::I64, "argmin_keepdims", loc)
-    }
-
-    /// As [`Tensor::argmin`], with the index in the integer dtype `index` (which must hold every
-    /// index along `axis`).
-    #[track_caller]
-    pub fn argmin_as(&self, axis: isize, index: DType) -> Result<Tensor> {
-        self.arg_at(
-            ArgKind::Min,
-            axis,
-            false,
-            index,
-            "argmin_as",
-            Location::caller(),
-        )
-    }
-
     /// The inclusive running sum along `axis`: `out[i] = x[0] + ... + x[i]` (numeric tensors).
     #[track_caller]
     pub fn cumsum(&self, axis: isize) -> Result<Tensor> {

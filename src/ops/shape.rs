@@ -176,7 +176,8 @@ impl Tensor {
     }
 
     /// `x[start:stop:step]` along `axis`, with Python semantics for negative or out-of-range
-    /// `start`/`stop` (counted from the end, then clipped); `step >= 1`.
+    /// `start`/`stop` (counted from the end, then clipped); `step >= 1`. [`Tensor::narrow`]
+    /// takes a window that must fit instead.
     #[track_caller]
     pub fn slice(&self, axis_: isize, start: isize, stop: isize, step: usize) -> Result<Tensor> {
         let loc = Location::caller();
@@ -197,7 +198,8 @@ impl Tensor {
         self.slice_all_at(&start_v, &limit_v, &stride_v, loc)
     }
 
-    /// `len` elements from `start` along `axis` (both must be in range).
+    /// `len` elements from `start` along `axis`, under torch's name: unlike [`Tensor::slice`],
+    /// which clips like Python, the window must lie inside the axis (an error otherwise).
     #[track_caller]
     pub fn narrow(&self, axis_: isize, start: usize, len: usize) -> Result<Tensor> {
         let loc = Location::caller();

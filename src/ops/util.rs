@@ -134,40 +134,19 @@ pub(crate) fn scalar_bytes(value: f64, dtype: DType) -> std::result::Result<Vec<
 /// types (out of range is an error), rounded to the nearest value for floats (an error where that
 /// is infinite), `value != 0` for `Pred`.
 pub(crate) fn int_scalar_bytes(value: i128, dtype: DType) -> std::result::Result<Vec<u8>, String> {
-    let fits = |ok: bool| {
-        if ok {
-            Ok(())
-        } else {
-            Err(format!("{value} is not a {dtype} value"))
+    let bytes = match dtype {
+        DType::U8 => u8::try_from(value).ok().map(|v| v.to_le_bytes().to_vec()),
+        DType::U32 => u32::try_from(value).ok().map(|v| v.to_le_bytes().to_vec()),
+        DType::U64 => u64::try_from(value).ok().map(|v| v.to_le_bytes().to_vec()),
+        DType::I32 => i32::try_from(value).ok().map(|v| v.to_le_bytes().to_vec()),
+        DType::I64 => i64::try_from(value).ok().map(|v| v.to_le_bytes().to_vec()),
+        DType::F16 => Some(f16::from_f64(value as f64))
+            .filter(|h| h.is_finite())
+            .map(|h| h.to_le_bytes().to_vec()),
+        // Every i128 is finite in these (bf16 and f32 reach 3.4e38; i128 ends at 1.7e38).
+        DType::Pred | DType::BF16 | DType::F32 | DType::F64 => {
+            return scalar_bytes(value as f64, dtype)
         }
     };
-    Ok(match dtype {
-        DType::U8 => {
-            fits(u8::try_from(value).is_ok())?;
-            vec![value as u8]
-        }
-        DType::U32 => {
-            fits(u32::try_from(value).is_ok())?;
-            (value as u32).to_le_bytes().to_vec()
-        }
-        DType::U64 => {
-            fits(u64::try_from(value).is_ok())?;
-            (value as u64).to_le_bytes().to_vec()
-        }
-        DType::I32 => {
-            fits(i32::try_from(value).is_ok())?;
-            (value as i32).to_le_bytes().to_vec()
-        }
-        DType::I64 => {
-            fits(i64::try_from(value).is_ok())?;
-            (value as i64).to_le_bytes().to_vec()
-        }
-        DType::F16 => {
-            let h = f16::from_f64(value as f64);
-            fits(h.is_finite())?;
-            h.to_le_bytes().to_vec()
-        }
-        // Every i128 is finite in these (bf16 and f32 reach 3.4e38; i128 ends at 1.7e38).
-        DType::Pred | DType::BF16 | DType::F32 | DType::F64 => scalar_bytes(value as f64, dtype)?,
-    })
+    bytes.ok_or_else(|| format!("{value} is not a {dtype} value"))
 }
