@@ -76,6 +76,18 @@ fn tensors_of_two_graphs_do_not_mix() {
         "belongs to graph"
     );
     expect_err!(g1.set_outputs(&[&b]), "set_outputs", "belongs to graph");
+    // select checks the branches' graph before a number becomes a constant in it.
+    let c = g1.parameter("c", DType::Pred, &[2]).unwrap();
+    let before = g2.nodes().len();
+    expect_err!(c.select(&b, 0.0), "select", "belongs to graph");
+    expect_err!(c.select(&a, &b), "select", "belongs to graph");
+    expect_err!(b.where_(&c, 1.0), "where_", "belongs to graph");
+    expect_err!(b.masked_fill(&c, 1.0), "masked_fill", "belongs to graph");
+    assert_eq!(
+        g2.nodes().len(),
+        before,
+        "no stray constants in the other graph"
+    );
 }
 
 #[test]

@@ -426,19 +426,14 @@ impl Tensor {
             ));
         };
         let like = like.clone();
+        // Before numbers become constants in `like`'s graph: it must be the condition's.
+        same_graph(self.graph(), &[&like], name, loc)?;
         let t = on_true.to_tensor(&like, name, loc)?;
         let f = on_false.to_tensor(&like, name, loc)?;
-        same_graph(self.graph(), &[&t, &f], name, loc)?;
         self.select_at(&t, &f, name, loc)
     }
 
-    pub(crate) fn select_at(
-        &self,
-        t: &Tensor,
-        f: &Tensor,
-        name: &'static str,
-        loc: Loc,
-    ) -> Result<Tensor> {
+    fn select_at(&self, t: &Tensor, f: &Tensor, name: &'static str, loc: Loc) -> Result<Tensor> {
         if self.dtype() != DType::Pred {
             return Err(graph_error(
                 name,
