@@ -35,9 +35,9 @@ fn graph(n: usize) -> stablegraph::Result<Graph> {
     let a = g.parameter("a", DType::F32, &[n, n])?;
     let b = g.parameter("b", DType::F32, &[n, n])?;
     let ab = a.matmul(&b)?;
-    let shifted = ab.sub(&ab.max(&[-1], true)?)?;
+    let shifted = ab.sub(&ab.max_keepdims(&[-1])?)?;
     let e = shifted.exp()?;
-    let soft = e.div(&e.sum(&[-1], true)?)?;
+    let soft = e.div(&e.sum_keepdims(&[-1])?)?;
     let total = ab.sum_all()?;
     g.set_outputs(&[&soft, &total])?;
     Ok(g)

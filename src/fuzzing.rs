@@ -15,7 +15,7 @@ use crate::dtype::{DType, TensorType};
 use crate::models::mamba2::checkpoint::{read_index, sharded_files, Loader};
 use crate::models::mamba2::{LoadOptions, Mamba2Config, Mamba2Weights};
 use crate::ops::linalg::parse_spec;
-use crate::ops::{Graph, Tensor};
+use crate::ops::{CumsumOptions, Graph, SortOrder, Tensor};
 use crate::runtime::signature::main_parameters;
 use crate::runtime::{Client, CompileOptions};
 use crate::HostArray;
@@ -977,6 +977,15 @@ impl GraphBuilder<'_, '_, '_> {
         (0..self.b.below(5)).map(|_| self.dim()).collect()
     }
 
+    /// Ascending or descending.
+    fn order(&mut self) -> SortOrder {
+        if self.b.bool() {
+            SortOrder::Descending
+        } else {
+            SortOrder::Ascending
+        }
+    }
+
     /// An axis for a rank-`rank` tensor: mostly in range, either sign; sometimes out of range.
     fn axis(&mut self, rank: usize) -> isize {
         let r = rank as isize;
@@ -1057,7 +1066,7 @@ impl GraphBuilder<'_, '_, '_> {
                 }
                 _ => {
                     let (rows, cols) = (self.dim(), self.dim());
-                    let offset = i64::from(self.b.u8() as i8 % 5);
+                    let offset = isize::from(self.b.u8() as i8 % 5);
                     if self.b.bool() {
                         g.tril_mask(rows, cols, offset)?
                     } else {
@@ -1123,7 +1132,7 @@ impl GraphBuilder<'_, '_, '_> {
                     ("pow", false) => x.pow(&y)?,
                     ("pow", true) => x.pow(number)?,
                     ("shift_left", _) => x.shift_left(&y)?,
-                    _ => x.shift_right(&y)?,
+                    _ => x.shift_right_logical(&y)?,
                 };
                 if matches!(name, "div" | "rem" | "pow" | "shift_left" | "shift_right")
                     && !x.dtype().is_float()
@@ -1146,17 +1155,44 @@ impl GraphBuilder<'_, '_, '_> {
             9 => {
                 let axes = self.axes(rank);
                 let keep = self.b.bool();
-                one(match self.b.u8() % 10 {
-                    0 => x.sum(&axes, keep)?,
-                    1 => x.prod(&axes, keep)?,
-                    2 => x.max(&axes, keep)?,
-                    3 => x.min(&axes, keep)?,
-                    4 => x.mean(&axes, keep)?,
-                    5 => x.logsumexp(&axes, keep)?,
-                    6 => x.argmax(self.axis(rank), keep)?,
-                    7 => x.argmin(self.axis(rank), keep)?,
-                    8 => x.sum_all()?,
-                    _ => x.cumsum(self.axis(rank), self.b.bool(), self.b.bool())?,
+                one(match (self.b.u8() % 10, keep) {
+                    (0, false) => x.sum(&axes)?,
+                    (0, true) => x.sum_keepdims(&axes)?,
+                    (1, false) => x.prod(&axes)?,
+                    (1, true) => x.prod_keepdims(&axes)?,
+                    (2, false) => x.max(&axes)?,
+                    (2, true) => x.max_keepdims(&axes)?,
+                    (3, false) => x.min(&axes)?,
+                    (3, true) => x.min_keepdims(&axes)?,
+                    (4, false) => x.mean(&axes)?,
+                    (4, true) => x.mean_keepdims(&axes)?,
+                    (5, false) => x.logsumexp(&axes)?,
+                    (5, true) => x.logsumexp_keepdims(&axes)?,
+                    (k @ (6 | 7), _) => {
+                        let max = k == 6;
+                        let axis = self.axis(rank);
+                        match (max, keep, self.b.bool()) {
+                            (true, true, _) => x.argmax_keepdims(axis)?,
+                            (true, false, false) => x.argmax(axis)?,
+                            (true, false, true) => x.argmax_as(axis, self.dtype())?,
+                            (false, true, _) => x.argmin_keepdims(axis)?,
+                            (false, false, false) => x.argmin(axis)?,
+                            (false, false, true) => x.argmin_as(axis, self.dtype())?,
+                        }
+                    }
+                    (8, _) => x.sum_all()?,
+                    _ => {
+                        let axis = self.axis(rank);
+                        let options = CumsumOptions {
+                            exclusive: self.b.bool(),
+                            reverse: self.b.bool(),
+                        };
+                        if options == CumsumOptions::default() && self.b.bool() {
+                            x.cumsum(axis)?
+                        } else {
+                            x.cumsum_with(axis, options)?
+                        }
+                    }
                 })
             }
             10 => {
@@ -1182,7 +1218,7 @@ impl GraphBuilder<'_, '_, '_> {
                 match self.b.u8() % 8 {
                     0 => perm.push(0),
                     1 => perm = perm.iter().map(|a| a - rank as isize).collect(),
-                    2 => return one(x.t()?),
+                    2 => return one(x.matrix_transpose()?),
                     _ => {}
                 }
                 one(x.transpose(&perm)?)
@@ -1202,7 +1238,7 @@ impl GraphBuilder<'_, '_, '_> {
                     let axes = self.axes(rank);
                     x.squeeze(&axes)?
                 }
-                _ => x.reverse(&self.axes(rank))?,
+                _ => x.flip(&self.axes(rank))?,
             }),
             13 => {
                 let axis = self.axis(rank);
@@ -1224,15 +1260,15 @@ impl GraphBuilder<'_, '_, '_> {
                         x.slice_all(&start, &limit, &stride)?
                     }
                     _ => {
-                        let low: Vec<i64> = x
+                        let low: Vec<isize> = x
                             .dims()
                             .iter()
-                            .map(|_| self.b.below(5) as i64 - 2)
+                            .map(|_| self.b.below(5) as isize - 2)
                             .collect();
-                        let high: Vec<i64> = x
+                        let high: Vec<isize> = x
                             .dims()
                             .iter()
-                            .map(|_| self.b.below(5) as i64 - 2)
+                            .map(|_| self.b.below(5) as isize - 2)
                             .collect();
                         let interior: Vec<usize> =
                             x.dims().iter().map(|_| self.b.below(3)).collect();
@@ -1290,8 +1326,8 @@ impl GraphBuilder<'_, '_, '_> {
                 })
             }
             16 => one(match self.b.u8() % 4 {
-                0 => x.tril(i64::from(self.b.u8() as i8 % 4))?,
-                1 => x.triu(i64::from(self.b.u8() as i8 % 4))?,
+                0 => x.tril(isize::from(self.b.u8() as i8 % 4))?,
+                1 => x.triu(isize::from(self.b.u8() as i8 % 4))?,
                 _ => {
                     let mask = self.partner(pool, &x)?;
                     x.masked_fill(&mask, f64::from(self.b.u8() as i8))?
@@ -1305,7 +1341,7 @@ impl GraphBuilder<'_, '_, '_> {
                 one(if self.b.one_in(4) {
                     x.bitcast(dtype)?
                 } else {
-                    x.convert(dtype)?
+                    x.astype(dtype)?
                 })
             }
             18 => {
@@ -1326,9 +1362,9 @@ impl GraphBuilder<'_, '_, '_> {
                 x.one_hot(self.b.below(5), self.dtype())?
             }),
             20 => match self.b.u8() % 3 {
-                0 => one(x.sort(self.axis(rank), self.b.bool())?),
+                0 => one(x.sort(self.axis(rank), self.order())?),
                 1 => {
-                    let (v, i) = x.sort_with_indices(self.axis(rank), self.b.bool())?;
+                    let (v, i) = x.sort_with_indices(self.axis(rank), self.order())?;
                     Ok(vec![v, i])
                 }
                 _ => {

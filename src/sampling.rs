@@ -166,7 +166,7 @@ fn logits_dims(logits: &Tensor, what: &str) -> Result<(usize, usize)> {
 /// `[batch]`.
 pub fn greedy(logits: &Tensor) -> Result<Tensor> {
     logits_dims(logits, "greedy")?;
-    logits.argmax(-1, false)?.convert(DType::I32)
+    logits.argmax(-1)?.astype(DType::I32)
 }
 
 /// Maps float values to `u32` keys with the same order: `a < b` exactly when
@@ -176,7 +176,7 @@ pub fn greedy(logits: &Tensor) -> Result<Tensor> {
 pub fn order_keys(x: &Tensor) -> Result<Tensor> {
     let bits = match x.dtype() {
         DType::F32 => x.bitcast(DType::U32)?,
-        d if d.is_float() => x.convert(DType::F32)?.bitcast(DType::U32)?,
+        d if d.is_float() => x.astype(DType::F32)?.bitcast(DType::U32)?,
         _ => {
             return Err(Error::InvalidArgument(format!(
                 "order_keys: x is {}, expected a float tensor",
@@ -186,7 +186,8 @@ pub fn order_keys(x: &Tensor) -> Result<Tensor> {
     };
     let sign = f64::from(1u32 << 31);
     let negative = bits.ge(sign)?;
-    bits.not()?.where_(&negative, &bits.or(sign)?)
+    let flipped = bits.not()?;
+    negative.select(&flipped, &bits.or(sign)?)
 }
 
 /// The largest `T < 2^bits` (a `[batch]` u32) with `holds(T)` true, found bit by bit for the
@@ -200,16 +201,13 @@ fn largest_true(
     holds: impl FnOnce(&Tensor) -> Result<Tensor>,
 ) -> Result<Tensor> {
     let batch = on.dims()[0];
-    let rounds = on
-        .convert(DType::I32)?
-        .max(&[0], false)?
-        .mul(f64::from(bits))?;
+    let rounds = on.astype(DType::I32)?.max(&[0])?.mul(f64::from(bits))?;
     let zero = g.zeros(DType::U32, &[batch])?;
     let top_bit = g.scalar(f64::from(1u32 << (bits - 1)), DType::U32)?;
     g.fori_loop(0i32, &rounds, &zero, |i, t| {
-        let candidate = t.or(&top_bit.shift_right(&i.convert(DType::U32)?)?)?;
+        let candidate = t.or(&top_bit.shift_right_logical(&i.astype(DType::U32)?)?)?;
         let take = holds(&candidate.expand_dims(1)?)?.and(on)?;
-        candidate.where_(&take, t)
+        take.select(&candidate, t)
     })
 }
 
@@ -232,29 +230,27 @@ fn filter(
     settings.check(batch)?;
     let g = logits.graph();
     let x = logits
-        .convert(DType::F32)?
+        .astype(DType::F32)?
         .div(&settings.temperature.expand_dims(1)?)?;
     let keys = order_keys(&x)?;
     let k = &settings.top_k;
     let vocab_i32 = i32::try_from(vocab).unwrap_or(i32::MAX);
     let k_on = k.gt(0.0)?.and(&k.lt(f64::from(vocab_i32))?)?;
     let k_cut = largest_true(g, &k_on, 32, |t| {
-        let count = keys.ge(t)?.convert(DType::I32)?.sum(&[1], false)?;
+        let count = keys.ge(t)?.astype(DType::I32)?.sum(&[1])?;
         count.ge(k)
     })?;
     // The largest logit survives both cuts, so it is the maximum of the kept ones too.
-    let e = x.sub(&x.max(&[1], true)?)?.exp()?;
-    let in_k = e.where_(&keys.ge(&k_cut.expand_dims(1)?)?, 0.0)?;
+    let e = x.sub(&x.max_keepdims(&[1])?)?.exp()?;
+    let in_k = keys.ge(&k_cut.expand_dims(1)?)?.select(&e, 0.0)?;
     let top_p = &settings.top_p;
     let p_on = top_p.lt(1.0)?;
-    let target = in_k.sum(&[1], false)?.mul(top_p)?;
+    let target = in_k.sum(&[1])?.mul(top_p)?;
     let p_cut = largest_true(g, &p_on, 32, |t| {
-        in_k.where_(&keys.ge(t)?, 0.0)?
-            .sum(&[1], false)?
-            .ge(&target)
+        keys.ge(t)?.select(&in_k, 0.0)?.sum(&[1])?.ge(&target)
     })?;
     let keep = keys.ge(&k_cut.maximum(&p_cut)?.expand_dims(1)?)?;
-    let weights = e.where_(&keep, 0.0)?;
+    let weights = keep.select(&e, 0.0)?;
     Ok(Filtered { x, keep, weights })
 }
 
@@ -263,7 +259,7 @@ fn filter(
 pub fn filtered_logits(logits: &Tensor, settings: &SampleSettings) -> Result<Tensor> {
     let (batch, vocab) = logits_dims(logits, "filtered_logits")?;
     let f = filter(logits, settings, batch, vocab)?;
-    f.x.where_(&f.keep, f64::NEG_INFINITY)
+    f.keep.select(&f.x, f64::NEG_INFINITY)
 }
 
 /// Samples one token per row of `logits` `[batch, vocab]` with `settings`, from the Threefry
@@ -286,21 +282,20 @@ pub fn sample(
     // largest j with sum(w[..j]) <= r, found bit by bit.
     let r = g
         .random_uniform(key, DType::F32, &[batch])?
-        .mul(&w.sum(&[1], false)?)?;
+        .mul(&w.sum(&[1])?)?;
     let index = g.iota(DType::U32, &[batch, vocab], 1)?;
     let bits = usize::BITS - vocab.leading_zeros();
     let on = g.full(1.0, DType::Pred, &[batch])?;
     let token = largest_true(g, &on, bits, |j| {
-        let before = w.where_(&index.lt(j)?, 0.0)?.sum(&[1], false)?;
+        let before = index.lt(j)?.select(&w, 0.0)?.sum(&[1])?;
         before.le(&r)
     })?;
     // A token whose weight is 0 can only come from rounding in the sums (r within an ulp of
     // the total): take the most likely token instead (which every filter keeps).
     let picked = index.eq(&token.expand_dims(1)?)?;
-    let weight = w.where_(&picked, 0.0)?.sum(&[1], false)?;
-    let token = token
-        .convert(DType::I32)?
-        .where_(&weight.gt(0.0)?, &greedy(&x)?)?;
+    let weight = picked.select(&w, 0.0)?.sum(&[1])?;
+    let token = token.astype(DType::I32)?;
+    let token = weight.gt(0.0)?.select(&token, &greedy(&x)?)?;
     Ok((token, next_key(key)?))
 }
 

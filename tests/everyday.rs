@@ -1168,7 +1168,7 @@ fn bad_arguments_are_errors_that_say_what_was_wrong() {
         ),
         (
             "take_along_axis rank",
-            unit(x.take_along_axis(&n.sum(&[0], false).unwrap(), 1)),
+            unit(x.take_along_axis(&n.sum(&[0]).unwrap(), 1)),
             "rank",
         ),
         (

@@ -1,7 +1,7 @@
 //! Every shape rule rejects bad operands with an `Error::Graph` that names the op, the operand
 //! types and the caller's line; nothing panics.
 
-use stablegraph::ops::{Graph, Tensor};
+use stablegraph::ops::{CumsumOptions, Graph, SortOrder, Tensor};
 use stablegraph::{DType, Error};
 
 /// Asserts `$e` is a graph error for `$op` raised from this file within a few lines of the macro
@@ -76,6 +76,18 @@ fn tensors_of_two_graphs_do_not_mix() {
         "belongs to graph"
     );
     expect_err!(g1.set_outputs(&[&b]), "set_outputs", "belongs to graph");
+    // select checks the branches' graph before a number becomes a constant in it.
+    let c = g1.parameter("c", DType::Pred, &[2]).unwrap();
+    let before = g2.nodes().len();
+    expect_err!(c.select(&b, 0.0), "select", "belongs to graph");
+    expect_err!(c.select(&a, &b), "select", "belongs to graph");
+    expect_err!(b.where_(&c, 1.0), "where_", "belongs to graph");
+    expect_err!(b.masked_fill(&c, 1.0), "masked_fill", "belongs to graph");
+    assert_eq!(
+        g2.nodes().len(),
+        before,
+        "no stray constants in the other graph"
+    );
 }
 
 #[test]
@@ -168,7 +180,7 @@ fn shape_rules() {
         "pad",
         "one entry per dimension"
     );
-    expect_err!(a.reverse(&[2]), "reverse", "axis 2");
+    expect_err!(a.flip(&[2]), "flip", "axis 2");
 }
 
 #[test]
@@ -177,14 +189,14 @@ fn reduction_rules() {
     let a = f32s(&g, "a", &[2, 0]);
     let p = g.parameter("p", DType::Pred, &[2]).unwrap();
     let i = g.parameter("i", DType::I32, &[2]).unwrap();
-    expect_err!(a.sum(&[2], false), "sum", "axis 2", "f32[2, 0]");
-    expect_err!(a.sum(&[1, -1], false), "sum", "twice");
-    expect_err!(p.sum(&[0], false), "sum", "pred[2]");
-    expect_err!(a.argmax(1, false), "argmax", "non-empty axis 1");
-    expect_err!(i.mean(&[0], false), "mean", "i32[2]");
-    expect_err!(i.logsumexp(&[0], false), "logsumexp", "i32[2]");
-    expect_err!(p.cumsum(0, false, false), "cumsum", "pred[2]");
-    expect_err!(a.cumsum(3, false, false), "cumsum", "axis 3");
+    expect_err!(a.sum(&[2]), "sum", "axis 2", "f32[2, 0]");
+    expect_err!(a.sum(&[1, -1]), "sum", "twice");
+    expect_err!(p.sum(&[0]), "sum", "pred[2]");
+    expect_err!(a.argmax(1), "argmax", "non-empty axis 1");
+    expect_err!(i.mean(&[0]), "mean", "i32[2]");
+    expect_err!(i.logsumexp(&[0]), "logsumexp", "i32[2]");
+    expect_err!(p.cumsum(0), "cumsum", "pred[2]");
+    expect_err!(a.cumsum(3), "cumsum", "axis 3");
 }
 
 #[test]
@@ -281,7 +293,7 @@ fn gather_conv_sort_random_rules() {
         "f32[3, 2]"
     );
     let p = g.parameter("p", DType::Pred, &[3]).unwrap();
-    expect_err!(p.sort(0, false), "sort", "pred[3]");
+    expect_err!(p.sort(0, SortOrder::Ascending), "sort", "pred[3]");
     expect_err!(table.top_k(4), "top_k", "k = 4");
     let bad_key = g.parameter("k", DType::U32, &[3]).unwrap();
     expect_err!(
@@ -303,11 +315,22 @@ fn gather_conv_sort_random_rules() {
 fn inferred_shapes_of_composites() {
     let g = Graph::new();
     let x = f32s(&g, "x", &[2, 5, 3]);
-    assert_eq!(x.sum(&[1], true).unwrap().dims(), &[2, 1, 3]);
-    assert_eq!(x.sum(&[-1, 0], false).unwrap().dims(), &[5]);
-    assert_eq!(x.argmax(-1, false).unwrap().ty().to_string(), "i64[2, 5]");
-    assert_eq!(x.logsumexp(&[1], false).unwrap().dims(), &[2, 3]);
-    assert_eq!(x.cumsum(1, true, true).unwrap().dims(), &[2, 5, 3]);
+    assert_eq!(x.sum_keepdims(&[1]).unwrap().dims(), &[2, 1, 3]);
+    assert_eq!(x.sum(&[-1, 0]).unwrap().dims(), &[5]);
+    assert_eq!(x.argmax(-1).unwrap().ty().to_string(), "i64[2, 5]");
+    assert_eq!(x.logsumexp(&[1]).unwrap().dims(), &[2, 3]);
+    assert_eq!(
+        x.cumsum_with(
+            1,
+            CumsumOptions {
+                exclusive: true,
+                reverse: true
+            }
+        )
+        .unwrap()
+        .dims(),
+        &[2, 5, 3]
+    );
     assert_eq!(x.slice(1, -3, 100, 2).unwrap().dims(), &[2, 2, 3]);
     assert_eq!(x.reshape(&[-1, 3]).unwrap().dims(), &[10, 3]);
     assert_eq!(x.transpose(&[2, 0, 1]).unwrap().dims(), &[3, 2, 5]);
@@ -359,7 +382,7 @@ fn loop_rules() {
         g.while_loop(
             &(x.clone(), i.clone()),
             |(_, i)| i.lt(10.0),
-            |(x, i)| Ok((x.clone(), i.convert(DType::I32)?))
+            |(x, i)| Ok((x.clone(), i.astype(DType::I32)?))
         ),
         "while_loop",
         "carry component 1",
@@ -411,7 +434,127 @@ fn loop_rules() {
         "rank-0 integers",
         "f32[]"
     );
+    // fori_loop names itself, and counts the carry's components from the user's first (not
+    // from its hidden counter).
+    expect_err!(
+        g.fori_loop(0, 4, &(x.clone(), i.clone()), |_, (x, i)| Ok((
+            x.clone(),
+            i.astype(DType::I32)?
+        ))),
+        "fori_loop",
+        "carry component 1 changes from i64[] to i32[]"
+    );
+    expect_err!(
+        g.fori_loop(0, 4, &x, |_, x| Tensor::concat(&[x, x], 0)),
+        "fori_loop",
+        "carry component 0 changes from f32[3] to f32[6]"
+    );
+    // ... and counts only the user's tensors when the number changes.
+    expect_err!(
+        g.fori_loop(0, 4, &vec![x.clone()], |_, v| Ok(vec![
+            v[0].clone(),
+            v[0].clone()
+        ])),
+        "fori_loop",
+        "the body returns 2 tensors, the state has 1"
+    );
     // After errors the graph is usable: new nodes land in the program again.
     let y = x.exp().unwrap();
     g.set_outputs(&[&y]).unwrap();
+}
+
+#[test]
+fn select_family_names_the_op_called() {
+    let g = Graph::new();
+    let a = f32s(&g, "a", &[2, 3]);
+    let m = g.parameter("m", DType::Pred, &[2, 3]).unwrap();
+    let i = g.parameter("i", DType::I32, &[2, 3]).unwrap();
+    // masked_fill's errors say masked_fill (they said select).
+    expect_err!(
+        a.masked_fill(&a, 0.0),
+        "masked_fill",
+        "condition must be pred",
+        "f32[2, 3]"
+    );
+    expect_err!(i.masked_fill(&m, 1.5), "masked_fill", "1.5", "i32");
+    let wide = g.parameter("w", DType::Pred, &[4, 3]).unwrap();
+    expect_err!(
+        a.masked_fill(&wide, 0.0),
+        "masked_fill",
+        "pred[4, 3]",
+        "broadcast"
+    );
+    expect_err!(a.where_(&a, 0.0), "where_", "condition must be pred");
+    let s = g.scalar(0.0, DType::F32).unwrap();
+    expect_err!(s.tril(0), "tril", "rank >= 2", "f32[]");
+    // select with numbers for both branches has no dtype to give them.
+    expect_err!(
+        m.select(1.0, 0.0),
+        "select",
+        "at least one branch must be a tensor"
+    );
+    expect_err!(
+        m.select(&a, &i),
+        "select",
+        "dtypes",
+        "f32[2, 3]",
+        "i32[2, 3]"
+    );
+    // Numbers take the tensor branch's dtype, on either side.
+    assert_eq!(m.select(1, &i).unwrap().ty().to_string(), "i32[2, 3]");
+    assert_eq!(m.select(&a, -1.0).unwrap().ty().to_string(), "f32[2, 3]");
+    expect_err!(m.select(&i, 2.5), "select", "2.5", "i32");
+}
+
+#[test]
+fn reduction_options_and_index_dtypes() {
+    let g = Graph::new();
+    let x = f32s(&g, "x", &[2, 300]);
+    let p = g.parameter("p", DType::Pred, &[2]).unwrap();
+    assert_eq!(x.max_keepdims(&[1]).unwrap().dims(), &[2, 1]);
+    assert_eq!(x.mean_keepdims(&[0, 1]).unwrap().dims(), &[1, 1]);
+    assert_eq!(x.logsumexp_keepdims(&[-1]).unwrap().dims(), &[2, 1]);
+    assert_eq!(x.argmin_keepdims(1).unwrap().ty().to_string(), "i64[2, 1]");
+    assert_eq!(
+        x.argmax_as(0, DType::U8).unwrap().ty().to_string(),
+        "u8[300]"
+    );
+    assert_eq!(
+        x.argmin_as(-1, DType::I32).unwrap().ty().to_string(),
+        "i32[2]"
+    );
+    // 299 does not fit a u8; floats and pred are not index dtypes.
+    expect_err!(x.argmax_as(1, DType::U8), "argmax_as", "299", "u8");
+    expect_err!(x.argmin_as(0, DType::F32), "argmin_as", "integer", "f32");
+    expect_err!(x.argmax_as(0, DType::Pred), "argmax_as", "integer", "pred");
+    expect_err!(x.sum_keepdims(&[2]), "sum_keepdims", "axis 2");
+    expect_err!(
+        p.cumsum_with(0, CumsumOptions::default()),
+        "cumsum_with",
+        "pred[2]"
+    );
+    expect_err!(p.sort(0, SortOrder::Descending), "sort", "pred[2]");
+}
+
+#[test]
+fn operators_with_numbers() {
+    let g = Graph::new();
+    let u = g.parameter("u", DType::U8, &[3]).unwrap();
+    let i = g.parameter("i", DType::I64, &[3]).unwrap();
+    let h = g.parameter("h", DType::F16, &[3]).unwrap();
+    // An integer must be a value of the tensor's dtype, on either side of the operator.
+    expect_err!(&u + 300, "add", "300", "u8");
+    expect_err!(&u * -1i64, "mul", "-1", "u8");
+    expect_err!(2.5 * &u, "mul", "2.5", "u8");
+    expect_err!(&h * 100_000i64, "mul", "100000", "f16");
+    expect_err!(u.clone() - u64::MAX, "sub", "18446744073709551615", "u8");
+    assert_eq!((&u * 10).unwrap().ty().to_string(), "u8[3]");
+    assert_eq!((2 * &i).unwrap().ty().to_string(), "i64[3]");
+    assert_eq!((1.0 - &h).unwrap().ty().to_string(), "f16[3]");
+    // A Result<Tensor> on either side keeps the first error.
+    expect_err!(&u + (&u + 300), "add", "300");
+    expect_err!((&u + 300) + &u, "add", "300");
+    // Different dtypes are still an error through the operators.
+    expect_err!(&u + &i, "add", "dtypes");
+    expect_err!(u.clone() % i.clone(), "rem", "u8[3]", "i64[3]");
 }

@@ -108,7 +108,7 @@ fn fori_runs_a_thousand_steps() -> Result<()> {
     let x = g.parameter("x", F32, &[4])?;
     let s = g.parameter("s", I64, &[])?;
     let (x_out, s_out) = g.fori_loop(0, 1000, &(x, s), |i, (x, s)| {
-        let x = x.mul(0.99)?.add(&i.convert(F32)?.mul(0.01)?)?;
+        let x = x.mul(0.99)?.add(&i.astype(F32)?.mul(0.01)?)?;
         let s = s.mul(31)?.add(i)?;
         Ok((x, s))
     })?;
@@ -210,7 +210,7 @@ fn nested_loops_capture_through_both_levels() -> Result<()> {
     let init = (g.zeros(F32, &[3])?, g.scalar(0.0, I32)?);
     let (acc, count) = g.fori_loop(0, 5, &init, |i, state| {
         g.fori_loop(0, i, state, |j, (acc, count)| {
-            let k = i.mul(10)?.add(j)?.convert(F32)?;
+            let k = i.mul(10)?.add(j)?.astype(F32)?;
             Ok((acc.add(&w.mul(&k)?)?, count.add(1)?))
         })
     })?;
@@ -356,7 +356,7 @@ fn zero_iteration_loops_return_the_init() -> Result<()> {
     let a = g.fori_loop(5, 5, &x, |_, x| x.add(1.0))?;
     let b = g.fori_loop(7, 3, &x, |_, x| x.add(1.0))?;
     let c = g.while_loop(&x, |x| x.sum_all()?.gt(1e30), |x| x.mul(2.0))?;
-    let d = g.fori_loop(&lo, &lo, &x, |i, x| x.add(&i.convert(F32)?))?;
+    let d = g.fori_loop(&lo, &lo, &x, |i, x| x.add(&i.astype(F32)?))?;
     g.set_outputs(&[&a, &b, &c, &d])?;
     let exe = compile(&g);
     let x0 = vec![1.5f32, f32::NAN, -0.0];
@@ -382,7 +382,7 @@ fn tensor_bounds() -> Result<()> {
     let x = g.parameter("x", F32, &[2])?;
     let (sum, x) = g.fori_loop(&lo, &hi, &(g.scalar(0.0, I32)?, x), |i, (s, x)| {
         assert_eq!(i.dtype(), I32);
-        Ok((s.add(i)?, x.add(&i.convert(F32)?)?))
+        Ok((s.add(i)?, x.add(&i.astype(F32)?)?))
     })?;
     g.set_outputs(&[&sum, &x])?;
     let exe = compile(&g);
@@ -594,7 +594,7 @@ fn unusual_nesting_and_captures() -> Result<()> {
     let acc = g.fori_loop(0, 4, &g.zeros(F32, &[2])?, |i, acc| {
         g.fori_loop(0, i, acc, |j, acc| {
             g.fori_loop(0, j, acc, |k, acc| {
-                let c = i.mul(100)?.add(&j.mul(10)?)?.add(k)?.convert(F32)?;
+                let c = i.mul(100)?.add(&j.mul(10)?)?.add(k)?.astype(F32)?;
                 acc.add(&x.mul(&c)?)
             })
         })
@@ -605,7 +605,7 @@ fn unusual_nesting_and_captures() -> Result<()> {
         &(g.scalar(0.0, I32)?, x.neg()?),
         |(n, y)| {
             let s = g.fori_loop(0, n, &y.sum_all()?, |i, s| {
-                s.add(&x.sum_all()?)?.add(&i.convert(F32)?)
+                s.add(&x.sum_all()?)?.add(&i.astype(F32)?)
             })?;
             s.lt(20.0)
         },

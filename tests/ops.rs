@@ -18,7 +18,7 @@ mod common;
 
 use common::{client, Rng};
 use half::{bf16, f16};
-use stablegraph::ops::{Graph, Tensor};
+use stablegraph::ops::{CumsumOptions, Graph, SortOrder, Tensor};
 use stablegraph::{DType, HostArray, Result, TensorType};
 
 use DType::{Pred, BF16, F16, F32, F64, I32, I64, U32, U64, U8};
@@ -990,7 +990,7 @@ fn logical_and_shifts() {
     }
     let shifts: Vec<(&str, Binary)> = vec![
         ("shift_left", |a, b| a.shift_left(b)),
-        ("shift_right", |a, b| a.shift_right(b)),
+        ("shift_right", |a, b| a.shift_right_logical(b)),
     ];
     for (name, f) in &shifts {
         for (dtype, reps) in [(U32, 4), (I32, 4), (U8, 1), (U64, 1), (I64, 1)] {
@@ -1023,7 +1023,7 @@ fn shift_by_negative_amount() {
         let a = s.input("x", array_of(dtype, &[3], &[-8.0, 12345.0, -1.0]));
         let b = s.input("y", array_of(dtype, &[3], &[-1.0, -32.0, -64.0]));
         s.check(&a.shift_left(&b).unwrap());
-        s.check(&a.shift_right(&b).unwrap());
+        s.check(&a.shift_right_logical(&b).unwrap());
     }
     s.run();
 }
@@ -1129,6 +1129,108 @@ fn broadcasting_and_number_operands() {
     s.run();
 }
 
+/// An operator applied to two tensors (in any of the operand forms) and the same arithmetic on
+/// the host.
+type OperatorCase = (&'static str, Binary, fn(f64, f64) -> f64);
+
+/// Every operand form of the operators (`Tensor`, `&Tensor`, `Result<Tensor>`, numbers of each
+/// kind on either side), against the interpreter and the same arithmetic on the host. Values
+/// are small integers, so every result is exact in every dtype used.
+#[test]
+fn operators_every_operand_form() {
+    let mut s = Suite::new("operators", 502);
+    let forms: Vec<OperatorCase> = vec![
+        ("a + b", |a, b| a.clone() + b.clone(), |x, y| x + y),
+        ("&a - b", |a, b| a - b.clone(), |x, y| x - y),
+        ("a * &b", |a, b| a.clone() * b, |x, y| x * y),
+        ("&a % &b", |a, b| a % b, |x, y| x % y),
+        ("a / (&b * 1)", |a, b| a.clone() / (b * 1), |x, y| x / y),
+        ("(&a + &b) - b", |a, b| (a + b) - b.clone(), |x, _| x),
+        (
+            "a - (&a * &b)",
+            |a, b| a.clone() - (a * b),
+            |x, y| x - x * y,
+        ),
+        ("&b * (&a + 2)", |a, b| b * (a + 2), |x, y| y * (x + 2.0)),
+        (
+            "(&a * 3i64) + &b",
+            |a, b| (a * 3i64) + b,
+            |x, y| 3.0 * x + y,
+        ),
+        ("-(a) + &b", |a, b| -(a.clone()) + b, |x, y| y - x),
+        (
+            "&a * 10 - 4u32",
+            |a, _| (a * 10)? - 4u32,
+            |x, _| 10.0 * x - 4.0,
+        ),
+        ("6i64 - &a", |a, _| 6i64 - a, |x, _| 6.0 - x),
+        (
+            "2 * a + 1usize",
+            |a, _| (2 * a.clone())? + 1usize,
+            |x, _| 2.0 * x + 1.0,
+        ),
+        ("-&b", |_, b| -b, |_, y| -y),
+    ];
+    let float_forms: Vec<OperatorCase> = vec![
+        ("&a * 0.5", |a, _| a * 0.5, |x, _| 0.5 * x),
+        ("1.5 - a", |a, _| 1.5 - a.clone(), |x, _| 1.5 - x),
+        ("&a / 2.0f32", |a, _| a / 2.0f32, |x, _| x / 2.0),
+    ];
+    for dtype in [F64, F32, BF16, I32, I64] {
+        let ours = forms.iter().chain(if dtype.is_float() {
+            &float_forms[..]
+        } else {
+            &[]
+        });
+        for (name, f, host) in ours {
+            let dims = [2, 3];
+            s.case(format!("{name} {dtype}"));
+            let a = s.param("a", dtype, &dims, &Dist::Int(1, 6));
+            let b = s.param("b", dtype, &dims, &Dist::Int(1, 4));
+            let (av, bv) = (s.value(&a).to_f64_vec(), s.value(&b).to_f64_vec());
+            let want: Vec<f64> = av
+                .iter()
+                .zip(&bv)
+                .map(|(&x, &y)| {
+                    let v = host(x, y);
+                    // Integer division truncates.
+                    if dtype.is_int() && name.contains('/') {
+                        v.trunc()
+                    } else {
+                        v
+                    }
+                })
+                .collect();
+            let want = array_of(dtype, &dims, &want);
+            s.check_formula(&f(&a, &b).unwrap(), Tol::Exact, want, Tol::Exact);
+        }
+    }
+    // Integer numbers keep every bit: 2^60 + 1 does not round through an f64.
+    let big = (1i64 << 60) + 1;
+    s.case("i64 + 2^60 + 1");
+    let a = s.param("a", I64, &[3], &Dist::Int(-5, 5));
+    let want: Vec<i64> = s
+        .value(&a)
+        .to_f64_vec()
+        .iter()
+        .map(|&x| x as i64 + big)
+        .collect();
+    let want = HostArray::from_vec(&[3], want).unwrap();
+    s.check_formula(&(&a + big).unwrap(), Tol::Exact, want, Tol::Exact);
+    s.case("u64 * 3 + 2^63");
+    let u = s.param("u", U64, &[3], &Dist::Int(0, 5));
+    let want: Vec<u64> = s
+        .value(&u)
+        .to_f64_vec()
+        .iter()
+        .map(|&x| x as u64 * 3 + (1u64 << 63))
+        .collect();
+    let want = HostArray::from_vec(&[3], want).unwrap();
+    let y = ((&u * 3).unwrap() + (1u64 << 63)).unwrap();
+    s.check_formula(&y, Tol::Exact, want, Tol::Exact);
+    s.run();
+}
+
 #[test]
 fn select_where_clamp() {
     let mut s = Suite::new("select_where_clamp", 601);
@@ -1154,6 +1256,9 @@ fn select_where_clamp() {
         s.check_tol(&t.where_(&c, &f).unwrap(), Tol::Bits);
         let one = if dtype == Pred { 1.0 } else { 7.0 };
         s.check_tol(&t.where_(&c, one).unwrap(), Tol::Bits);
+        // A number for either branch takes the other's dtype.
+        s.check_tol(&c.select(one, &f).unwrap(), Tol::Bits);
+        s.check_tol(&c.select(&t, one).unwrap(), Tol::Bits);
     }
     for k in 0..24 {
         let dtype = NUMERIC[k % NUMERIC.len()];
@@ -1279,7 +1384,7 @@ fn convert_every_pair() {
                 let dims = shape(&mut s.rng, 0, 3);
                 s.case(format!("convert {src}{dims:?} to {dst}"));
                 let x = s.param("x", src, &dims, &convert_dist(src, dst));
-                s.check_tol(&x.convert(dst).unwrap(), Tol::Exact);
+                s.check_tol(&x.astype(dst).unwrap(), Tol::Exact);
             }
         }
     }
@@ -1298,8 +1403,8 @@ fn convert_rounding_edge_cases() {
     let one_h = 1.0 + 2f64.powi(-11) + 2f64.powi(-40);
     s.case("f64 -> bf16 / f16 just above a tie");
     let x = s.input("x", array_of(F64, &[4], &[one, -one, one_h, -one_h]));
-    s.check_tol(&x.convert(BF16).unwrap(), Tol::Exact);
-    s.check_tol(&x.convert(F16).unwrap(), Tol::Exact);
+    s.check_tol(&x.astype(BF16).unwrap(), Tol::Exact);
+    s.check_tol(&x.astype(F16).unwrap(), Tol::Exact);
     // Exact ties round to even.
     s.case("exact ties");
     let ties = [
@@ -1309,26 +1414,26 @@ fn convert_rounding_edge_cases() {
         1.0 + 3.0 * 2f64.powi(-11),
     ];
     let x = s.input("x", array_of(F32, &[4], &ties));
-    s.check_tol(&x.convert(BF16).unwrap(), Tol::Exact);
-    s.check_tol(&x.convert(F16).unwrap(), Tol::Exact);
+    s.check_tol(&x.astype(BF16).unwrap(), Tol::Exact);
+    s.check_tol(&x.astype(F16).unwrap(), Tol::Exact);
     let x = s.input("y", array_of(F64, &[4], &ties));
-    s.check_tol(&x.convert(BF16).unwrap(), Tol::Exact);
-    s.check_tol(&x.convert(F16).unwrap(), Tol::Exact);
+    s.check_tol(&x.astype(BF16).unwrap(), Tol::Exact);
+    s.check_tol(&x.astype(F16).unwrap(), Tol::Exact);
     // 2^25 + 2^17 + 1: directly to bf16 rounds up to 2^25 + 2^18; through f32 it would become
     // the tie 2^25 + 2^17 and round to even, 2^25.
     s.case("i64/i32/u32/u64 -> bf16 just above a tie");
     let v = 33_685_505.0;
     for dtype in [I32, I64, U32, U64] {
         let x = s.input("x", array_of(dtype, &[1], &[v]));
-        s.check_tol(&x.convert(BF16).unwrap(), Tol::Exact);
+        s.check_tol(&x.astype(BF16).unwrap(), Tol::Exact);
     }
     // f16 subnormals and overflow.
     s.case("f32 -> f16 subnormals and overflow");
     let vals = [1e-5, -3e-6, 6e-8, 2.9e-8, 65519.0, 65520.0, 1e6, -1e6];
     let x = s.input("x", array_of(F32, &[vals.len()], &vals));
-    s.check_tol(&x.convert(F16).unwrap(), Tol::Exact);
+    s.check_tol(&x.astype(F16).unwrap(), Tol::Exact);
     let x = s.input("y", array_of(F64, &[vals.len()], &vals));
-    s.check_tol(&x.convert(F16).unwrap(), Tol::Exact);
+    s.check_tol(&x.astype(F16).unwrap(), Tol::Exact);
     s.case("f16 subnormals to wider types");
     let x = s.input(
         "x",
@@ -1342,8 +1447,8 @@ fn convert_rounding_edge_cases() {
         )
         .unwrap(),
     );
-    s.check_tol(&x.convert(F32).unwrap(), Tol::Exact);
-    s.check_tol(&x.convert(BF16).unwrap(), Tol::Exact);
+    s.check_tol(&x.astype(F32).unwrap(), Tol::Exact);
+    s.check_tol(&x.astype(BF16).unwrap(), Tol::Exact);
     s.run();
 }
 
@@ -1577,12 +1682,33 @@ fn reductions() {
     let mut s = Suite::new("reductions", 1101);
     type Red = fn(&Tensor, &[isize], bool) -> Result<Tensor>;
     let ops: Vec<(&str, Red)> = vec![
-        ("sum", |t, a, k| t.sum(a, k)),
-        ("prod", |t, a, k| t.prod(a, k)),
-        ("max", |t, a, k| t.max(a, k)),
-        ("min", |t, a, k| t.min(a, k)),
-        ("mean", |t, a, k| t.mean(a, k)),
-        ("logsumexp", |t, a, k| t.logsumexp(a, k)),
+        (
+            "sum",
+            |t, a, k| if k { t.sum_keepdims(a) } else { t.sum(a) },
+        ),
+        (
+            "prod",
+            |t, a, k| if k { t.prod_keepdims(a) } else { t.prod(a) },
+        ),
+        (
+            "max",
+            |t, a, k| if k { t.max_keepdims(a) } else { t.max(a) },
+        ),
+        (
+            "min",
+            |t, a, k| if k { t.min_keepdims(a) } else { t.min(a) },
+        ),
+        (
+            "mean",
+            |t, a, k| if k { t.mean_keepdims(a) } else { t.mean(a) },
+        ),
+        ("logsumexp", |t, a, k| {
+            if k {
+                t.logsumexp_keepdims(a)
+            } else {
+                t.logsumexp(a)
+            }
+        }),
     ];
     for (name, f) in &ops {
         let dtypes: &[DType] = match *name {
@@ -1651,14 +1777,17 @@ fn reductions() {
             1.0, // NaN
         ];
         let x = s.input("x", array_of(dtype, &[4, 3], &v));
-        s.check_tol(&x.logsumexp(&[1], false).unwrap(), acc_tol(dtype, 3, 1.0));
-        s.check_tol(&x.logsumexp(&[-1], true).unwrap(), acc_tol(dtype, 3, 1.0));
+        s.check_tol(&x.logsumexp(&[1]).unwrap(), acc_tol(dtype, 3, 1.0));
+        s.check_tol(
+            &x.logsumexp_keepdims(&[-1]).unwrap(),
+            acc_tol(dtype, 3, 1.0),
+        );
         let e = s.input("e", array_of(dtype, &[2, 0], &[]));
-        s.check(&e.logsumexp(&[1], false).unwrap());
-        s.check(&e.mean(&[1], false).unwrap());
-        s.check(&e.max(&[1], false).unwrap());
-        s.check(&e.min(&[1], true).unwrap());
-        s.check(&e.prod(&[1], false).unwrap());
+        s.check(&e.logsumexp(&[1]).unwrap());
+        s.check(&e.mean(&[1]).unwrap());
+        s.check(&e.max(&[1]).unwrap());
+        s.check(&e.min_keepdims(&[1]).unwrap());
+        s.check(&e.prod(&[1]).unwrap());
     }
     for dtype in NUMERIC {
         let dims = shape(&mut s.rng, 0, 3);
@@ -1700,11 +1829,60 @@ fn argmax_argmin() {
                 _ => Dist::Bits,
             };
             let x = s.param("x", dtype, &dims, &d);
-            s.check(&x.argmax(a, keep).unwrap());
-            s.check(&x.argmin(a, keep).unwrap());
+            if keep {
+                s.check(&x.argmax_keepdims(a).unwrap());
+                s.check(&x.argmin_keepdims(a).unwrap());
+            } else {
+                s.check(&x.argmax(a).unwrap());
+                s.check(&x.argmin(a).unwrap());
+            }
+        }
+    }
+    // Every integer index dtype, against the interpreter and a host argmax (first extreme).
+    for (k, index) in INTS.into_iter().enumerate() {
+        let dtype = NUMERIC[(3 * k) % NUMERIC.len()];
+        let mut dims = shape(&mut s.rng, 1, 3);
+        let axis = s.rng.below(dims.len());
+        dims[axis] = nz_dim(&mut s.rng);
+        s.case(format!("arg_as {index} {dtype}{dims:?} axis {axis}"));
+        let x = s.param("x", dtype, &dims, &pick(&[0.0, 1.0, 2.0, 3.0]));
+        let v = s.value(&x).to_f64_vec();
+        for max in [true, false] {
+            let want = arg_ref(&v, &dims, axis, max);
+            let mut out_dims = dims.clone();
+            out_dims.remove(axis);
+            let a = axis as isize;
+            let y = if max {
+                x.argmax_as(a, index)
+            } else {
+                x.argmin_as(a, index)
+            };
+            let want = array_of(index, &out_dims, &want);
+            s.check_formula(&y.unwrap(), Tol::Exact, want, Tol::Exact);
         }
     }
     s.run();
+}
+
+/// The index of the first maximum (or minimum) of each lane of `v` (row-major, shape `dims`,
+/// no NaN) along `axis`.
+fn arg_ref(v: &[f64], dims: &[usize], axis: usize, max: bool) -> Vec<f64> {
+    let n = dims[axis];
+    let stride: usize = dims[axis + 1..].iter().product();
+    let lanes = v.len() / n;
+    (0..lanes)
+        .map(|lane| {
+            let base = (lane / stride) * stride * n + lane % stride;
+            let at = |i: usize| v[base + i * stride];
+            let mut best = 0;
+            for i in 1..n {
+                if (max && at(i) > at(best)) || (!max && at(i) < at(best)) {
+                    best = i;
+                }
+            }
+            best as f64
+        })
+        .collect()
 }
 
 #[test]
@@ -1732,10 +1910,21 @@ fn cumsum_every_mode() {
                     let x = s.param("x", dtype, &dims, &d);
                     let n = dims[((axis + dims.len() as isize) as usize) % dims.len()];
                     let t = acc_tol(dtype, n, max_abs(s.value(&x)));
-                    s.check_tol(&x.cumsum(axis, exclusive, reverse).unwrap(), t);
+                    let options = CumsumOptions { exclusive, reverse };
+                    s.check_tol(&x.cumsum_with(axis, options).unwrap(), t);
                 }
             }
         }
+    }
+    // The plain cumsum is the inclusive forward sum: against a running sum on the host.
+    for dtype in [F64, I64, I32] {
+        let dims = [3, 4];
+        s.case(format!("cumsum {dtype}{dims:?}"));
+        let x = s.param("x", dtype, &dims, &Dist::Int(-9, 9));
+        let v = s.value(&x).to_f64_vec();
+        let want: Vec<f64> = (0..12).map(|i| v[i - i % 4..=i].iter().sum()).collect();
+        let want = array_of(dtype, &dims, &want);
+        s.check_formula(&x.cumsum(-1).unwrap(), Tol::Exact, want, Tol::Exact);
     }
     s.run();
 }
@@ -1910,9 +2099,9 @@ fn slices_reverse_pad_concat() {
         let dtype = any_dtype(&mut s.rng);
         let dims = shape(&mut s.rng, 0, 3);
         let axes = random_axes(&mut s.rng, dims.len());
-        s.case(format!("reverse {dtype}{dims:?} axes {axes:?}"));
+        s.case(format!("flip {dtype}{dims:?} axes {axes:?}"));
         let x = s.param("x", dtype, &dims, &bits_dist(dtype));
-        s.check_tol(&x.reverse(&axes).unwrap(), Tol::Bits);
+        s.check_tol(&x.flip(&axes).unwrap(), Tol::Bits);
     }
     for _ in 0..25 {
         let dtype = any_dtype(&mut s.rng);
@@ -1934,8 +2123,8 @@ fn slices_reverse_pad_concat() {
                     h += 1;
                 }
             }
-            low.push(l);
-            high.push(h);
+            low.push(l as isize);
+            high.push(h as isize);
             interior.push(i as usize);
         }
         let value = match dtype {
@@ -2354,7 +2543,7 @@ fn einsum_lowers_to_one_dot_general_per_pair() {
 #[test]
 fn tril_triu_masked_fill() {
     let mut s = Suite::new("tril_triu", 1701);
-    for offset in -2i64..=2 {
+    for offset in -2isize..=2 {
         for dtype in [F32, F64, BF16, I32, U8, I64] {
             let dims = shape(&mut s.rng, 2, 3);
             s.case(format!("tril/triu {dtype}{dims:?} offset {offset}"));
@@ -2363,7 +2552,7 @@ fn tril_triu_masked_fill() {
             let r = dims.len();
             let keep = |i: usize, lower: bool| {
                 let idx = unravel(i, &dims);
-                let d = idx[r - 1] as i64 - idx[r - 2] as i64;
+                let d = idx[r - 1] as isize - idx[r - 2] as isize;
                 if lower {
                     d <= offset
                 } else {
@@ -2396,10 +2585,18 @@ fn tril_triu_masked_fill() {
         let lm = s.g.tril_mask(rows, cols, offset).unwrap();
         let um = s.g.triu_mask(rows, cols, offset).unwrap();
         let lw: Vec<f64> = (0..rows * cols)
-            .map(|i| f64::from(u8::from((i % cols) as i64 - (i / cols) as i64 <= offset)))
+            .map(|i| {
+                f64::from(u8::from(
+                    (i % cols) as isize - (i / cols) as isize <= offset,
+                ))
+            })
             .collect();
         let uw: Vec<f64> = (0..rows * cols)
-            .map(|i| f64::from(u8::from((i % cols) as i64 - (i / cols) as i64 >= offset)))
+            .map(|i| {
+                f64::from(u8::from(
+                    (i % cols) as isize - (i / cols) as isize >= offset,
+                ))
+            })
             .collect();
         s.check_formula(
             &lm,
@@ -2428,6 +2625,28 @@ fn tril_triu_masked_fill() {
             value
         };
         s.check_tol(&x.masked_fill(&m, value).unwrap(), Tol::Bits);
+    }
+    // The fill value may be a rank-0 tensor (here a parameter) instead of a number.
+    for dtype in [F32, I32] {
+        s.case(format!("masked_fill {dtype} with a tensor value"));
+        let x = s.param("x", dtype, &[2, 3], &Dist::Int(0, 9));
+        let m = s.param("m", Pred, &[3], &Dist::Bool(0.5));
+        let v = s.param("v", dtype, &[], &Dist::Int(-9, -1));
+        let (xv, mv, vv) = (
+            s.value(&x).to_f64_vec(),
+            s.value(&m).to_f64_vec(),
+            s.value(&v).to_f64_vec()[0],
+        );
+        let want: Vec<f64> = (0..6)
+            .map(|i| if mv[i % 3] != 0.0 { vv } else { xv[i] })
+            .collect();
+        let want = array_of(dtype, &[2, 3], &want);
+        s.check_formula(
+            &x.masked_fill(&m, &v).unwrap(),
+            Tol::Exact,
+            want,
+            Tol::Exact,
+        );
     }
     s.run();
 }
@@ -2604,13 +2823,18 @@ fn sort_and_top_k() {
         };
         let x = s.param("x", dtype, &dims, &d);
         let (want, widx) = sort_ref(s.value(&x), axis, descending);
+        let order = if descending {
+            SortOrder::Descending
+        } else {
+            SortOrder::Ascending
+        };
         s.check_formula(
-            &x.sort(a, descending).unwrap(),
+            &x.sort(a, order).unwrap(),
             Tol::Bits,
             want.clone(),
             Tol::Bits,
         );
-        let (v, i) = x.sort_with_indices(a, descending).unwrap();
+        let (v, i) = x.sort_with_indices(a, order).unwrap();
         s.check_formula(&v, Tol::Bits, want, Tol::Bits);
         s.check_formula(&i, Tol::Exact, array_of(I64, &dims, &widx), Tol::Exact);
     }
@@ -2797,20 +3021,28 @@ fn chained_block_output_types_match() {
     let masked = scores
         .masked_fill(&s.g.triu_mask(t, t, 1).unwrap(), f64::NEG_INFINITY)
         .unwrap();
-    let lse = masked.logsumexp(&[-1], true).unwrap();
+    let lse = masked.logsumexp_keepdims(&[-1]).unwrap();
     let probs = masked.sub(&lse).unwrap().exp().unwrap();
     let y = Tensor::einsum("bhls,bshn->blhn", &[&probs, &heads]).unwrap();
     let flat = y.reshape(&[b as isize, t as isize, -1]).unwrap();
-    let cum = flat.cumsum(1, true, false).unwrap();
+    let cum = flat
+        .cumsum_with(
+            1,
+            CumsumOptions {
+                exclusive: true,
+                reverse: false,
+            },
+        )
+        .unwrap();
     let noise = s.g.random_normal(&key_t, F32, &[b, t, h * n]).unwrap();
     let z = (&cum + &noise.mul(0.01).unwrap()).unwrap();
     let (top, top_i) = z.top_k(2).unwrap();
-    let am = z.argmax(-1, false).unwrap();
+    let am = z.argmax(-1).unwrap();
     let hot = am.one_hot(h * n, Pred).unwrap();
-    let dec = z.convert(BF16).unwrap().gelu().unwrap();
+    let dec = z.astype(BF16).unwrap().gelu().unwrap();
     let bits = s.g.random_bits(&key_t, &[3]).unwrap();
-    let pooled = z.mean(&[1], false).unwrap().convert(F16).unwrap();
-    let gate = z.gt(0.0).unwrap().select(&z, &z.mul(0.1).unwrap()).unwrap();
+    let pooled = z.mean(&[1]).unwrap().astype(F16).unwrap();
+    let gate = z.gt(0.0).unwrap().select(&z, z.mul(0.1).unwrap()).unwrap();
     let padded = gate.pad(&[0, 1, 0], &[0, -1, 0], &[0, 0, 1], 0.0).unwrap();
     let state = padded
         .dynamic_slice(
@@ -2823,10 +3055,14 @@ fn chained_block_output_types_match() {
         )
         .unwrap();
     let mm = state.matmul(&state.t().unwrap()).unwrap();
-    let u8s = tokens.convert(U8).unwrap().shift_left(1u32).unwrap();
-    let rev = Tensor::concat(&[&u8s, &u8s.reverse(&[1]).unwrap()], 0).unwrap();
-    let sorted = rev.convert(U64).unwrap().sort(-1, true).unwrap();
-    let t_eq = (2.0 * &causal).unwrap().sum(&[1, 2], false).unwrap();
+    let u8s = tokens.astype(U8).unwrap().shift_left(1u32).unwrap();
+    let rev = Tensor::concat(&[&u8s, &u8s.flip(&[1]).unwrap()], 0).unwrap();
+    let sorted = rev
+        .astype(U64)
+        .unwrap()
+        .sort(-1, SortOrder::Descending)
+        .unwrap();
+    let t_eq = (2.0 * &causal).unwrap().sum(&[1, 2]).unwrap();
     for o in [&xs, &scores, &causal, &y, &cum, &z, &top, &mm] {
         s.check_tol(o, acc_tol(F32, 30, 10.0));
     }

@@ -890,7 +890,8 @@ mod tests {
                     |(_, n, (x, y), (s, _))| {
                         let stop = n.ge(4)?;
                         let both = x.add(y)?;
-                        let (_, order) = s.sort_with_indices(0, true)?;
+                        let (_, order) =
+                            s.sort_with_indices(0, crate::ops::SortOrder::Descending)?;
                         Ok((
                             stop.not()?,
                             n.add(1)?,

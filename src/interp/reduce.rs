@@ -12,7 +12,7 @@ use super::scalar::{Key, Num};
 use super::shape::remap;
 use super::{row_major_index, Ctx};
 use crate::array::HostArray;
-use crate::dtype::{DType, TensorType};
+use crate::dtype::TensorType;
 use crate::error::Result;
 use crate::ops::{ArgKind, ReduceKind};
 use crate::with_host_array;
@@ -123,9 +123,10 @@ fn arg_extreme<T: Key>(a: &ArrayD<T>, axis: usize, kind: ArgKind) -> ArrayD<i64>
     })
 }
 
-/// `ArgReduce`: the `I64` index of the first maximum or minimum along `axis`. NaN is above every
-/// number: `Max` picks the first NaN if there is one; `Min` ignores NaNs unless the lane is all
-/// NaN (then 0). `-0.0` and `+0.0` tie (the first wins).
+/// `ArgReduce`: the index of the first maximum or minimum along `axis`, in the integer dtype the
+/// node declares for its output. NaN is above every number: `Max` picks the first NaN if there
+/// is one; `Min` ignores NaNs unless the lane is all NaN (then 0). `-0.0` and `+0.0` tie (the
+/// first wins).
 pub(super) fn arg_reduce(ctx: &Ctx, kind: ArgKind, axis: usize) -> Result<HostArray> {
     let x = ctx.args(1)?[0];
     let shape = x.dims();
@@ -134,8 +135,13 @@ pub(super) fn arg_reduce(ctx: &Ctx, kind: ArgKind, axis: usize) -> Result<HostAr
     }
     let mut dims = shape.to_vec();
     dims.remove(axis);
-    ctx.expect_output(&TensorType::new(DType::I64, &dims))?;
-    Ok(with_host_array!(x, a => HostArray::I64(arg_extreme(a, axis, kind))))
+    let index = ctx.out()?.dtype;
+    if !index.is_int() {
+        return Err(ctx.err(format!("the index dtype must be an integer, not {index}")));
+    }
+    ctx.expect_output(&TensorType::new(index, &dims))?;
+    let indices = with_host_array!(x, a => HostArray::I64(arg_extreme(a, axis, kind)));
+    Ok(super::elementwise::convert_array(&indices, index))
 }
 
 fn running_sum<T: Num>(a: &ArrayD<T>, axis: usize) -> ArrayD<T> {
@@ -434,14 +440,27 @@ mod tests {
         let e = arr::<f32>(&[2, 0], vec![]);
         assert_eq!(arg(ArgKind::Max, 1, &e, &[2]), vec![0, 0]);
         assert_eq!(arg(ArgKind::Max, 0, &e, &[0]), Vec::<i64>::new());
-        is_err(eval1(
+        // The node's integer output dtype is the index dtype; a non-integer one is rejected.
+        let narrow = eval1(
             Op::ArgReduce {
-                kind: ArgKind::Max,
-                axis: 0,
+                kind: ArgKind::Min,
+                axis: 1,
             },
             from_ref(&x),
-            ty(DType::I32, &[3]),
-        ));
+            ty(DType::U8, &[2]),
+        )
+        .unwrap();
+        assert_eq!(values::<u8>(&narrow), vec![1, 2]);
+        for bad in [DType::F32, DType::Pred] {
+            is_err(eval1(
+                Op::ArgReduce {
+                    kind: ArgKind::Max,
+                    axis: 0,
+                },
+                from_ref(&x),
+                ty(bad, &[3]),
+            ));
+        }
         is_err(eval1(
             Op::ArgReduce {
                 kind: ArgKind::Max,

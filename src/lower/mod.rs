@@ -896,8 +896,10 @@ impl<'g> Lowering<'g> {
             }
             Op::ArgReduce { kind, axis } => {
                 axis_ok(*axis, tys[0])?;
-                if out.dtype != DType::I64 {
-                    return Err(err(format!("the output must be i64, not {out}")));
+                if !out.dtype.is_int() {
+                    return Err(err(format!(
+                        "the index output must be an integer, not {out}"
+                    )));
                 }
                 self.arg_reduce(&res, &ins[0], tys[0], out, *kind, *axis);
                 self.names[i] = vec![format!("{res}_r#1")];
@@ -1028,7 +1030,7 @@ impl<'g> Lowering<'g> {
     /// A variadic reduce over (values, their indices along `axis`) keeping the best pair: the
     /// larger (smaller) value, NaN counting as larger than every number, and on a tie the smaller
     /// index. This choice is commutative and associative, as `stablehlo.reduce` requires; the
-    /// init pair (the worst value, index `i64::MAX`) is its identity. Results `{res}_r#0`
+    /// init pair (the worst value, the index dtype's maximum) is its identity. Results `{res}_r#0`
     /// (values) and `{res}_r#1` (indices).
     fn arg_reduce(
         &mut self,
@@ -1040,10 +1042,12 @@ impl<'g> Lowering<'g> {
         axis: usize,
     ) {
         let dtype = x_ty.dtype;
-        let iota = TensorType::new(DType::I64, &x_ty.dims);
+        // The index dtype is the node's (integer) output dtype.
+        let index = out.dtype;
+        let iota = TensorType::new(index, &x_ty.dims);
         let values_out = TensorType::new(dtype, &out.dims);
         let sv = scalar_or_shaped(dtype, &[]);
-        let si = scalar_or_shaped(DType::I64, &[]);
+        let si = scalar_or_shaped(index, &[]);
         let pred = scalar_or_shaped(DType::Pred, &[]);
         let cmp_type = compare_type(dtype);
         let float = dtype.is_float();
@@ -1066,7 +1070,7 @@ impl<'g> Lowering<'g> {
         ));
         self.emit(format!(
             "{res}_init_index = stablehlo.constant dense<{}> : {si}",
-            i64::MAX
+            special(index, Special::Highest)
         ));
         self.emit(format!(
             "{res}_r:2 = \"stablehlo.reduce\"({x}, {res}_iota, {res}_init, {res}_init_index) ({{"
@@ -1082,7 +1086,7 @@ impl<'g> Lowering<'g> {
         };
         self.emit_inner(cmp("better", better, "a", "b", &sv, cmp_type));
         self.emit_inner(cmp("eq", "EQ", "a", "b", &sv, cmp_type));
-        self.emit_inner(cmp("first", "LT", "ai", "bi", &si, "SIGNED"));
+        self.emit_inner(cmp("first", "LT", "ai", "bi", &si, compare_type(index)));
         let binop = |name: &str, op: &str, l: &str, r: &str| {
             format!("{res}_{name} = stablehlo.{op} {res}_{l}, {res}_{r} : {pred}")
         };

@@ -1352,9 +1352,9 @@ fn loops_nest_region_ops_and_single_value_states() {
             &(x.clone(), g.scalar(0.0, DType::I32).unwrap()),
             |(_, n)| n.lt(3),
             |(x, n)| {
-                let (sorted, idx) = x.sort_with_indices(0, true)?;
-                let m = x.max(&[0], false)?;
-                let y = sorted.sub(&m)?.add(&idx.convert(DType::F32)?)?;
+                let (sorted, idx) = x.sort_with_indices(0, crate::ops::SortOrder::Descending)?;
+                let m = x.max(&[0])?;
+                let y = sorted.sub(&m)?.add(&idx.astype(DType::F32)?)?;
                 Ok((y.mul(0.5)?, n.add(1)?))
             },
         )

@@ -141,6 +141,26 @@ impl From<&Tensor> for Bound {
     }
 }
 
+/// The loop builder a user called, for its errors: its name, and how many leading components of
+/// the carry are the builder's own (the user's carry follows them).
+#[derive(Clone, Copy)]
+struct LoopName {
+    op: &'static str,
+    hidden: usize,
+}
+
+impl LoopName {
+    const WHILE: LoopName = LoopName {
+        op: "while_loop",
+        hidden: 0,
+    };
+    /// `fori_loop` carries its counter first.
+    const FORI: LoopName = LoopName {
+        op: "fori_loop",
+        hidden: 1,
+    };
+}
+
 impl Graph {
     /// Runs `body` on the state while `cond` holds, starting from `init`, as one
     /// `stablehlo.while`; returns the final state. `cond` must return a rank-0 pred; `body` a
@@ -153,41 +173,45 @@ impl Graph {
         cond: impl FnOnce(&C) -> Result<Tensor>,
         body: impl FnOnce(&C) -> Result<C>,
     ) -> Result<C> {
-        self.while_at(init, cond, body, Location::caller())
+        self.while_at(init, cond, body, LoopName::WHILE, Location::caller())
     }
 
+    /// The loop for `while_loop` and `fori_loop`; errors name `name.op` and count the carry's
+    /// components from after the first `name.hidden` (the builder's own, such as a counter).
     fn while_at<C: Carry>(
         &self,
         init: &C,
         cond: impl FnOnce(&C) -> Result<Tensor>,
         body: impl FnOnce(&C) -> Result<C>,
+        name: LoopName,
         loc: Loc,
     ) -> Result<C> {
+        let op = name.op;
         let mut flat = Vec::new();
         init.flatten(&mut flat);
         let refs: Vec<&Tensor> = flat.iter().collect();
-        same_graph(self, &refs, "while_loop", loc)?;
+        same_graph(self, &refs, op, loc)?;
         let outer = self.current_region();
         let init_ids = flat
             .iter()
-            .map(|t| self.resolve(t.id(), "while_loop", loc))
+            .map(|t| self.resolve(t.id(), op, loc))
             .collect::<Result<Vec<ValueId>>>()?;
         let types: Vec<TensorType> = flat.iter().map(|t| t.ty().clone()).collect();
 
         // The condition region.
         let cond_region = {
             let _guard = RegionGuard { graph: self, outer };
-            let (region, state) = self.open_state_region(init, &types, loc)?;
+            let (region, state) = self.open_state_region(init, &types, op, loc)?;
             let c = cond(&state)?;
-            same_graph(self, &[&c], "while_loop", loc)?;
+            same_graph(self, &[&c], op, loc)?;
             if c.dtype() != DType::Pred || c.rank() != 0 {
                 return Err(graph_error(
-                    "while_loop",
+                    op,
                     format!("the condition must be a rank-0 pred, got {}", c.ty()),
                     loc,
                 ));
             }
-            let c = self.resolve(c.id(), "while_loop", loc)?;
+            let c = self.resolve(c.id(), op, loc)?;
             self.set_region_results(region, vec![c]);
             region
         };
@@ -195,39 +219,41 @@ impl Graph {
         // The body region.
         let body_region = {
             let _guard = RegionGuard { graph: self, outer };
-            let (region, state) = self.open_state_region(init, &types, loc)?;
+            let (region, state) = self.open_state_region(init, &types, op, loc)?;
             let next = body(&state)?;
             let mut next_flat = Vec::new();
             next.flatten(&mut next_flat);
-            self.check_next_state(&next_flat, &types, "while_loop", loc)?;
+            self.check_next_state(&next_flat, &types, name, loc)?;
             let results = next_flat
                 .iter()
-                .map(|t| self.resolve(t.id(), "while_loop", loc))
+                .map(|t| self.resolve(t.id(), op, loc))
                 .collect::<Result<Vec<_>>>()?;
             self.set_region_results(region, results);
             region
         };
 
-        let outs = self.close_while(cond_region, body_region, init_ids, &types, loc)?;
+        let outs = self.close_while(cond_region, body_region, init_ids, &types, op, loc)?;
         C::unflatten(init, &mut outs.into_iter())
-            .ok_or_else(|| graph_error("while_loop", "internal: the state did not rebuild", loc))
+            .ok_or_else(|| graph_error(op, "internal: the state did not rebuild", loc))
     }
 
-    /// Checks that a body's next state has the state's types; `op` names the loop builder.
+    /// Checks that a body's next state has the state's types; errors name `name.op` and count
+    /// the carry's components from after the builder's own `name.hidden` ones.
     fn check_next_state(
         &self,
         next: &[Tensor],
         types: &[TensorType],
-        op: &'static str,
+        name: LoopName,
         loc: Loc,
     ) -> Result<()> {
+        let LoopName { op, hidden } = name;
         if next.len() != types.len() {
             return Err(graph_error(
                 op,
                 format!(
                     "the body returns {} tensors, the state has {}",
-                    next.len(),
-                    types.len()
+                    next.len().saturating_sub(hidden),
+                    types.len() - hidden
                 ),
                 loc,
             ));
@@ -235,12 +261,13 @@ impl Graph {
         for (k, (t, want)) in next.iter().zip(types).enumerate() {
             same_graph(self, &[t], op, loc)?;
             if t.ty() != want {
+                let what = match k.checked_sub(hidden) {
+                    Some(k) => format!("carry component {k}"),
+                    None => "the loop's own state".to_string(),
+                };
                 return Err(graph_error(
                     op,
-                    format!(
-                        "carry component {k} changes from {want} to {} in the body",
-                        t.ty()
-                    ),
+                    format!("{what} changes from {want} to {} in the body", t.ty()),
                     loc,
                 ));
             }
@@ -258,6 +285,7 @@ impl Graph {
         body_region: usize,
         init_ids: Vec<ValueId>,
         types: &[TensorType],
+        op: &'static str,
         loc: Loc,
     ) -> Result<Vec<Tensor>> {
         // Both regions take the same state: the carry, then every captured outer value (each
@@ -280,7 +308,7 @@ impl Graph {
                     Some(&(_, inner)) => inner,
                     None => {
                         let ty = self.value_type(*o).ok_or_else(|| {
-                            graph_error("while_loop", "internal: lost a captured value", loc)
+                            graph_error(op, "internal: lost a captured value", loc)
                         })?;
                         self.add_block_arg(region, ty).id()
                     }
@@ -299,9 +327,10 @@ impl Graph {
         inputs.extend(captured.iter().copied());
         let mut out_types = types.to_vec();
         for o in &captured {
-            out_types.push(self.value_type(*o).ok_or_else(|| {
-                graph_error("while_loop", "internal: lost a captured value", loc)
-            })?);
+            out_types.push(
+                self.value_type(*o)
+                    .ok_or_else(|| graph_error(op, "internal: lost a captured value", loc))?,
+            );
         }
         let outs = self.push(
             Op::While {
@@ -320,6 +349,7 @@ impl Graph {
         &self,
         init: &C,
         types: &[TensorType],
+        op: &'static str,
         loc: Loc,
     ) -> Result<(usize, C)> {
         let region = self.open_region();
@@ -328,7 +358,7 @@ impl Graph {
             .map(|t| self.add_block_arg(region, t.clone()))
             .collect();
         let state = C::unflatten(init, &mut args.into_iter())
-            .ok_or_else(|| graph_error("while_loop", "internal: the state did not rebuild", loc))?;
+            .ok_or_else(|| graph_error(op, "internal: the state did not rebuild", loc))?;
         Ok((region, state))
     }
 
@@ -400,6 +430,7 @@ impl Graph {
                 let next = body(i, s)?;
                 Ok((i.add(1)?, next))
             },
+            LoopName::FORI,
             loc,
         )?;
         Ok(state)
@@ -473,7 +504,7 @@ impl Graph {
             let (mut next_flat, mut y_flat) = (Vec::new(), Vec::new());
             next.flatten(&mut next_flat);
             y.flatten(&mut y_flat);
-            self.check_next_state(&next_flat, &types[1..], op, loc)?;
+            self.check_next_state(&next_flat, &types[1..], LoopName { op, hidden: 0 }, loc)?;
             let mut stacked = Vec::with_capacity(y_flat.len());
             for t in &y_flat {
                 same_graph(self, &[t], op, loc)?;
@@ -512,7 +543,7 @@ impl Graph {
         let end = self.full_at(length as f64, DType::I64, &[], loc)?;
         let cond_region = {
             let _guard = RegionGuard { graph: self, outer };
-            let (region, state) = self.open_state_region(&init_flat, &types, loc)?;
+            let (region, state) = self.open_state_region(&init_flat, &types, op, loc)?;
             let c = state[0].lt(&end)?;
             let c = self.resolve(c.id(), op, loc)?;
             self.set_region_results(region, vec![c]);
@@ -522,7 +553,7 @@ impl Graph {
             .iter()
             .map(|t| self.resolve(t.id(), op, loc))
             .collect::<Result<Vec<ValueId>>>()?;
-        let outs = self.close_while(cond_region, body_region, init_ids, &types, loc)?;
+        let outs = self.close_while(cond_region, body_region, init_ids, &types, op, loc)?;
         let mut rest = outs.into_iter().skip(1);
         let carry = C::unflatten(init, &mut rest).ok_or_else(lost)?;
         let ys = Y::unflatten(&y, &mut rest).ok_or_else(lost)?;

@@ -40,8 +40,8 @@ impl Tensor {
             ));
         }
         let (time, k) = (self.dims()[1], weight.dims()[1]);
-        let padded = self.pad(&[0, k as i64 - 1, 0], &[0, 0, 0], &[0, 0, 0], 0.0)?;
-        let wt = weight.t()?; // [k, channels]
+        let padded = self.pad(&[0, k as isize - 1, 0], &[0, 0, 0], &[0, 0, 0], 0.0)?;
+        let wt = weight.matrix_transpose()?; // [k, channels]
         let mut acc: Option<Tensor> = None;
         for j in 0..k {
             let xs = padded.narrow(1, j, time)?;

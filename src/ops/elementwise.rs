@@ -1,11 +1,11 @@
 //! Creation (constants, iota), elementwise ops with numpy-style broadcasting made explicit,
-//! conversions, numerically stable composites, and the arithmetic operators.
+//! conversions and numerically stable composites (the operators `+ - * / %` are in
+//! `operators`).
 
-use std::ops::{Add, Div, Mul, Neg, Sub};
 use std::panic::Location;
 
 use super::graph::{graph_error, BinaryOp, Comparison, Graph, Op, Tensor, UnaryOp};
-use super::util::{node, same_graph, scalar_bytes, types, Loc};
+use super::util::{int_scalar_bytes, node, same_graph, scalar_bytes, types, Loc};
 use crate::array::{HostArray, HostElement};
 use crate::dtype::{DType, TensorType};
 use crate::error::Result;
@@ -124,11 +124,16 @@ impl Graph {
     }
 }
 
-/// A right-hand operand: a tensor of the same graph, or a Rust number (which takes the other
-/// operand's dtype).
+/// A right-hand operand: a tensor of the same graph, or a Rust number, which takes the other
+/// operand's dtype (an integer must be a value of it; a float rounds to it).
 pub trait Operand {
     /// The operand as a tensor of `like`'s graph (numbers become rank-0 constants of its dtype).
     fn to_tensor(&self, like: &Tensor, op: &'static str, loc: Loc) -> Result<Tensor>;
+
+    /// The tensor, when the operand is one (a number has no dtype of its own).
+    fn as_tensor(&self) -> Option<&Tensor> {
+        None
+    }
 }
 
 impl Operand for Tensor {
@@ -136,26 +141,72 @@ impl Operand for Tensor {
         like.graph().check_same(self, op, loc)?;
         Ok(self.clone())
     }
+
+    fn as_tensor(&self) -> Option<&Tensor> {
+        Some(self)
+    }
 }
 
 impl Operand for &Tensor {
     fn to_tensor(&self, like: &Tensor, op: &'static str, loc: Loc) -> Result<Tensor> {
         (*self).to_tensor(like, op, loc)
     }
+
+    fn as_tensor(&self) -> Option<&Tensor> {
+        Some(self)
+    }
+}
+
+/// A rank-0 constant of `like`'s dtype from its encoded bytes (or the encoder's message).
+fn number_tensor(
+    data: std::result::Result<Vec<u8>, String>,
+    like: &Tensor,
+    op: &'static str,
+    loc: Loc,
+) -> Result<Tensor> {
+    let data = data.map_err(|m| graph_error(op, m, loc))?;
+    let ty = TensorType::new(like.dtype(), &[]);
+    node(like.graph(), Op::Constant { data }, &[], ty, op, loc)
 }
 
 macro_rules! number_operand {
-    ($($t:ty),*) => {$(
-        impl Operand for $t {
-            fn to_tensor(&self, like: &Tensor, op: &'static str, loc: Loc) -> Result<Tensor> {
-                let data = scalar_bytes(*self as f64, like.dtype())
-                    .map_err(|m| graph_error(op, m, loc))?;
-                node(like.graph(), Op::Constant { data }, &[], TensorType::new(like.dtype(), &[]), op, loc)
+    (float: $($f:ty),*; int: $($i:ty),*) => {
+        $(
+            impl Operand for $f {
+                fn to_tensor(&self, like: &Tensor, op: &'static str, loc: Loc) -> Result<Tensor> {
+                    number_tensor(scalar_bytes(f64::from(*self), like.dtype()), like, op, loc)
+                }
             }
-        }
+        )*
+        $(
+            impl Operand for $i {
+                fn to_tensor(&self, like: &Tensor, op: &'static str, loc: Loc) -> Result<Tensor> {
+                    // Exact (`as i128` is lossless for these): an i64 beyond 2^53 would round on
+                    // its way through an f64.
+                    number_tensor(int_scalar_bytes(*self as i128, like.dtype()), like, op, loc)
+                }
+            }
+        )*
+    };
+}
+number_operand!(float: f64, f32; int: i64, i32, u64, u32, usize);
+
+mod sealed {
+    /// Closes [`super::Number`] to the types listed here.
+    pub trait Sealed {}
+}
+
+/// A Rust number usable as an operand (`f64`, `f32`, `i64`, `i32`, `u64`, `u32`, `usize`): it
+/// takes the tensor's dtype, exactly for integers.
+pub trait Number: Operand + Copy + sealed::Sealed {}
+
+macro_rules! number {
+    ($($t:ty),*) => {$(
+        impl sealed::Sealed for $t {}
+        impl Number for $t {}
     )*};
 }
-number_operand!(f64, f32, i64, i32, u32, usize);
+number!(f64, f32, i64, i32, u64, u32, usize);
 
 /// The numpy broadcast of two shapes, or `None` if they are incompatible.
 pub(crate) fn broadcast_shape(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
@@ -312,7 +363,14 @@ impl Tensor {
         node(self.graph(), Op::Compare(c), &[&a, &b], out, name, loc)
     }
 
-    /// Converts to `dtype` (float to integer rounds toward zero; to pred is `x != 0`).
+    /// Converts to `dtype` (float to integer rounds toward zero; to pred is `x != 0`); NumPy's
+    /// and JAX's `astype`.
+    #[track_caller]
+    pub fn astype(&self, dtype: DType) -> Result<Tensor> {
+        self.convert_at(dtype, Location::caller())
+    }
+
+    /// Alias of [`Tensor::astype`], under StableHLO's name for the op.
     #[track_caller]
     pub fn convert(&self, dtype: DType) -> Result<Tensor> {
         self.convert_at(dtype, Location::caller())
@@ -353,36 +411,56 @@ impl Tensor {
         )
     }
 
-    /// `self ? on_true : on_false`, elementwise; `self` is the pred condition. All three
-    /// broadcast; the branches share one dtype.
+    /// `self ? on_true : on_false`, elementwise, where `self` is the pred condition (JAX's
+    /// `jnp.where(cond, x, y)` and `lax.select`). The branches are tensors of one dtype or
+    /// numbers, which take the other branch's dtype; all three broadcast.
     #[track_caller]
-    pub fn select(&self, on_true: &Tensor, on_false: &Tensor) -> Result<Tensor> {
-        let loc = Location::caller();
-        same_graph(self.graph(), &[on_true, on_false], "select", loc)?;
-        self.select_at(on_true, on_false, loc)
+    pub fn select(&self, on_true: impl Operand, on_false: impl Operand) -> Result<Tensor> {
+        self.select_operands(&on_true, &on_false, "select", Location::caller())
     }
 
-    /// `cond ? self : other`, elementwise, where `other` may be a number of `self`'s dtype.
+    /// Alias of [`Tensor::select`] with the condition as the argument, as torch's
+    /// `x.where(cond, other)` reads: `cond ? self : other`.
     #[track_caller]
     pub fn where_(&self, cond: &Tensor, other: impl Operand) -> Result<Tensor> {
-        let loc = Location::caller();
-        let other = other.to_tensor(self, "where", loc)?;
-        same_graph(self.graph(), &[cond], "where", loc)?;
-        cond.select_at(self, &other, loc)
+        cond.select_operands(self, &other, "where_", Location::caller())
     }
 
-    pub(crate) fn select_at(&self, t: &Tensor, f: &Tensor, loc: Loc) -> Result<Tensor> {
+    /// `self ? on_true : on_false` for the builders above; `name` is the op errors name.
+    pub(crate) fn select_operands(
+        &self,
+        on_true: &dyn Operand,
+        on_false: &dyn Operand,
+        name: &'static str,
+        loc: Loc,
+    ) -> Result<Tensor> {
+        let Some(like) = on_true.as_tensor().or(on_false.as_tensor()) else {
+            return Err(graph_error(
+                name,
+                "at least one branch must be a tensor, to give the numbers a dtype",
+                loc,
+            ));
+        };
+        let like = like.clone();
+        // Before numbers become constants in `like`'s graph: it must be the condition's.
+        same_graph(self.graph(), &[&like], name, loc)?;
+        let t = on_true.to_tensor(&like, name, loc)?;
+        let f = on_false.to_tensor(&like, name, loc)?;
+        self.select_at(&t, &f, name, loc)
+    }
+
+    fn select_at(&self, t: &Tensor, f: &Tensor, name: &'static str, loc: Loc) -> Result<Tensor> {
         if self.dtype() != DType::Pred {
             return Err(graph_error(
-                "select",
+                name,
                 format!("the condition must be pred, got {}", self.ty()),
                 loc,
             ));
         }
-        let (t, f) = t.pair(f, "select", loc)?;
+        let (t, f) = t.pair(f, name, loc)?;
         let shape = broadcast_shape(self.dims(), t.dims()).ok_or_else(|| {
             graph_error(
-                "select",
+                name,
                 format!("shapes of {} do not broadcast", types(&[self, &t])),
                 loc,
             )
@@ -395,7 +473,7 @@ impl Tensor {
             Op::Select,
             &[&c, &t, &f],
             t.ty().clone(),
-            "select",
+            name,
             loc,
         )
     }
@@ -592,8 +670,8 @@ binary_methods! {
     xor => Xor;
     /// `a << b` (integers), broadcasting.
     shift_left => ShiftLeft;
-    /// Logical `a >> b` (integers), broadcasting.
-    shift_right => ShiftRightLogical;
+    /// Logical `a >> b` (integers; zeros shift in, whatever the sign), broadcasting.
+    shift_right_logical => ShiftRightLogical;
 }
 
 macro_rules! compare_methods {
@@ -623,112 +701,4 @@ compare_methods! {
     gt => Gt;
     /// `a >= b` (pred), broadcasting.
     ge => Ge;
-}
-
-// ---- operators ----------------------------------------------------------------------------------
-//
-// `&a + &b`, `&a * 2.0`, `2.0 * &a` and `(&a + &b) * &c` (a `Result<Tensor>` on the left of a
-// tensor) all give `Result<Tensor>`. Rust's orphan rule forbids `Result + Result` and
-// `Result + number`; use `?` there.
-
-macro_rules! operator {
-    ($trait:ident, $method:ident, $op:ident) => {
-        impl $trait<&Tensor> for &Tensor {
-            type Output = Result<Tensor>;
-            #[track_caller]
-            fn $method(self, rhs: &Tensor) -> Result<Tensor> {
-                self.binary(&rhs, BinaryOp::$op, stringify!($method), Location::caller())
-            }
-        }
-        impl $trait<Tensor> for &Tensor {
-            type Output = Result<Tensor>;
-            #[track_caller]
-            fn $method(self, rhs: Tensor) -> Result<Tensor> {
-                self.binary(&rhs, BinaryOp::$op, stringify!($method), Location::caller())
-            }
-        }
-        impl $trait<&Tensor> for Tensor {
-            type Output = Result<Tensor>;
-            #[track_caller]
-            fn $method(self, rhs: &Tensor) -> Result<Tensor> {
-                self.binary(&rhs, BinaryOp::$op, stringify!($method), Location::caller())
-            }
-        }
-        impl $trait<Tensor> for Tensor {
-            type Output = Result<Tensor>;
-            #[track_caller]
-            fn $method(self, rhs: Tensor) -> Result<Tensor> {
-                self.binary(&rhs, BinaryOp::$op, stringify!($method), Location::caller())
-            }
-        }
-        impl $trait<&Tensor> for Result<Tensor> {
-            type Output = Result<Tensor>;
-            #[track_caller]
-            fn $method(self, rhs: &Tensor) -> Result<Tensor> {
-                let loc = Location::caller();
-                self?.binary(&rhs, BinaryOp::$op, stringify!($method), loc)
-            }
-        }
-        impl $trait<Result<Tensor>> for &Tensor {
-            type Output = Result<Tensor>;
-            #[track_caller]
-            fn $method(self, rhs: Result<Tensor>) -> Result<Tensor> {
-                let loc = Location::caller();
-                self.binary(&rhs?, BinaryOp::$op, stringify!($method), loc)
-            }
-        }
-        impl $trait<f64> for &Tensor {
-            type Output = Result<Tensor>;
-            #[track_caller]
-            fn $method(self, rhs: f64) -> Result<Tensor> {
-                self.binary(&rhs, BinaryOp::$op, stringify!($method), Location::caller())
-            }
-        }
-        impl $trait<f64> for Tensor {
-            type Output = Result<Tensor>;
-            #[track_caller]
-            fn $method(self, rhs: f64) -> Result<Tensor> {
-                self.binary(&rhs, BinaryOp::$op, stringify!($method), Location::caller())
-            }
-        }
-        impl $trait<&Tensor> for f64 {
-            type Output = Result<Tensor>;
-            #[track_caller]
-            fn $method(self, rhs: &Tensor) -> Result<Tensor> {
-                let loc = Location::caller();
-                let lhs = self.to_tensor(rhs, stringify!($method), loc)?;
-                lhs.binary(&rhs, BinaryOp::$op, stringify!($method), loc)
-            }
-        }
-        impl $trait<Tensor> for f64 {
-            type Output = Result<Tensor>;
-            #[track_caller]
-            fn $method(self, rhs: Tensor) -> Result<Tensor> {
-                let loc = Location::caller();
-                let lhs = self.to_tensor(&rhs, stringify!($method), loc)?;
-                lhs.binary(&rhs, BinaryOp::$op, stringify!($method), loc)
-            }
-        }
-    };
-}
-
-operator!(Add, add, Add);
-operator!(Sub, sub, Sub);
-operator!(Mul, mul, Mul);
-operator!(Div, div, Div);
-
-impl Neg for &Tensor {
-    type Output = Result<Tensor>;
-    #[track_caller]
-    fn neg(self) -> Result<Tensor> {
-        self.unary(UnaryOp::Neg, "neg", Location::caller())
-    }
-}
-
-impl Neg for Tensor {
-    type Output = Result<Tensor>;
-    #[track_caller]
-    fn neg(self) -> Result<Tensor> {
-        self.unary(UnaryOp::Neg, "neg", Location::caller())
-    }
 }

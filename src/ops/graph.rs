@@ -218,8 +218,9 @@ pub enum Op {
         /// Reduced dimensions.
         axes: Vec<usize>,
     },
-    /// The index (output dtype `I64`) of the first maximum or minimum of `inputs[0]` along
-    /// `axis`, which disappears from the shape. NaN is treated as larger than every number.
+    /// The index (in the node's integer output dtype) of the first maximum or minimum of
+    /// `inputs[0]` along `axis`, which disappears from the shape. NaN is treated as larger than
+    /// every number.
     ArgReduce {
         /// Max or min.
         kind: ArgKind,

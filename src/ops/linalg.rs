@@ -271,7 +271,7 @@ impl Tensor {
                     .filter(|(k, _)| !private.contains(&(*k as isize)))
                     .map(|(_, c)| *c)
                     .collect();
-                (t.sum(&private, false)?, kept)
+                (t.sum(&private)?, kept)
             };
             terms.push(Term { t, idx });
         }
@@ -328,7 +328,7 @@ impl Tensor {
                     .map(|(_, c)| *c)
                     .collect();
                 acc = Term {
-                    t: acc.t.sum(&dead, false)?,
+                    t: acc.t.sum(&dead)?,
                     idx: kept,
                 };
             }

@@ -2,6 +2,7 @@
 
 use std::panic::Location;
 
+use super::elementwise::Operand;
 use super::graph::{graph_error, Graph, Tensor};
 use super::util::Loc;
 use crate::dtype::DType;
@@ -11,13 +12,13 @@ impl Graph {
     /// A `rows x cols` pred mask, true where `col - row <= offset` (lower triangle; `offset` 0
     /// includes the diagonal, -1 excludes it).
     #[track_caller]
-    pub fn tril_mask(&self, rows: usize, cols: usize, offset: i64) -> Result<Tensor> {
+    pub fn tril_mask(&self, rows: usize, cols: usize, offset: isize) -> Result<Tensor> {
         self.tri_mask_at(rows, cols, offset, true, Location::caller())
     }
 
     /// A `rows x cols` pred mask, true where `col - row >= offset` (upper triangle).
     #[track_caller]
-    pub fn triu_mask(&self, rows: usize, cols: usize, offset: i64) -> Result<Tensor> {
+    pub fn triu_mask(&self, rows: usize, cols: usize, offset: isize) -> Result<Tensor> {
         self.tri_mask_at(rows, cols, offset, false, Location::caller())
     }
 
@@ -25,7 +26,7 @@ impl Graph {
         &self,
         rows: usize,
         cols: usize,
-        offset: i64,
+        offset: isize,
         lower: bool,
         loc: Loc,
     ) -> Result<Tensor> {
@@ -42,7 +43,7 @@ impl Graph {
 }
 
 impl Tensor {
-    fn tri_at(&self, offset: i64, lower: bool, name: &'static str, loc: Loc) -> Result<Tensor> {
+    fn tri_at(&self, offset: isize, lower: bool, name: &'static str, loc: Loc) -> Result<Tensor> {
         let r = self.rank();
         if r < 2 {
             return Err(graph_error(
@@ -54,26 +55,25 @@ impl Tensor {
         let mask =
             self.graph()
                 .tri_mask_at(self.dims()[r - 2], self.dims()[r - 1], offset, lower, loc)?;
-        self.where_(&mask, 0.0)
+        mask.select_operands(self, &0.0, name, loc)
     }
 
     /// Zeros the elements above diagonal `offset` of the last two dimensions.
     #[track_caller]
-    pub fn tril(&self, offset: i64) -> Result<Tensor> {
+    pub fn tril(&self, offset: isize) -> Result<Tensor> {
         self.tri_at(offset, true, "tril", Location::caller())
     }
 
     /// Zeros the elements below diagonal `offset` of the last two dimensions.
     #[track_caller]
-    pub fn triu(&self, offset: i64) -> Result<Tensor> {
+    pub fn triu(&self, offset: isize) -> Result<Tensor> {
         self.tri_at(offset, false, "triu", Location::caller())
     }
 
-    /// `mask ? value : self`, elementwise (`mask` is pred and broadcasts).
+    /// `mask ? value : self`, elementwise (`mask` is pred and broadcasts; `value` is a number of
+    /// `self`'s dtype or a tensor); torch's name for `mask.select(value, self)`.
     #[track_caller]
-    pub fn masked_fill(&self, mask: &Tensor, value: f64) -> Result<Tensor> {
-        let loc = Location::caller();
-        let v = self.graph().full_at(value, self.dtype(), &[], loc)?;
-        mask.select_at(&v, self, loc)
+    pub fn masked_fill(&self, mask: &Tensor, value: impl Operand) -> Result<Tensor> {
+        mask.select_operands(&value, self, "masked_fill", Location::caller())
     }
 }

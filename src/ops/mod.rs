@@ -3,11 +3,26 @@
 //! caller's source line.
 //!
 //! Each op family keeps its shape rules beside its builders: `elementwise` (creation,
-//! elementwise, conversions, composites, operators), `reduce`, `shape`, `linalg` (dot_general,
-//! matmul, einsum), `mask` (tril, triu), `gather` (take, take_along_axis, one_hot), `conv`,
-//! `random`, `sort`, `control` (while_loop, fori_loop, scan); and composites users reach for:
-//! `nn` (softmax, layer_norm, rms_norm, erf, gelu_exact), `stats` (mean_all, var, std), `split`
-//! (split, chunk).
+//! elementwise, conversions, composites), `operators` (`+ - * / %` for every operand form),
+//! `reduce`, `shape`, `linalg` (dot_general, matmul, einsum), `mask` (tril, triu), `gather`
+//! (take, take_along_axis, one_hot), `conv`, `random`, `sort`, `control` (while_loop,
+//! fori_loop, scan); and composites users reach for: `nn` (softmax, layer_norm, rms_norm, erf,
+//! gelu_exact), `stats` (mean_all, var, std), `split` (split, chunk).
+//!
+//! Conventions, so that a call site reads as what it does:
+//!
+//! - Names are NumPy's and JAX's (`sum`, `astype`, `flip`, `matrix_transpose`, `select` for
+//!   `jnp.where`). A few names users of other libraries look for are aliases documented as such
+//!   ([`Tensor::where_`], [`Tensor::t`], [`Tensor::convert`]); [`Tensor::masked_fill`] and
+//!   [`Tensor::narrow`] keep torch's names for what NumPy has no name for.
+//! - No positional booleans: a reduction drops its axes and its `*_keepdims` twin keeps them;
+//!   [`Tensor::argmax_as`] names the index dtype, [`CumsumOptions`] the kind of running sum,
+//!   [`SortOrder`] the order.
+//! - Sizes are `usize`; what may be negative is `isize`: axes (counted from the end),
+//!   [`Tensor::reshape`]'s `-1`, [`Tensor::slice`] bounds, [`Tensor::pad`] amounts and diagonal
+//!   offsets.
+//! - Numbers stand for tensors wherever an [`Operand`] is taken, and take the other operand's
+//!   dtype.
 
 mod control;
 mod conv;
@@ -17,6 +32,7 @@ mod graph;
 pub(crate) mod linalg;
 mod mask;
 mod nn;
+mod operators;
 mod random;
 mod reduce;
 mod regions;
@@ -27,11 +43,13 @@ mod stats;
 mod util;
 
 pub use control::{Bound, Carry};
-pub use elementwise::Operand;
+pub use elementwise::{Number, Operand};
 pub use graph::{
     ArgKind, BinaryOp, Comparison, Graph, Node, Op, ReduceKind, Region, Tensor, UnaryOp, ValueId,
 };
+pub use reduce::CumsumOptions;
 pub(crate) use regions::check_while;
 #[cfg(test)]
 pub(crate) use regions::malformed::cases as malformed_loops;
+pub use sort::SortOrder;
 pub use stats::VarOptions;

@@ -118,7 +118,7 @@ impl Tensor {
         need_float(self, op, loc)?;
         let a = axis(op, self, axis_, loc)? as isize;
         let x = self.convert_at(compute_dtype(self.dtype()), loc)?;
-        let m = x.max(&[a], true)?;
+        let m = x.max_keepdims(&[a])?;
         let m = m.where_(&m.abs()?.ne(f64::INFINITY)?, 0.0)?;
         Ok((x.sub(&m)?, a))
     }
@@ -131,7 +131,7 @@ impl Tensor {
         let loc = Location::caller();
         let (s, a) = self.shift_by_max("softmax", axis, loc)?;
         let e = s.exp()?;
-        e.div(&e.sum(&[a], true)?)?.convert_at(self.dtype(), loc)
+        e.div(&e.sum_keepdims(&[a])?)?.convert_at(self.dtype(), loc)
     }
 
     /// `log_softmax(x)_i = x_i - log(sum_j exp(x_j))` along `axis`, computed as
@@ -141,7 +141,7 @@ impl Tensor {
     pub fn log_softmax(&self, axis: isize) -> Result<Tensor> {
         let loc = Location::caller();
         let (s, a) = self.shift_by_max("log_softmax", axis, loc)?;
-        let lse = s.exp()?.sum(&[a], true)?.log()?;
+        let lse = s.exp()?.sum_keepdims(&[a])?.log()?;
         s.sub(&lse)?.convert_at(self.dtype(), loc)
     }
 
@@ -223,7 +223,7 @@ impl Tensor {
         self.check_norm(axes, eps, op, loc)?;
         let weight = self.affine_param(weight, "weight", op, loc)?;
         let x = self.convert_at(compute_dtype(self.dtype()), loc)?;
-        let inv = x.square()?.mean(axes, true)?.add(eps)?.rsqrt()?;
+        let inv = x.square()?.mean_keepdims(axes)?.add(eps)?.rsqrt()?;
         let mut y = x.mul(&inv)?;
         if let Some(w) = weight {
             y = y.mul(&w)?;

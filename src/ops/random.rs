@@ -16,7 +16,7 @@ const ROTATIONS: [[u32; 4]; 2] = [[13, 15, 26, 6], [17, 29, 16, 24]];
 const PARITY: f64 = 0x1BD1_1BDA as f64;
 
 fn rotl(x: &Tensor, r: u32) -> Result<Tensor> {
-    x.shift_left(r)?.or(&x.shift_right(32 - r)?)
+    x.shift_left(r)?.or(&x.shift_right_logical(32 - r)?)
 }
 
 /// Threefry-2x32-20 of the counter words `(x0, x1)` under the key `(k0, k1)` (rank-0 u32).
@@ -120,7 +120,7 @@ impl Graph {
 
 /// u32 bits to f32 in `[0, 1)`: the top 23 bits as the mantissa of a number in `[1, 2)`, minus 1.
 fn unit_float(bits: &Tensor) -> Result<Tensor> {
-    bits.shift_right(9u32)?
+    bits.shift_right_logical(9u32)?
         .or(0x3F80_0000u32)?
         .bitcast(DType::F32)?
         .sub(1.0)

@@ -1,9 +1,13 @@
-//! Reductions over any axes (with keepdims), arg-reductions, logsumexp, and cumulative sums.
+//! Reductions over any axes, arg-reductions, logsumexp, and cumulative sums.
+//!
+//! Each reduction drops the reduced axes (`sum`, `argmax`, ...) and has a `*_keepdims` twin that
+//! keeps them as size-1 dimensions (NumPy's and JAX's `keepdims=True`); `argmax_as`/`argmin_as`
+//! pick the index dtype and [`CumsumOptions`] the kind of running sum.
 
 use std::panic::Location;
 
 use super::graph::{graph_error, ArgKind, Op, ReduceKind, Tensor};
-use super::util::{axes, axis, node, Loc};
+use super::util::{axes, axis, node, scalar_bytes, Loc};
 use crate::dtype::{DType, TensorType};
 use crate::error::Result;
 
@@ -56,48 +60,61 @@ impl Tensor {
         }
     }
 
-    /// Sum over `axes`; `keepdims` keeps them as size-1 dimensions. An empty `axes` reduces
-    /// nothing ([`Tensor::sum_all`] reduces everything).
-    #[track_caller]
-    pub fn sum(&self, axes: &[isize], keepdims: bool) -> Result<Tensor> {
-        self.reduce_at(ReduceKind::Sum, axes, keepdims, "sum", Location::caller())
-    }
-
-    /// Product over `axes`.
-    #[track_caller]
-    pub fn prod(&self, axes: &[isize], keepdims: bool) -> Result<Tensor> {
-        self.reduce_at(ReduceKind::Prod, axes, keepdims, "prod", Location::caller())
-    }
-
-    /// Maximum over `axes` (NaN propagates).
-    #[track_caller]
-    pub fn max(&self, axes: &[isize], keepdims: bool) -> Result<Tensor> {
-        self.reduce_at(ReduceKind::Max, axes, keepdims, "max", Location::caller())
-    }
-
-    /// Minimum over `axes` (NaN propagates).
-    #[track_caller]
-    pub fn min(&self, axes: &[isize], keepdims: bool) -> Result<Tensor> {
-        self.reduce_at(ReduceKind::Min, axes, keepdims, "min", Location::caller())
-    }
-
-    /// Mean over `axes` (floats).
-    #[track_caller]
-    pub fn mean(&self, axes_: &[isize], keepdims: bool) -> Result<Tensor> {
-        let loc = Location::caller();
-        if !self.dtype().is_float() {
-            return Err(graph_error(
-                "mean",
-                format!("mean needs a float tensor, got {}", self.ty()),
+    fn float_only(&self, name: &'static str, loc: Loc) -> Result<()> {
+        if self.dtype().is_float() {
+            Ok(())
+        } else {
+            Err(graph_error(
+                name,
+                format!("{name} needs a float tensor, got {}", self.ty()),
                 loc,
-            ));
+            ))
         }
-        let a = axes("mean", self, axes_, loc)?;
+    }
+
+    fn mean_at(
+        &self,
+        axes_: &[isize],
+        keepdims: bool,
+        name: &'static str,
+        loc: Loc,
+    ) -> Result<Tensor> {
+        self.float_only(name, loc)?;
+        let a = axes(name, self, axes_, loc)?;
         // In f64: a product of some dimensions of an empty tensor may overflow a usize.
         let count: f64 = a.iter().map(|&i| self.dims()[i] as f64).product();
-        let s = self.reduce_at(ReduceKind::Sum, axes_, keepdims, "mean", loc)?;
+        let s = self.reduce_at(ReduceKind::Sum, axes_, keepdims, name, loc)?;
         let n = self.graph().full_at(count, self.dtype(), &[], loc)?;
         s.div(&n)
+    }
+
+    /// `m + log(sum(exp(x - m)))` with `m` the maximum, or 0 where that is infinite.
+    fn logsumexp_at(
+        &self,
+        axes_: &[isize],
+        keepdims: bool,
+        name: &'static str,
+        loc: Loc,
+    ) -> Result<Tensor> {
+        self.float_only(name, loc)?;
+        let m = self.reduce_at(ReduceKind::Max, axes_, true, name, loc)?;
+        let inf = m.abs()?.eq(f64::INFINITY)?;
+        let m = inf.not()?.select(&m, 0.0)?;
+        let s = self
+            .sub(&m)?
+            .exp()?
+            .reduce_at(ReduceKind::Sum, axes_, true, name, loc)?;
+        let out = s.log()?.add(&m)?;
+        if keepdims {
+            Ok(out)
+        } else {
+            let a = axes(name, self, axes_, loc)?;
+            let dims: Vec<usize> = (0..self.rank())
+                .filter(|i| !a.contains(i))
+                .map(|i| self.dims()[i])
+                .collect();
+            out.reshape_at(&dims, loc)
+        }
     }
 
     /// Sum over every axis, as a scalar.
@@ -107,43 +124,12 @@ impl Tensor {
         self.reduce_at(ReduceKind::Sum, &all, false, "sum_all", Location::caller())
     }
 
-    /// `log(sum(exp(x)))` over `axes`, computed stably as `m + log(sum(exp(x - m)))` with `m`
-    /// the maximum (replaced by 0 where it is infinite, so all `-inf` rows give `-inf`).
-    #[track_caller]
-    pub fn logsumexp(&self, axes_: &[isize], keepdims: bool) -> Result<Tensor> {
-        let loc = Location::caller();
-        if !self.dtype().is_float() {
-            return Err(graph_error(
-                "logsumexp",
-                format!("logsumexp needs a float tensor, got {}", self.ty()),
-                loc,
-            ));
-        }
-        let m = self.reduce_at(ReduceKind::Max, axes_, true, "logsumexp", loc)?;
-        let inf = m.abs()?.eq(f64::INFINITY)?;
-        let m = m.where_(&inf.not()?, 0.0)?;
-        let s = self
-            .sub(&m)?
-            .exp()?
-            .reduce_at(ReduceKind::Sum, axes_, true, "logsumexp", loc)?;
-        let out = s.log()?.add(&m)?;
-        if keepdims {
-            Ok(out)
-        } else {
-            let a = axes("logsumexp", self, axes_, loc)?;
-            let dims: Vec<usize> = (0..self.rank())
-                .filter(|i| !a.contains(i))
-                .map(|i| self.dims()[i])
-                .collect();
-            out.reshape_at(&dims, loc)
-        }
-    }
-
     fn arg_at(
         &self,
         kind: ArgKind,
         axis_: isize,
         keepdims: bool,
+        index: DType,
         name: &'static str,
         loc: Loc,
     ) -> Result<Tensor> {
@@ -158,13 +144,26 @@ impl Tensor {
                 loc,
             ));
         }
+        // Every index along the axis must be a value of the index dtype.
+        let last = (self.dims()[a] - 1) as f64;
+        if !index.is_int() || scalar_bytes(last, index).is_err() {
+            return Err(graph_error(
+                name,
+                format!(
+                    "the index dtype must be an integer type holding {last}, the last index \
+                     along axis {a} of {}; got {index}",
+                    self.ty()
+                ),
+                loc,
+            ));
+        }
         let mut dims = self.dims().to_vec();
         dims.remove(a);
         let out = node(
             self.graph(),
             Op::ArgReduce { kind, axis: a },
             &[self],
-            TensorType::new(DType::I64, &dims),
+            TensorType::new(index, &dims),
             name,
             loc,
         )?;
@@ -176,28 +175,19 @@ impl Tensor {
         }
     }
 
-    /// Index (`i64`) of the first maximum along `axis`.
-    #[track_caller]
-    pub fn argmax(&self, axis: isize, keepdims: bool) -> Result<Tensor> {
-        self.arg_at(ArgKind::Max, axis, keepdims, "argmax", Location::caller())
-    }
-
-    /// Index (`i64`) of the first minimum along `axis`.
-    #[track_caller]
-    pub fn argmin(&self, axis: isize, keepdims: bool) -> Result<Tensor> {
-        self.arg_at(ArgKind::Min, axis, keepdims, "argmin", Location::caller())
-    }
-
-    /// Cumulative sum along `axis`: inclusive (`out[i] = x[0] + ... + x[i]`) or exclusive
-    /// (`out[i] = x[0] + ... + x[i-1]`), forward or `reverse` (summing from the end).
-    #[track_caller]
-    pub fn cumsum(&self, axis_: isize, exclusive: bool, reverse: bool) -> Result<Tensor> {
-        let loc = Location::caller();
-        let a = axis("cumsum", self, axis_, loc)?;
+    fn cumsum_at(
+        &self,
+        axis_: isize,
+        options: CumsumOptions,
+        name: &'static str,
+        loc: Loc,
+    ) -> Result<Tensor> {
+        let CumsumOptions { exclusive, reverse } = options;
+        let a = axis(name, self, axis_, loc)?;
         if self.dtype() == DType::Pred {
             return Err(graph_error(
-                "cumsum",
-                format!("cumsum is not defined for {}", self.ty()),
+                name,
+                format!("{name} is not defined for {}", self.ty()),
                 loc,
             ));
         }
@@ -223,7 +213,7 @@ impl Tensor {
             Op::Cumsum { axis: a },
             &[&x],
             x.ty().clone(),
-            "cumsum",
+            name,
             loc,
         )?;
         if reverse {
@@ -231,5 +221,107 @@ impl Tensor {
         } else {
             Ok(c)
         }
+    }
+}
+
+/// Which running sum [`Tensor::cumsum_with`] computes; the default is [`Tensor::cumsum`]'s
+/// inclusive forward sum.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CumsumOptions {
+    /// Leave each element out of its own sum: `out[i] = x[0] + ... + x[i-1]`, so `out[0] = 0`.
+    pub exclusive: bool,
+    /// Sum from the end instead: `out[i] = x[i] + ... + x[n-1]` (with `exclusive`, from
+    /// `x[i+1]`).
+    pub reverse: bool,
+}
+
+/// Each reduction and its `*_keepdims` twin, built by `self.$at($($arg,)* axes, keepdims, name,
+/// loc)`.
+macro_rules! reductions {
+    ($($name:ident, $keep:ident => $at:ident($($arg:expr),*), $doc:literal;)*) => {
+        impl Tensor {
+            $(
+                #[doc = $doc]
+                #[track_caller]
+                pub fn $name(&self, axes: &[isize]) -> Result<Tensor> {
+                    self.$at($($arg,)* axes, false, stringify!($name), Location::caller())
+                }
+
+                #[doc = concat!("As [`Tensor::", stringify!($name), "`], keeping the reduced axes as size-1 dimensions.")]
+                #[track_caller]
+                pub fn $keep(&self, axes: &[isize]) -> Result<Tensor> {
+                    self.$at($($arg,)* axes, true, stringify!($keep), Location::caller())
+                }
+            )*
+        }
+    };
+}
+
+reductions! {
+    sum, sum_keepdims => reduce_at(ReduceKind::Sum),
+        "The sum over `axes`, which disappear from the shape. An empty `axes` reduces nothing.";
+    prod, prod_keepdims => reduce_at(ReduceKind::Prod),
+        "The product over `axes`, which disappear from the shape.";
+    max, max_keepdims => reduce_at(ReduceKind::Max),
+        "The maximum over `axes` (NaN propagates), which disappear from the shape.";
+    min, min_keepdims => reduce_at(ReduceKind::Min),
+        "The minimum over `axes` (NaN propagates), which disappear from the shape.";
+    mean, mean_keepdims => mean_at(),
+        "The mean over `axes` (float tensors), which disappear from the shape.";
+    logsumexp, logsumexp_keepdims => logsumexp_at(),
+        "`log(sum(exp(x)))` over `axes` (float tensors), which disappear from the shape; computed \
+         stably as `m + log(sum(exp(x - m)))` with `m` the maximum (replaced by 0 where it is \
+         infinite, so an all `-inf` lane gives `-inf`).";
+}
+
+macro_rules! arg_reductions {
+    ($($name:ident, $keep:ident, $as:ident => $kind:ident, $what:literal;)*) => {
+        impl Tensor {
+            $(
+                #[doc = concat!("The index (`i64`) of the first ", $what, " along `axis`, which disappears from")]
+                #[doc = "the shape. NaN counts as larger than every number."]
+                #[track_caller]
+                pub fn $name(&self, axis: isize) -> Result<Tensor> {
+                    let loc = Location::caller();
+                    self.arg_at(ArgKind::$kind, axis, false, DType::I64, stringify!($name), loc)
+                }
+
+                #[doc = concat!("As [`Tensor::", stringify!($name), "`], keeping `axis` as a size-1 dimension.")]
+                #[track_caller]
+                pub fn $keep(&self, axis: isize) -> Result<Tensor> {
+                    let loc = Location::caller();
+                    self.arg_at(ArgKind::$kind, axis, true, DType::I64, stringify!($keep), loc)
+                }
+
+                #[doc = concat!("As [`Tensor::", stringify!($name), "`], with the index in the integer dtype `index`")]
+                #[doc = "(which must hold every index along `axis`)."]
+                #[track_caller]
+                pub fn $as(&self, axis: isize, index: DType) -> Result<Tensor> {
+                    let loc = Location::caller();
+                    self.arg_at(ArgKind::$kind, axis, false, index, stringify!($as), loc)
+                }
+            )*
+        }
+    };
+}
+
+arg_reductions! {
+    argmax, argmax_keepdims, argmax_as => Max, "maximum";
+    argmin, argmin_keepdims, argmin_as => Min, "minimum";
+}
+
+impl Tensor {
+    /// The inclusive running sum along `axis`: `out[i] = x[0] + ... + x[i]` (numeric tensors).
+    #[track_caller]
+    pub fn cumsum(&self, axis: isize) -> Result<Tensor> {
+        let loc = Location::caller();
+        self.cumsum_at(axis, CumsumOptions::default(), "cumsum", loc)
+    }
+
+    /// A running sum along `axis`, exclusive and/or reversed as `options` says:
+    /// `x.cumsum_with(-1, CumsumOptions { exclusive: true, ..Default::default() })`.
+    #[track_caller]
+    pub fn cumsum_with(&self, axis: isize, options: CumsumOptions) -> Result<Tensor> {
+        self.cumsum_at(axis, options, "cumsum_with", Location::caller())
     }
 }

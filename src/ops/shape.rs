@@ -1,8 +1,9 @@
 //! Shape ops: reshape, transpose, expand_dims, squeeze, slice, dynamic slices, concatenate, pad,
-//! reverse.
+//! flip.
 
 use std::panic::Location;
 
+use super::elementwise::Operand;
 use super::graph::{graph_error, Op, Tensor};
 use super::util::{axes, axis, node, same_graph, types, Loc};
 use crate::dtype::TensorType;
@@ -107,15 +108,24 @@ impl Tensor {
         )
     }
 
-    /// Swaps the last two dimensions.
+    /// Swaps the last two dimensions (NumPy's and JAX's `matrix_transpose`, `x.mT`).
+    #[track_caller]
+    pub fn matrix_transpose(&self) -> Result<Tensor> {
+        self.matrix_transpose_at("matrix_transpose", Location::caller())
+    }
+
+    /// Alias of [`Tensor::matrix_transpose`], as torch names it.
     #[track_caller]
     pub fn t(&self) -> Result<Tensor> {
-        let loc = Location::caller();
+        self.matrix_transpose_at("t", Location::caller())
+    }
+
+    fn matrix_transpose_at(&self, name: &'static str, loc: Loc) -> Result<Tensor> {
         let r = self.rank();
         if r < 2 {
             return Err(graph_error(
-                "t",
-                format!("t needs rank >= 2, got {}", self.ty()),
+                name,
+                format!("{name} needs rank >= 2, got {}", self.ty()),
                 loc,
             ));
         }
@@ -166,7 +176,8 @@ impl Tensor {
     }
 
     /// `x[start:stop:step]` along `axis`, with Python semantics for negative or out-of-range
-    /// `start`/`stop` (counted from the end, then clipped); `step >= 1`.
+    /// `start`/`stop` (counted from the end, then clipped); `step >= 1`. [`Tensor::narrow`]
+    /// takes a window that must fit instead.
     #[track_caller]
     pub fn slice(&self, axis_: isize, start: isize, stop: isize, step: usize) -> Result<Tensor> {
         let loc = Location::caller();
@@ -187,7 +198,8 @@ impl Tensor {
         self.slice_all_at(&start_v, &limit_v, &stride_v, loc)
     }
 
-    /// `len` elements from `start` along `axis` (both must be in range).
+    /// `len` elements from `start` along `axis`, under torch's name: unlike [`Tensor::slice`],
+    /// which clips like Python, the window must lie inside the axis (an error otherwise).
     #[track_caller]
     pub fn narrow(&self, axis_: isize, start: usize, len: usize) -> Result<Tensor> {
         let loc = Location::caller();
@@ -380,13 +392,23 @@ impl Tensor {
         )
     }
 
-    /// Pads with `value`: `low[i]`/`high[i]` elements before/after dimension `i` (negative
-    /// crops) and `interior[i]` between neighbours.
+    /// Pads with `value` (a number of `self`'s dtype, or a rank-0 tensor of it): `low[i]` and
+    /// `high[i]` elements before and after dimension `i` (negative amounts crop) and
+    /// `interior[i]` between neighbours.
     #[track_caller]
-    pub fn pad(&self, low: &[i64], high: &[i64], interior: &[usize], value: f64) -> Result<Tensor> {
+    pub fn pad(
+        &self,
+        low: &[isize],
+        high: &[isize],
+        interior: &[usize],
+        value: impl Operand,
+    ) -> Result<Tensor> {
         let loc = Location::caller();
-        let v = self.graph().full_at(value, self.dtype(), &[], loc)?;
-        self.pad_with_at(&v, low, high, interior, loc)
+        let v = value.to_tensor(self, "pad", loc)?;
+        // Lossless: isize has at most 64 bits.
+        let low: Vec<i64> = low.iter().map(|&d| d as i64).collect();
+        let high: Vec<i64> = high.iter().map(|&d| d as i64).collect();
+        self.pad_with_at(&v, &low, &high, interior, loc)
     }
 
     pub(crate) fn pad_with_at(
@@ -446,11 +468,11 @@ impl Tensor {
         )
     }
 
-    /// Reverses the order of elements along each of `axes`.
+    /// Reverses the order of elements along each of `axes` (NumPy's `flip`).
     #[track_caller]
-    pub fn reverse(&self, axes_: &[isize]) -> Result<Tensor> {
+    pub fn flip(&self, axes_: &[isize]) -> Result<Tensor> {
         let loc = Location::caller();
-        let a = axes("reverse", self, axes_, loc)?;
+        let a = axes("flip", self, axes_, loc)?;
         self.reverse_at(&a, loc)
     }
 

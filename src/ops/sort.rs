@@ -7,6 +7,16 @@ use super::util::{axis, Loc};
 use crate::dtype::DType;
 use crate::error::Result;
 
+/// The order [`Tensor::sort`] puts elements in.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SortOrder {
+    /// Smallest first.
+    #[default]
+    Ascending,
+    /// Largest first.
+    Descending,
+}
+
 impl Tensor {
     fn sort_at(
         &self,
@@ -40,16 +50,20 @@ impl Tensor {
         )
     }
 
-    /// Sorts along `axis` (stable; NaN last, or first when `descending`).
+    /// Sorts along `axis` in `order` (stable; NaN counts as larger than every number, so it
+    /// comes last ascending and first descending).
     #[track_caller]
-    pub fn sort(&self, axis: isize, descending: bool) -> Result<Tensor> {
+    pub fn sort(&self, axis: isize, order: SortOrder) -> Result<Tensor> {
+        let descending = order == SortOrder::Descending;
         let mut v = self.sort_at(axis, descending, false, Location::caller())?;
         Ok(v.remove(0))
     }
 
-    /// Sorts along `axis` and also returns, as `i64`, where each sorted element came from.
+    /// Sorts along `axis` in `order` as [`Tensor::sort`] does, and also returns, as `i64`, where
+    /// each sorted element came from.
     #[track_caller]
-    pub fn sort_with_indices(&self, axis: isize, descending: bool) -> Result<(Tensor, Tensor)> {
+    pub fn sort_with_indices(&self, axis: isize, order: SortOrder) -> Result<(Tensor, Tensor)> {
+        let descending = order == SortOrder::Descending;
         let mut v = self.sort_at(axis, descending, true, Location::caller())?;
         let idx = v.remove(1);
         Ok((v.remove(0), idx))

@@ -69,8 +69,8 @@ impl Tensor {
         let count: f64 = a.iter().map(|&i| self.dims()[i] as f64).product();
         let listed: Vec<isize> = a.iter().map(|&i| i as isize).collect();
         let x = self.convert_at(compute_dtype(self.dtype()), loc)?;
-        let centred = x.sub(&x.mean(&listed, true)?)?;
-        let sum_sq = centred.square()?.sum(&listed, true)?;
+        let centred = x.sub(&x.mean_keepdims(&listed)?)?;
+        let sum_sq = centred.square()?.sum_keepdims(&listed)?;
         Ok(Centred {
             centred,
             sum_sq,
@@ -109,7 +109,7 @@ impl Tensor {
         let loc = Location::caller();
         need_float(self, "mean_all", loc)?;
         let all: Vec<isize> = (0..self.rank() as isize).collect();
-        self.mean(&all, false)
+        self.mean(&all)
     }
 
     /// Population variance over `axes`: `mean((x - mean(x))^2)`, computed in two passes (in

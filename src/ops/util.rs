@@ -129,3 +129,24 @@ pub(crate) fn scalar_bytes(value: f64, dtype: DType) -> std::result::Result<Vec<
         DType::F64 => value.to_le_bytes().to_vec(),
     })
 }
+
+/// The little-endian bytes of the integer `value` as one element of `dtype`: exactly for integer
+/// types (out of range is an error), rounded to the nearest value for floats (an error where that
+/// is infinite), `value != 0` for `Pred`.
+pub(crate) fn int_scalar_bytes(value: i128, dtype: DType) -> std::result::Result<Vec<u8>, String> {
+    let bytes = match dtype {
+        DType::U8 => u8::try_from(value).ok().map(|v| v.to_le_bytes().to_vec()),
+        DType::U32 => u32::try_from(value).ok().map(|v| v.to_le_bytes().to_vec()),
+        DType::U64 => u64::try_from(value).ok().map(|v| v.to_le_bytes().to_vec()),
+        DType::I32 => i32::try_from(value).ok().map(|v| v.to_le_bytes().to_vec()),
+        DType::I64 => i64::try_from(value).ok().map(|v| v.to_le_bytes().to_vec()),
+        DType::F16 => Some(f16::from_f64(value as f64))
+            .filter(|h| h.is_finite())
+            .map(|h| h.to_le_bytes().to_vec()),
+        // Every i128 is finite in these (bf16 and f32 reach 3.4e38; i128 ends at 1.7e38).
+        DType::Pred | DType::BF16 | DType::F32 | DType::F64 => {
+            return scalar_bytes(value as f64, dtype)
+        }
+    };
+    bytes.ok_or_else(|| format!("{value} is not a {dtype} value"))
+}

@@ -154,18 +154,18 @@ pub struct LayerState<T> {
 
 /// `x @ w^T` for `w` stored `[out, in]`, in `w`'s dtype, returning f32.
 fn linear(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
-    let xin = x.convert(w.dtype())?;
+    let xin = x.astype(w.dtype())?;
     let last = xin.rank() as isize - 1;
-    let y = xin.dot_general(w, &[], &[(last, 1)])?.convert(DType::F32)?;
+    let y = xin.dot_general(w, &[], &[(last, 1)])?.astype(DType::F32)?;
     match bias {
-        Some(b) => y.add(&b.convert(DType::F32)?),
+        Some(b) => y.add(&b.astype(DType::F32)?),
         None => Ok(y),
     }
 }
 
 /// RMSNorm over the last axis: `x * rsqrt(mean(x^2) + eps) * w`.
 fn rms_norm(x: &Tensor, w: &Tensor, eps: f64) -> Result<Tensor> {
-    let var = x.square()?.mean(&[-1], true)?;
+    let var = x.square()?.mean_keepdims(&[-1])?;
     x.mul(&var.add(eps)?.rsqrt()?)?.mul(w)
 }
 
@@ -188,7 +188,7 @@ fn group_rms(h: &Tensor, w: &Tensor, cfg: &Mamba2Config) -> Result<Tensor> {
         (cfg.d_inner() / cfg.n_groups) as isize,
     ]);
     let hg = h.reshape(&grouped)?;
-    let var = hg.square()?.mean(&[-1], true)?;
+    let var = hg.square()?.mean_keepdims(&[-1])?;
     let normed = hg.mul(&var.add(cfg.norm_eps)?.rsqrt()?)?;
     let back: Vec<isize> = dims.iter().map(|&d| d as isize).collect();
     normed.reshape(&back)?.mul(w)
@@ -281,16 +281,12 @@ fn remembered_inputs(
     let g = mask.graph();
     let batch = mask.dims()[0];
     let earlier = init.conv.narrow(2, 1, k - 1)?.transpose(&[0, 2, 1])?; // [b, k-1, C]
-    let padding = mask
-        .neg()?
-        .add(1.0)?
-        .sum(&[1], false)?
-        .convert(DType::I32)?; // [b]
+    let padding = mask.neg()?.add(1.0)?.sum(&[1])?.astype(DType::I32)?; // [b]
     let dims = [batch, k - 1 + len, k - 1];
     let position = g.iota(DType::I32, &dims, 1)?;
     let j = g.iota(DType::I32, &dims, 2)?;
     let target = j.add(&padding.expand_dims(1)?.expand_dims(2)?)?;
-    let place = position.eq(&target)?.convert(DType::F32)?; // [b, k-1+L, k-1]
+    let place = position.eq(&target)?.astype(DType::F32)?; // [b, k-1+L, k-1]
     Tensor::einsum("btj,bjc->btc", &[&place, &earlier])
 }
 
@@ -388,7 +384,7 @@ pub fn block_prefill(
     let xbc = xbc.mul(&m)?;
 
     // The inputs the convolution sees: k - 1 earlier ones (zero, or from `init`), then xbc.
-    let mut history = xbc.pad(&[0, k as i64 - 1, 0], &[0, 0, 0], &[0, 0, 0], 0.0)?;
+    let mut history = xbc.pad(&[0, k as isize - 1, 0], &[0, 0, 0], &[0, 0, 0], 0.0)?;
     if let Some(init) = init.filter(|_| k > 1) {
         history = history.add(&remembered_inputs(init, mask, k, len)?)?;
     }
@@ -401,7 +397,7 @@ pub fn block_prefill(
     let (x, b, c) = split_xbc(&conv, cfg)?;
     let x = x.mul(&m.expand_dims(-1)?)?;
     let dt = time_step(&dt, &w.dt_bias, cfg)?.mul(&m)?;
-    let a = w.a_log.exp()?.neg()?.convert(cfg.scan_dtype)?;
+    let a = w.a_log.exp()?.neg()?.astype(cfg.scan_dtype)?;
     let b = groups_to_heads(&b, cfg.num_heads)?;
     let c = groups_to_heads(&c, cfg.num_heads)?;
     let (y, ssm) = ssd_chunked(&x, &dt, &a, &b, &c, init.map(|s| &s.ssm), cfg.chunk_size)?;
@@ -445,14 +441,14 @@ pub fn block_step(
     let (z, xbc, dt) = mixer_inputs(hidden, w, cfg)?;
     // Shift the convolution inputs left and append the new one.
     let conv_state = Tensor::concat(&[&state.conv.narrow(2, 1, k - 1)?, &xbc.expand_dims(2)?], 2)?;
-    let mut conv = conv_state.mul(&w.conv_weight)?.sum(&[-1], false)?;
+    let mut conv = conv_state.mul(&w.conv_weight)?.sum(&[-1])?;
     if let Some(bias) = &w.conv_bias {
         conv = conv.add(bias)?;
     }
     let conv = conv.silu()?;
     let (x, b, c) = split_xbc(&conv, cfg)?; // [b, H, P], [b, G, N]
     let dt = time_step(&dt, &w.dt_bias, cfg)?;
-    let a = w.a_log.exp()?.neg()?.convert(cfg.scan_dtype)?;
+    let a = w.a_log.exp()?.neg()?.astype(cfg.scan_dtype)?;
     let b = groups_to_heads(&b.expand_dims(1)?, cfg.num_heads)?.squeeze(&[1])?;
     let c = groups_to_heads(&c.expand_dims(1)?, cfg.num_heads)?.squeeze(&[1])?;
     let (y, ssm) = ssd_step(&x, &dt, &a, &b, &c, &state.ssm)?;
@@ -514,7 +510,7 @@ pub fn embed(tokens: &Tensor, w: &Mamba2Weights<Tensor>) -> Result<Tensor> {
             ),
         ));
     }
-    w.embedding.take(tokens)?.convert(DType::F32)
+    w.embedding.take(tokens)?.astype(DType::F32)
 }
 
 /// The whole model over a left-padded prompt: returns the final hidden states `[b, L, hidden]`

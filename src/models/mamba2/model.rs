@@ -234,7 +234,7 @@ impl Mamba2 {
         if self.bf16_dots() {
             return Ok(w);
         }
-        w.try_map(|_, t| t.convert(DType::F32))
+        w.try_map(|_, t| t.astype(DType::F32))
     }
 
     /// The config with the chunk of a prefill over `bucket` positions.
@@ -655,7 +655,7 @@ impl Mamba2 {
                 Some(settings) => sampling::sample(logits, settings, key)?,
                 None => (sampling::greedy(logits)?, key.clone()),
             };
-            let token = token.where_(&done.not()?, eos)?;
+            let token = done.not()?.select(&token, eos)?;
             let out = out.dynamic_update_slice(&token.expand_dims(1)?, &[&zero, i])?;
             Ok::<_, crate::error::Error>((token, out, key))
         };
@@ -671,7 +671,7 @@ impl Mamba2 {
             &init,
             |(i, _, _, (_, done, _))| {
                 let more = i.lt(&steps)?;
-                let open = done.not()?.convert(DType::I32)?.max(&[0], false)?.gt(0.0)?;
+                let open = done.not()?.astype(DType::I32)?.max(&[0])?.gt(0.0)?;
                 more.and(&open)
             },
             |(i, logits, states, (out, done, key))| {
@@ -679,8 +679,8 @@ impl Mamba2 {
                 let (logits, mut next) = block::step(&token, states, w, &self.config)?;
                 if v.state_out {
                     for (n, s) in next.iter_mut().zip(states) {
-                        n.conv = s.conv.where_(&rows(done, 3)?, &n.conv)?;
-                        n.ssm = s.ssm.where_(&rows(done, 4)?, &n.ssm)?;
+                        n.conv = rows(done, 3)?.select(&s.conv, &n.conv)?;
+                        n.ssm = rows(done, 4)?.select(&s.ssm, &n.ssm)?;
                     }
                 }
                 let done = done.or(&token.eq(eos)?)?;

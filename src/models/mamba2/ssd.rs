@@ -95,11 +95,11 @@ pub fn segsum(x: &Tensor) -> Result<Tensor> {
         DType::F32 | DType::F64 => DType::F64,
         _ => DType::F32,
     };
-    let cs = x.convert(wide)?.cumsum(-1, false, false)?;
+    let cs = x.astype(wide)?.cumsum(-1)?;
     // seg[..., i, j] = cs[..., i] - cs[..., j]
     let seg = cs.expand_dims(-1)?.sub(&cs.expand_dims(-2)?)?;
-    seg.convert(x.dtype())?
-        .where_(&g.tril_mask(t, t, 0)?, f64::NEG_INFINITY)
+    let seg = seg.astype(x.dtype())?;
+    g.tril_mask(t, t, 0)?.select(&seg, f64::NEG_INFINITY)
 }
 
 /// Repeats `[b, L, G, N]` group tensors (any leading dimensions; at least `[G, N]`) to
@@ -166,13 +166,13 @@ pub fn ssd_chunked(
     );
     // X = x * dt; A = dt * a, per step and head, in the scan dtype.
     let xdt = x.mul(&dt.expand_dims(-1)?)?;
-    let adt = dt.convert(a.dtype())?.mul(a)?; // [b, L, H]
-    let back = |t: Tensor| t.convert(x.dtype());
+    let adt = dt.astype(a.dtype())?.mul(a)?; // [b, L, H]
+    let back = |t: Tensor| t.astype(x.dtype());
     let xc = xdt.reshape(&[bs_, nc_, l_, h_, p_])?;
     let bc = b_.reshape(&[bs_, nc_, l_, h_, n_])?;
     let cc = c.reshape(&[bs_, nc_, l_, h_, n_])?;
     let ac = adt.reshape(&[bs_, nc_, l_, h_])?.transpose(&[0, 3, 1, 2])?; // [b, H, c, l]
-    let a_cumsum = ac.cumsum(-1, false, false)?;
+    let a_cumsum = ac.cumsum(-1)?;
 
     // 1. Within each chunk: y_diag = C L B^T X with L = exp(segsum(A)).
     let lmat = back(segsum(&ac)?.exp()?)?; // [b, H, c, l, l]
@@ -241,7 +241,7 @@ pub fn ssd_step(
     check_dims(op, "b_", b_, &[bs, h, n], "[b, H, N]")?;
     check_dims(op, "c", c, &[bs, h, n], "[b, H, N]")?;
     check_dims(op, "state", state, &[bs, h, p, n], "[b, H, P, N]")?;
-    let decay = dt.convert(a.dtype())?.mul(a)?.exp()?.convert(x.dtype())?;
+    let decay = dt.astype(a.dtype())?.mul(a)?.exp()?.astype(x.dtype())?;
     let decay = decay.expand_dims(-1)?.expand_dims(-1)?; // [b, H, 1, 1]
     let xdt = x.mul(&dt.expand_dims(-1)?)?; // [b, H, P]
     let input = xdt.expand_dims(-1)?.mul(&b_.expand_dims(2)?)?; // [b, H, P, N]
