@@ -16,15 +16,17 @@ mod mask;
 mod random;
 mod reduce;
 mod regions;
+mod rules;
 mod shape;
 mod sort;
 mod util;
+mod walk;
 
 pub use control::{Bound, Carry};
 pub use elementwise::Operand;
 pub use graph::{
     ArgKind, BinaryOp, Comparison, Graph, Node, Op, ReduceKind, Region, Tensor, UnaryOp, ValueId,
 };
-pub(crate) use regions::check_while;
 #[cfg(test)]
 pub(crate) use regions::malformed::cases as malformed_loops;
+pub(crate) use walk::live_nodes;

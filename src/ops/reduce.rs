@@ -3,8 +3,7 @@
 use std::panic::Location;
 
 use super::graph::{graph_error, ArgKind, Op, ReduceKind, Tensor};
-use super::util::{axes, axis, node, Loc};
-use crate::dtype::{DType, TensorType};
+use super::util::{axes, axis, check, node, Loc};
 use crate::error::Result;
 
 impl Tensor {
@@ -16,35 +15,17 @@ impl Tensor {
         name: &'static str,
         loc: Loc,
     ) -> Result<Tensor> {
-        if self.dtype() == DType::Pred {
-            return Err(graph_error(
-                name,
-                format!(
-                    "{name} is not defined for {}; convert to a number first",
-                    self.ty()
-                ),
-                loc,
-            ));
-        }
         let a = axes(name, self, axes_, loc)?;
-        let kept: Vec<usize> = (0..self.rank())
-            .filter(|i| !a.contains(i))
-            .map(|i| self.dims()[i])
-            .collect();
+        let op = Op::Reduce {
+            kind,
+            axes: a.clone(),
+        };
         let reduced = if a.is_empty() {
+            // Nothing to reduce, and no node; the operand must still fit the rule.
+            check(&op, &[self], name, loc)?;
             self.clone()
         } else {
-            node(
-                self.graph(),
-                Op::Reduce {
-                    kind,
-                    axes: a.clone(),
-                },
-                &[self],
-                TensorType::new(self.dtype(), &kept),
-                name,
-                loc,
-            )?
+            node(self.graph(), op, &[self], name, loc)?
         };
         if keepdims {
             let dims: Vec<usize> = (0..self.rank())
@@ -148,27 +129,15 @@ impl Tensor {
         loc: Loc,
     ) -> Result<Tensor> {
         let a = axis(name, self, axis_, loc)?;
-        if self.dtype() == DType::Pred || self.dims()[a] == 0 {
-            return Err(graph_error(
-                name,
-                format!(
-                    "{name} needs a numeric tensor with a non-empty axis {a}, got {}",
-                    self.ty()
-                ),
-                loc,
-            ));
-        }
-        let mut dims = self.dims().to_vec();
-        dims.remove(a);
         let out = node(
             self.graph(),
             Op::ArgReduce { kind, axis: a },
             &[self],
-            TensorType::new(DType::I64, &dims),
             name,
             loc,
         )?;
         if keepdims {
+            let mut dims = out.dims().to_vec();
             dims.insert(a, 1);
             out.reshape_at(&dims, loc)
         } else {
@@ -194,13 +163,6 @@ impl Tensor {
     pub fn cumsum(&self, axis_: isize, exclusive: bool, reverse: bool) -> Result<Tensor> {
         let loc = Location::caller();
         let a = axis("cumsum", self, axis_, loc)?;
-        if self.dtype() == DType::Pred {
-            return Err(graph_error(
-                "cumsum",
-                format!("cumsum is not defined for {}", self.ty()),
-                loc,
-            ));
-        }
         let x = if reverse {
             self.reverse_at(&[a], loc)?
         } else {
@@ -218,14 +180,7 @@ impl Tensor {
         } else {
             x
         };
-        let c = node(
-            self.graph(),
-            Op::Cumsum { axis: a },
-            &[&x],
-            x.ty().clone(),
-            "cumsum",
-            loc,
-        )?;
+        let c = node(self.graph(), Op::Cumsum { axis: a }, &[&x], "cumsum", loc)?;
         if reverse {
             c.reverse_at(&[a], loc)
         } else {
