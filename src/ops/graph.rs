@@ -177,7 +177,7 @@ pub enum ArgKind {
 }
 
 /// The primitive operations. Operands are the node's `inputs`, in the order given here; every
-/// shape below is checked by the builder that creates the node.
+/// shape below is checked by the op's rule, which the builders run when they create the node.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Op {
     /// Parameter number `index` of the program, named `name`. No inputs.
@@ -855,7 +855,9 @@ impl Graph {
         }
     }
 
-    /// Appends a node whose inputs and outputs the caller has checked; returns its outputs.
+    /// Appends a node as given, without running its rule; returns its outputs. Builders go
+    /// through `util::node` (which runs the rule first); tests use this to build the malformed
+    /// graphs that the walk must reject.
     pub(crate) fn push(
         &self,
         op: Op,

@@ -144,3 +144,156 @@ fn mark_live(nodes: &[Node], regions: &[Region], outputs: &[ValueId]) -> Result<
     }
     Ok(live)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::live_nodes;
+    use crate::dtype::{DType, TensorType};
+    use crate::ops::{Graph, Node, Op, Region, UnaryOp, ValueId};
+
+    /// The walk of `g` as it is.
+    fn walk(g: &Graph) -> Result<Vec<Vec<usize>>, String> {
+        let (params, outputs) = (g.parameters(), g.outputs());
+        g.with_structure(|nodes, regions| live_nodes(nodes, regions, &params, &outputs))
+    }
+
+    #[test]
+    fn live_nodes_per_region_in_node_order() {
+        let g = Graph::new();
+        let x = g.parameter("x", DType::F32, &[2]).unwrap(); // 0
+        let _unused = g.parameter("unused", DType::I32, &[]).unwrap(); // 1
+        let _dead = x.exp().unwrap(); // 2
+                                      // 3: the bound, then the loop: regions 1 (cond) and 2 (body).
+        let y = g.fori_loop(0, 3, &x, |_, x| x.mul(2.0)?.neg()).unwrap();
+        let z = y.add(&x).unwrap();
+        g.set_outputs(&[&z]).unwrap();
+        let order = walk(&g).unwrap();
+        let loop_node = z.id().node - 1;
+        assert!(matches!(g.nodes()[loop_node].op, Op::While { .. }));
+        // Region 0: the parameter x, the bounds, the loop and the sum; no dead exp, no unused
+        // parameter (it stays in the signature), no block arguments.
+        assert_eq!(order[0].first(), Some(&0));
+        assert!(!order[0].contains(&1) && !order[0].contains(&2));
+        assert_eq!(&order[0][order[0].len() - 2..], &[loop_node, z.id().node]);
+        let nodes = g.nodes();
+        for (r, list) in order.iter().enumerate() {
+            assert!(list.windows(2).all(|w| w[0] < w[1]), "region {r}: {list:?}");
+            for &i in list {
+                assert_eq!(nodes[i].region, r);
+                assert!(!matches!(nodes[i].op, Op::BlockArg));
+            }
+        }
+        // The body computes mul, neg and the counter's add; the condition compares.
+        assert_eq!(order.len(), 3);
+        assert!(order[1].len() == 1 && order[2].len() >= 3, "{order:?}");
+    }
+
+    #[test]
+    fn malformed_loops_are_rejected_by_the_walk() {
+        for (what, g, needle) in crate::ops::malformed_loops() {
+            match walk(&g) {
+                Err(m) => assert!(m.contains(needle), "{what}: {m}"),
+                Ok(order) => panic!("{what}: walked as {order:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn outputs_operands_and_parameters_are_checked() {
+        let f32x2 = TensorType::new(DType::F32, &[2]);
+        let neg = Op::Unary(UnaryOp::Neg);
+        // An operand defined after its user, and one that does not exist.
+        for v in [
+            ValueId { node: 5, output: 0 },
+            ValueId { node: 0, output: 1 },
+        ] {
+            let g = Graph::new();
+            g.parameter("x", DType::F32, &[2]).unwrap();
+            let bad = g.push(neg.clone(), vec![v], vec![f32x2.clone()]).unwrap();
+            g.set_outputs(&[&bad[0]]).unwrap();
+            let m = walk(&g).unwrap_err();
+            let refers = format!("input 0 refers to value {}#{}", v.node, v.output);
+            assert!(
+                m.contains(&refers) && m.contains("not a value defined before it"),
+                "{m}"
+            );
+        }
+        // A node whose recorded type is not its rule's.
+        let g = Graph::new();
+        let x = g.parameter("x", DType::F32, &[2]).unwrap();
+        let three = TensorType::new(DType::F32, &[3]);
+        let bad = g.push(neg.clone(), vec![x.id()], vec![three]).unwrap();
+        g.set_outputs(&[&bad[0]]).unwrap();
+        let m = walk(&g).unwrap_err();
+        assert!(
+            m.starts_with("node 1 (unary): the outputs are declared (f32[3])"),
+            "{m}"
+        );
+        // A parameter node that is not in the list, or claims another's place.
+        for index in [0, 3] {
+            let g = Graph::new();
+            g.parameter("x", DType::F32, &[2]).unwrap();
+            let param = Op::Parameter {
+                index,
+                name: "ghost".into(),
+            };
+            let p = g.push(param, vec![], vec![f32x2.clone()]).unwrap();
+            g.set_outputs(&[&p[0]]).unwrap();
+            let m = walk(&g).unwrap_err();
+            let want =
+                format!("parameter {index} (\"ghost\") is not in the graph's parameter list");
+            assert!(m.contains(&want), "{m}");
+        }
+        // An output that is no value.
+        let g = Graph::new();
+        let x = g.parameter("x", DType::F32, &[2]).unwrap();
+        g.set_outputs(&[&x]).unwrap();
+        let outputs = [ValueId { node: 4, output: 0 }];
+        let m = g
+            .with_structure(|nodes, regions| live_nodes(nodes, regions, &g.parameters(), &outputs))
+            .unwrap_err();
+        assert!(m.contains("graph output value 4#0 does not exist"), "{m}");
+    }
+
+    #[test]
+    fn a_loop_cannot_claim_the_program() {
+        // Below the graph API: region 0 made a child of itself and used as a loop's condition,
+        // which would nest the program in itself (and a reader recurse forever).
+        let f32x2 = TensorType::new(DType::F32, &[2]);
+        let node = |op, inputs: Vec<ValueId>, ty: TensorType, region| Node {
+            op,
+            inputs,
+            outputs: vec![ty],
+            region,
+        };
+        let v = |node| ValueId { node, output: 0 };
+        let param = Op::Parameter {
+            index: 0,
+            name: "x".into(),
+        };
+        let pred = TensorType::new(DType::Pred, &[]);
+        let nodes = vec![
+            node(param, vec![], f32x2.clone(), 0),
+            node(Op::BlockArg, vec![], f32x2.clone(), 0),
+            node(Op::Constant { data: vec![0] }, vec![], pred, 0),
+            node(Op::BlockArg, vec![], f32x2.clone(), 1),
+            node(Op::While { cond: 0, body: 1 }, vec![v(0)], f32x2, 0),
+        ];
+        let regions = vec![
+            Region {
+                parent: Some(0),
+                args: vec![v(1)],
+                results: vec![v(2)],
+                captures: vec![],
+            },
+            Region {
+                parent: Some(0),
+                args: vec![v(3)],
+                results: vec![v(3)],
+                captures: vec![],
+            },
+        ];
+        let m = live_nodes(&nodes, &regions, &[v(0)], &[v(4)]).unwrap_err();
+        assert!(m.contains("region 0 is the program"), "{m}");
+    }
+}

@@ -174,3 +174,6 @@ fn given(target: Option<&TensorType>) -> Rule<TensorType> {
 fn list<T: std::fmt::Display>(items: impl Iterator<Item = T>) -> String {
     items.map(|t| t.to_string()).collect::<Vec<_>>().join(", ")
 }
+
+#[cfg(test)]
+mod tests;
