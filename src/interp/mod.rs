@@ -45,16 +45,16 @@ use crate::ops::{live_nodes, Graph, Node, Op, Region, ValueId};
 /// defined after the node or in another region, a loop whose regions do not fit its state), or if
 /// an array would be too large to allocate. Only the nodes the outputs depend on are evaluated.
 pub fn evaluate(graph: &Graph, inputs: &[HostArray]) -> Result<Vec<HostArray>> {
-    let params = graph.parameter_types();
-    if inputs.len() != params.len() {
+    let types = graph.parameter_types();
+    if inputs.len() != types.len() {
         return Err(Error::Interp(format!(
             "the graph has {} parameters but {} inputs were given",
-            params.len(),
+            types.len(),
             inputs.len()
         )));
     }
     let names = graph.parameter_names();
-    for (i, (input, expected)) in inputs.iter().zip(&params).enumerate() {
+    for (i, (input, expected)) in inputs.iter().zip(&types).enumerate() {
         let got = input.ty();
         if &got != expected {
             let name = names.get(i).map(String::as_str).unwrap_or("?");

@@ -250,60 +250,55 @@ impl<'g> Lowering<'g> {
                 .collect::<Result<_>>()?,
             outs: &node.outputs,
         };
-        let names = match &node.op {
+        let name = match &node.op {
             // Named in the signature, or by the loop that binds it.
             Op::Parameter { .. } | Op::BlockArg => return Ok(()),
-            Op::While { cond, body } => self.while_loop(&n, *cond, *body)?,
-            Op::Sort { axis, descending } => self.sort(&n, *axis, *descending),
-            op => vec![self.single(&n, op)],
-        };
-        self.names[i] = names;
-        Ok(())
-    }
-
-    /// Emits a node of `op`, which has one output, and returns the output's name.
-    fn single(&mut self, n: &Inst, op: &Op) -> String {
-        match op {
-            Op::Constant { data } => self.constant(n, data),
-            Op::Iota { dim } => self.iota(n, *dim),
-            Op::Unary(u) => self.unary(n, *u),
-            Op::Binary(b) => self.binary(n, *b),
-            Op::Compare(c) => self.compare(n, *c),
-            Op::Select => self.select(n),
-            Op::Clamp => self.clamp(n),
-            Op::Convert => self.convert(n),
-            Op::BitcastConvert => self.bitcast_convert(n),
-            Op::BroadcastInDim { dims } => self.broadcast_in_dim(n, dims),
-            Op::Reshape => self.reshape(n),
-            Op::Transpose { perm } => self.transpose(n, perm),
+            Op::While { cond, body } => {
+                self.names[i] = self.while_loop(&n, *cond, *body)?;
+                return Ok(());
+            }
+            Op::Sort { axis, descending } => {
+                self.names[i] = self.sort(&n, *axis, *descending);
+                return Ok(());
+            }
+            Op::Constant { data } => self.constant(&n, data),
+            Op::Iota { dim } => self.iota(&n, *dim),
+            Op::Unary(u) => self.unary(&n, *u),
+            Op::Binary(b) => self.binary(&n, *b),
+            Op::Compare(c) => self.compare(&n, *c),
+            Op::Select => self.select(&n),
+            Op::Clamp => self.clamp(&n),
+            Op::Convert => self.convert(&n),
+            Op::BitcastConvert => self.bitcast_convert(&n),
+            Op::BroadcastInDim { dims } => self.broadcast_in_dim(&n, dims),
+            Op::Reshape => self.reshape(&n),
+            Op::Transpose { perm } => self.transpose(&n, perm),
             Op::Slice {
                 start,
                 limit,
                 stride,
-            } => self.slice(n, start, limit, stride),
-            Op::DynamicSlice { sizes } => self.dynamic_slice(n, sizes),
-            Op::DynamicUpdateSlice => self.dynamic_update_slice(n),
-            Op::Concatenate { axis } => self.concatenate(n, *axis),
+            } => self.slice(&n, start, limit, stride),
+            Op::DynamicSlice { sizes } => self.dynamic_slice(&n, sizes),
+            Op::DynamicUpdateSlice => self.dynamic_update_slice(&n),
+            Op::Concatenate { axis } => self.concatenate(&n, *axis),
             Op::Pad {
                 low,
                 high,
                 interior,
-            } => self.pad(n, low, high, interior),
-            Op::Reverse { axes } => self.reverse(n, axes),
-            Op::Reduce { kind, axes } => self.reduce(n, *kind, axes),
-            Op::ArgReduce { kind, axis } => self.arg_reduce(n, *kind, *axis),
-            Op::Cumsum { axis } => self.cumsum(n, *axis),
+            } => self.pad(&n, low, high, interior),
+            Op::Reverse { axes } => self.reverse(&n, axes),
+            Op::Reduce { kind, axes } => self.reduce(&n, *kind, axes),
+            Op::ArgReduce { kind, axis } => self.arg_reduce(&n, *kind, *axis),
+            Op::Cumsum { axis } => self.cumsum(&n, *axis),
             Op::DotGeneral {
                 lhs_batch,
                 rhs_batch,
                 lhs_contract,
                 rhs_contract,
-            } => self.dot_general(n, [lhs_batch, rhs_batch], [lhs_contract, rhs_contract]),
-            Op::Take => self.take(n),
-            // Emitted by `node`.
-            Op::Parameter { .. } | Op::BlockArg | Op::While { .. } | Op::Sort { .. } => {
-                n.res.clone()
-            }
-        }
+            } => self.dot_general(&n, [lhs_batch, rhs_batch], [lhs_contract, rhs_contract]),
+            Op::Take => self.take(&n),
+        };
+        self.names[i] = vec![name];
+        Ok(())
     }
 }
