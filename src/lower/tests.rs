@@ -105,8 +105,8 @@ module @stablegraph {
     assert_eq!(to_stablehlo(&g).unwrap(), want);
 }
 
-#[test]
-fn golden_reduce_dead_code_and_two_outputs() {
+/// `x.in`, an unused parameter, a dead node, and outputs `(sum(x, 1) * [1, -2], x)`.
+fn reduce_dead_code_graph() -> (Graph, Tensor, Tensor) {
     let g = Graph::new();
     let x = param(&g, "x.in", DType::I32, &[2, 3]);
     let _unused = param(&g, "unused", DType::F32, &[]);
@@ -123,6 +123,12 @@ fn golden_reduce_dead_code_and_two_outputs() {
     let c = constant(&g, &[1i32, -2], &[2]);
     let m = binary(&g, BinaryOp::Mul, &sum, &c);
     g.set_outputs(&[&m, &x]).unwrap();
+    (g, m, x)
+}
+
+#[test]
+fn golden_reduce_dead_code_and_two_outputs() {
+    let (g, _, _) = reduce_dead_code_graph();
     let want = "\
 module @stablegraph {
   func.func public @main(%p0_x.in: tensor<2x3xi32>, %p1_unused: tensor<f32>) -> (tensor<2xi32>, tensor<2x3xi32>) {
@@ -175,20 +181,12 @@ fn family_graph() -> crate::Result<Graph> {
 
 #[test]
 fn reduce_dead_code_and_two_outputs_run() {
-    let g = Graph::new();
-    let x = param(&g, "x", DType::I32, &[2, 3]);
-    let sum = push(
+    let (g, m, x) = reduce_dead_code_graph();
+    let out = run(
         &g,
-        Op::Reduce {
-            kind: ReduceKind::Sum,
-            axes: vec![1],
-        },
-        &[&x],
-        tt(DType::I32, &[2]),
+        &[&m, &x],
+        &[&buf(&[1i32, 2, 3, 4, 5, 6], &[2, 3]), &buf(&[0f32], &[])],
     );
-    let c = constant(&g, &[1i32, -2], &[2]);
-    let m = binary(&g, BinaryOp::Mul, &sum, &c);
-    let out = run(&g, &[&m, &x], &[&buf(&[1i32, 2, 3, 4, 5, 6], &[2, 3])]);
     assert_eq!(v::<i32>(&out[0]), vec![6, -30]);
     assert_eq!(v::<i32>(&out[1]), vec![1, 2, 3, 4, 5, 6]);
 }

@@ -8,18 +8,7 @@ use super::{check_node, infer};
 use crate::dtype::{DType, TensorType};
 use crate::ops::{ArgKind, BinaryOp, Comparison, Graph, Op, ReduceKind, UnaryOp};
 
-const ALL: [DType; 10] = [
-    DType::Pred,
-    DType::U8,
-    DType::U32,
-    DType::U64,
-    DType::I32,
-    DType::I64,
-    DType::F16,
-    DType::BF16,
-    DType::F32,
-    DType::F64,
-];
+const ALL: [DType; 10] = DType::ALL;
 const FLOATS: [DType; 4] = [DType::F16, DType::BF16, DType::F32, DType::F64];
 const INTS: [DType; 5] = [DType::U8, DType::U32, DType::U64, DType::I32, DType::I64];
 
@@ -57,17 +46,19 @@ fn accepts(op: &Op, n: usize, dtype: DType) -> bool {
     infer(op, &operands, None).is_ok()
 }
 
+/// Every dtype but pred.
+fn numbers() -> Vec<DType> {
+    ALL.into_iter().filter(|&d| d != DType::Pred).collect()
+}
+
+/// Pred and the integers.
+fn logical() -> Vec<DType> {
+    ALL.into_iter().filter(|d| !d.is_float()).collect()
+}
+
 #[test]
 fn unary_dtypes() {
-    let numbers: Vec<DType> = ALL.into_iter().filter(|&d| d != DType::Pred).collect();
-    let logical = [
-        DType::Pred,
-        DType::U8,
-        DType::U32,
-        DType::U64,
-        DType::I32,
-        DType::I64,
-    ];
+    let (numbers, logical) = (numbers(), logical());
     let cases: [(UnaryOp, &[DType]); 16] = [
         (UnaryOp::Neg, &numbers),
         (UnaryOp::Abs, &numbers),
@@ -112,8 +103,7 @@ fn unary_dtypes() {
 
 #[test]
 fn binary_dtypes() {
-    let numbers: Vec<DType> = ALL.into_iter().filter(|&d| d != DType::Pred).collect();
-    let logical: Vec<DType> = ALL.into_iter().filter(|d| !d.is_float()).collect();
+    let (numbers, logical) = (numbers(), logical());
     let arithmetic = [
         BinaryOp::Add,
         BinaryOp::Sub,
