@@ -6,7 +6,7 @@ use ndarray::{ArrayD, Dimension, IxDyn};
 use super::scalar::Num;
 use super::{row_major_index, Ctx};
 use crate::array::HostArray;
-use crate::dtype::{DType, TensorType};
+
 use crate::error::Result;
 
 /// The dimension numbers of a `DotGeneral`.
@@ -47,25 +47,16 @@ fn size(dims: &[usize], of: &[usize]) -> usize {
     }
 }
 
-/// Checks the dimension numbers against both shapes; returns `None` if they do not fit.
-fn plan(d: &DotDims, lhs: &[usize], rhs: &[usize]) -> Option<Plan> {
-    if d.lhs_batch.len() != d.rhs_batch.len() || d.lhs_contract.len() != d.rhs_contract.len() {
-        return None;
-    }
-    let pairs = d.lhs_batch.iter().zip(d.rhs_batch);
-    let pairs = pairs.chain(d.lhs_contract.iter().zip(d.rhs_contract));
-    for (&l, &r) in pairs {
-        if lhs.get(l)? != rhs.get(r)? {
-            return None;
-        }
-    }
-    let free = |shape: &[usize], batch: &[usize], contract: &[usize]| -> Option<Vec<usize>> {
-        let used: Vec<usize> = batch.iter().chain(contract).copied().collect();
-        let distinct = used.iter().enumerate().all(|(i, u)| !used[..i].contains(u));
-        distinct.then(|| (0..shape.len()).filter(|x| !used.contains(x)).collect())
+/// How to view operands of shapes `lhs` and `rhs` (which fit the dimension numbers, as the
+/// rule checked) as matrices.
+fn plan(d: &DotDims, lhs: &[usize], rhs: &[usize]) -> Plan {
+    let free = |shape: &[usize], batch: &[usize], contract: &[usize]| -> Vec<usize> {
+        (0..shape.len())
+            .filter(|x| !batch.contains(x) && !contract.contains(x))
+            .collect()
     };
-    let lhs_free = free(lhs, d.lhs_batch, d.lhs_contract)?;
-    let rhs_free = free(rhs, d.rhs_batch, d.rhs_contract)?;
+    let lhs_free = free(lhs, d.lhs_batch, d.lhs_contract);
+    let rhs_free = free(rhs, d.rhs_batch, d.rhs_contract);
     let order = |batch: &[usize], free: &[usize], contract: &[usize]| -> Vec<usize> {
         batch.iter().chain(free).chain(contract).copied().collect()
     };
@@ -76,7 +67,7 @@ fn plan(d: &DotDims, lhs: &[usize], rhs: &[usize]) -> Option<Plan> {
         .map(|&x| lhs[x])
         .chain(rhs_free.iter().map(|&x| rhs[x]))
         .collect();
-    Some(Plan {
+    Plan {
         lhs_order: order(d.lhs_batch, &lhs_free, d.lhs_contract),
         rhs_order: order(d.rhs_batch, &rhs_free, d.rhs_contract),
         batch_rank: d.lhs_batch.len(),
@@ -85,7 +76,7 @@ fn plan(d: &DotDims, lhs: &[usize], rhs: &[usize]) -> Option<Plan> {
         n: size(rhs, &rhs_free),
         k: size(lhs, d.lhs_contract),
         dims,
-    })
+    }
 }
 
 /// `out[b, i, j] = sum_k lhs[b, i, k] * rhs[b, j, k]` over the operands viewed through `plan`,
@@ -122,26 +113,7 @@ fn dot<T: Num>(lhs: &ArrayD<T>, rhs: &ArrayD<T>, plan: &Plan) -> ArrayD<T> {
 pub(super) fn dot_general(ctx: &Ctx, dims: DotDims) -> Result<HostArray> {
     let args = ctx.args(2)?;
     let (lhs, rhs) = (args[0], args[1]);
-    let dtype = lhs.dtype();
-    if rhs.dtype() != dtype || dtype == DType::Pred {
-        return Err(ctx.err(format!(
-            "operands {} and {} must have one numeric dtype",
-            lhs.ty(),
-            rhs.ty()
-        )));
-    }
-    let Some(plan) = plan(&dims, lhs.dims(), rhs.dims()) else {
-        return Err(ctx.err(format!(
-            "dimension numbers (batch {:?}/{:?}, contracting {:?}/{:?}) do not fit {} and {}",
-            dims.lhs_batch,
-            dims.rhs_batch,
-            dims.lhs_contract,
-            dims.rhs_contract,
-            lhs.ty(),
-            rhs.ty()
-        )));
-    };
-    ctx.expect_output(&TensorType::new(dtype, &plan.dims))?;
+    let plan = plan(&dims, lhs.dims(), rhs.dims());
     let result = match (lhs, rhs) {
         (HostArray::U8(a), HostArray::U8(b)) => dot(a, b, &plan).into(),
         (HostArray::U32(a), HostArray::U32(b)) => dot(a, b, &plan).into(),

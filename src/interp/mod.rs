@@ -18,8 +18,10 @@
 //! become the next state. A region evaluates only the nodes its results depend on, in node order.
 //! There is no iteration limit: a loop whose condition never turns false does not return.
 //!
-//! Evaluation never panics: a node whose inputs or declared outputs do not fit its op gives
-//! [`Error::Interp`] naming the node, as does a loop whose regions do not fit its state.
+//! The interpreter reads each node's recorded types and never re-checks them: before evaluating,
+//! it runs the graph's walk ([`crate::ops`]'s `live_nodes`, which runs every live node's rule),
+//! and a malformed graph (one built below the DSL) gives [`Error::Interp`] naming the node.
+//! Evaluation never panics.
 
 mod elementwise;
 mod index;
@@ -33,7 +35,7 @@ use std::fmt::Display;
 use crate::array::HostArray;
 use crate::dtype::TensorType;
 use crate::error::{Error, Result};
-use crate::ops::{check_while, Graph, Node, Op, Region, ValueId};
+use crate::ops::{live_nodes, Graph, Node, Op, Region, ValueId};
 
 /// Evaluates `graph` on `inputs` (one per parameter, in order) and returns the graph's outputs in
 /// order.
@@ -43,16 +45,16 @@ use crate::ops::{check_while, Graph, Node, Op, Region, ValueId};
 /// defined after the node or in another region, a loop whose regions do not fit its state), or if
 /// an array would be too large to allocate. Only the nodes the outputs depend on are evaluated.
 pub fn evaluate(graph: &Graph, inputs: &[HostArray]) -> Result<Vec<HostArray>> {
-    let params = graph.parameter_types();
-    if inputs.len() != params.len() {
+    let types = graph.parameter_types();
+    if inputs.len() != types.len() {
         return Err(Error::Interp(format!(
             "the graph has {} parameters but {} inputs were given",
-            params.len(),
+            types.len(),
             inputs.len()
         )));
     }
     let names = graph.parameter_names();
-    for (i, (input, expected)) in inputs.iter().zip(&params).enumerate() {
+    for (i, (input, expected)) in inputs.iter().zip(&types).enumerate() {
         let got = input.ty();
         if &got != expected {
             let name = names.get(i).map(String::as_str).unwrap_or("?");
@@ -61,8 +63,12 @@ pub fn evaluate(graph: &Graph, inputs: &[HostArray]) -> Result<Vec<HostArray>> {
             )));
         }
     }
+    let params = graph.parameters();
     let outputs = graph.outputs();
-    graph.with_structure(|nodes, regions| evaluate_nodes(nodes, regions, inputs, &outputs))
+    graph.with_structure(|nodes, regions| {
+        let order = live_nodes(nodes, regions, &params, &outputs).map_err(Error::Interp)?;
+        evaluate_nodes(nodes, regions, order, inputs, &outputs)
+    })
 }
 
 /// The state of one evaluation: the graph, the program's inputs, and the current value of every
@@ -71,29 +77,26 @@ struct Evaluator<'a> {
     nodes: &'a [Node],
     regions: &'a [Region],
     inputs: &'a [HostArray],
-    /// The needed nodes of each region other than block arguments, in node order.
+    /// The live nodes of each region other than block arguments, in node order (from
+    /// [`live_nodes`], which checked them).
     order: Vec<Vec<usize>>,
     values: Vec<Option<Vec<HostArray>>>,
-    /// The regions being evaluated (a loop whose region contains the loop itself is an error).
-    active: Vec<bool>,
 }
 
 fn evaluate_nodes(
     nodes: &[Node],
     regions: &[Region],
+    order: Vec<Vec<usize>>,
     inputs: &[HostArray],
     outputs: &[ValueId],
 ) -> Result<Vec<HostArray>> {
-    let order = needed_nodes(nodes, regions, outputs)?;
     let mut ev = Evaluator {
         nodes,
         regions,
         inputs,
         order,
         values: vec![None; nodes.len()],
-        active: vec![false; regions.len()],
     };
-    ev.active[0] = true;
     ev.run_nodes(0)?;
 
     outputs
@@ -114,102 +117,6 @@ fn evaluate_nodes(
         .collect()
 }
 
-/// The nodes the outputs depend on, through operands and the regions of needed loops, listed per
-/// region in node order (block arguments, which their loop binds, are left out). Operands that
-/// are not earlier nodes are reported when their user is evaluated; a malformed loop or a block
-/// argument its region does not list, here.
-fn needed_nodes(
-    nodes: &[Node],
-    regions: &[Region],
-    outputs: &[ValueId],
-) -> Result<Vec<Vec<usize>>> {
-    let mut needed = vec![false; nodes.len()];
-    let mut owner: Vec<Option<usize>> = vec![None; regions.len()];
-    let mut stack = Vec::new();
-    for out in outputs {
-        match nodes.get(out.node) {
-            Some(node) if node.region == 0 => stack.push(out.node),
-            Some(node) => {
-                return Err(Error::Interp(format!(
-                    "graph output refers to node {}, which is inside region {}",
-                    out.node, node.region
-                )))
-            }
-            None => {
-                return Err(Error::Interp(format!(
-                    "graph output refers to node {}, but the graph has {} nodes",
-                    out.node,
-                    nodes.len()
-                )))
-            }
-        }
-    }
-    while let Some(i) = stack.pop() {
-        if std::mem::replace(&mut needed[i], true) {
-            continue;
-        }
-        let node = &nodes[i];
-        for (k, v) in node.inputs.iter().enumerate() {
-            let Some(operand) = nodes.get(v.node).filter(|_| v.node < i) else {
-                continue; // reported when the node is evaluated
-            };
-            if operand.region != node.region {
-                return Err(Error::Interp(format!(
-                    "node {i} ({}): input {k} refers to value {}#{}, which is defined in region \
-                     {} and not visible in region {}",
-                    node.op.name(),
-                    v.node,
-                    v.output,
-                    operand.region,
-                    node.region
-                )));
-            }
-            stack.push(v.node);
-        }
-        if let Op::While { .. } = node.op {
-            let (cond, body) = check_while(nodes, regions, i)
-                .map_err(|m| Error::Interp(format!("node {i} (while): {m}")))?;
-            for r in [cond, body] {
-                if let Some(other) = owner[r].replace(i) {
-                    return Err(Error::Interp(format!(
-                        "region {r} belongs to two loops, nodes {other} and {i}"
-                    )));
-                }
-                stack.extend(regions[r].results.iter().map(|v| v.node));
-            }
-        }
-    }
-    let mut order = vec![Vec::new(); regions.len()];
-    for (i, node) in nodes.iter().enumerate() {
-        if !needed[i] {
-            continue;
-        }
-        let r = node.region;
-        let Some(region) = regions.get(r) else {
-            return Err(Error::Interp(format!(
-                "node {i} ({}) is in region {r}, which does not exist",
-                node.op.name()
-            )));
-        };
-        match node.op {
-            Op::BlockArg => {
-                if !region.args.contains(&ValueId { node: i, output: 0 }) {
-                    return Err(Error::Interp(format!(
-                        "node {i} (block_arg) is not an argument of region {r}"
-                    )));
-                }
-            }
-            Op::Parameter { .. } if r != 0 => {
-                return Err(Error::Interp(format!(
-                    "node {i} (parameter): a parameter inside region {r}"
-                )));
-            }
-            _ => order[r].push(i),
-        }
-    }
-    Ok(order)
-}
-
 impl Evaluator<'_> {
     /// Evaluates the needed nodes of region `r` in order (its arguments are bound).
     fn run_nodes(&mut self, r: usize) -> Result<()> {
@@ -220,8 +127,8 @@ impl Evaluator<'_> {
         Ok(())
     }
 
-    /// The value `v` read by input `k` of node `index`: an output of an earlier node (of the
-    /// same region, which [`needed_nodes`] checked).
+    /// The value `v` read by input `k` of node `index`: an output of an earlier node of the same
+    /// region ([`live_nodes`] checked it), evaluated before.
     fn operand(&self, index: usize, k: usize, v: ValueId) -> Result<&HostArray> {
         let node = &self.nodes[index];
         let value = if v.node < index {
@@ -245,8 +152,8 @@ impl Evaluator<'_> {
     /// Evaluates node `index` and stores its outputs.
     fn node(&mut self, index: usize) -> Result<()> {
         let node = &self.nodes[index];
-        if let Op::While { .. } = node.op {
-            return self.while_loop(index);
+        if let Op::While { cond, body } = node.op {
+            return self.while_loop(index, cond, body);
         }
         let results = {
             let args = node
@@ -262,12 +169,13 @@ impl Evaluator<'_> {
         Ok(())
     }
 
-    /// Runs the `While` node `index`: binds the state to the condition's arguments, evaluates
-    /// the condition, and while it is true moves the state to the body's arguments and takes
-    /// the body's results as the next state. Between iterations the state is moved, not copied.
-    fn while_loop(&mut self, index: usize) -> Result<()> {
+    /// Runs the `While` node `index` over its regions `cond` and `body` (which fit its state
+    /// and belong to it alone, as [`live_nodes`] checked): binds the state to the condition's
+    /// arguments, evaluates the condition, and while it is true moves the state to the body's
+    /// arguments and takes the body's results as the next state. Between iterations the state
+    /// is moved, not copied.
+    fn while_loop(&mut self, index: usize, cond: usize, body: usize) -> Result<()> {
         let err = |m: String| Error::Interp(format!("node {index} (while): {m}"));
-        let (cond, body) = check_while(self.nodes, self.regions, index).map_err(err)?;
         let node = &self.nodes[index];
         let mut state = node
             .inputs
@@ -275,11 +183,6 @@ impl Evaluator<'_> {
             .enumerate()
             .map(|(k, &v)| self.operand(index, k, v).cloned())
             .collect::<Result<Vec<_>>>()?;
-        for r in [cond, body] {
-            if std::mem::replace(&mut self.active[r], true) {
-                return Err(err(format!("region {r} is already being evaluated")));
-            }
-        }
         let (cond_args, body_args) = (&self.regions[cond].args, &self.regions[body].args);
         loop {
             self.bind(cond_args, state);
@@ -301,8 +204,6 @@ impl Evaluator<'_> {
             self.run_nodes(body)?;
             state = self.results(body)?;
         }
-        self.active[cond] = false;
-        self.active[body] = false;
         self.values[index] = Some(state);
         Ok(())
     }
@@ -369,7 +270,8 @@ impl<'a> Ctx<'a> {
         ))
     }
 
-    /// The operands, after checking there are exactly `n`.
+    /// The operands, `n` of them (as the op's rule checked; an error rather than a panic if
+    /// not).
     pub(super) fn args(&self, n: usize) -> Result<&[&'a HostArray]> {
         if self.args.len() == n {
             Ok(&self.args)
@@ -391,34 +293,8 @@ impl<'a> Ctx<'a> {
         }
     }
 
-    /// The declared output types.
-    pub(super) fn outs(&self) -> &'a [TensorType] {
-        &self.node.outputs
-    }
-
-    /// Checks that the single declared output type is `want`.
-    pub(super) fn expect_output(&self, want: &TensorType) -> Result<()> {
-        let out = self.out()?;
-        if out == want {
-            Ok(())
-        } else {
-            Err(self.err(format!(
-                "the output is declared {out}, but the op produces {want}"
-            )))
-        }
-    }
-
-    /// Checks that operand `k` has type `want`.
-    pub(super) fn expect(&self, k: usize, got: &HostArray, want: &TensorType) -> Result<()> {
-        let got = got.ty();
-        if &got == want {
-            Ok(())
-        } else {
-            Err(self.err(format!("input {k} is {got}, expected {want}")))
-        }
-    }
-
-    /// Evaluates the node and checks its results against the declared output types.
+    /// Evaluates the node and checks its results against the declared output types (the
+    /// interpreter checking itself against the rules).
     fn evaluate(&self, inputs: &[HostArray]) -> Result<Vec<HostArray>> {
         for ty in &self.node.outputs {
             self.check_allocatable(ty)?;
@@ -430,7 +306,6 @@ impl<'a> Ctx<'a> {
                 return Err(self.err("is evaluated by its loop, not on its own"));
             }
             Op::Parameter { index, .. } => {
-                self.args(0)?;
                 let value = inputs.get(*index).ok_or_else(|| {
                     self.err(format!(
                         "parameter index {index}, but there are {} inputs",
@@ -451,19 +326,11 @@ impl<'a> Ctx<'a> {
             Op::BroadcastInDim { dims } => one(shape::broadcast_in_dim(self, dims)),
             Op::Reshape => one(shape::reshape(self)),
             Op::Transpose { perm } => one(shape::transpose(self, perm)),
-            Op::Slice {
-                start,
-                limit,
-                stride,
-            } => one(shape::slice(self, start, limit, stride)),
+            Op::Slice { start, stride, .. } => one(shape::slice(self, start, stride)),
             Op::DynamicSlice { sizes } => one(index::dynamic_slice(self, sizes)),
             Op::DynamicUpdateSlice => one(index::dynamic_update_slice(self)),
             Op::Concatenate { axis } => one(shape::concatenate(self, *axis)),
-            Op::Pad {
-                low,
-                high,
-                interior,
-            } => one(shape::pad(self, low, high, interior)),
+            Op::Pad { low, interior, .. } => one(shape::pad(self, low, interior)),
             Op::Reverse { axes } => one(shape::reverse(self, axes)),
             Op::Reduce { kind, axes } => one(reduce::reduce(self, *kind, axes)),
             Op::ArgReduce { kind, axis } => one(reduce::arg_reduce(self, *kind, *axis)),
@@ -683,7 +550,7 @@ mod tests {
         let a = vec1(vec![1f32, 2.0]);
         is_interp_err(
             eval1(Op::Binary(BinaryOp::Add), from_ref(&a), t.clone()),
-            "expects 2 inputs, has 1",
+            "takes 2 operands, got 1",
         );
         is_interp_err(
             eval1(Op::Unary(UnaryOp::Neg), from_ref(&a), ty(DType::F32, &[3])),
@@ -695,11 +562,11 @@ mod tests {
                 &[a.clone(), vec1(vec![1i32, 2])],
                 t.clone(),
             ),
-            "input 1 is i32[2], expected f32[2]",
+            "operands f32[2], i32[2] differ in type",
         );
         is_interp_err(
             eval_op(Op::Unary(UnaryOp::Neg), from_ref(&a), &[t.clone(), t]),
-            "expects 1 output, declares 2",
+            "the outputs are declared (f32[2], f32[2]), but the op gives (f32[2])",
         );
     }
 
@@ -753,7 +620,10 @@ mod tests {
             )
             .unwrap();
         g.set_outputs(&[&p[0]]).unwrap();
-        is_interp_err(evaluate(&g, &[]), "parameter index 3");
+        is_interp_err(
+            evaluate(&g, &[]),
+            "parameter 3 (\"p\") is not in the graph's parameter list",
+        );
 
         let g = Graph::new();
         g.parameter("x", DType::F32, &[]).unwrap();
@@ -770,7 +640,7 @@ mod tests {
         g.set_outputs(&[&p[0]]).unwrap();
         is_interp_err(
             evaluate(&g, &[HostArray::scalar(1f32)]),
-            "declared i32[], but the op produces f32[]",
+            "parameter 0 (\"p\") is not in the graph's parameter list",
         );
     }
 
@@ -835,16 +705,18 @@ mod tests {
 
     #[test]
     fn huge_declared_outputs_are_errors_not_aborts() {
+        // Past what a size in bytes can address: the rule rejects the node.
         let huge = ty(DType::F32, &[usize::MAX, 2]);
         is_interp_err(
             eval1(Op::Iota { dim: 0 }, &[], huge),
-            "too large to allocate",
+            "too large to address",
         );
         let huge = ty(DType::F64, &[1 << 60]);
         is_interp_err(
             eval1(Op::Iota { dim: 0 }, &[], huge),
-            "too large to allocate",
+            "too large to address",
         );
+        // Addressable but more than the allocator gives.
         let huge = ty(DType::U8, &[1 << 50]);
         is_interp_err(
             eval1(Op::Iota { dim: 0 }, &[], huge),

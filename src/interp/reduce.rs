@@ -12,7 +12,6 @@ use super::scalar::{Key, Num};
 use super::shape::remap;
 use super::{row_major_index, Ctx};
 use crate::array::HostArray;
-use crate::dtype::TensorType;
 use crate::error::Result;
 use crate::ops::{ArgKind, ReduceKind};
 use crate::with_host_array;
@@ -65,27 +64,11 @@ fn reduce_num<T: Num>(a: &ArrayD<T>, kind: ReduceKind, axes: &[usize]) -> ArrayD
     fold_axes(a, axes, identity, f)
 }
 
-/// `Reduce`: folds `axes` (sorted, distinct) away; `Pred` supports `Max` (or) and `Min` (and).
+/// `Reduce`: folds `axes` (sorted, distinct) away.
 pub(super) fn reduce(ctx: &Ctx, kind: ReduceKind, axes: &[usize]) -> Result<HostArray> {
     let x = ctx.args(1)?[0];
-    let shape = x.dims();
-    let sorted = axes.windows(2).all(|w| w[0] < w[1]);
-    if !sorted || axes.iter().any(|&d| d >= shape.len()) {
-        return Err(ctx.err(format!("invalid axes {axes:?} for {}", x.ty())));
-    }
-    let kept: Vec<usize> = (0..shape.len())
-        .filter(|d| !axes.contains(d))
-        .map(|d| shape[d])
-        .collect();
-    ctx.expect_output(&TensorType::new(x.dtype(), &kept))?;
     Ok(match x {
-        HostArray::Pred(a) => match kind {
-            ReduceKind::Max => fold_axes(a, axes, false, |p, q| p | q).into(),
-            ReduceKind::Min => fold_axes(a, axes, true, |p, q| p & q).into(),
-            ReduceKind::Sum | ReduceKind::Prod => {
-                return Err(ctx.err(format!("{kind:?} is not defined on pred")))
-            }
-        },
+        HostArray::Pred(_) => return Err(ctx.err("reductions are not defined for pred")),
         HostArray::U8(a) => reduce_num(a, kind, axes).into(),
         HostArray::U32(a) => reduce_num(a, kind, axes).into(),
         HostArray::U64(a) => reduce_num(a, kind, axes).into(),
@@ -129,17 +112,8 @@ fn arg_extreme<T: Key>(a: &ArrayD<T>, axis: usize, kind: ArgKind) -> ArrayD<i64>
 /// first wins).
 pub(super) fn arg_reduce(ctx: &Ctx, kind: ArgKind, axis: usize) -> Result<HostArray> {
     let x = ctx.args(1)?[0];
-    let shape = x.dims();
-    if axis >= shape.len() {
-        return Err(ctx.err(format!("axis {axis} is out of range for {}", x.ty())));
-    }
-    let mut dims = shape.to_vec();
-    dims.remove(axis);
+    // The rule checked the node's integer index dtype.
     let index = ctx.out()?.dtype;
-    if !index.is_int() {
-        return Err(ctx.err(format!("the index dtype must be an integer, not {index}")));
-    }
-    ctx.expect_output(&TensorType::new(index, &dims))?;
     let indices = with_host_array!(x, a => HostArray::I64(arg_extreme(a, axis, kind)));
     Ok(super::elementwise::convert_array(&indices, index))
 }
@@ -159,13 +133,8 @@ fn running_sum<T: Num>(a: &ArrayD<T>, axis: usize) -> ArrayD<T> {
 /// `Cumsum`: inclusive running sum along `axis`, first to last.
 pub(super) fn cumsum(ctx: &Ctx, axis: usize) -> Result<HostArray> {
     let x = ctx.args(1)?[0];
-    let out = ctx.out()?;
-    ctx.expect(0, x, out)?;
-    if axis >= x.dims().len() {
-        return Err(ctx.err(format!("axis {axis} is out of range for {}", x.ty())));
-    }
     Ok(match x {
-        HostArray::Pred(_) => return Err(ctx.err("cumsum is not defined on pred")),
+        HostArray::Pred(_) => return Err(ctx.err("cumsum is not defined for pred")),
         HostArray::U8(a) => running_sum(a, axis).into(),
         HostArray::U32(a) => running_sum(a, axis).into(),
         HostArray::U64(a) => running_sum(a, axis).into(),
@@ -211,22 +180,10 @@ fn sort_permutation<T: Key>(keys: &ArrayD<T>, axis: usize, descending: bool) -> 
 /// `-0.0` and `+0.0` tie); a second operand is permuted along with the keys.
 pub(super) fn sort(ctx: &Ctx, axis: usize, descending: bool) -> Result<Vec<HostArray>> {
     let args = ctx.all_args();
-    let outs = ctx.outs();
-    if args.is_empty() || args.len() > 2 || outs.len() != args.len() {
-        return Err(ctx.err(format!(
-            "expects 1 or 2 inputs and as many outputs, has {} inputs and {} outputs",
-            args.len(),
-            outs.len()
-        )));
-    }
-    let keys = args[0];
+    let Some(&keys) = args.first() else {
+        return Err(ctx.err("has no operands"));
+    };
     let shape = keys.dims();
-    if axis >= shape.len() {
-        return Err(ctx.err(format!("axis {axis} is out of range for {}", keys.ty())));
-    }
-    for (k, (a, out)) in args.iter().zip(outs).enumerate() {
-        ctx.expect(k, a, &TensorType::new(out.dtype, shape))?;
-    }
     let perm = with_host_array!(keys, a => sort_permutation(a, axis, descending));
     let source = |o: &[usize]| -> Vec<usize> {
         let mut src = o.to_vec();
@@ -319,15 +276,6 @@ mod tests {
             reduce(ReduceKind::Sum, vec![0], &e, &[5]),
             vec1(vec![0u64; 5])
         );
-        let e = arr::<bool>(&[0], vec![]);
-        assert_eq!(
-            reduce(ReduceKind::Max, vec![0], &e, &[]),
-            HostArray::scalar(false)
-        );
-        assert_eq!(
-            reduce(ReduceKind::Min, vec![0], &e, &[]),
-            HostArray::scalar(true)
-        );
     }
 
     #[test]
@@ -342,32 +290,28 @@ mod tests {
             f32_bits(&reduce(ReduceKind::Max, vec![0], &z, &[])),
             vec![0.0f32.to_bits()]
         );
+        // No reduction is defined for pred (the rule rejects it).
         let p = arr(&[2, 2], vec![true, false, false, false]);
-        assert_eq!(
-            values::<bool>(&reduce(ReduceKind::Max, vec![1], &p, &[2])),
-            vec![true, false]
-        );
-        assert_eq!(
-            values::<bool>(&reduce(ReduceKind::Min, vec![0], &p, &[2])),
-            vec![false, false]
-        );
-        is_err(eval1(
-            Op::Reduce {
-                kind: ReduceKind::Sum,
-                axes: vec![0],
-            },
-            from_ref(&p),
-            ty(DType::Pred, &[2]),
-        ));
+        for kind in [ReduceKind::Sum, ReduceKind::Max, ReduceKind::Min] {
+            is_err(eval1(
+                Op::Reduce {
+                    kind,
+                    axes: vec![0],
+                },
+                from_ref(&p),
+                ty(DType::Pred, &[2]),
+            ));
+        }
         // Unsorted, duplicate or out-of-range axes; wrong output shape.
+        let n = arr(&[2, 2], vec![1i32, 0, 0, 0]);
         for axes in [vec![1, 0], vec![0, 0], vec![2]] {
             is_err(eval1(
                 Op::Reduce {
                     kind: ReduceKind::Max,
                     axes,
                 },
-                from_ref(&p),
-                ty(DType::Pred, &[]),
+                from_ref(&n),
+                ty(DType::I32, &[]),
             ));
         }
         is_err(eval1(
@@ -375,8 +319,8 @@ mod tests {
                 kind: ReduceKind::Max,
                 axes: vec![0],
             },
-            &[p],
-            ty(DType::Pred, &[]),
+            &[n],
+            ty(DType::I32, &[]),
         ));
     }
 
@@ -432,14 +376,18 @@ mod tests {
         let z = vec1(vec![0.0f64, -0.0, f64::NEG_INFINITY]);
         assert_eq!(arg(ArgKind::Max, 0, &z, &[]), vec![0]);
         assert_eq!(arg(ArgKind::Min, 0, &z, &[]), vec![2]);
-        let p = vec1(vec![false, true, true]);
-        assert_eq!(arg(ArgKind::Max, 0, &p, &[]), vec![1]);
         let h = f16s(&[1.0, 4.0, -2.0]);
         assert_eq!(arg(ArgKind::Min, 0, &h, &[]), vec![2]);
-        // Empty lanes give 0; zero lanes give an empty result.
+        // Zero lanes give an empty result; empty lanes and pred are errors (the rule's).
         let e = arr::<f32>(&[2, 0], vec![]);
-        assert_eq!(arg(ArgKind::Max, 1, &e, &[2]), vec![0, 0]);
         assert_eq!(arg(ArgKind::Max, 0, &e, &[0]), Vec::<i64>::new());
+        let arg_op = |axis| Op::ArgReduce {
+            kind: ArgKind::Max,
+            axis,
+        };
+        is_err(eval1(arg_op(1), from_ref(&e), ty(DType::I64, &[2])));
+        let p = vec1(vec![false, true, true]);
+        is_err(eval1(arg_op(0), from_ref(&p), ty(DType::I64, &[])));
         // The node's integer output dtype is the index dtype; a non-integer one is rejected.
         let narrow = eval1(
             Op::ArgReduce {

@@ -47,29 +47,25 @@ pub(super) fn i64_array<T: std::fmt::Display>(values: &[T]) -> String {
     format!("array<i64: {}>", items.join(", "))
 }
 
-/// Why a constant's bytes do not fit its type.
-pub(super) fn check_constant_len(ty: &TensorType, data: &[u8]) -> Result<(), String> {
-    let size = ty.dtype.size_in_bytes();
-    let count = ty
-        .dims
-        .iter()
-        .try_fold(1usize, |n, &d| n.checked_mul(d))
-        .ok_or_else(|| format!("shape {:?} has too many elements", ty.dims))?;
-    let full = count
-        .checked_mul(size)
-        .ok_or_else(|| format!("shape {:?} has too many bytes", ty.dims))?;
-    if data.len() == full || data.len() == size {
-        Ok(())
+/// `(a, b) -> c`: the functional type of an op.
+pub(super) fn signature(operands: &[&TensorType], result: &TensorType) -> String {
+    let ins: Vec<String> = operands.iter().map(|t| tensor_type(t)).collect();
+    format!("({}) -> {}", ins.join(", "), tensor_type(result))
+}
+
+/// The comparison type StableHLO needs for `dtype`.
+pub(super) fn compare_type(dtype: DType) -> &'static str {
+    if dtype.is_float() {
+        "FLOAT"
+    } else if dtype.is_int() && !dtype.is_unsigned() {
+        "SIGNED"
     } else {
-        Err(format!(
-            "{} bytes do not fit {ty}: expected {full} (every element) or {size} (a splat)",
-            data.len()
-        ))
+        "UNSIGNED"
     }
 }
 
-/// The `dense<...>` attribute for constant `data` of type `ty` (checked by
-/// [`check_constant_len`]: every element's bytes, or one element's bytes for a splat).
+/// The `dense<...>` attribute for constant `data` of type `ty` (every element's bytes, or one
+/// element's bytes for a splat, as the constant's rule checked).
 pub(super) fn dense(ty: &TensorType, data: &[u8]) -> String {
     let dtype = ty.dtype;
     let size = dtype.size_in_bytes();
@@ -353,6 +349,5 @@ mod tests {
             tensor_type(&TensorType::new(DType::F32, &[])),
             "tensor<f32>"
         );
-        assert!(check_constant_len(&t, &[0; 3]).is_err());
     }
 }

@@ -14,7 +14,7 @@
 use std::panic::Location;
 
 use super::graph::{graph_error, Graph, Op, Tensor, ValueId};
-use super::util::{check_size, same_graph, Loc};
+use super::util::{same_graph, Loc};
 use crate::dtype::{DType, TensorType};
 use crate::error::Result;
 
@@ -511,7 +511,13 @@ impl Graph {
                 let mut dims = vec![length];
                 dims.extend_from_slice(t.dims());
                 let ty = TensorType::new(t.dtype(), &dims);
-                check_size(&ty, op, loc)?;
+                if ty.byte_size().is_none() {
+                    return Err(graph_error(
+                        op,
+                        format!("{ty} is too large to address"),
+                        loc,
+                    ));
+                }
                 stacked.push(ty);
             }
             let buffers: Vec<Tensor> = stacked

@@ -5,7 +5,7 @@
 use std::panic::Location;
 
 use super::graph::{graph_error, BinaryOp, Comparison, Graph, Op, Tensor, UnaryOp};
-use super::util::{int_scalar_bytes, node, same_graph, scalar_bytes, types, Loc};
+use super::util::{int_scalar_bytes, node, same_graph, scalar_bytes, typed_node, types, Loc};
 use crate::array::{HostArray, HostElement};
 use crate::dtype::{DType, TensorType};
 use crate::error::Result;
@@ -15,7 +15,7 @@ impl Graph {
     #[track_caller]
     pub fn constant(&self, value: &HostArray) -> Result<Tensor> {
         let ty = value.ty();
-        node(
+        typed_node(
             self,
             Op::Constant {
                 data: value.to_bytes(),
@@ -37,7 +37,7 @@ impl Graph {
     {
         let loc = Location::caller();
         let value = T::wrap(array.to_owned().into_dyn());
-        node(
+        typed_node(
             self,
             Op::Constant {
                 data: value.to_bytes(),
@@ -59,7 +59,7 @@ impl Graph {
     /// [`Tensor::dynamic_slice`] and [`Tensor::dynamic_update_slice`].
     #[track_caller]
     pub fn scalar_i64(&self, value: i64) -> Result<Tensor> {
-        node(
+        typed_node(
             self,
             Op::Constant {
                 data: value.to_le_bytes().to_vec(),
@@ -97,7 +97,7 @@ impl Graph {
         loc: Loc,
     ) -> Result<Tensor> {
         let data = scalar_bytes(value, dtype).map_err(|m| graph_error("full", m, loc))?;
-        node(
+        typed_node(
             self,
             Op::Constant { data },
             &[],
@@ -113,14 +113,7 @@ impl Graph {
         let loc = Location::caller();
         let ty = TensorType::new(dtype, dims);
         let d = super::util::axis_of("iota", &ty, dim, loc)?;
-        if dtype == DType::Pred {
-            return Err(graph_error(
-                "iota",
-                "iota needs a numeric dtype, not pred",
-                loc,
-            ));
-        }
-        node(self, Op::Iota { dim: d }, &[], ty, "iota", loc)
+        typed_node(self, Op::Iota { dim: d }, &[], ty, "iota", loc)
     }
 }
 
@@ -166,7 +159,7 @@ fn number_tensor(
 ) -> Result<Tensor> {
     let data = data.map_err(|m| graph_error(op, m, loc))?;
     let ty = TensorType::new(like.dtype(), &[]);
-    node(like.graph(), Op::Constant { data }, &[], ty, op, loc)
+    typed_node(like.graph(), Op::Constant { data }, &[], ty, op, loc)
 }
 
 macro_rules! number_operand {
@@ -235,27 +228,7 @@ pub(crate) fn broadcast_shape(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
 
 impl Tensor {
     fn unary(&self, op: UnaryOp, name: &'static str, loc: Loc) -> Result<Tensor> {
-        let d = self.dtype();
-        let ok = match op {
-            UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Sign => d != DType::Pred,
-            UnaryOp::Not => d == DType::Pred || d.is_int(),
-            _ => d.is_float(),
-        };
-        if !ok {
-            return Err(graph_error(
-                name,
-                format!("{name} is not defined for {}", self.ty()),
-                loc,
-            ));
-        }
-        node(
-            self.graph(),
-            Op::Unary(op),
-            &[self],
-            self.ty().clone(),
-            name,
-            loc,
-        )
+        node(self.graph(), Op::Unary(op), &[self], name, loc)
     }
 
     /// Broadcasts to `dims` by numpy rules (trailing dimensions aligned; size-1 dimensions
@@ -269,14 +242,9 @@ impl Tensor {
         if self.dims() == dims {
             return Ok(self.clone());
         }
+        // Trailing dimensions align; the rule checks the sizes.
         let r = self.rank();
-        let ok = r <= dims.len()
-            && self
-                .dims()
-                .iter()
-                .zip(&dims[dims.len() - r..])
-                .all(|(&s, &d)| s == d || s == 1);
-        if !ok {
+        if r > dims.len() {
             return Err(graph_error(
                 "broadcast_to",
                 format!("cannot broadcast {} to {dims:?}", self.ty()),
@@ -284,7 +252,7 @@ impl Tensor {
             ));
         }
         let map = (dims.len() - r..dims.len()).collect();
-        node(
+        typed_node(
             self.graph(),
             Op::BroadcastInDim { dims: map },
             &[self],
@@ -328,27 +296,7 @@ impl Tensor {
         loc: Loc,
     ) -> Result<Tensor> {
         let (a, b) = self.pair(other, name, loc)?;
-        let d = a.dtype();
-        let ok = match op {
-            BinaryOp::And | BinaryOp::Or | BinaryOp::Xor => d == DType::Pred || d.is_int(),
-            BinaryOp::ShiftLeft | BinaryOp::ShiftRightLogical => d.is_int(),
-            _ => d != DType::Pred,
-        };
-        if !ok {
-            return Err(graph_error(
-                name,
-                format!("{name} is not defined for {}", types(&[&a, &b])),
-                loc,
-            ));
-        }
-        node(
-            self.graph(),
-            Op::Binary(op),
-            &[&a, &b],
-            a.ty().clone(),
-            name,
-            loc,
-        )
+        node(self.graph(), Op::Binary(op), &[&a, &b], name, loc)
     }
 
     fn compare(
@@ -359,8 +307,7 @@ impl Tensor {
         loc: Loc,
     ) -> Result<Tensor> {
         let (a, b) = self.pair(other, name, loc)?;
-        let out = TensorType::new(DType::Pred, a.dims());
-        node(self.graph(), Op::Compare(c), &[&a, &b], out, name, loc)
+        node(self.graph(), Op::Compare(c), &[&a, &b], name, loc)
     }
 
     /// Converts to `dtype` (float to integer rounds toward zero; to pred is `x != 0`); NumPy's
@@ -380,7 +327,7 @@ impl Tensor {
         if self.dtype() == dtype {
             return Ok(self.clone());
         }
-        node(
+        typed_node(
             self.graph(),
             Op::Convert,
             &[self],
@@ -394,14 +341,7 @@ impl Tensor {
     #[track_caller]
     pub fn bitcast(&self, dtype: DType) -> Result<Tensor> {
         let loc = Location::caller();
-        if dtype.size_in_bytes() != self.dtype().size_in_bytes() || dtype == DType::Pred {
-            return Err(graph_error(
-                "bitcast",
-                format!("cannot reinterpret {} as {dtype}: sizes differ", self.ty()),
-                loc,
-            ));
-        }
-        node(
+        typed_node(
             self.graph(),
             Op::BitcastConvert,
             &[self],
@@ -450,13 +390,6 @@ impl Tensor {
     }
 
     fn select_at(&self, t: &Tensor, f: &Tensor, name: &'static str, loc: Loc) -> Result<Tensor> {
-        if self.dtype() != DType::Pred {
-            return Err(graph_error(
-                name,
-                format!("the condition must be pred, got {}", self.ty()),
-                loc,
-            ));
-        }
         let (t, f) = t.pair(f, name, loc)?;
         let shape = broadcast_shape(self.dims(), t.dims()).ok_or_else(|| {
             graph_error(
@@ -468,14 +401,7 @@ impl Tensor {
         let c = self.broadcast_to_at(&shape, loc)?;
         let t = t.broadcast_to_at(&shape, loc)?;
         let f = f.broadcast_to_at(&shape, loc)?;
-        node(
-            self.graph(),
-            Op::Select,
-            &[&c, &t, &f],
-            t.ty().clone(),
-            name,
-            loc,
-        )
+        node(self.graph(), Op::Select, &[&c, &t, &f], name, loc)
     }
 
     /// Clamps into `[lo, hi]` (tensors or numbers, broadcast to `self`'s shape).
@@ -484,26 +410,9 @@ impl Tensor {
         let loc = Location::caller();
         let lo = lo.to_tensor(self, "clamp", loc)?;
         let hi = hi.to_tensor(self, "clamp", loc)?;
-        if lo.dtype() != self.dtype() || hi.dtype() != self.dtype() || self.dtype() == DType::Pred {
-            return Err(graph_error(
-                "clamp",
-                format!(
-                    "clamp needs one numeric dtype, got {}",
-                    types(&[&lo, self, &hi])
-                ),
-                loc,
-            ));
-        }
         let lo = lo.broadcast_to_at(self.dims(), loc)?;
         let hi = hi.broadcast_to_at(self.dims(), loc)?;
-        node(
-            self.graph(),
-            Op::Clamp,
-            &[&lo, self, &hi],
-            self.ty().clone(),
-            "clamp",
-            loc,
-        )
+        node(self.graph(), Op::Clamp, &[&lo, self, &hi], "clamp", loc)
     }
 
     /// `softplus(x) = ln(1 + e^x)`, as `max(x, 0) + log1p(e^-|x|)`, stable for large `|x|`.

@@ -11,7 +11,7 @@ use std::panic::Location;
 
 use super::graph::{graph_error, Op, Tensor};
 use super::util::{axis, node, same_graph, Loc};
-use crate::dtype::{DType, TensorType};
+use crate::dtype::DType;
 use crate::error::Result;
 
 impl Tensor {
@@ -20,28 +20,7 @@ impl Tensor {
     #[track_caller]
     pub fn take(&self, indices: &Tensor) -> Result<Tensor> {
         let loc = Location::caller();
-        same_graph(self.graph(), &[indices], "take", loc)?;
-        if self.rank() == 0 || self.dims()[0] == 0 || !indices.dtype().is_int() {
-            return Err(graph_error(
-                "take",
-                format!(
-                    "take needs a table of rank >= 1 with rows and integer indices, got table {} and indices {}",
-                    self.ty(),
-                    indices.ty()
-                ),
-                loc,
-            ));
-        }
-        let mut dims = indices.dims().to_vec();
-        dims.extend_from_slice(&self.dims()[1..]);
-        node(
-            self.graph(),
-            Op::Take,
-            &[self, indices],
-            TensorType::new(self.dtype(), &dims),
-            "take",
-            loc,
-        )
+        node(self.graph(), Op::Take, &[self, indices], "take", loc)
     }
 
     /// One-hot encoding of integer indices: shape `I ++ [depth]`, 1 where the last coordinate

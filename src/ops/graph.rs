@@ -80,6 +80,51 @@ pub enum BinaryOp {
     ShiftRightLogical,
 }
 
+impl UnaryOp {
+    /// The primitive's name for messages (`exp`, `log1p`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            UnaryOp::Neg => "neg",
+            UnaryOp::Abs => "abs",
+            UnaryOp::Exp => "exp",
+            UnaryOp::Expm1 => "expm1",
+            UnaryOp::Log => "log",
+            UnaryOp::Log1p => "log1p",
+            UnaryOp::Sqrt => "sqrt",
+            UnaryOp::Rsqrt => "rsqrt",
+            UnaryOp::Tanh => "tanh",
+            UnaryOp::Logistic => "logistic",
+            UnaryOp::Floor => "floor",
+            UnaryOp::Ceil => "ceil",
+            UnaryOp::Sign => "sign",
+            UnaryOp::Sin => "sin",
+            UnaryOp::Cos => "cos",
+            UnaryOp::Not => "not",
+        }
+    }
+}
+
+impl BinaryOp {
+    /// The primitive's name for messages (`add`, `shift_left`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            BinaryOp::Add => "add",
+            BinaryOp::Sub => "sub",
+            BinaryOp::Mul => "mul",
+            BinaryOp::Div => "div",
+            BinaryOp::Pow => "pow",
+            BinaryOp::Max => "max",
+            BinaryOp::Min => "min",
+            BinaryOp::Rem => "rem",
+            BinaryOp::And => "and",
+            BinaryOp::Or => "or",
+            BinaryOp::Xor => "xor",
+            BinaryOp::ShiftLeft => "shift_left",
+            BinaryOp::ShiftRightLogical => "shift_right_logical",
+        }
+    }
+}
+
 /// Comparison directions; floats compare as IEEE (every comparison with NaN is false, except `Ne`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Comparison {
@@ -110,6 +155,18 @@ pub enum ReduceKind {
     Min,
 }
 
+impl ReduceKind {
+    /// The monoid's name for messages (`sum`, `prod`, `max`, `min`).
+    pub fn name(self) -> &'static str {
+        match self {
+            ReduceKind::Sum => "sum",
+            ReduceKind::Prod => "prod",
+            ReduceKind::Max => "max",
+            ReduceKind::Min => "min",
+        }
+    }
+}
+
 /// Which extreme an arg-reduction looks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ArgKind {
@@ -120,7 +177,7 @@ pub enum ArgKind {
 }
 
 /// The primitive operations. Operands are the node's `inputs`, in the order given here; every
-/// shape below is checked by the builder that creates the node.
+/// shape below is checked by the op's rule, which the builders run when they create the node.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Op {
     /// Parameter number `index` of the program, named `name`. No inputs.
@@ -467,8 +524,6 @@ impl Graph {
                 location,
             ));
         }
-        let ty = TensorType::new(dtype, dims);
-        super::util::check_size(&ty, "parameter", location)?;
         if self.data.borrow().current != 0 {
             return Err(graph_error(
                 "parameter",
@@ -484,18 +539,12 @@ impl Graph {
                 location,
             ));
         }
-        let t = self.push(
-            Op::Parameter {
-                index,
-                name: name.to_string(),
-            },
-            vec![],
-            vec![ty],
-        )?;
-        let t = t
-            .into_iter()
-            .next()
-            .ok_or_else(|| graph_error("parameter", "internal: no output", location))?;
+        let op = Op::Parameter {
+            index,
+            name: name.to_string(),
+        };
+        let ty = TensorType::new(dtype, dims);
+        let t = super::util::typed_node(self, op, &[], ty, "parameter", location)?;
         self.data.borrow_mut().params.push(t.id);
         Ok(t)
     }
@@ -807,7 +856,9 @@ impl Graph {
         }
     }
 
-    /// Appends a node whose inputs and outputs the caller has checked; returns its outputs.
+    /// Appends a node as given, without running its rule; returns its outputs. Builders go
+    /// through `util::node` (which runs the rule first); tests use this to build the malformed
+    /// graphs that the walk must reject.
     pub(crate) fn push(
         &self,
         op: Op,

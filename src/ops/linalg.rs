@@ -9,7 +9,6 @@ use std::panic::Location;
 
 use super::graph::{graph_error, Op, Tensor};
 use super::util::{axes, node, same_graph, types, Loc};
-use crate::dtype::TensorType;
 use crate::error::Result;
 
 impl Tensor {
@@ -52,57 +51,13 @@ impl Tensor {
         rc: &[usize],
         loc: Loc,
     ) -> Result<Tensor> {
-        same_graph(self.graph(), &[rhs], "dot_general", loc)?;
-        let bad = |why: String| {
-            graph_error(
-                "dot_general",
-                format!(
-                    "{why}; operands {}, batch {lb:?} x {rb:?}, contracting {lc:?} x {rc:?}",
-                    types(&[self, rhs])
-                ),
-                loc,
-            )
+        let op = Op::DotGeneral {
+            lhs_batch: lb.to_vec(),
+            rhs_batch: rb.to_vec(),
+            lhs_contract: lc.to_vec(),
+            rhs_contract: rc.to_vec(),
         };
-        if self.dtype() != rhs.dtype() || self.dtype() == crate::DType::Pred {
-            return Err(bad("operands need one numeric dtype".into()));
-        }
-        let overlap = |a: &[usize], b: &[usize]| a.iter().any(|x| b.contains(x));
-        if overlap(lb, lc) || overlap(rb, rc) {
-            return Err(bad("an axis is both batch and contracting".into()));
-        }
-        for (l, r) in lb.iter().zip(rb).chain(lc.iter().zip(rc)) {
-            if self.dims()[*l] != rhs.dims()[*r] {
-                return Err(bad(format!(
-                    "lhs axis {l} (size {}) and rhs axis {r} (size {}) differ",
-                    self.dims()[*l],
-                    rhs.dims()[*r]
-                )));
-            }
-        }
-        let mut dims: Vec<usize> = lb.iter().map(|&a| self.dims()[a]).collect();
-        dims.extend(
-            (0..self.rank())
-                .filter(|a| !lb.contains(a) && !lc.contains(a))
-                .map(|a| self.dims()[a]),
-        );
-        dims.extend(
-            (0..rhs.rank())
-                .filter(|a| !rb.contains(a) && !rc.contains(a))
-                .map(|a| rhs.dims()[a]),
-        );
-        node(
-            self.graph(),
-            Op::DotGeneral {
-                lhs_batch: lb.to_vec(),
-                rhs_batch: rb.to_vec(),
-                lhs_contract: lc.to_vec(),
-                rhs_contract: rc.to_vec(),
-            },
-            &[self, rhs],
-            TensorType::new(self.dtype(), &dims),
-            "dot_general",
-            loc,
-        )
+        node(self.graph(), op, &[self, rhs], "dot_general", loc)
     }
 
     /// Matrix product over the last two dimensions: `[..., m, k] @ [..., k, n]` with equal

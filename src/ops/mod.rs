@@ -23,6 +23,17 @@
 //!   offsets.
 //! - Numbers stand for tensors wherever an [`Operand`] is taken, and take the other operand's
 //!   dtype.
+//!
+//! Each primitive's rule (which operands it accepts, what types it gives) is written once, in
+//! `rules` (by family, as the interpreter and the lowering are split); the builders create
+//! nodes through it and record its types on the node. `walk` is what every reader of a finished
+//! graph starts with: the live nodes per region, after checking the graph's structure and every
+//! live node against its rule, so that the lowering and the interpreter trust the recorded types.
+//!
+//! A new primitive takes: its [`Op`] variant (in `graph`) and its rule (in `rules`, with an arm
+//! in its dispatch) plus the builder that makes it; its emitter in [`crate::lower`]; its
+//! evaluation in [`crate::interp`]. Then tests: the rule's cases, a lowering compiled and run,
+//! and the interpreter against a formula.
 
 mod control;
 mod conv;
@@ -36,11 +47,13 @@ mod operators;
 mod random;
 mod reduce;
 mod regions;
+mod rules;
 mod shape;
 mod sort;
 mod split;
 mod stats;
 mod util;
+mod walk;
 
 pub use control::{Bound, Carry};
 pub use elementwise::{Number, Operand};
@@ -48,8 +61,8 @@ pub use graph::{
     ArgKind, BinaryOp, Comparison, Graph, Node, Op, ReduceKind, Region, Tensor, UnaryOp, ValueId,
 };
 pub use reduce::CumsumOptions;
-pub(crate) use regions::check_while;
 #[cfg(test)]
 pub(crate) use regions::malformed::cases as malformed_loops;
 pub use sort::SortOrder;
 pub use stats::VarOptions;
+pub(crate) use walk::live_nodes;

@@ -7,7 +7,7 @@
 use std::panic::Location;
 
 use super::graph::{graph_error, ArgKind, Op, ReduceKind, Tensor};
-use super::util::{axes, axis, node, scalar_bytes, Loc};
+use super::util::{axes, axis, check, node, typed_node, Loc};
 use crate::dtype::{DType, TensorType};
 use crate::error::Result;
 
@@ -20,35 +20,17 @@ impl Tensor {
         name: &'static str,
         loc: Loc,
     ) -> Result<Tensor> {
-        if self.dtype() == DType::Pred {
-            return Err(graph_error(
-                name,
-                format!(
-                    "{name} is not defined for {}; convert to a number first",
-                    self.ty()
-                ),
-                loc,
-            ));
-        }
         let a = axes(name, self, axes_, loc)?;
-        let kept: Vec<usize> = (0..self.rank())
-            .filter(|i| !a.contains(i))
-            .map(|i| self.dims()[i])
-            .collect();
+        let op = Op::Reduce {
+            kind,
+            axes: a.clone(),
+        };
         let reduced = if a.is_empty() {
+            // Nothing to reduce, and no node; the operand must still fit the rule.
+            check(&op, &[self], name, loc)?;
             self.clone()
         } else {
-            node(
-                self.graph(),
-                Op::Reduce {
-                    kind,
-                    axes: a.clone(),
-                },
-                &[self],
-                TensorType::new(self.dtype(), &kept),
-                name,
-                loc,
-            )?
+            node(self.graph(), op, &[self], name, loc)?
         };
         if keepdims {
             let dims: Vec<usize> = (0..self.rank())
@@ -134,32 +116,9 @@ impl Tensor {
         loc: Loc,
     ) -> Result<Tensor> {
         let a = axis(name, self, axis_, loc)?;
-        if self.dtype() == DType::Pred || self.dims()[a] == 0 {
-            return Err(graph_error(
-                name,
-                format!(
-                    "{name} needs a numeric tensor with a non-empty axis {a}, got {}",
-                    self.ty()
-                ),
-                loc,
-            ));
-        }
-        // Every index along the axis must be a value of the index dtype.
-        let last = (self.dims()[a] - 1) as f64;
-        if !index.is_int() || scalar_bytes(last, index).is_err() {
-            return Err(graph_error(
-                name,
-                format!(
-                    "the index dtype must be an integer type holding {last}, the last index \
-                     along axis {a} of {}; got {index}",
-                    self.ty()
-                ),
-                loc,
-            ));
-        }
         let mut dims = self.dims().to_vec();
         dims.remove(a);
-        let out = node(
+        let out = typed_node(
             self.graph(),
             Op::ArgReduce { kind, axis: a },
             &[self],
@@ -168,6 +127,7 @@ impl Tensor {
             loc,
         )?;
         if keepdims {
+            let mut dims = out.dims().to_vec();
             dims.insert(a, 1);
             out.reshape_at(&dims, loc)
         } else {
@@ -184,13 +144,6 @@ impl Tensor {
     ) -> Result<Tensor> {
         let CumsumOptions { exclusive, reverse } = options;
         let a = axis(name, self, axis_, loc)?;
-        if self.dtype() == DType::Pred {
-            return Err(graph_error(
-                name,
-                format!("{name} is not defined for {}", self.ty()),
-                loc,
-            ));
-        }
         let x = if reverse {
             self.reverse_at(&[a], loc)?
         } else {
@@ -208,14 +161,7 @@ impl Tensor {
         } else {
             x
         };
-        let c = node(
-            self.graph(),
-            Op::Cumsum { axis: a },
-            &[&x],
-            x.ty().clone(),
-            name,
-            loc,
-        )?;
+        let c = node(self.graph(), Op::Cumsum { axis: a }, &[&x], name, loc)?;
         if reverse {
             c.reverse_at(&[a], loc)
         } else {

@@ -1,16 +1,11 @@
-//! Structural checks of loops shared by the lowering and the interpreter, so that both reject a
-//! malformed `While` for the same reasons (each wraps the message in its own error).
+//! The rule of `While`: how a loop's regions must fit its state. [`super::rules::check_node`]
+//! and [`super::walk::live_nodes`] apply it to every live loop, so that the lowering and the
+//! interpreter reject a malformed `While` for the same reasons (each wraps the message in its
+//! own error).
 
-use super::graph::{Node, Op, Region, ValueId};
+use super::graph::{Node, Op, Region};
+use super::rules::value_type;
 use crate::dtype::{DType, TensorType};
-
-/// The type of `v`, or a message saying it does not exist.
-fn value_type(nodes: &[Node], v: ValueId) -> Result<&TensorType, String> {
-    nodes
-        .get(v.node)
-        .and_then(|n| n.outputs.get(v.output))
-        .ok_or_else(|| format!("value {}#{} does not exist", v.node, v.output))
-}
 
 /// Checks the `While` node `index` against its regions and returns `(cond, body)`.
 ///

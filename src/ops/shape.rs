@@ -5,7 +5,7 @@ use std::panic::Location;
 
 use super::elementwise::Operand;
 use super::graph::{graph_error, Op, Tensor};
-use super::util::{axes, axis, node, same_graph, types, Loc};
+use super::util::{axes, axis, node, same_graph, typed_node, Loc};
 use crate::dtype::TensorType;
 use crate::error::Result;
 
@@ -53,15 +53,7 @@ impl Tensor {
         if dims == self.dims() {
             return Ok(self.clone());
         }
-        let count = dims.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
-        if count != Some(self.ty().element_count()) {
-            return Err(graph_error(
-                "reshape",
-                format!("cannot reshape {} to {dims:?}", self.ty()),
-                loc,
-            ));
-        }
-        node(
+        typed_node(
             self.graph(),
             Op::Reshape,
             &[self],
@@ -95,17 +87,10 @@ impl Tensor {
         if perm.iter().enumerate().all(|(i, &p)| i == p) {
             return Ok(self.clone());
         }
-        let dims: Vec<usize> = perm.iter().map(|&p| self.dims()[p]).collect();
-        node(
-            self.graph(),
-            Op::Transpose {
-                perm: perm.to_vec(),
-            },
-            &[self],
-            TensorType::new(self.dtype(), &dims),
-            "transpose",
-            loc,
-        )
+        let op = Op::Transpose {
+            perm: perm.to_vec(),
+        };
+        node(self.graph(), op, &[self], "transpose", loc)
     }
 
     /// Swaps the last two dimensions (NumPy's and JAX's `matrix_transpose`, `x.mT`).
@@ -236,59 +221,20 @@ impl Tensor {
         stride: &[usize],
         loc: Loc,
     ) -> Result<Tensor> {
-        let r = self.rank();
-        let ok = start.len() == r
-            && limit.len() == r
-            && stride.len() == r
-            && (0..r).all(|i| start[i] <= limit[i] && limit[i] <= self.dims()[i] && stride[i] >= 1);
-        if !ok {
-            return Err(graph_error(
-                "slice",
-                format!(
-                    "start {start:?}, limit {limit:?}, stride {stride:?} do not fit {}",
-                    self.ty()
-                ),
-                loc,
-            ));
-        }
-        let dims: Vec<usize> = (0..r)
-            .map(|i| (limit[i] - start[i]).div_ceil(stride[i]))
-            .collect();
-        if start.iter().all(|&s| s == 0) && stride.iter().all(|&s| s == 1) && dims == self.dims() {
+        let whole = start.len() == self.rank()
+            && stride.len() == self.rank()
+            && start.iter().all(|&s| s == 0)
+            && stride.iter().all(|&s| s == 1)
+            && limit == self.dims();
+        if whole {
             return Ok(self.clone());
         }
-        node(
-            self.graph(),
-            Op::Slice {
-                start: start.to_vec(),
-                limit: limit.to_vec(),
-                stride: stride.to_vec(),
-            },
-            &[self],
-            TensorType::new(self.dtype(), &dims),
-            "slice",
-            loc,
-        )
-    }
-
-    fn check_indices(&self, op: &'static str, starts: &[&Tensor], loc: Loc) -> Result<()> {
-        same_graph(self.graph(), starts, op, loc)?;
-        let int_scalars = starts
-            .iter()
-            .all(|s| s.rank() == 0 && s.dtype().is_int() && s.dtype() == starts[0].dtype());
-        if starts.len() != self.rank() || !int_scalars {
-            return Err(graph_error(
-                op,
-                format!(
-                    "{op} on {} needs {} rank-0 integer start indices of one dtype, got [{}]",
-                    self.ty(),
-                    self.rank(),
-                    types(starts)
-                ),
-                loc,
-            ));
-        }
-        Ok(())
+        let op = Op::Slice {
+            start: start.to_vec(),
+            limit: limit.to_vec(),
+            stride: stride.to_vec(),
+        };
+        node(self.graph(), op, &[self], "slice", loc)
     }
 
     /// A window of `sizes` starting at the runtime indices `starts` (one rank-0 integer tensor
@@ -296,26 +242,12 @@ impl Tensor {
     #[track_caller]
     pub fn dynamic_slice(&self, starts: &[&Tensor], sizes: &[usize]) -> Result<Tensor> {
         let loc = Location::caller();
-        self.check_indices("dynamic_slice", starts, loc)?;
-        if sizes.len() != self.rank() || sizes.iter().zip(self.dims()).any(|(s, d)| s > d) {
-            return Err(graph_error(
-                "dynamic_slice",
-                format!("sizes {sizes:?} do not fit {}", self.ty()),
-                loc,
-            ));
-        }
         let mut operands = vec![self];
         operands.extend_from_slice(starts);
-        node(
-            self.graph(),
-            Op::DynamicSlice {
-                sizes: sizes.to_vec(),
-            },
-            &operands,
-            TensorType::new(self.dtype(), sizes),
-            "dynamic_slice",
-            loc,
-        )
+        let op = Op::DynamicSlice {
+            sizes: sizes.to_vec(),
+        };
+        node(self.graph(), op, &operands, "dynamic_slice", loc)
     }
 
     /// `self` with `update` written at the runtime indices `starts`, each clamped so that the
@@ -323,28 +255,10 @@ impl Tensor {
     #[track_caller]
     pub fn dynamic_update_slice(&self, update: &Tensor, starts: &[&Tensor]) -> Result<Tensor> {
         let loc = Location::caller();
-        self.check_indices("dynamic_update_slice", starts, loc)?;
-        same_graph(self.graph(), &[update], "dynamic_update_slice", loc)?;
-        let fits = update.dtype() == self.dtype()
-            && update.rank() == self.rank()
-            && update.dims().iter().zip(self.dims()).all(|(u, d)| u <= d);
-        if !fits {
-            return Err(graph_error(
-                "dynamic_update_slice",
-                format!("update {} does not fit into {}", update.ty(), self.ty()),
-                loc,
-            ));
-        }
         let mut operands = vec![self, update];
         operands.extend_from_slice(starts);
-        node(
-            self.graph(),
-            Op::DynamicUpdateSlice,
-            &operands,
-            self.ty().clone(),
-            "dynamic_update_slice",
-            loc,
-        )
+        let op = Op::DynamicUpdateSlice;
+        node(self.graph(), op, &operands, "dynamic_update_slice", loc)
     }
 
     /// Joins tensors of one dtype and equal shapes except along `axis`.
@@ -356,37 +270,13 @@ impl Tensor {
         };
         same_graph(first.graph(), tensors, "concat", loc)?;
         let a = axis("concat", first, axis_, loc)?;
-        let compatible = tensors.iter().all(|t| {
-            t.dtype() == first.dtype()
-                && t.rank() == first.rank()
-                && (0..first.rank()).all(|i| i == a || t.dims()[i] == first.dims()[i])
-        });
-        if !compatible {
-            return Err(graph_error(
-                "concat",
-                format!("cannot join [{}] along axis {a}", types(tensors)),
-                loc,
-            ));
-        }
         if tensors.len() == 1 {
             return Ok((*first).clone());
         }
-        let mut dims = first.dims().to_vec();
-        dims[a] = tensors
-            .iter()
-            .try_fold(0usize, |n, t| n.checked_add(t.dims()[a]))
-            .ok_or_else(|| {
-                graph_error(
-                    "concat",
-                    format!("joining [{}] along axis {a} is too large", types(tensors)),
-                    loc,
-                )
-            })?;
         node(
             first.graph(),
             Op::Concatenate { axis: a },
             tensors,
-            TensorType::new(first.dtype(), &dims),
             "concat",
             loc,
         )
@@ -419,53 +309,12 @@ impl Tensor {
         interior: &[usize],
         loc: Loc,
     ) -> Result<Tensor> {
-        let r = self.rank();
-        let bad = |why: &str| {
-            graph_error(
-                "pad",
-                format!(
-                    "low {low:?}, high {high:?}, interior {interior:?} on {}: {why}",
-                    self.ty()
-                ),
-                loc,
-            )
+        let op = Op::Pad {
+            low: low.to_vec(),
+            high: high.to_vec(),
+            interior: interior.to_vec(),
         };
-        if low.len() != r || high.len() != r || interior.len() != r {
-            return Err(bad("one entry per dimension is needed"));
-        }
-        if value.rank() != 0 || value.dtype() != self.dtype() {
-            return Err(bad(
-                "the padding value must be a scalar of the operand's dtype",
-            ));
-        }
-        let mut dims = Vec::with_capacity(r);
-        for i in 0..r {
-            // d + (d - 1) * interior + low + high, in i128 (no overflow from any inputs here).
-            let d = self.dims()[i] as i128;
-            let inner = if d == 0 {
-                0
-            } else {
-                d + (d - 1) * interior[i] as i128
-            };
-            let n = i128::from(low[i]) + inner + i128::from(high[i]);
-            if n < 0 {
-                return Err(bad("a dimension would become negative"));
-            }
-            let n = usize::try_from(n).map_err(|_| bad("a dimension would be too large"))?;
-            dims.push(n);
-        }
-        node(
-            self.graph(),
-            Op::Pad {
-                low: low.to_vec(),
-                high: high.to_vec(),
-                interior: interior.to_vec(),
-            },
-            &[self, value],
-            TensorType::new(self.dtype(), &dims),
-            "pad",
-            loc,
-        )
+        node(self.graph(), op, &[self, value], "pad", loc)
     }
 
     /// Reverses the order of elements along each of `axes` (NumPy's `flip`).
@@ -480,15 +329,9 @@ impl Tensor {
         if axes_.is_empty() {
             return Ok(self.clone());
         }
-        node(
-            self.graph(),
-            Op::Reverse {
-                axes: axes_.to_vec(),
-            },
-            &[self],
-            self.ty().clone(),
-            "reverse",
-            loc,
-        )
+        let op = Op::Reverse {
+            axes: axes_.to_vec(),
+        };
+        node(self.graph(), op, &[self], "reverse", loc)
     }
 }

@@ -3,7 +3,7 @@
 use std::panic::Location;
 
 use super::graph::{graph_error, Op, Tensor};
-use super::util::{axis, Loc};
+use super::util::{axis, nodes, Loc};
 use crate::dtype::DType;
 use crate::error::Result;
 
@@ -26,28 +26,21 @@ impl Tensor {
         loc: Loc,
     ) -> Result<Vec<Tensor>> {
         let a = axis("sort", self, axis_, loc)?;
-        if self.dtype() == DType::Pred {
-            return Err(graph_error(
-                "sort",
-                format!("cannot sort {}", self.ty()),
-                loc,
-            ));
-        }
-        let mut inputs = vec![self.graph().resolve(self.id(), "sort", loc)?];
-        let mut outputs = vec![self.ty().clone()];
-        if with_indices {
-            let idx = self.graph().iota(DType::I64, self.dims(), a as isize)?;
-            inputs.push(idx.id());
-            outputs.push(idx.ty().clone());
-        }
-        self.graph().push(
-            Op::Sort {
-                axis: a,
-                descending,
-            },
-            inputs,
-            outputs,
-        )
+        let g = self.graph();
+        // Captured (inside a loop) before the indices are made, as the node order has it.
+        g.resolve(self.id(), "sort", loc)?;
+        let idx = if with_indices {
+            Some(g.iota(DType::I64, self.dims(), a as isize)?)
+        } else {
+            None
+        };
+        let mut operands = vec![self];
+        operands.extend(idx.as_ref());
+        let op = Op::Sort {
+            axis: a,
+            descending,
+        };
+        nodes(g, op, &operands, None, "sort", loc)
     }
 
     /// Sorts along `axis` in `order` (stable; NaN counts as larger than every number, so it

@@ -5,6 +5,7 @@ use std::panic::Location;
 use half::{bf16, f16};
 
 use super::graph::{graph_error, Graph, Op, Tensor};
+use super::rules;
 use crate::dtype::{DType, TensorType};
 use crate::error::Result;
 
@@ -61,32 +62,66 @@ pub(crate) fn same_graph(
     Ok(())
 }
 
-/// Appends a one-output node to `g` after checking its operands belong to it.
-pub(crate) fn node(
+/// Appends a node of `op` on `operands` (which must belong to `g`) whose result types its rule
+/// gives ([`super::rules::infer`]); returns its results. `target` is the requested result type
+/// of the ops that take one ([`super::rules::takes_target`]). A rule's message becomes a graph
+/// error naming `name` (what the user called) and `loc`.
+pub(crate) fn nodes(
     g: &Graph,
     op: Op,
     operands: &[&Tensor],
-    out: TensorType,
+    target: Option<TensorType>,
     name: &'static str,
     loc: Loc,
-) -> Result<Tensor> {
+) -> Result<Vec<Tensor>> {
     same_graph(g, operands, name, loc)?;
-    check_size(&out, name, loc)?;
+    let types: Vec<&TensorType> = operands.iter().map(|t| t.ty()).collect();
+    let outputs =
+        rules::infer(&op, &types, target.as_ref()).map_err(|m| graph_error(name, m, loc))?;
     let inputs = operands
         .iter()
         .map(|t| g.resolve(t.id(), name, loc))
         .collect::<Result<Vec<_>>>()?;
-    let mut outs = g.push(op, inputs, vec![out])?;
-    Ok(outs.remove(0))
+    g.push(op, inputs, outputs)
 }
 
-/// Rejects a type whose size in bytes overflows (every shape enters a graph through a builder).
-pub(crate) fn check_size(ty: &TensorType, op: &'static str, loc: Loc) -> Result<()> {
-    match ty.byte_size() {
-        Some(_) => Ok(()),
-        None => Err(graph_error(
-            op,
-            format!("{ty} is too large to address"),
+/// Runs `op`'s rule on `operands` without adding a node, for a builder whose result is an
+/// operand itself but must fit the rule all the same.
+pub(crate) fn check(op: &Op, operands: &[&Tensor], name: &'static str, loc: Loc) -> Result<()> {
+    let types: Vec<&TensorType> = operands.iter().map(|t| t.ty()).collect();
+    rules::infer(op, &types, None).map_err(|m| graph_error(name, m, loc))?;
+    Ok(())
+}
+
+/// [`nodes`] for an op with one result, computed by its rule.
+pub(crate) fn node(
+    g: &Graph,
+    op: Op,
+    operands: &[&Tensor],
+    name: &'static str,
+    loc: Loc,
+) -> Result<Tensor> {
+    one(nodes(g, op, operands, None, name, loc)?, name, loc)
+}
+
+/// [`nodes`] for an op whose one result has the requested type `ty` (checked by its rule).
+pub(crate) fn typed_node(
+    g: &Graph,
+    op: Op,
+    operands: &[&Tensor],
+    ty: TensorType,
+    name: &'static str,
+    loc: Loc,
+) -> Result<Tensor> {
+    one(nodes(g, op, operands, Some(ty), name, loc)?, name, loc)
+}
+
+fn one(mut outputs: Vec<Tensor>, name: &'static str, loc: Loc) -> Result<Tensor> {
+    match outputs.len() {
+        1 => Ok(outputs.remove(0)),
+        n => Err(graph_error(
+            name,
+            format!("internal: {n} results, expected 1"),
             loc,
         )),
     }

@@ -1,0 +1,78 @@
+//! Lowering of `While`: one generic `"stablehlo.while"(state) ({ ^bb0(args): cond }, {
+//! ^bb0(args): body })`, each region holding its own live nodes, its block arguments named
+//! `%v<node>` like other values, and its lines indented two more spaces per level of nesting.
+
+use super::literal::tensor_type;
+use super::{Inst, Lowering};
+use crate::error::Result;
+use crate::ops::Region;
+
+impl<'g> Lowering<'g> {
+    /// Emits the loop `n` over the regions `cond` and `body` (checked by the walk: each fits the
+    /// state and belongs to this loop alone) and returns the names of its results.
+    pub(super) fn while_loop(&mut self, n: &Inst, cond: usize, body: usize) -> Result<Vec<String>> {
+        let (res, ins) = (&n.res, &n.ins);
+        let arg_types: Vec<String> = n.tys.iter().map(|t| tensor_type(t)).collect();
+        let types = arg_types.join(", ");
+        let count = ins.len();
+        let result = if count == 1 {
+            res.clone()
+        } else {
+            format!("{res}:{count}")
+        };
+        self.emit(format!(
+            "{result} = \"stablehlo.while\"({}) ({{",
+            ins.join(", ")
+        ));
+        for r in [cond, body] {
+            if r == body {
+                self.emit("}, {");
+            }
+            self.region(r, &arg_types)?;
+        }
+        let outputs = if count == 1 {
+            types.clone()
+        } else {
+            format!("({types})")
+        };
+        self.emit(format!("}}) : ({types}) -> {outputs}"));
+        Ok(if count == 1 {
+            vec![res.clone()]
+        } else {
+            (0..count).map(|k| format!("{res}#{k}")).collect()
+        })
+    }
+
+    /// Emits region `r`: its block (arguments of `types`), its nodes one level deeper, and its
+    /// `stablehlo.return`.
+    fn region(&mut self, r: usize, types: &[String]) -> Result<()> {
+        let regions: &'g [Region] = self.regions;
+        let region = &regions[r];
+        let mut args = Vec::with_capacity(types.len());
+        for (a, ty) in region.args.iter().zip(types) {
+            let name = format!("%v{}", a.node);
+            args.push(format!("{name}: {ty}"));
+            self.names[a.node] = vec![name];
+        }
+        self.emit(format!("^bb0({}):", args.join(", ")));
+        self.depth += 1;
+        self.region_nodes(r)?;
+        let results = region
+            .results
+            .iter()
+            .map(|&v| self.value(v))
+            .collect::<Result<Vec<_>>>()?;
+        let result_types: Vec<String> = region
+            .results
+            .iter()
+            .map(|&v| self.ty(v).map(tensor_type))
+            .collect::<Result<Vec<_>>>()?;
+        self.emit(format!(
+            "stablehlo.return {} : {}",
+            results.join(", "),
+            result_types.join(", ")
+        ));
+        self.depth -= 1;
+        Ok(())
+    }
+}

@@ -1,0 +1,68 @@
+//! Rules of the primitives that index by runtime values: `DynamicSlice`,
+//! `DynamicUpdateSlice`, `Take`.
+
+use super::{arity, list, Rule};
+use crate::dtype::TensorType;
+
+/// The start indices of a dynamic slice of `x`: one rank-0 integer per dimension, all of one
+/// dtype.
+fn check_starts(op: &str, x: &TensorType, starts: &[&TensorType]) -> Rule<()> {
+    let int_scalars = starts
+        .iter()
+        .all(|s| s.rank() == 0 && s.dtype.is_int() && s.dtype == starts[0].dtype);
+    if starts.len() != x.rank() || !int_scalars {
+        return Err(format!(
+            "{op} on {x} needs {} rank-0 integer start indices of one dtype, got [{}]",
+            x.rank(),
+            list(starts.iter())
+        ));
+    }
+    Ok(())
+}
+
+/// `DynamicSlice`: the operand, then its start indices; a window of `sizes` (each at most the
+/// operand's size) of the operand's dtype.
+pub(super) fn dynamic_slice(operands: &[&TensorType], sizes: &[usize]) -> Rule<TensorType> {
+    let Some((x, starts)) = operands.split_first() else {
+        return Err("takes an operand and its start indices, got no operands".to_string());
+    };
+    check_starts("dynamic_slice", x, starts)?;
+    if sizes.len() != x.rank() || sizes.iter().zip(&x.dims).any(|(s, d)| s > d) {
+        return Err(format!("sizes {sizes:?} do not fit {x}"));
+    }
+    Ok(TensorType::new(x.dtype, sizes))
+}
+
+/// `DynamicUpdateSlice`: the operand, an update of its dtype and rank no larger than it, then
+/// the start indices; the operand's type.
+pub(super) fn dynamic_update_slice(operands: &[&TensorType]) -> Rule<TensorType> {
+    let [x, update, starts @ ..] = operands else {
+        return Err(format!(
+            "takes an operand, an update and start indices, got {} operands",
+            operands.len()
+        ));
+    };
+    check_starts("dynamic_update_slice", x, starts)?;
+    let fits = update.dtype == x.dtype
+        && update.rank() == x.rank()
+        && update.dims.iter().zip(&x.dims).all(|(u, d)| u <= d);
+    if !fits {
+        return Err(format!("update {update} does not fit into {x}"));
+    }
+    Ok((*x).clone())
+}
+
+/// `Take`: a table of rank 1 or more with at least one row, and integer indices of any shape
+/// `I`; the table's dtype, shape `I ++ table[1..]`.
+pub(super) fn take(operands: &[&TensorType]) -> Rule<TensorType> {
+    let [table, indices] = arity(operands)?;
+    if table.rank() == 0 || table.dims[0] == 0 || !indices.dtype.is_int() {
+        return Err(format!(
+            "take needs a table of rank >= 1 with rows and integer indices, got table {table} \
+             and indices {indices}"
+        ));
+    }
+    let mut dims = indices.dims.clone();
+    dims.extend_from_slice(&table.dims[1..]);
+    Ok(TensorType::new(table.dtype, &dims))
+}

@@ -1,0 +1,180 @@
+//! One rule per primitive: from an [`Op`] and its operands' types, the types of its results, or
+//! a message saying what does not fit.
+//!
+//! The rules are the only place that knows which operands a primitive accepts and what it
+//! gives. The builders call them through [`super::util::node`] and record the result in
+//! [`Node::outputs`]; the lowering and the interpreter read those recorded types, and reach
+//! the rules again only through [`check_node`] (from [`super::walk::live_nodes`]) to reject a
+//! node built below the DSL whose recorded types disagree with its rule.
+//!
+//! A few primitives take their result type from the builder rather than computing it (a
+//! parameter, a constant, an iota, a block argument, a conversion, a bitcast, a broadcast, a
+//! reshape and an arg-reduction's index dtype: their attributes do not say it): [`takes_target`] names them, and their rule checks
+//! the requested type instead. A `While`'s results are its state's types; its regions are
+//! checked by [`check_while`].
+//!
+//! Messages do not name the op: each caller prefixes what the user called (a builder) or the
+//! node (the walk).
+
+mod elementwise;
+mod index;
+mod linalg;
+mod reduce;
+mod shape;
+
+use super::graph::{Node, Op, Region, ValueId};
+use super::regions::check_while;
+use crate::dtype::TensorType;
+
+/// A rule's verdict: the result types, or why the operands do not fit.
+pub(crate) type Rule<T = Vec<TensorType>> = Result<T, String>;
+
+/// Whether `op`'s result type is given by its builder (and checked by its rule) rather than
+/// computed from its operands.
+pub(crate) fn takes_target(op: &Op) -> bool {
+    matches!(
+        op,
+        Op::Parameter { .. }
+            | Op::Constant { .. }
+            | Op::Iota { .. }
+            | Op::BlockArg
+            | Op::Convert
+            | Op::BitcastConvert
+            | Op::BroadcastInDim { .. }
+            | Op::Reshape
+            | Op::ArgReduce { .. }
+    )
+}
+
+/// The result types of `op` on operands of types `operands`; `target` is the requested result
+/// type of the ops that take one ([`takes_target`]) and is ignored by the others. Every result
+/// must be small enough to address.
+pub(crate) fn infer(op: &Op, operands: &[&TensorType], target: Option<&TensorType>) -> Rule {
+    let outputs = dispatch(op, operands, target)?;
+    if let Some(ty) = outputs.iter().find(|t| t.byte_size().is_none()) {
+        return Err(format!("{ty} is too large to address"));
+    }
+    Ok(outputs)
+}
+
+fn dispatch(op: &Op, operands: &[&TensorType], target: Option<&TensorType>) -> Rule {
+    let one = |r: Rule<TensorType>| r.map(|t| vec![t]);
+    match op {
+        Op::Parameter { .. } | Op::BlockArg => {
+            arity::<0>(operands)?;
+            one(given(target))
+        }
+        Op::Constant { data } => one(shape::constant(operands, data, given(target)?)),
+        Op::Iota { dim } => one(shape::iota(operands, *dim, given(target)?)),
+        Op::Unary(u) => one(elementwise::unary(operands, *u)),
+        Op::Binary(b) => one(elementwise::binary(operands, *b)),
+        Op::Compare(_) => one(elementwise::compare(operands)),
+        Op::Select => one(elementwise::select(operands)),
+        Op::Clamp => one(elementwise::clamp(operands)),
+        Op::Convert => one(elementwise::convert(operands, given(target)?)),
+        Op::BitcastConvert => one(elementwise::bitcast_convert(operands, given(target)?)),
+        Op::BroadcastInDim { dims } => one(shape::broadcast_in_dim(operands, dims, given(target)?)),
+        Op::Reshape => one(shape::reshape(operands, given(target)?)),
+        Op::Transpose { perm } => one(shape::transpose(operands, perm)),
+        Op::Slice {
+            start,
+            limit,
+            stride,
+        } => one(shape::slice(operands, start, limit, stride)),
+        Op::DynamicSlice { sizes } => one(index::dynamic_slice(operands, sizes)),
+        Op::DynamicUpdateSlice => one(index::dynamic_update_slice(operands)),
+        Op::Concatenate { axis } => one(shape::concatenate(operands, *axis)),
+        Op::Pad {
+            low,
+            high,
+            interior,
+        } => one(shape::pad(operands, low, high, interior)),
+        Op::Reverse { axes } => one(shape::reverse(operands, axes)),
+        Op::Reduce { kind, axes } => one(reduce::reduce(operands, *kind, axes)),
+        Op::ArgReduce { axis, .. } => one(reduce::arg_reduce(operands, *axis, given(target)?)),
+        Op::Cumsum { axis } => one(reduce::cumsum(operands, *axis)),
+        Op::DotGeneral {
+            lhs_batch,
+            rhs_batch,
+            lhs_contract,
+            rhs_contract,
+        } => one(linalg::dot_general(
+            operands,
+            [lhs_batch, rhs_batch],
+            [lhs_contract, rhs_contract],
+        )),
+        Op::Take => one(index::take(operands)),
+        Op::Sort { axis, .. } => reduce::sort(operands, *axis),
+        // The state's types; the regions are `check_while`'s.
+        Op::While { .. } => {
+            if operands.is_empty() {
+                return Err("the loop has no state".to_string());
+            }
+            Ok(operands.iter().map(|&t| t.clone()).collect())
+        }
+    }
+}
+
+/// Checks node `index` against its rule: its operands exist, and its recorded output types are
+/// the ones its rule gives for them (for a `While`, its regions fit its state).
+pub(crate) fn check_node(nodes: &[Node], regions: &[Region], index: usize) -> Rule<()> {
+    let node = nodes
+        .get(index)
+        .ok_or_else(|| format!("node {index} does not exist"))?;
+    if let Op::While { .. } = node.op {
+        return check_while(nodes, regions, index).map(drop);
+    }
+    let operands = node
+        .inputs
+        .iter()
+        .map(|&v| value_type(nodes, v))
+        .collect::<Rule<Vec<_>>>()?;
+    let target = if takes_target(&node.op) {
+        node.outputs.first()
+    } else {
+        None
+    };
+    let want = infer(&node.op, &operands, target)?;
+    if want != node.outputs {
+        return Err(format!(
+            "the outputs are declared ({}), but the op gives ({})",
+            list(node.outputs.iter()),
+            list(want.iter())
+        ));
+    }
+    Ok(())
+}
+
+/// The type of value `v`, or a message saying it does not exist.
+pub(crate) fn value_type(nodes: &[Node], v: ValueId) -> Rule<&TensorType> {
+    nodes
+        .get(v.node)
+        .and_then(|n| n.outputs.get(v.output))
+        .ok_or_else(|| format!("value {}#{} does not exist", v.node, v.output))
+}
+
+/// Exactly `N` operands.
+fn arity<'a, const N: usize>(operands: &[&'a TensorType]) -> Rule<[&'a TensorType; N]> {
+    operands.try_into().map_err(|_| {
+        format!(
+            "takes {N} operands, got {} ({})",
+            operands.len(),
+            list(operands.iter())
+        )
+    })
+}
+
+/// The requested result type of an op that takes one.
+fn given(target: Option<&TensorType>) -> Rule<TensorType> {
+    target
+        .cloned()
+        .ok_or_else(|| "needs its result type, and none was given".to_string())
+}
+
+/// `f32[2], i32[]`: types for messages.
+fn list<T: std::fmt::Display>(items: impl Iterator<Item = T>) -> String {
+    items.map(|t| t.to_string()).collect::<Vec<_>>().join(", ")
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,185 @@
+//! Rules of the data-movement primitives: `Constant`, `Iota`, `BroadcastInDim`, `Reshape`,
+//! `Transpose`, `Slice`, `Concatenate`, `Pad`, `Reverse`.
+
+use super::{arity, list, Rule};
+use crate::dtype::{DType, TensorType};
+
+/// `Constant`: no operands; `data` holds every element's bytes or one element's (a splat).
+pub(super) fn constant(operands: &[&TensorType], data: &[u8], ty: TensorType) -> Rule<TensorType> {
+    arity::<0>(operands)?;
+    let size = ty.dtype.size_in_bytes();
+    let full = ty
+        .dims
+        .iter()
+        .try_fold(size, |n, &d| n.checked_mul(d))
+        .ok_or_else(|| format!("{ty} is too large to address"))?;
+    if data.len() != full && data.len() != size {
+        return Err(format!(
+            "{} bytes do not fit {ty}: expected {full} (every element) or {size} (a splat)",
+            data.len()
+        ));
+    }
+    Ok(ty)
+}
+
+/// `Iota`: no operands; a numeric result whose dimension `dim` is counted.
+pub(super) fn iota(operands: &[&TensorType], dim: usize, ty: TensorType) -> Rule<TensorType> {
+    arity::<0>(operands)?;
+    if ty.dtype == DType::Pred {
+        return Err("iota needs a numeric dtype, not pred".to_string());
+    }
+    if dim >= ty.rank() {
+        return Err(format!("dimension {dim} is out of range for {ty}"));
+    }
+    Ok(ty)
+}
+
+/// `BroadcastInDim`: operand dimension `i` becomes result dimension `dims[i]` (strictly
+/// increasing), where it has size 1 or the result's size; same dtype.
+pub(super) fn broadcast_in_dim(
+    operands: &[&TensorType],
+    dims: &[usize],
+    to: TensorType,
+) -> Rule<TensorType> {
+    let [x] = arity(operands)?;
+    let fits = x.dtype == to.dtype
+        && dims.len() == x.rank()
+        && dims.windows(2).all(|w| w[0] < w[1])
+        && dims
+            .iter()
+            .zip(&x.dims)
+            .all(|(&d, &n)| to.dims.get(d).is_some_and(|&size| n == 1 || n == size));
+    if !fits {
+        return Err(format!(
+            "cannot broadcast {x} to {to} along dimensions {dims:?}"
+        ));
+    }
+    Ok(to)
+}
+
+/// `Reshape`: same dtype, same element count.
+pub(super) fn reshape(operands: &[&TensorType], to: TensorType) -> Rule<TensorType> {
+    let [x] = arity(operands)?;
+    let count = to.dims.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
+    if x.dtype != to.dtype || count != Some(x.element_count()) {
+        return Err(format!("cannot reshape {x} to {to}"));
+    }
+    Ok(to)
+}
+
+/// `Transpose`: `perm` is a permutation of the operand's dimensions.
+pub(super) fn transpose(operands: &[&TensorType], perm: &[usize]) -> Rule<TensorType> {
+    let [x] = arity(operands)?;
+    let mut sorted = perm.to_vec();
+    sorted.sort_unstable();
+    if !sorted.iter().copied().eq(0..x.rank()) {
+        return Err(format!("permutation {perm:?} does not fit {x}"));
+    }
+    let dims: Vec<usize> = perm.iter().map(|&p| x.dims[p]).collect();
+    Ok(TensorType::new(x.dtype, &dims))
+}
+
+/// `Slice`: one `start <= limit <= size` and `stride >= 1` per dimension.
+pub(super) fn slice(
+    operands: &[&TensorType],
+    start: &[usize],
+    limit: &[usize],
+    stride: &[usize],
+) -> Rule<TensorType> {
+    let [x] = arity(operands)?;
+    let r = x.rank();
+    let ok = start.len() == r
+        && limit.len() == r
+        && stride.len() == r
+        && (0..r).all(|i| start[i] <= limit[i] && limit[i] <= x.dims[i] && stride[i] >= 1);
+    if !ok {
+        return Err(format!(
+            "start {start:?}, limit {limit:?}, stride {stride:?} do not fit {x}"
+        ));
+    }
+    let dims: Vec<usize> = (0..r)
+        .map(|i| (limit[i] - start[i]).div_ceil(stride[i]))
+        .collect();
+    Ok(TensorType::new(x.dtype, &dims))
+}
+
+/// `Concatenate`: one or more operands of one dtype and rank, equal sizes except along `axis`.
+pub(super) fn concatenate(operands: &[&TensorType], axis: usize) -> Rule<TensorType> {
+    let Some(first) = operands.first() else {
+        return Err("needs at least one operand".to_string());
+    };
+    if axis >= first.rank() {
+        return Err(format!("axis {axis} is out of range for {first}"));
+    }
+    let compatible = operands.iter().all(|t| {
+        t.dtype == first.dtype
+            && t.rank() == first.rank()
+            && (0..first.rank()).all(|i| i == axis || t.dims[i] == first.dims[i])
+    });
+    if !compatible {
+        return Err(format!(
+            "cannot join [{}] along axis {axis}",
+            list(operands.iter())
+        ));
+    }
+    let mut dims = first.dims.clone();
+    dims[axis] = operands
+        .iter()
+        .try_fold(0usize, |n, t| n.checked_add(t.dims[axis]))
+        .ok_or_else(|| {
+            format!(
+                "joining [{}] along axis {axis} is too large",
+                list(operands.iter())
+            )
+        })?;
+    Ok(TensorType::new(first.dtype, &dims))
+}
+
+/// `Pad`: a rank-0 padding value of the operand's dtype; per dimension `low` and `high`
+/// elements (negative crops) and `interior` between neighbours, leaving a size of at least 0.
+pub(super) fn pad(
+    operands: &[&TensorType],
+    low: &[i64],
+    high: &[i64],
+    interior: &[usize],
+) -> Rule<TensorType> {
+    let [x, value] = arity(operands)?;
+    let bad =
+        |why: &str| format!("low {low:?}, high {high:?}, interior {interior:?} on {x}: {why}");
+    let r = x.rank();
+    if low.len() != r || high.len() != r || interior.len() != r {
+        return Err(bad("one entry per dimension is needed"));
+    }
+    if value.rank() != 0 || value.dtype != x.dtype {
+        return Err(bad(
+            "the padding value must be a scalar of the operand's dtype",
+        ));
+    }
+    let mut dims = Vec::with_capacity(r);
+    for i in 0..r {
+        // low + d + (d - 1) * interior + high, in i128 (checked: d and interior may be huge).
+        let d = x.dims[i] as i128;
+        let n = (d - 1)
+            .max(0)
+            .checked_mul(interior[i] as i128)
+            .and_then(|gaps| gaps.checked_add(d))
+            .and_then(|inner| inner.checked_add(i128::from(low[i])))
+            .and_then(|n| n.checked_add(i128::from(high[i])))
+            .ok_or_else(|| bad("a dimension would be too large"))?;
+        if n < 0 {
+            return Err(bad("a dimension would become negative"));
+        }
+        dims.push(usize::try_from(n).map_err(|_| bad("a dimension would be too large"))?);
+    }
+    Ok(TensorType::new(x.dtype, &dims))
+}
+
+/// `Reverse`: distinct axes of the operand; its type.
+pub(super) fn reverse(operands: &[&TensorType], axes: &[usize]) -> Rule<TensorType> {
+    let [x] = arity(operands)?;
+    let distinct = axes.iter().enumerate().all(|(i, a)| !axes[..i].contains(a));
+    if !distinct || axes.iter().any(|&a| a >= x.rank()) {
+        return Err(format!("axes {axes:?} are not distinct dimensions of {x}"));
+    }
+    Ok(x.clone())
+}
