@@ -1360,7 +1360,11 @@ fn memory_child(tokens: usize) -> Result<()> {
     )?;
     let options = greedy(tokens);
     // Compiling the program's text puts it in the client's memory cache; generate reuses it.
-    let [_, _, text] = model.stablehlo(1, cfg.chunk_size, &options)?;
+    // The text is that of the prompt's own bucket (a short prompt gets a short chunk).
+    let bucket = model
+        .prompt_bucket(DECODE_PROMPT)
+        .context("prompt too long")?;
+    let [_, _, text] = model.stablehlo(1, bucket, &options)?;
     client.compile(&text)?;
     let compile_peak = status_kib("VmHWM:")?;
     // Reset the high-water mark (Linux >= 4.0) to see the run's own peak.
