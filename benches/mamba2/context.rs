@@ -60,14 +60,6 @@ pub fn max_abs(a: &[f64]) -> f64 {
     a.iter().fold(0.0, |m, x| m.max(x.abs()))
 }
 
-/// The name of a model's dtype in tables and keys (`f32`, `bf16`).
-pub fn dtype_name(d: DType) -> &'static str {
-    match d {
-        DType::BF16 => "bf16",
-        _ => "f32",
-    }
-}
-
 /// The models of a run (made on first use), prefill times and figures.
 pub struct Ctx {
     /// Sizes and repetitions.
@@ -106,7 +98,7 @@ impl Ctx {
         let model = Mamba2::new(&self.client, self.cfg.clone(), &weights)?;
         eprintln!(
             "  {} model: random weights + upload {:.1}s",
-            dtype_name(dtype),
+            dtype.name(),
             secs_since(t)
         );
         self.models.push((dtype, model));
@@ -157,7 +149,7 @@ impl Ctx {
         model.prefill(&prompts)?;
         eprintln!(
             "  prefill {} b{batch} l{bucket} (chunk {}): first call (compile + run) {:.1}s",
-            dtype_name(dtype),
+            dtype.name(),
             model.prefill_chunk(len),
             secs_since(t)
         );

@@ -11,7 +11,7 @@ use stablegraph::models::mamba2::{GenerateOptions, Mamba2Config, Mamba2Weights, 
 use stablegraph::{DType, TensorType};
 
 use crate::common::{median, quantile, secs_since, show, sorted, timed, write_report};
-use crate::context::{dtype_name, greedy, prompt, Ctx};
+use crate::context::{greedy, prompt, Ctx};
 use crate::host_loop::{self, interpolate, HostTables};
 use crate::plot::latency_svg;
 use crate::table::Table;
@@ -81,7 +81,7 @@ fn device_loop(
     let first = run()?;
     eprintln!(
         "  generate {} b{batch} n{n} {}{}: first call (compile + run) {:.1}s",
-        dtype_name(dtype),
+        dtype.name(),
         sampling_name(&sampling),
         stream.map_or(String::new(), |k| format!(" streamed K={k}")),
         secs_since(t)
@@ -145,7 +145,7 @@ fn device_table(ctx: &mut Ctx, bandwidth: Option<f64>) -> Result<Vec<Value>> {
             }
             table.row(vec![
                 batch.to_string(),
-                dtype_name(dtype).into(),
+                dtype.name().into(),
                 name.clone(),
                 format!("{n} x {runs}"),
                 show(tps),
@@ -163,21 +163,18 @@ fn device_table(ctx: &mut Ctx, bandwidth: Option<f64>) -> Result<Vec<Value>> {
                 };
                 ctx.set_figure(format!("device_loop_{what}_f32_b{batch}"), p50);
                 device.push(json!({
-                    "batch": batch, "dtype": dtype_name(dtype), "sampling": name, "tokens": n,
+                    "batch": batch, "dtype": dtype.name(), "sampling": name, "tokens": n,
                     "runs": runs, "tokens_per_s": tps, "ms_per_step_p50": p50 * 1e3,
                     "ms_per_step_p99": p99 * 1e3,
                 }));
                 continue;
             }
-            ctx.set_figure(format!("device_loop_{}_b{batch}", dtype_name(dtype)), p50);
+            ctx.set_figure(format!("device_loop_{}_b{batch}", dtype.name()), p50);
             if let Some(u) = util {
-                ctx.set_figure(
-                    format!("device_loop_util_{}_b{batch}", dtype_name(dtype)),
-                    u,
-                );
+                ctx.set_figure(format!("device_loop_util_{}_b{batch}", dtype.name()), u);
             }
             device.push(json!({
-                "batch": batch, "dtype": dtype_name(dtype), "sampling": name, "tokens": n,
+                "batch": batch, "dtype": dtype.name(), "sampling": name, "tokens": n,
                 "runs": runs, "tokens_per_s": tps, "ms_per_step_p50": p50 * 1e3,
                 "ms_per_step_p99": p99 * 1e3, "bytes_read_per_step": bytes,
                 "read_gbs": gbs / 1e9, "bandwidth_utilisation": util,

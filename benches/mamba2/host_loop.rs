@@ -9,7 +9,7 @@ use stablegraph::models::mamba2::{Mamba2, Mamba2State};
 use stablegraph::DType;
 
 use crate::common::{median, quantile, secs_since, show, sorted};
-use crate::context::{argmax, argmax_rows, dtype_name, max_abs_diff, prompt, Ctx};
+use crate::context::{argmax, argmax_rows, max_abs_diff, prompt, Ctx};
 use crate::decode::decode_bytes_per_step;
 use crate::table::Table;
 use crate::DECODE_PROMPT;
@@ -29,7 +29,7 @@ pub fn tables(ctx: &mut Ctx, bandwidth: Option<f64>) -> Result<HostTables> {
         let h = host_loop(ctx.get(dtype), len, &contexts)?;
         eprintln!(
             "  host loop {}: {} steps in {:.1}s",
-            dtype_name(dtype),
+            dtype.name(),
             h.step_secs.len(),
             secs_since(t)
         );
@@ -71,7 +71,7 @@ pub fn tables(ctx: &mut Ctx, bandwidth: Option<f64>) -> Result<HostTables> {
             }
             table.row(vec![
                 c.to_string(),
-                dtype_name(*dtype).into(),
+                dtype.name().into(),
                 show(p50 * 1e3),
                 show(p99 * 1e3),
                 show(1.0 / p50),
@@ -84,7 +84,7 @@ pub fn tables(ctx: &mut Ctx, bandwidth: Option<f64>) -> Result<HostTables> {
                 },
             ]);
             rows.push(json!({
-                "context": c, "dtype": dtype_name(*dtype), "cached_ms_p50": p50 * 1e3,
+                "context": c, "dtype": dtype.name(), "cached_ms_p50": p50 * 1e3,
                 "cached_ms_p99": p99 * 1e3, "cached_tokens_per_s": 1.0 / p50,
                 "bandwidth_utilisation": util, "samples": w.len(),
                 "recompute_ms_median": f32_row.then_some(re_ms),

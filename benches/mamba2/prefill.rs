@@ -7,7 +7,7 @@ use stablegraph::models::mamba2::Mamba2Config;
 use stablegraph::DType;
 
 use crate::common::show;
-use crate::context::{dtype_name, Ctx};
+use crate::context::Ctx;
 use crate::table::Table;
 
 /// Parameters read by the matrices per token of the layers (in_proj and out_proj), and of the
@@ -68,7 +68,7 @@ pub fn bench(ctx: &mut Ctx) -> Result<Value> {
                 table.row(vec![
                     len.to_string(),
                     batch.to_string(),
-                    dtype_name(dtype).into(),
+                    dtype.name().into(),
                     bucket.to_string(),
                     chunk.to_string(),
                     show(s * 1e3),
@@ -76,12 +76,9 @@ pub fn bench(ctx: &mut Ctx) -> Result<Value> {
                     show(flops / 1e9),
                     util.map_or("-".into(), |u| format!("{:.0}%", u * 100.0)),
                 ]);
-                ctx.set_figure(
-                    format!("prefill_tps_{}_b{batch}_{len}", dtype_name(dtype)),
-                    tps,
-                );
+                ctx.set_figure(format!("prefill_tps_{}_b{batch}_{len}", dtype.name()), tps);
                 rows.push(json!({
-                    "prompt_len": len, "batch": batch, "dtype": dtype_name(dtype),
+                    "prompt_len": len, "batch": batch, "dtype": dtype.name(),
                     "bucket": bucket, "chunk": chunk, "median_ms": s * 1e3, "tokens_per_s": tps,
                     "gflops": flops / 1e9, "flop_utilisation": util,
                 }));
