@@ -69,12 +69,12 @@ impl CompiledGraph {
                     x.ty()
                 )));
             }
-            buffers.push(client.buffer_from_bytes(x.dtype(), x.dims(), &x.to_bytes(), 0)?);
+            buffers.push(client.buffer_from_host_array(x)?);
         }
         let args: Vec<&Buffer> = buffers.iter().collect();
         self.run_buffers(&args)?
             .iter()
-            .map(|b| HostArray::from_bytes(&TensorType::new(b.dtype(), b.dims()), &b.to_bytes()?))
+            .map(Buffer::to_host_array)
             .collect()
     }
 
