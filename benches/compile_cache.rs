@@ -18,12 +18,18 @@
 //! cargo bench --bench compile_cache
 //! ```
 
+mod common;
+
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::{ensure, Context, Result};
-use stablegraph::runtime::{install, Client, CompileCache, Plugin};
+use common::{
+    bench_dir, json_number, json_object, json_string, median, report_json, secs_since, sorted,
+    write_report,
+};
+use stablegraph::runtime::{install, Client, CompileCache, Executable, Plugin};
 
 const SIDE: usize = 64;
 const BLOCKS: usize = 70;
@@ -50,22 +56,13 @@ fn program() -> String {
 }
 
 /// Runs `exe` on fixed inputs and returns the output.
-fn run(client: &Client, exe: &stablegraph::runtime::Executable) -> Result<Vec<f32>> {
+fn run(client: &Client, exe: &Executable) -> Result<Vec<f32>> {
     let n = SIDE * SIDE;
     let x: Vec<f32> = (0..n).map(|i| ((i % 97) as f32 - 48.0) / 48.0).collect();
     let w: Vec<f32> = (0..n).map(|i| ((i % 89) as f32 - 44.0) / 440.0).collect();
     let dx = client.buffer_from_slice(&x, &[SIDE, SIDE])?;
     let dw = client.buffer_from_slice(&w, &[SIDE, SIDE])?;
     Ok(exe.execute(&[&dx, &dw])?[0].to_vec::<f32>()?)
-}
-
-fn sorted(mut times: Vec<Duration>) -> Vec<Duration> {
-    times.sort();
-    times
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
 }
 
 /// One line of the report.
@@ -78,43 +75,28 @@ struct Figure {
 }
 
 impl Figure {
-    fn new(key: &'static str, label: &'static str, times: Vec<Duration>) -> Figure {
+    /// A figure from the times of its runs, in seconds.
+    fn new(key: &'static str, label: &'static str, times: Vec<f64>) -> Figure {
         let times = sorted(times);
         Figure {
             key,
             label,
-            best_ms: ms(times[0]),
-            median_ms: ms(times[times.len() / 2]),
+            best_ms: times[0] * 1e3,
+            median_ms: median(&times) * 1e3,
             runs: times.len(),
         }
     }
-}
 
-/// `s` as a JSON string literal.
-fn json_string(s: &str) -> String {
-    serde_json::Value::from(s).to_string()
-}
-
-fn report_json(header: &[(&str, String)], figures: &[Figure]) -> String {
-    let mut json = String::from("{\n");
-    for (key, value) in header {
-        let _ = writeln!(json, "  {}: {},", json_string(key), json_string(value));
+    /// The figure as a one-line JSON object.
+    fn json(&self) -> String {
+        json_object(&[
+            ("key", json_string(self.key)),
+            ("figure", json_string(self.label)),
+            ("best_ms", json_number(self.best_ms)),
+            ("median_ms", json_number(self.median_ms)),
+            ("runs", self.runs.to_string()),
+        ])
     }
-    json.push_str("  \"figures\": [\n");
-    for (i, f) in figures.iter().enumerate() {
-        let comma = if i + 1 < figures.len() { "," } else { "" };
-        let _ = writeln!(
-            json,
-            "    {{\"key\": {}, \"figure\": {}, \"best_ms\": {}, \"median_ms\": {}, \"runs\": {}}}{comma}",
-            json_string(f.key),
-            json_string(f.label),
-            f.best_ms,
-            f.median_ms,
-            f.runs
-        );
-    }
-    json.push_str("  ]\n}\n");
-    json
 }
 
 /// An empty scratch directory under `target/bench`.
@@ -125,24 +107,32 @@ fn scratch(root: &Path, name: &str) -> Result<PathBuf> {
     Ok(dir)
 }
 
+/// A fresh client of `plugin` with `cache` compiles `text`: the client, the executable and the
+/// compile's seconds (client creation is not timed).
+fn fresh_compile(
+    plugin: &Plugin,
+    cache: CompileCache,
+    text: &str,
+) -> Result<(Client, Executable, f64)> {
+    let client = Client::new(plugin, &[])?;
+    client.set_compile_cache(cache);
+    let start = Instant::now();
+    let exe = client.compile(text)?;
+    let secs = secs_since(start);
+    Ok((client, exe, secs))
+}
+
 fn main() -> Result<()> {
     let plugin = Plugin::load(install::resolve_cpu_plugin()?)?;
     let text = program();
-    let bench_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("target")
-        .join("bench");
-    std::fs::create_dir_all(&bench_dir)
-        .with_context(|| format!("creating {}", bench_dir.display()))?;
+    let bench_dir = bench_dir()?;
 
     // The compiler alone.
     let mut uncached = Vec::new();
     let mut reference = None;
     for _ in 0..COLD_RUNS {
-        let client = Client::new(&plugin, &[])?;
-        client.set_compile_cache(CompileCache::disabled());
-        let start = Instant::now();
-        let exe = client.compile(&text)?;
-        uncached.push(start.elapsed());
+        let (client, exe, secs) = fresh_compile(&plugin, CompileCache::disabled(), &text)?;
+        uncached.push(secs);
         reference.get_or_insert(run(&client, &exe)?);
     }
     let reference = reference.context("no compile ran")?;
@@ -152,11 +142,8 @@ fn main() -> Result<()> {
     let mut dir = PathBuf::new();
     for i in 0..COLD_RUNS {
         dir = scratch(&bench_dir, &format!("cold{i}"))?;
-        let client = Client::new(&plugin, &[])?;
-        client.set_compile_cache(CompileCache::in_dir(&dir));
-        let start = Instant::now();
-        let exe = client.compile(&text)?;
-        cold.push(start.elapsed());
+        let (client, exe, secs) = fresh_compile(&plugin, CompileCache::in_dir(&dir), &text)?;
+        cold.push(secs);
         let s = client.cache_stats();
         ensure!(s.compiles == 1 && s.disk_writes == 1, "cold run: {s:?}");
         ensure!(run(&client, &exe)? == reference, "cold executable differs");
@@ -170,11 +157,8 @@ fn main() -> Result<()> {
     let mut warm = Vec::new();
     let mut memory = Vec::new();
     for _ in 0..WARM_RUNS {
-        let client = Client::new(&plugin, &[])?;
-        client.set_compile_cache(CompileCache::in_dir(&dir));
-        let start = Instant::now();
-        let exe = client.compile(&text)?;
-        warm.push(start.elapsed());
+        let (client, exe, secs) = fresh_compile(&plugin, CompileCache::in_dir(&dir), &text)?;
+        warm.push(secs);
         let s = client.cache_stats();
         ensure!(s.disk_hits == 1 && s.compiles == 0, "warm run: {s:?}");
         ensure!(
@@ -185,7 +169,7 @@ fn main() -> Result<()> {
             for _ in 0..MEMORY_RUNS {
                 let start = Instant::now();
                 let again = client.compile(&text)?;
-                memory.push(start.elapsed());
+                memory.push(secs_since(start));
                 drop(again);
             }
             let s = client.cache_stats();
@@ -235,9 +219,8 @@ fn main() -> Result<()> {
     let speedup = figures[1].median_ms / figures[2].median_ms;
     println!("\nwarm from disk is {speedup:.0}x faster than cold (medians)");
 
-    let file = bench_dir.join("compile_cache.json");
-    std::fs::write(&file, report_json(&header, &figures))
-        .with_context(|| format!("writing {}", file.display()))?;
+    let json: Vec<String> = figures.iter().map(Figure::json).collect();
+    let file = write_report("compile_cache.json", &report_json(&header, &[], &json))?;
     println!("wrote {}", file.display());
     Ok(())
 }

@@ -26,12 +26,18 @@
 //! cargo bench --bench runtime -- --quick                         # 1/16 sizes: a smoke test
 //! ```
 
-use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+mod common;
 
-use anyhow::{ensure, Context, Result};
-use stablegraph::runtime::{install, Buffer, Client, CompileCache, Plugin};
+use std::path::Path;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use common::ceilings::{matmul_best_secs, Layout, Matvec, BEST_OF};
+use common::{
+    check_close, fill, json_number, json_object, json_string, report_json, secs_since, show, timed,
+    write_report,
+};
+use stablegraph::runtime::{install, Client, CompileCache, Plugin};
 
 /// Problem sizes: the full run, or 1/16 of the data for `--quick`.
 struct Sizes {
@@ -60,7 +66,6 @@ impl Sizes {
     }
 }
 
-const BANDWIDTH_RUNS: usize = 8;
 const TRANSFER_RUNS: usize = 3;
 
 /// One line of the report.
@@ -71,54 +76,16 @@ struct Figure {
     unit: &'static str,
 }
 
-/// Timings of repeated calls, sorted.
-struct Times(Vec<Duration>);
-
-impl Times {
-    fn best(&self) -> Duration {
-        self.0[0]
+impl Figure {
+    /// The figure as a one-line JSON object.
+    fn json(&self) -> String {
+        json_object(&[
+            ("key", json_string(self.key)),
+            ("figure", json_string(&self.label)),
+            ("value", json_number(self.value)),
+            ("unit", json_string(self.unit)),
+        ])
     }
-
-    /// The `q`-quantile (nearest rank), e.g. 0.5 for the median.
-    fn quantile(&self, q: f64) -> Duration {
-        let rank = (q * self.0.len() as f64).ceil() as usize;
-        self.0[rank.clamp(1, self.0.len()) - 1]
-    }
-}
-
-/// Runs `f` `runs` times (at least once), timing each call; returns the times and the last
-/// result. Earlier results are dropped outside the timed region.
-fn timed<T>(runs: usize, mut f: impl FnMut() -> Result<T>) -> Result<(Times, T)> {
-    let mut times = Vec::with_capacity(runs);
-    let mut last = None;
-    for _ in 0..runs.max(1) {
-        let start = Instant::now();
-        let value = f()?;
-        times.push(start.elapsed());
-        last = Some(value);
-    }
-    times.sort();
-    Ok((Times(times), last.expect("at least one run")))
-}
-
-/// A cheap deterministic fill: `(i % modulus) * scale`.
-fn fill(len: usize, modulus: usize, scale: f32) -> Vec<f32> {
-    (0..len).map(|i| (i % modulus) as f32 * scale).collect()
-}
-
-/// Fails unless `got` is within `tol` (relative) of the host's `want`.
-fn check_close(what: &str, got: f32, want: f64, tol: f64) -> Result<()> {
-    let err = (got as f64 - want).abs() / want.abs().max(f64::MIN_POSITIVE);
-    ensure!(
-        err <= tol,
-        "{what}: device {got}, host {want} (relative error {err:.1e} > {tol:.0e}); refusing to \
-         report the speed of a wrong result"
-    );
-    Ok(())
-}
-
-fn secs(d: Duration) -> f64 {
-    d.as_secs_f64()
 }
 
 fn program_add(n: usize) -> String {
@@ -126,58 +93,6 @@ fn program_add(n: usize) -> String {
         r#"func.func @main(%a: tensor<{n}xf32>, %b: tensor<{n}xf32>) -> tensor<{n}xf32> {{
   %0 = stablehlo.add %a, %b : tensor<{n}xf32>
   return %0 : tensor<{n}xf32>
-}}
-"#
-    )
-}
-
-/// How the matrix of the matrix-vector product is stored.
-#[derive(Clone, Copy)]
-enum Layout {
-    /// `W` is `[in, out]`: `x @ W`.
-    InOut,
-    /// `W` is `[out, in]`: `x @ W.T`.
-    OutIn,
-}
-
-impl Layout {
-    fn dims(self, n_in: usize, n_out: usize) -> [usize; 2] {
-        match self {
-            Layout::InOut => [n_in, n_out],
-            Layout::OutIn => [n_out, n_in],
-        }
-    }
-
-    /// The row-major index of `W[i, j]` (input `i`, output `j`).
-    fn index(self, n_in: usize, n_out: usize, i: usize, j: usize) -> usize {
-        match self {
-            Layout::InOut => i * n_out + j,
-            Layout::OutIn => j * n_in + i,
-        }
-    }
-}
-
-/// `x @ W` (or `x @ W.T`) for `x: tensor<n_in>`, contracting `W` on its input dimension.
-fn program_matvec(n_in: usize, n_out: usize, layout: Layout) -> String {
-    let [d0, d1] = layout.dims(n_in, n_out);
-    let contract = match layout {
-        Layout::InOut => 0,
-        Layout::OutIn => 1,
-    };
-    format!(
-        r#"func.func @main(%x: tensor<{n_in}xf32>, %w: tensor<{d0}x{d1}xf32>) -> tensor<{n_out}xf32> {{
-  %0 = stablehlo.dot_general %x, %w, contracting_dims = [0] x [{contract}] : (tensor<{n_in}xf32>, tensor<{d0}x{d1}xf32>) -> tensor<{n_out}xf32>
-  return %0 : tensor<{n_out}xf32>
-}}
-"#
-    )
-}
-
-fn program_matmul(n: usize) -> String {
-    format!(
-        r#"func.func @main(%a: tensor<{n}x{n}xf32>, %b: tensor<{n}x{n}xf32>) -> tensor<{n}x{n}xf32> {{
-  %0 = stablehlo.dot_general %a, %b, contracting_dims = [1] x [0] : (tensor<{n}x{n}xf32>, tensor<{n}x{n}xf32>) -> tensor<{n}x{n}xf32>
-  return %0 : tensor<{n}x{n}xf32>
 }}
 "#
     )
@@ -192,13 +107,13 @@ fn bench_small(client: &Client, s: &Sizes, out: &mut Vec<Figure>) -> Result<()> 
     out.push(Figure {
         key: "compile_best",
         label: format!("{label}, best of {}", s.compile_runs),
-        value: secs(compile.best()) * 1e3,
+        value: compile[0] * 1e3,
         unit: "ms",
     });
     out.push(Figure {
         key: "compile_median",
         label: format!("{label}, median"),
-        value: secs(compile.quantile(0.5)) * 1e3,
+        value: common::median(&compile) * 1e3,
         unit: "ms",
     });
 
@@ -219,39 +134,21 @@ fn bench_small(client: &Client, s: &Sizes, out: &mut Vec<Figure>) -> Result<()> 
     out.push(Figure {
         key: "execute_latency_median",
         label: format!("{label}, median"),
-        value: secs(latency.quantile(0.5)) * 1e6,
+        value: common::median(&latency) * 1e6,
         unit: "us",
     });
     out.push(Figure {
         key: "execute_latency_p99",
         label: format!("{label}, p99"),
-        value: secs(latency.quantile(0.99)) * 1e6,
+        value: common::quantile(&latency, 0.99) * 1e6,
         unit: "us",
     });
     Ok(())
 }
 
 /// Figure 4: matrix-vector read bandwidth for one layout of `w`.
-fn bench_matvec(
-    client: &Client,
-    s: &Sizes,
-    layout: Layout,
-    x: (&[f32], &Buffer),
-    w: &[f32],
-) -> Result<Figure> {
-    let (n_in, n_out) = (s.mv_in, s.mv_out);
-    let exe = client.compile(&program_matvec(n_in, n_out, layout))?;
-    let dw = client.buffer_from_slice(w, &layout.dims(n_in, n_out))?;
-    exe.execute(&[x.1, &dw])?;
-    let (times, result) = timed(BANDWIDTH_RUNS, || Ok(exe.execute(&[x.1, &dw])?))?;
-    let got = result[0].to_vec::<f32>()?;
-    for j in [0, 1, n_out / 2 + 3, n_out - 1] {
-        let want: f64 = (0..n_in)
-            .map(|i| x.0[i] as f64 * w[layout.index(n_in, n_out, i, j)] as f64)
-            .sum();
-        check_close(&format!("matvec[{j}]"), got[j], want, 1e-3)?;
-    }
-    let bytes = (w.len() * 4) as f64;
+fn bench_matvec(client: &Client, s: &Sizes, m: &Matvec, layout: Layout) -> Result<Figure> {
+    let best = m.best_secs(client, layout)?;
     let (key, name) = match layout {
         Layout::InOut => ("matvec_in_out", "x @ W, W [in, out]"),
         Layout::OutIn => ("matvec_out_in", "x @ W.T, W [out, in]"),
@@ -259,10 +156,12 @@ fn bench_matvec(
     Ok(Figure {
         key,
         label: format!(
-            "matvec {name} {n_in}x{n_out} ({} MiB), best of {BANDWIDTH_RUNS}",
-            (w.len() * 4) >> 20
+            "matvec {name} {}x{} ({} MiB), best of {BEST_OF}",
+            s.mv_in,
+            s.mv_out,
+            m.matrix_bytes() >> 20
         ),
-        value: bytes / secs(times.best()) / 1e9,
+        value: m.matrix_bytes() as f64 / best / 1e9,
         unit: "GB/s",
     })
 }
@@ -270,26 +169,12 @@ fn bench_matvec(
 /// Figure 5: f32 matmul throughput.
 fn bench_matmul(client: &Client, s: &Sizes) -> Result<Figure> {
     let n = s.mm_n;
-    let exe = client.compile(&program_matmul(n))?;
-    let (a, b) = (fill(n * n, 13, 0.01), fill(n * n, 7, 0.1));
-    let (da, db) = (
-        client.buffer_from_slice(&a, &[n, n])?,
-        client.buffer_from_slice(&b, &[n, n])?,
-    );
-    exe.execute(&[&da, &db])?;
-    let (times, result) = timed(BANDWIDTH_RUNS, || Ok(exe.execute(&[&da, &db])?))?;
-    let got = result[0].to_vec::<f32>()?;
-    for (i, j) in [(0, 0), (1, n - 1), (n / 2, 7), (n - 1, n / 3)] {
-        let want: f64 = (0..n)
-            .map(|k| a[i * n + k] as f64 * b[k * n + j] as f64)
-            .sum();
-        check_close(&format!("matmul[{i}, {j}]"), got[i * n + j], want, 1e-3)?;
-    }
+    let best = matmul_best_secs(client, n)?;
     let flops = 2.0 * (n as f64).powi(3);
     Ok(Figure {
         key: "matmul",
-        label: format!("matmul f32 {n}x{n}x{n}, best of {BANDWIDTH_RUNS}"),
-        value: flops / secs(times.best()) / 1e9,
+        label: format!("matmul f32 {n}x{n}x{n}, best of {BEST_OF}"),
+        value: flops / best / 1e9,
         unit: "GFLOP/s",
     })
 }
@@ -311,13 +196,13 @@ fn bench_transfer(client: &Client, s: &Sizes, out: &mut Vec<Figure>) -> Result<(
     out.push(Figure {
         key: "host_to_device",
         label: format!("host -> device {mib} MiB, best of {TRANSFER_RUNS}"),
-        value: gb / secs(h2d.best()),
+        value: gb / h2d[0],
         unit: "GB/s",
     });
     out.push(Figure {
         key: "device_to_host",
         label: format!("device -> host {mib} MiB, best of {TRANSFER_RUNS}"),
-        value: gb / secs(d2h.best()),
+        value: gb / d2h[0],
         unit: "GB/s",
     });
     Ok(())
@@ -338,50 +223,6 @@ fn plugin_id(path: &Path) -> String {
         })
 }
 
-/// A value with about four significant digits.
-fn show(v: f64) -> String {
-    match v.abs() {
-        a if a >= 1000.0 => format!("{v:.0}"),
-        a if a >= 100.0 => format!("{v:.1}"),
-        a if a >= 1.0 => format!("{v:.2}"),
-        _ => format!("{v:.3}"),
-    }
-}
-
-/// `s` as a JSON string literal.
-fn json_string(s: &str) -> String {
-    serde_json::Value::from(s).to_string()
-}
-
-fn json_number(v: f64) -> String {
-    if v.is_finite() {
-        format!("{v}")
-    } else {
-        "null".into()
-    }
-}
-
-fn report_json(header: &[(&str, String)], quick: bool, figures: &[Figure]) -> String {
-    let mut json = String::from("{\n");
-    for (key, value) in header {
-        let _ = writeln!(json, "  {}: {},", json_string(key), json_string(value));
-    }
-    let _ = writeln!(json, "  \"quick\": {quick},\n  \"figures\": [");
-    for (i, f) in figures.iter().enumerate() {
-        let comma = if i + 1 < figures.len() { "," } else { "" };
-        let _ = writeln!(
-            json,
-            "    {{\"key\": {}, \"figure\": {}, \"value\": {}, \"unit\": {}}}{comma}",
-            json_string(f.key),
-            json_string(&f.label),
-            json_number(f.value),
-            json_string(f.unit)
-        );
-    }
-    json.push_str("  ]\n}\n");
-    json
-}
-
 fn main() -> Result<()> {
     // Cargo passes `--bench` to harness-less benches; anything but `--quick` is ignored.
     let quick = std::env::args().skip(1).any(|a| a == "--quick");
@@ -393,7 +234,7 @@ fn main() -> Result<()> {
     let client = Client::new(&plugin, &[])?;
     // Every compile below is a real one: no memory or disk cache hits.
     client.set_compile_cache(CompileCache::disabled());
-    let create = start.elapsed();
+    let create = secs_since(start);
 
     let (major, minor) = plugin.api_version();
     let header = [
@@ -405,7 +246,7 @@ fn main() -> Result<()> {
     let mut figures = vec![Figure {
         key: "client_create",
         label: "client creation (plugin load + Client::new)".into(),
-        value: secs(create) * 1e3,
+        value: create * 1e3,
         unit: "ms",
     }];
 
@@ -413,11 +254,9 @@ fn main() -> Result<()> {
     bench_small(&client, &s, &mut figures).context("small program")?;
     {
         eprintln!("measuring matrix-vector read bandwidth");
-        let x = fill(s.mv_in, 7, 0.1);
-        let dx = client.buffer_from_slice(&x, &[s.mv_in])?;
-        let w = fill(s.mv_in * s.mv_out, 13, 0.01);
-        for layout in [Layout::InOut, Layout::OutIn] {
-            figures.push(bench_matvec(&client, &s, layout, (&x, &dx), &w).context("matvec")?);
+        let m = Matvec::new(&client, s.mv_in, s.mv_out)?;
+        for layout in Layout::BOTH {
+            figures.push(bench_matvec(&client, &s, &m, layout).context("matvec")?);
         }
     }
     eprintln!("measuring matmul throughput");
@@ -438,14 +277,12 @@ fn main() -> Result<()> {
         println!("{:<width$}  {v:>vwidth$}  {}", f.label, f.unit);
     }
 
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("target")
-        .join("bench");
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let suffix = if quick { "-quick" } else { "" };
-    let file = dir.join(format!("runtime-{}{suffix}.json", plugin_id(plugin.path())));
-    std::fs::write(&file, report_json(&header, quick, &figures))
-        .with_context(|| format!("writing {}", file.display()))?;
+    let json: Vec<String> = figures.iter().map(Figure::json).collect();
+    let file = write_report(
+        &format!("runtime-{}{suffix}.json", plugin_id(plugin.path())),
+        &report_json(&header, &[("quick", quick.to_string())], &json),
+    )?;
     println!("\nwrote {}", file.display());
     Ok(())
 }

@@ -95,18 +95,10 @@ host_element!(f64, F64);
 impl HostArray {
     /// The element type.
     pub fn dtype(&self) -> DType {
-        match self {
-            HostArray::Pred(_) => DType::Pred,
-            HostArray::U8(_) => DType::U8,
-            HostArray::U32(_) => DType::U32,
-            HostArray::U64(_) => DType::U64,
-            HostArray::I32(_) => DType::I32,
-            HostArray::I64(_) => DType::I64,
-            HostArray::F16(_) => DType::F16,
-            HostArray::BF16(_) => DType::BF16,
-            HostArray::F32(_) => DType::F32,
-            HostArray::F64(_) => DType::F64,
+        fn of<T: Element>(_: &ArrayD<T>) -> DType {
+            T::DTYPE
         }
+        with_host_array!(self, a => of(a))
     }
 
     /// The shape.
@@ -124,8 +116,20 @@ impl HostArray {
         T::wrap(ArrayD::from_elem(IxDyn(&[]), v))
     }
 
-    /// Builds an array from row-major data.
+    /// Builds an array from row-major data; `data` must hold exactly the shape's element count
+    /// (an error says how many it needs and got).
     pub fn from_vec<T: HostElement>(dims: &[usize], data: Vec<T>) -> Result<HostArray> {
+        let ty = TensorType::new(T::DTYPE, dims);
+        let needed = ty.byte_size().map(|_| ty.element_count()).ok_or_else(|| {
+            Error::InvalidArgument(format!("shape {dims:?} is too large to allocate"))
+        })?;
+        if data.len() != needed {
+            let values = if needed == 1 { "value" } else { "values" };
+            return Err(Error::InvalidArgument(format!(
+                "shape {dims:?} needs {needed} {values}, got {}",
+                data.len()
+            )));
+        }
         ArrayD::from_shape_vec(IxDyn(dims), data)
             .map(T::wrap)
             .map_err(|e| Error::InvalidArgument(format!("shape {dims:?}: {e}")))
@@ -188,5 +192,55 @@ impl HostArray {
             HostArray::F32(a) => a.iter().map(|&x| f64::from(x)).collect(),
             HostArray::F64(a) => a.iter().copied().collect(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn from_vec_with_the_wrong_number_of_values_says_how_many() {
+        let err = HostArray::from_vec(&[3, 2], vec![1.0f32; 5]).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            Error::InvalidArgument("shape [3, 2] needs 6 values, got 5".into()).to_string()
+        );
+        let err = HostArray::from_vec::<i32>(&[], vec![]).unwrap_err();
+        assert!(
+            err.to_string().contains("shape [] needs 1 value, got 0"),
+            "{err}"
+        );
+        let err = HostArray::from_vec(&[usize::MAX, 2], vec![0u8]).unwrap_err();
+        assert!(err.to_string().contains("too large"), "{err}");
+    }
+
+    #[test]
+    fn each_variant_reports_its_dtype() {
+        let scalars = [
+            (HostArray::scalar(true), DType::Pred),
+            (HostArray::scalar(1u8), DType::U8),
+            (HostArray::scalar(1u32), DType::U32),
+            (HostArray::scalar(1u64), DType::U64),
+            (HostArray::scalar(1i32), DType::I32),
+            (HostArray::scalar(1i64), DType::I64),
+            (HostArray::scalar(f16::ONE), DType::F16),
+            (HostArray::scalar(bf16::ONE), DType::BF16),
+            (HostArray::scalar(1f32), DType::F32),
+            (HostArray::scalar(1f64), DType::F64),
+        ];
+        for (a, d) in scalars {
+            assert_eq!(a.dtype(), d);
+            assert_eq!(a.ty(), TensorType::new(d, &[]));
+        }
+    }
+
+    #[test]
+    fn from_vec_keeps_shape_and_order() {
+        let a = HostArray::from_vec(&[2, 3], (0..6).collect::<Vec<i64>>()).unwrap();
+        assert_eq!(a.ty(), TensorType::new(DType::I64, &[2, 3]));
+        assert_eq!(a.to_f64_vec(), vec![0.0, 1.0, 2.0, 3.0, 4.0, 5.0]);
+        let empty = HostArray::from_vec::<f32>(&[0, 4], vec![]).unwrap();
+        assert_eq!(empty.dims(), &[0, 4]);
     }
 }

@@ -2,7 +2,7 @@
 //! [`Client`], and run it on host arrays or device buffers.
 
 use crate::array::HostArray;
-use crate::dtype::TensorType;
+use crate::dtype::{DType, TensorType};
 use crate::error::{Error, Result};
 use crate::ops::Graph;
 use crate::runtime::{Buffer, Client, Executable};
@@ -12,6 +12,8 @@ use crate::runtime::{Buffer, Client, Executable};
 pub struct CompiledGraph {
     exe: Executable,
     params: Vec<TensorType>,
+    /// The parameters' names, for errors.
+    names: Vec<String>,
     outputs: Vec<TensorType>,
     text: String,
 }
@@ -39,6 +41,7 @@ impl Graph {
         Ok(CompiledGraph {
             exe,
             params: self.parameter_types(),
+            names: self.parameter_names(),
             outputs,
             text,
         })
@@ -52,35 +55,51 @@ impl Graph {
 
 impl CompiledGraph {
     /// Uploads `inputs` (one per parameter, matching its type), runs, and downloads the outputs.
+    /// An input of the wrong type is an error naming the parameter, as in [`Graph::evaluate`].
     pub fn run(&self, inputs: &[HostArray]) -> Result<Vec<HostArray>> {
+        self.check_inputs(inputs.iter().map(|x| (x.dtype(), x.dims())))?;
+        let client = self.exe.client();
+        let buffers = inputs
+            .iter()
+            .map(|x| client.buffer_from_host_array(x))
+            .collect::<Result<Vec<Buffer>>>()?;
+        let args: Vec<&Buffer> = buffers.iter().collect();
+        self.run_buffers(&args)?
+            .iter()
+            .map(Buffer::to_host_array)
+            .collect()
+    }
+
+    /// Runs on device buffers and returns device buffers (no host copies). A buffer of the
+    /// wrong type is an error naming the parameter, as in [`CompiledGraph::run`].
+    pub fn run_buffers(&self, inputs: &[&Buffer]) -> Result<Vec<Buffer>> {
+        self.check_inputs(inputs.iter().map(|b| (b.dtype(), b.dims())))?;
+        self.exe.execute(inputs)
+    }
+
+    /// An error unless there is one input per parameter, each of its type; a mismatch names the
+    /// parameter by position and name, in the interpreter's words.
+    fn check_inputs<'a>(
+        &self,
+        inputs: impl ExactSizeIterator<Item = (DType, &'a [usize])>,
+    ) -> Result<()> {
         if inputs.len() != self.params.len() {
             return Err(Error::InvalidArgument(format!(
-                "the graph takes {} inputs, got {}",
+                "the graph has {} parameters but {} inputs were given",
                 self.params.len(),
                 inputs.len()
             )));
         }
-        let client = self.exe.client();
-        let mut buffers = Vec::with_capacity(inputs.len());
-        for (i, (x, want)) in inputs.iter().zip(&self.params).enumerate() {
-            if &x.ty() != want {
+        for (i, ((dtype, dims), want)) in inputs.zip(&self.params).enumerate() {
+            if dtype != want.dtype || dims != want.dims.as_slice() {
+                let name = self.names.get(i).map_or("?", String::as_str);
                 return Err(Error::InvalidArgument(format!(
-                    "input {i} is {}, the parameter is {want}",
-                    x.ty()
+                    "input {i} is {}, but parameter {i} ({name}) is {want}",
+                    TensorType::new(dtype, dims)
                 )));
             }
-            buffers.push(client.buffer_from_bytes(x.dtype(), x.dims(), &x.to_bytes(), 0)?);
         }
-        let args: Vec<&Buffer> = buffers.iter().collect();
-        self.run_buffers(&args)?
-            .iter()
-            .map(|b| HostArray::from_bytes(&TensorType::new(b.dtype(), b.dims()), &b.to_bytes()?))
-            .collect()
-    }
-
-    /// Runs on device buffers and returns device buffers (no host copies).
-    pub fn run_buffers(&self, inputs: &[&Buffer]) -> Result<Vec<Buffer>> {
-        self.exe.execute(inputs)
+        Ok(())
     }
 
     /// The compiled executable.

@@ -29,6 +29,28 @@ pub enum DType {
     F64,
 }
 
+/// What kind of number a [`DType`] holds.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Pred,
+    Unsigned,
+    Signed,
+    Float,
+}
+
+/// The facts of one element type: one row of [`DType::facts`], the table every method reads.
+struct Facts {
+    /// Its name in stablegraph (`Display`): `pred`, `u8`, `bf16`, ...
+    name: &'static str,
+    /// Its name in MLIR: `i1`, `ui8`, `bf16`, ...
+    mlir: &'static str,
+    /// Bytes per element on the host.
+    bytes: usize,
+    kind: Kind,
+    /// The `PJRT_Buffer_Type` value.
+    pjrt: i32,
+}
+
 impl DType {
     /// Every supported element type.
     pub const ALL: [DType; 10] = [
@@ -44,64 +66,64 @@ impl DType {
         DType::F64,
     ];
 
+    /// The table of per-dtype facts: one row per element type.
+    const fn facts(self) -> Facts {
+        use Kind::*;
+        let (name, mlir, bytes, kind, pjrt) = match self {
+            DType::Pred => ("pred", "i1", 1, Pred, 1),
+            DType::U8 => ("u8", "ui8", 1, Unsigned, 6),
+            DType::U32 => ("u32", "ui32", 4, Unsigned, 8),
+            DType::U64 => ("u64", "ui64", 8, Unsigned, 9),
+            DType::I32 => ("i32", "i32", 4, Signed, 4),
+            DType::I64 => ("i64", "i64", 8, Signed, 5),
+            DType::F16 => ("f16", "f16", 2, Float, 10),
+            DType::BF16 => ("bf16", "bf16", 2, Float, 13),
+            DType::F32 => ("f32", "f32", 4, Float, 11),
+            DType::F64 => ("f64", "f64", 8, Float, 12),
+        };
+        Facts {
+            name,
+            mlir,
+            bytes,
+            kind,
+            pjrt,
+        }
+    }
+
+    /// The element type's name in stablegraph (`pred`, `u8`, `bf16`, `f32`, ...), as
+    /// `Display` writes it.
+    pub fn name(self) -> &'static str {
+        self.facts().name
+    }
+
     /// Bytes per element on the host.
     pub fn size_in_bytes(self) -> usize {
-        match self {
-            DType::Pred | DType::U8 => 1,
-            DType::F16 | DType::BF16 => 2,
-            DType::I32 | DType::U32 | DType::F32 => 4,
-            DType::I64 | DType::U64 | DType::F64 => 8,
-        }
+        self.facts().bytes
     }
 
     /// The element type's name in MLIR (`f32`, `bf16`, `i1`, `ui8`, ...).
     pub fn mlir_name(self) -> &'static str {
-        match self {
-            DType::Pred => "i1",
-            DType::U8 => "ui8",
-            DType::U32 => "ui32",
-            DType::U64 => "ui64",
-            DType::I32 => "i32",
-            DType::I64 => "i64",
-            DType::F16 => "f16",
-            DType::BF16 => "bf16",
-            DType::F32 => "f32",
-            DType::F64 => "f64",
-        }
+        self.facts().mlir
     }
 
     /// Whether this is an integer type (signed or unsigned; not `Pred`).
     pub fn is_int(self) -> bool {
-        matches!(
-            self,
-            DType::U8 | DType::U32 | DType::U64 | DType::I32 | DType::I64
-        )
+        matches!(self.facts().kind, Kind::Unsigned | Kind::Signed)
     }
 
     /// Whether this is an unsigned integer type.
     pub fn is_unsigned(self) -> bool {
-        matches!(self, DType::U8 | DType::U32 | DType::U64)
+        self.facts().kind == Kind::Unsigned
     }
 
     /// Whether this is a floating-point type.
     pub fn is_float(self) -> bool {
-        matches!(self, DType::F16 | DType::BF16 | DType::F32 | DType::F64)
+        self.facts().kind == Kind::Float
     }
 
     /// The `PJRT_Buffer_Type` value.
     pub(crate) fn to_pjrt(self) -> i32 {
-        match self {
-            DType::Pred => 1,
-            DType::I32 => 4,
-            DType::I64 => 5,
-            DType::U8 => 6,
-            DType::U32 => 8,
-            DType::U64 => 9,
-            DType::F16 => 10,
-            DType::F32 => 11,
-            DType::F64 => 12,
-            DType::BF16 => 13,
-        }
+        self.facts().pjrt
     }
 
     /// The dtype of a `PJRT_Buffer_Type` value, or `None` for types stablegraph does not support.
@@ -112,19 +134,7 @@ impl DType {
 
 impl fmt::Display for DType {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let name = match self {
-            DType::Pred => "pred",
-            DType::U8 => "u8",
-            DType::U32 => "u32",
-            DType::U64 => "u64",
-            DType::I32 => "i32",
-            DType::I64 => "i64",
-            DType::F16 => "f16",
-            DType::BF16 => "bf16",
-            DType::F32 => "f32",
-            DType::F64 => "f64",
-        };
-        f.write_str(name)
+        f.write_str(self.name())
     }
 }
 
@@ -259,6 +269,55 @@ mod tests {
         assert_eq!(DType::BF16.size_in_bytes(), std::mem::size_of::<bf16>());
         assert_eq!(DType::F32.size_in_bytes(), std::mem::size_of::<f32>());
         assert_eq!(DType::F64.size_in_bytes(), std::mem::size_of::<f64>());
+    }
+
+    #[test]
+    fn names_and_kinds_match_the_spelled_out_table() {
+        // (dtype, name, MLIR name, integer, unsigned, float), written out independently.
+        let want = [
+            (DType::Pred, "pred", "i1", false, false, false),
+            (DType::U8, "u8", "ui8", true, true, false),
+            (DType::U32, "u32", "ui32", true, true, false),
+            (DType::U64, "u64", "ui64", true, true, false),
+            (DType::I32, "i32", "i32", true, false, false),
+            (DType::I64, "i64", "i64", true, false, false),
+            (DType::F16, "f16", "f16", false, false, true),
+            (DType::BF16, "bf16", "bf16", false, false, true),
+            (DType::F32, "f32", "f32", false, false, true),
+            (DType::F64, "f64", "f64", false, false, true),
+        ];
+        assert_eq!(want.map(|w| w.0), DType::ALL);
+        for (d, name, mlir, int, unsigned, float) in want {
+            assert_eq!(d.name(), name);
+            assert_eq!(d.to_string(), name);
+            assert_eq!(d.mlir_name(), mlir);
+            assert_eq!(
+                (d.is_int(), d.is_unsigned(), d.is_float()),
+                (int, unsigned, float),
+                "{d}"
+            );
+        }
+    }
+
+    #[test]
+    fn pjrt_codes_match_the_header() {
+        // `PJRT_Buffer_Type` in pjrt_c_api.h: PRED 1, S32 4, S64 5, U8 6, U32 8, U64 9, F16 10,
+        // F32 11, F64 12, BF16 13.
+        let header = [
+            (DType::Pred, 1),
+            (DType::I32, 4),
+            (DType::I64, 5),
+            (DType::U8, 6),
+            (DType::U32, 8),
+            (DType::U64, 9),
+            (DType::F16, 10),
+            (DType::F32, 11),
+            (DType::F64, 12),
+            (DType::BF16, 13),
+        ];
+        for (d, code) in header {
+            assert_eq!(d.to_pjrt(), code, "{d}");
+        }
     }
 
     #[test]

@@ -6,8 +6,9 @@ mod common;
 use common::{client, compile, Rng};
 use half::{bf16, f16};
 use ndarray::{ArrayD, IxDyn};
+use stablegraph::array::HostElement;
 use stablegraph::runtime::Buffer;
-use stablegraph::{DType, Element};
+use stablegraph::{DType, HostArray};
 
 const SHAPES: &[&[usize]] = &[&[], &[1], &[0], &[3, 0, 2], &[2, 3], &[4, 1, 5]];
 
@@ -21,8 +22,9 @@ fn mlir_type(dtype: DType, dims: &[usize]) -> String {
     s
 }
 
-/// Uploads `data`, reads it back directly, and through a compiled identity program.
-fn round_trip<T: Element + PartialEq>(data: Vec<T>, dims: &[usize]) {
+/// Uploads `data`, reads it back directly, and through a compiled identity program; as a slice,
+/// an ndarray and a `HostArray`.
+fn round_trip<T: HostElement + PartialEq>(data: Vec<T>, dims: &[usize]) {
     let c = client();
     let buf = c.buffer_from_slice(&data, dims).unwrap();
     assert_eq!(buf.dtype(), T::DTYPE);
@@ -51,6 +53,27 @@ fn round_trip<T: Element + PartialEq>(data: Vec<T>, dims: &[usize]) {
     let array = ArrayD::from_shape_vec(IxDyn(dims), data.clone()).unwrap();
     let from_array = c.buffer_from_array(&array).unwrap();
     assert_eq!(from_array.to_array::<T>().unwrap(), array);
+
+    // A HostArray up (its dtype and shape) and down (the buffer's), without naming `T`.
+    let host = HostArray::from_vec(dims, data.clone()).unwrap();
+    let from_host = c.buffer_from_host_array(&host).unwrap();
+    assert_eq!((from_host.dtype(), from_host.dims()), (T::DTYPE, dims));
+    assert_eq!(
+        from_host.to_vec::<T>().unwrap(),
+        data,
+        "{} {dims:?}",
+        T::DTYPE
+    );
+    let down = out[0].to_host_array().unwrap();
+    assert_eq!(down.ty(), stablegraph::TensorType::new(T::DTYPE, dims));
+    assert_eq!(
+        down.as_array::<T>()
+            .unwrap()
+            .iter()
+            .copied()
+            .collect::<Vec<T>>(),
+        data
+    );
 }
 
 fn n(dims: &[usize]) -> usize {
@@ -151,4 +174,13 @@ fn non_contiguous_arrays_upload_in_logical_order() {
     assert_eq!(buf.dims(), &[4, 3]);
     let back = buf.to_array::<i64>().unwrap();
     assert_eq!(back, t.into_dyn());
+
+    let host = HostArray::from(t.to_owned().into_dyn());
+    assert!(!host.as_array::<i64>().unwrap().is_standard_layout());
+    let buf = client().buffer_from_host_array(&host).unwrap();
+    let want: Vec<i64> = (0..4)
+        .flat_map(|j| (0..3).map(move |i| (i * 10 + j) as i64))
+        .collect();
+    assert_eq!(buf.to_vec::<i64>().unwrap(), want);
+    assert_eq!(buf.to_host_array().unwrap(), host);
 }

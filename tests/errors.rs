@@ -6,8 +6,9 @@ mod common;
 use std::path::PathBuf;
 
 use common::{client, compile, f32_buffer};
+use stablegraph::ops::Graph;
 use stablegraph::runtime::{Client, Plugin};
-use stablegraph::{Error, ErrorCode};
+use stablegraph::{DType, Error, ErrorCode, HostArray};
 
 const ADD: &str = r#"func.func @main(%a: tensor<2xf32>, %b: tensor<2xf32>) -> tensor<2xf32> {
   %0 = stablehlo.add %a, %b : tensor<2xf32>
@@ -148,6 +149,52 @@ fn wrong_argument_shape_or_type_is_an_error() {
     let short = f32_buffer(&[1.0], &[1]);
     let err = exe.execute(&[&short, &a]).unwrap_err().to_string();
     assert!(err.contains("argument 0 is f32[1]"), "{err}");
+}
+
+#[test]
+fn a_compiled_graph_names_a_mismatched_parameter_as_the_interpreter_does() {
+    let g = Graph::new();
+    let x = g.parameter("x", DType::F32, &[2]).unwrap();
+    let lab = g.parameter("lab", DType::F32, &[2]).unwrap();
+    let y = x.add(&lab).unwrap();
+    g.set_outputs(&[&y]).unwrap();
+    let program = g.compile(&client()).unwrap();
+    let c = client();
+    let xs = HostArray::from_vec(&[2], vec![1f32, 2.0]).unwrap();
+    let ints = HostArray::from_vec(&[2], vec![1i32, 2]).unwrap();
+    let short = HostArray::from_vec(&[1], vec![1f32]).unwrap();
+    let (dx, dints, dshort) = (
+        c.buffer_from_host_array(&xs).unwrap(),
+        c.buffer_from_host_array(&ints).unwrap(),
+        c.buffer_from_host_array(&short).unwrap(),
+    );
+    for (inputs, buffers, want) in [
+        (
+            vec![xs.clone(), ints],
+            vec![&dx, &dints],
+            "input 1 is i32[2], but parameter 1 (lab) is f32[2]",
+        ),
+        (
+            vec![short, xs.clone()],
+            vec![&dshort, &dx],
+            "input 0 is f32[1], but parameter 0 (x) is f32[2]",
+        ),
+        (
+            vec![xs.clone()],
+            vec![&dx],
+            "the graph has 2 parameters but 1 inputs were given",
+        ),
+    ] {
+        let interpreted = g.evaluate(&inputs).unwrap_err().to_string();
+        assert!(interpreted.contains(want), "{interpreted}");
+        let run = program.run(&inputs).unwrap_err().to_string();
+        assert!(run.contains(want), "{run}");
+        let on_buffers = program.run_buffers(&buffers).unwrap_err().to_string();
+        assert!(on_buffers.contains(want), "{on_buffers}");
+    }
+    // Still usable.
+    let out = program.run(&[xs.clone(), xs]).unwrap();
+    assert_eq!(out[0].to_f64_vec(), vec![2.0, 4.0]);
 }
 
 #[test]

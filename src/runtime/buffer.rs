@@ -7,8 +7,10 @@ use ndarray::{ArrayBase, ArrayD, Data, Dimension, IxDyn};
 use super::api::pjrt_call;
 use super::client::Client;
 use super::ffi;
-use crate::dtype::{as_bytes, DType, Element};
+use crate::array::HostArray;
+use crate::dtype::{as_bytes, DType, Element, TensorType};
 use crate::error::{Error, Result};
+use crate::with_host_array;
 
 /// An array that lives on a device. Executions take buffers and return buffers, so a result can
 /// feed the next execution without a trip through the host.
@@ -84,6 +86,11 @@ impl Client {
                 self.buffer_from_slice(&owned, &dims)
             }
         }
+    }
+
+    /// Copies a [`HostArray`] (any element type) to device 0, with its dtype and shape.
+    pub fn buffer_from_host_array(&self, array: &HostArray) -> Result<Buffer> {
+        with_host_array!(array, a => self.buffer_from_array(a))
     }
 
     /// Copies a scalar to device 0 as a rank-0 buffer.
@@ -334,6 +341,12 @@ impl Buffer {
         let data = self.to_vec::<T>()?;
         ArrayD::from_shape_vec(IxDyn(&self.dims), data)
             .map_err(|e| Error::InvalidArgument(format!("buffer shape {:?}: {e}", self.dims)))
+    }
+
+    /// Copies the buffer to the host as a [`HostArray`] of its own dtype and shape (no type to
+    /// name: the download for code that handles every dtype).
+    pub fn to_host_array(&self) -> Result<HostArray> {
+        HostArray::from_bytes(&TensorType::new(self.dtype, &self.dims), &self.to_bytes()?)
     }
 
     /// Copies a rank-0 (or one-element) buffer to the host as a scalar.

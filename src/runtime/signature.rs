@@ -94,21 +94,32 @@ fn donation(param: &str) -> Option<Donation> {
     found
 }
 
-/// The inside of the first `{...}` outside any `<...>`, `(...)`, `[...]` or string in `s`.
-fn attribute_dict(s: &str) -> Option<&str> {
+/// The characters of `s`, with their byte index, that stand outside every bracket (`()`, `<>`,
+/// `{}`, `[]`) opened in `s` and outside strings. A bracket is yielded (or not) by the depth
+/// before it; the `>` of an arrow `->` (in an affine map) is no bracket.
+fn top_level(s: &str) -> impl Iterator<Item = (usize, char)> + '_ {
     let mut depth = 0i32;
     let mut in_string = false;
-    for (i, c) in s.char_indices() {
+    let mut previous = ' ';
+    s.char_indices().filter(move |&(_, c)| {
+        let top = depth == 0 && !in_string && c != '"';
         match c {
             '"' => in_string = !in_string,
             _ if in_string => {}
-            '{' if depth == 0 => return balanced_to(&s[i + 1..], '}'),
+            '>' if previous == '-' => {}
             '(' | '<' | '{' | '[' => depth += 1,
             ')' | '>' | '}' | ']' => depth -= 1,
             _ => {}
         }
-    }
-    None
+        previous = c;
+        top
+    })
+}
+
+/// The inside of the first `{...}` outside any `<...>`, `(...)`, `[...]` or string in `s`.
+fn attribute_dict(s: &str) -> Option<&str> {
+    let (i, _) = top_level(s).find(|&(_, c)| c == '{')?;
+    balanced_to(&s[i + 1..], '}')
 }
 
 /// The text up to the `)` that closes an already opened `(`.
@@ -118,38 +129,17 @@ fn balanced(s: &str) -> Option<&str> {
 
 /// The text up to the `close` bracket that closes an already opened one.
 fn balanced_to(s: &str, close: char) -> Option<&str> {
-    let mut depth = 0i32;
-    let mut in_string = false;
-    for (i, c) in s.char_indices() {
-        match c {
-            '"' => in_string = !in_string,
-            _ if in_string => {}
-            '(' | '<' | '{' | '[' => depth += 1,
-            c if c == close && depth == 0 => return Some(&s[..i]),
-            ')' | '>' | '}' | ']' => depth -= 1,
-            _ => {}
-        }
-    }
-    None
+    let (i, _) = top_level(s).find(|&(_, c)| c == close)?;
+    Some(&s[..i])
 }
 
+/// `s` split at the commas outside brackets and strings.
 fn split_top_level(s: &str) -> Vec<&str> {
     let mut parts = Vec::new();
-    let mut depth = 0i32;
-    let mut in_string = false;
     let mut from = 0;
-    for (i, c) in s.char_indices() {
-        match c {
-            '"' => in_string = !in_string,
-            _ if in_string => {}
-            '(' | '<' | '{' | '[' => depth += 1,
-            ')' | '>' | '}' | ']' => depth -= 1,
-            ',' if depth == 0 => {
-                parts.push(&s[from..i]);
-                from = i + 1;
-            }
-            _ => {}
-        }
+    for (i, _) in top_level(s).filter(|&(_, c)| c == ',') {
+        parts.push(&s[from..i]);
+        from = i + 1;
     }
     parts.push(&s[from..]);
     parts
@@ -157,7 +147,7 @@ fn split_top_level(s: &str) -> Vec<&str> {
 
 /// Parses `tensor<2x3xf32>` (anything after the closing `>` is ignored).
 fn parse_tensor_type(s: &str) -> Option<TensorType> {
-    let inner = balanced_angle(s.strip_prefix("tensor<")?)?;
+    let inner = balanced_to(s.strip_prefix("tensor<")?, '>')?;
     // An encoding such as `tensor<4xf32, #enc>` follows a top-level comma.
     let shape = split_top_level(inner).first()?.trim();
     let mut pieces: Vec<&str> = shape.split('x').collect();
@@ -168,19 +158,6 @@ fn parse_tensor_type(s: &str) -> Option<TensorType> {
         .map(|d| d.parse::<usize>().ok())
         .collect::<Option<Vec<_>>>()?;
     Some(TensorType { dtype, dims })
-}
-
-fn balanced_angle(s: &str) -> Option<&str> {
-    let mut depth = 0i32;
-    for (i, c) in s.char_indices() {
-        match c {
-            '<' => depth += 1,
-            '>' if depth == 0 => return Some(&s[..i]),
-            '>' => depth -= 1,
-            _ => {}
-        }
-    }
-    None
 }
 
 #[cfg(test)]
@@ -212,6 +189,23 @@ mod tests {
         assert_eq!(
             main_parameters("func.func @main(%p: tensor<5xi1>, %u: tensor<1x1xui8>) -> () {").types,
             Some(vec![t(DType::Pred, &[5]), t(DType::U8, &[1, 1])])
+        );
+    }
+
+    #[test]
+    fn brackets_in_strings_and_encodings_do_not_end_a_type() {
+        // A tensor encoding holds commas, an affine map's `->` and a string with brackets; the
+        // parameter after it is still found.
+        let m = "func.func @main(%a: tensor<4x4xf32, #sparse_tensor.encoding<{ map = (d0, d1) \
+                 -> (d0 : dense, d1 : compressed) }>>, %b: tensor<2xi32> {mhlo.sharding = \
+                 \"{devices=[1,2]<=[2]}\"}, %c: tensor<3xf64>) -> tensor<2xi32> {";
+        assert_eq!(
+            main_parameters(m).types,
+            Some(vec![
+                t(DType::F32, &[4, 4]),
+                t(DType::I32, &[2]),
+                t(DType::F64, &[3])
+            ])
         );
     }
 

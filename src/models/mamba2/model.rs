@@ -141,8 +141,7 @@ impl Mamba2 {
         let types = weights.try_map(|_, a| Ok(a.ty()))?;
         check_weight_types(&types, &config)?;
         let on_cpu = client.platform_name().is_ok_and(|p| p == "cpu");
-        let buffers = weights
-            .try_map(|_, a| client.buffer_from_bytes(a.dtype(), a.dims(), &a.to_bytes(), 0))?;
+        let buffers = weights.try_map(|_, a| client.buffer_from_host_array(a))?;
         Ok(Mamba2 {
             config,
             client: client.clone(),
@@ -464,8 +463,7 @@ impl Mamba2 {
     }
 
     fn upload(&self, a: &HostArray) -> Result<Buffer> {
-        self.client
-            .buffer_from_bytes(a.dtype(), a.dims(), &a.to_bytes(), 0)
+        self.client.buffer_from_host_array(a)
     }
 
     /// Runs the prompts (left-padded to a common [`Mamba2::prompt_bucket`]) through the
@@ -515,10 +513,7 @@ impl Mamba2 {
         let logits = outs
             .next()
             .ok_or_else(|| Error::InvalidArgument("prefill returned nothing".into()))?;
-        let logits = HostArray::from_bytes(
-            &TensorType::new(DType::F32, logits.dims()),
-            &logits.to_bytes()?,
-        )?;
+        let logits = logits.to_host_array()?;
         Ok(Prefill {
             logits,
             prompt_len,
@@ -564,10 +559,7 @@ impl Mamba2 {
         let logits = outs
             .next()
             .ok_or_else(|| Error::InvalidArgument("step returned no logits".into()))?;
-        let logits = HostArray::from_bytes(
-            &TensorType::new(DType::F32, logits.dims()),
-            &logits.to_bytes()?,
-        )?;
+        let logits = logits.to_host_array()?;
         Ok((logits, Mamba2State { layers }))
     }
 
