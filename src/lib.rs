@@ -39,7 +39,7 @@
 //! // Causal attention weights: softmax over the last axis of (q k^T) masked to the lower triangle.
 //! let scores = Tensor::einsum("id,jd->ij", &[&q, &k])?;
 //! let masked = scores.masked_fill(&g.triu_mask(4, 4, 1)?, f64::NEG_INFINITY)?;
-//! let probs = masked.sub(&masked.logsumexp_keepdims(&[-1])?)?.exp()?;
+//! let probs = masked.softmax(-1)?;
 //! g.set_outputs(&[&probs])?;
 //!
 //! let text = g.to_stablehlo()?; // what XLA sees

@@ -118,8 +118,7 @@ impl Tensor {
         need_float(self, op, loc)?;
         let a = axis(op, self, axis_, loc)? as isize;
         let x = self.convert_at(compute_dtype(self.dtype()), loc)?;
-        let m = x.max_keepdims(&[a])?;
-        let m = m.where_(&m.abs()?.ne(f64::INFINITY)?, 0.0)?;
+        let m = x.finite_max_keepdims(&[a], op, loc)?;
         Ok((x.sub(&m)?, a))
     }
 

@@ -70,6 +70,19 @@ impl Tensor {
         s.div(&n)
     }
 
+    /// The maximum over `axes` (kept as size-1 dimensions), or 0 where it is infinite: the shift
+    /// that keeps `exp(x - m)` from overflowing without turning a row of `-inf` into NaN.
+    pub(crate) fn finite_max_keepdims(
+        &self,
+        axes_: &[isize],
+        name: &'static str,
+        loc: Loc,
+    ) -> Result<Tensor> {
+        let m = self.reduce_at(ReduceKind::Max, axes_, true, name, loc)?;
+        let inf = m.abs()?.eq(f64::INFINITY)?;
+        inf.not()?.select(&m, 0.0)
+    }
+
     /// `m + log(sum(exp(x - m)))` with `m` the maximum, or 0 where that is infinite.
     fn logsumexp_at(
         &self,
@@ -79,9 +92,7 @@ impl Tensor {
         loc: Loc,
     ) -> Result<Tensor> {
         self.float_only(name, loc)?;
-        let m = self.reduce_at(ReduceKind::Max, axes_, true, name, loc)?;
-        let inf = m.abs()?.eq(f64::INFINITY)?;
-        let m = inf.not()?.select(&m, 0.0)?;
+        let m = self.finite_max_keepdims(axes_, name, loc)?;
         let s = self
             .sub(&m)?
             .exp()?
