@@ -285,6 +285,52 @@ fn bf16_logits_stay_close_to_f32() {
 }
 
 #[test]
+fn a_one_row_bf16_step_reads_the_bf16_matrices_in_f32() {
+    // The reference: an f32 model whose matrices are the bf16 values (a dot program).
+    let cfg = config();
+    let wb = Mamba2Weights::random(&cfg, DType::BF16, 7).unwrap();
+    let wf = wb
+        .try_map(|_, a| {
+            let values: Vec<f32> = a.to_f64_vec().iter().map(|&v| v as f32).collect();
+            HostArray::from_vec(a.dims(), values)
+        })
+        .unwrap();
+    let f = Mamba2::new(&client(), cfg.clone(), &wf).unwrap();
+    let b = Mamba2::new(&client(), cfg, &wb)
+        .unwrap()
+        .with_bf16_dots(Some(false));
+    // Batch 1: no dot and no converted copy; the products are f32 multiply-reduce over the
+    // bf16 matrices. Batch 2: the converted copies and dots.
+    let options = GenerateOptions {
+        max_new_tokens: 4,
+        sampling: Sampling::Greedy,
+        eos: None,
+    };
+    let dots = |m: &Mamba2, batch: usize| {
+        let [_, step, _] = m.stablehlo(batch, 16, &options).unwrap();
+        step.matches("stablehlo.dot_general").count()
+    };
+    // The SSM's own products remain dots; in_proj and out_proj per layer and the head do not.
+    let products = 2 * f.config().num_layers + 1;
+    assert_eq!(dots(&b, 1) + products, dots(&f, 1));
+    assert_eq!(dots(&b, 2), dots(&f, 2));
+    for batch in [1usize, 2] {
+        let prompts = vec![PROMPT.to_vec(); batch];
+        let (mut sf, mut sb) = (
+            f.prefill(&prompts).unwrap().state,
+            b.prefill(&prompts).unwrap().state,
+        );
+        for t in [5u32, 40, 2] {
+            let (lf, nf) = f.step(&vec![t; batch], sf).unwrap();
+            let (lb, nb) = b.step(&vec![t; batch], sb).unwrap();
+            let d = max_abs(&lf.to_f64_vec(), &lb.to_f64_vec());
+            assert!(d < 1e-4, "batch {batch}, token {t}: logits differ by {d}");
+            (sf, sb) = (nf, nb);
+        }
+    }
+}
+
+#[test]
 fn bf16_scan_stays_close_to_f32() {
     let cfg = config();
     let w = Mamba2Weights::random(&cfg, DType::F32, 7).unwrap();

@@ -152,11 +152,22 @@ pub struct LayerState<T> {
     pub ssm: T,
 }
 
-/// `x @ w^T` for `w` stored `[out, in]`, in `w`'s dtype, returning f32.
+/// `x @ w^T` for `w` stored `[out, in]`, returning f32: a dot in `w`'s dtype, except for one
+/// row of f32 `x` against a matrix of another dtype (a bf16 decode step at batch 1), which is
+/// `sum(f32(w) * x)` over `in`: XLA fuses the conversion into one pass over `w`'s own bytes
+/// (no f32 copy, f32 products and sums), where a bf16 dot on a CPU without bf16 dot
+/// instructions, or converting the whole matrix first, is several times slower.
 fn linear(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
-    let xin = x.astype(w.dtype())?;
-    let last = xin.rank() as isize - 1;
-    let y = xin.dot_general(w, &[], &[(last, 1)])?.astype(DType::F32)?;
+    let rows: usize = x.dims()[..x.rank().saturating_sub(1)].iter().product();
+    let y = if rows == 1 && x.dtype() == DType::F32 && w.dtype() != DType::F32 && w.rank() == 2 {
+        let mut row: Vec<isize> = x.dims().iter().map(|&d| d as isize).collect();
+        row.insert(row.len().saturating_sub(1), 1);
+        w.astype(DType::F32)?.mul(&x.reshape(&row)?)?.sum(&[-1])?
+    } else {
+        let xin = x.astype(w.dtype())?;
+        let last = xin.rank() as isize - 1;
+        xin.dot_general(w, &[], &[(last, 1)])?.astype(DType::F32)?
+    };
     match bias {
         Some(b) => y.add(&b.astype(DType::F32)?),
         None => Ok(y),

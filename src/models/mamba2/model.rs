@@ -226,12 +226,23 @@ impl Mamba2 {
         self
     }
 
-    /// The weights as parameters of `g`, bf16 matrices converted to f32 unless
-    /// [`Mamba2::bf16_dots`].
+    /// The weights as parameters of `g`, as stored.
     fn weight_parameters(&self, g: &Graph) -> Result<Mamba2Weights<Tensor>> {
-        let w = block::weight_parameters(g, &self.types)?;
-        if self.bf16_dots() {
-            return Ok(w);
+        block::weight_parameters(g, &self.types)
+    }
+
+    /// The weights as the products of a program read them: bf16 matrices converted to f32
+    /// unless [`Mamba2::bf16_dots`] or `one_row` (products of one row, which read bf16
+    /// matrices without a converted copy; see `block::linear`). Programs with a loop convert:
+    /// XLA hoists the conversion out of the loop, and the loop's one-row products over the
+    /// f32 copy are slower as multiply-reduce than as dots (measured in the README).
+    fn for_products(
+        &self,
+        w: &Mamba2Weights<Tensor>,
+        one_row: bool,
+    ) -> Result<Mamba2Weights<Tensor>> {
+        if self.bf16_dots() || one_row || self.matmul_dtype() == DType::F32 {
+            return Ok(w.clone());
         }
         w.try_map(|_, t| t.astype(DType::F32))
     }
@@ -349,7 +360,7 @@ impl Mamba2 {
         from_state: bool,
     ) -> Result<Graph> {
         let g = Graph::new();
-        let w = self.weight_parameters(&g)?;
+        let w = self.for_products(&self.weight_parameters(&g)?, false)?;
         let tokens = g.parameter("tokens", DType::I32, &[batch, bucket])?;
         let mask = g.parameter("mask", DType::F32, &[batch, bucket])?;
         let init = if from_state {
@@ -396,7 +407,8 @@ impl Mamba2 {
 
     fn step_graph(&self, batch: usize) -> Result<Graph> {
         let g = Graph::new();
-        let w = self.weight_parameters(&g)?;
+        // At batch 1 every product has one row: the step converts nothing on each call.
+        let w = self.for_products(&self.weight_parameters(&g)?, batch == 1)?;
         let token = g.parameter("token", DType::I32, &[batch])?;
         let states = self.state_parameters(&g, batch)?;
         let (logits, next) = block::step(&token, &states, &w, &self.config)?;
@@ -577,7 +589,7 @@ impl Mamba2 {
         v: Variant,
     ) -> Result<Graph> {
         let g = Graph::new();
-        let w = self.weight_parameters(&g)?;
+        let w = self.for_products(&self.weight_parameters(&g)?, false)?;
         let tokens = g.parameter("tokens", DType::I32, &[batch, bucket])?;
         let mask = g.parameter("mask", DType::F32, &[batch, bucket])?;
         let init = if v.from_state {
@@ -705,7 +717,7 @@ impl Mamba2 {
     /// per layer), `done` and `key`.
     fn segment_graph(&self, batch: usize, segment: usize, sample: bool) -> Result<Graph> {
         let g = Graph::new();
-        let w = self.weight_parameters(&g)?;
+        let w = self.for_products(&self.weight_parameters(&g)?, false)?;
         let logits = g.parameter("logits", DType::F32, &[batch, self.config.vocab_size])?;
         g.donate(&logits)?;
         let states = self.state_parameters(&g, batch)?;
