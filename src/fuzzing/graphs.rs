@@ -16,16 +16,19 @@ const COMPILE_ELEMENTS: usize = 1 << 16;
 const RUN_ELEMENTS: usize = 1 << 12;
 
 /// A random graph: `data` drives a sequence of DSL calls (parameters, constants, elementwise
-/// unary and binary ops, comparisons, reductions, cumulative sums, shape ops, `dot_general`,
-/// `matmul` and `einsum`, masks, converts and bitcasts, selects, gathers, sorts and top-k,
-/// dynamic slices, convolutions, random numbers, and loops whose bodies are built the same way)
-/// with random shapes, axes and dtypes.
+/// unary and binary ops by method and by operator, with tensors or numbers of every type on
+/// either side, comparisons, converts and bitcasts, selects, masks, reductions, cumulative sums,
+/// moments, shape ops, concatenation, splits and chunks, `dot_general`, `matmul` and `einsum`,
+/// gathers, sorts and top-k, dynamic slices, convolutions, random numbers, the neural-network
+/// composites, and loops and scans whose bodies are built the same way) with random shapes,
+/// axes, dtypes and options, often invalid ones.
 ///
 /// Every call must return `Ok` or `Err`; a graph that builds must lower. With a `client`, the
 /// text must compile or be refused with an `Err` (never abort), and a small program that
 /// compiles runs, and the interpreter evaluates the graph too (both `Ok` or `Err`); where the
 /// graph uses only ops whose results do not depend on the backend (no integer division, shifts
-/// or float-to-integer conversions, no f16/bf16), the two agree to 1e-3.
+/// or float-to-integer conversions, no f16/bf16, no non-finite constants, no `f32` variances or
+/// layer norms), the two agree to 1e-3.
 pub fn random_graph(data: &[u8], client: Option<&Client>) {
     let mut b = Bytes::new(data);
     let g = Graph::new();
