@@ -218,10 +218,20 @@ impl GraphBuilder<'_, '_, '_> {
         if (dtype.is_int() || dtype == DType::Pred) && x.dtype().is_float() {
             self.robust = false;
         }
+        self.note_pred_to_float(x.dtype(), dtype);
         match self.b.u8() % 8 {
             0 | 1 => x.bitcast(dtype),
             2 => x.convert(dtype),
             _ => x.astype(dtype),
+        }
+    }
+
+    /// Notes a conversion from pred to a float as not robust: XLA rewrites a product with such
+    /// a value into a select, so `inf * 0` gives 0 on the device where IEEE arithmetic (and the
+    /// interpreter) gives NaN.
+    pub(super) fn note_pred_to_float(&mut self, from: DType, to: DType) {
+        if from == DType::Pred && to.is_float() {
+            self.robust = false;
         }
     }
 

@@ -17,7 +17,12 @@ impl GraphBuilder<'_, '_, '_> {
                 let indices = self.partner(pool, x)?;
                 x.take(&indices)
             }
-            1 => x.one_hot(self.b.below(5), self.dtype()),
+            1 => {
+                // A one-hot is a pred converted to `dtype`.
+                let dtype = self.dtype();
+                self.note_pred_to_float(DType::Pred, dtype);
+                x.one_hot(self.b.below(5), dtype)
+            }
             2 | 3 => {
                 let indices = self.indices(pool, x)?;
                 x.take_along_axis(&indices, self.axis(x.rank()))
