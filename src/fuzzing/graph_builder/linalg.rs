@@ -44,12 +44,16 @@ impl GraphBuilder<'_, '_, '_> {
         }
     }
 
-    /// A causal depthwise convolution over `x`'s channels (its last axis), with a kernel of 1
-    /// to 3 taps and sometimes a bias.
+    /// A causal depthwise convolution over `x`'s channels (its last axis), mostly with a kernel
+    /// of 1 to 3 taps, sometimes of any size or a weight of random dims; sometimes a bias.
     pub(super) fn conv(&mut self, x: &Tensor) -> crate::Result<Tensor> {
         let channels = x.dims().last().copied().unwrap_or(1);
-        let k = 1 + self.b.below(3);
-        let w = self.parameter(x.dtype(), &[channels, k])?;
+        let dims = match self.b.u8() % 8 {
+            0 => vec![channels, self.dim()],
+            1 => self.dims(),
+            _ => vec![channels, 1 + self.b.below(3)],
+        };
+        let w = self.parameter(x.dtype(), &dims)?;
         let bias = if self.b.bool() {
             Some(self.parameter(x.dtype(), &[channels])?)
         } else {
