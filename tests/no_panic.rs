@@ -185,6 +185,27 @@ fn graph_builders_refuse_overflowing_sizes() {
             },
         ),
         case(
+            "chunk into more pieces than chunk builds",
+            Expect::Err(&["chunk", "1099511627776 chunks", "65536"]),
+            || {
+                // Found by the random_graph fuzzer: one piece per element of a huge empty axis
+                // aborted allocating the list of sizes.
+                let g = Graph::new();
+                let x = g.parameter("x", DType::F32, &[0, 1 << 40])?;
+                x.chunk(1, 1 << 40).map(drop)
+            },
+        ),
+        case(
+            "causal_conv1d with a kernel of 2^40 taps",
+            Expect::Err(&["causal_conv1d", "1099511627776 taps", "4096"]),
+            || {
+                let g = Graph::new();
+                let x = g.parameter("x", DType::F32, &[1, 2, 0])?;
+                let w = g.parameter("w", DType::F32, &[0, 1 << 40])?;
+                x.causal_conv1d(&w, None).map(drop)
+            },
+        ),
+        case(
             "mean over huge axes of an empty tensor",
             Expect::NoPanic,
             move || {

@@ -6,13 +6,17 @@ use super::graph::{graph_error, Tensor};
 use super::util::same_graph;
 use crate::error::Result;
 
+/// The largest kernel [`Tensor::causal_conv1d`] builds (a static slice per tap).
+const MAX_TAPS: usize = 1 << 12;
+
 impl Tensor {
     /// Depthwise causal convolution of `self` (`[batch, time, channels]`) with `weight`
     /// (`[channels, k]`) and an optional `bias` (`[channels]`):
     /// `out[b, t, c] = bias[c] + sum_j weight[c, j] * x[b, t - (k - 1) + j, c]`, with `x` zero
     /// before the first step. Every channel is its own group (feature groups = channels).
     ///
-    /// Built from a pad, `k` static slices, multiplies and adds, which XLA fuses into one loop.
+    /// Built from a pad, `k` static slices, multiplies and adds, which XLA fuses into one loop;
+    /// `k` is at most 4,096.
     #[track_caller]
     pub fn causal_conv1d(&self, weight: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
         let loc = Location::caller();
@@ -40,6 +44,17 @@ impl Tensor {
             ));
         }
         let (time, k) = (self.dims()[1], weight.dims()[1]);
+        if k > MAX_TAPS {
+            return Err(graph_error(
+                "causal_conv1d",
+                format!(
+                    "the kernel of weight {} has {k} taps, more than the {MAX_TAPS} that \
+                     causal_conv1d unrolls",
+                    weight.ty()
+                ),
+                loc,
+            ));
+        }
         let padded = self.pad(&[0, k as isize - 1, 0], &[0, 0, 0], &[0, 0, 0], 0.0)?;
         let wt = weight.matrix_transpose()?; // [k, channels]
         let mut acc: Option<Tensor> = None;

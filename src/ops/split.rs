@@ -7,6 +7,9 @@ use super::graph::{graph_error, Tensor};
 use super::util::{axis, Loc};
 use crate::error::Result;
 
+/// The most pieces [`Tensor::chunk`] makes.
+const MAX_CHUNKS: usize = 1 << 16;
+
 impl Tensor {
     fn pieces_at(&self, a: usize, sizes: &[usize], loc: Loc) -> Result<Vec<Tensor>> {
         let mut start = vec![0; self.rank()];
@@ -60,12 +63,24 @@ impl Tensor {
 
     /// `n` equal consecutive pieces along `axis`, whose length must be a multiple of `n` (as
     /// `jnp.split(x, n, axis)`; use [`Tensor::split`] for unequal sizes). An axis of length 0
-    /// gives one empty piece.
+    /// gives one empty piece. Each piece is a node of the graph, so `n` is at most 65,536; for
+    /// more, reshape the axis to `[n, len / n]` and index that.
     #[track_caller]
     pub fn chunk(&self, axis_: isize, n: usize) -> Result<Vec<Tensor>> {
         let loc = Location::caller();
         let a = axis("chunk", self, axis_, loc)?;
         let len = self.dims()[a];
+        if n > MAX_CHUNKS {
+            return Err(graph_error(
+                "chunk",
+                format!(
+                    "{n} chunks of axis {a} of {} (length {len}) are more than the \
+                     {MAX_CHUNKS} that chunk builds, one node each; reshape the axis instead",
+                    self.ty()
+                ),
+                loc,
+            ));
+        }
         if n == 0 || n > len.max(1) || !len.is_multiple_of(n) {
             return Err(graph_error(
                 "chunk",
