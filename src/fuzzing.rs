@@ -14,7 +14,7 @@ use std::path::Path;
 use crate::dtype::{DType, TensorType};
 use crate::models::mamba2::checkpoint::{read_index, sharded_files, Loader};
 use crate::models::mamba2::{LoadOptions, Mamba2Config, Mamba2Weights};
-use crate::ops::linalg::parse_spec;
+use crate::ops::linalg::{parse_spec, Spec};
 use crate::ops::{Graph, Tensor};
 use crate::runtime::signature::main_parameters;
 use crate::runtime::CompileOptions;
@@ -352,7 +352,7 @@ fn checkpoint_bytes(
     // Mostly the expected tensors, in order; some skipped, some strangers.
     let mut next = 0;
     for _ in 0..count {
-        let (name, mut dims) = match b.u8() % 16 {
+        let (name, dims) = match b.u8() % 16 {
             0 => (format!("junk.{}", b.u8()), vec![b.below(3)]),
             1 => {
                 let (n, d) = &expected[b.below(expected.len())];
@@ -370,41 +370,7 @@ fn checkpoint_bytes(
                 (n.clone(), d.clone())
             }
         };
-        match b.u8() % 16 {
-            0 if !dims.is_empty() => dims[0] += 1,
-            1 => dims.push(1),
-            2 => dims = vec![usize::from(b.u16()) << 40],
-            3 => dims.clear(),
-            _ => {}
-        }
-        let (dtype, size) = if b.one_in(8) {
-            b.pick(SAFETENSORS_DTYPES)
-        } else {
-            SAFETENSORS_DTYPES[b.below(4)]
-        };
-        let elements = dims.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
-        let mut bytes = elements
-            .and_then(|n| n.checked_mul(size))
-            .filter(|&n| n <= 1 << 16)
-            .unwrap_or(8);
-        match b.u8() % 32 {
-            0 => bytes += 1,
-            1 => bytes = bytes.saturating_sub(1),
-            _ => {}
-        }
-        let start = data.len();
-        for i in 0..bytes {
-            // Small floats mostly; a fuzzer byte now and then (NaN patterns included).
-            data.push(if i % 4 == 3 && !b.one_in(4) {
-                0x3f
-            } else {
-                b.u8()
-            });
-        }
-        header.push(format!(
-            "\"{name}\": {{\"dtype\": \"{dtype}\", \"shape\": {dims:?}, \"data_offsets\": [{start}, {}]}}",
-            data.len()
-        ));
+        header.push(tensor_entry(b, &name, dims, &mut data));
         names.push(name);
     }
     if b.bool() {
@@ -418,26 +384,72 @@ fn checkpoint_bytes(
     file.extend_from_slice(text.as_bytes());
     file.extend_from_slice(&data);
     let index = if b.bool() {
-        let mut map = Vec::new();
-        for name in &names {
-            let shard = if b.one_in(8) {
-                b.pick(SHARD_NAMES)
-            } else {
-                SHARD_NAMES[0]
-            };
-            map.push(format!("\"{name}\": \"{shard}\""));
-        }
-        if b.one_in(8) {
-            map.push("\"extra.weight\": 3".into());
-        }
-        format!(
-            "{{\"metadata\": {{\"total_size\": 1}}, \"weight_map\": {{{}}}}}",
-            map.join(", ")
-        )
+        index_text(b, &names)
     } else {
         String::new()
     };
     (index, file)
+}
+
+/// The safetensors header entry of tensor `name` with `dims` (sometimes made wrong), a dtype
+/// and a byte count (sometimes off by one); its bytes are appended to `data`.
+fn tensor_entry(b: &mut Bytes<'_>, name: &str, mut dims: Vec<usize>, data: &mut Vec<u8>) -> String {
+    match b.u8() % 16 {
+        0 if !dims.is_empty() => dims[0] += 1,
+        1 => dims.push(1),
+        2 => dims = vec![usize::from(b.u16()) << 40],
+        3 => dims.clear(),
+        _ => {}
+    }
+    let (dtype, size) = if b.one_in(8) {
+        b.pick(SAFETENSORS_DTYPES)
+    } else {
+        SAFETENSORS_DTYPES[b.below(4)]
+    };
+    let elements = dims.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+    let mut bytes = elements
+        .and_then(|n| n.checked_mul(size))
+        .filter(|&n| n <= 1 << 16)
+        .unwrap_or(8);
+    match b.u8() % 32 {
+        0 => bytes += 1,
+        1 => bytes = bytes.saturating_sub(1),
+        _ => {}
+    }
+    let start = data.len();
+    for i in 0..bytes {
+        // Small floats mostly; a fuzzer byte now and then (NaN patterns included).
+        data.push(if i % 4 == 3 && !b.one_in(4) {
+            0x3f
+        } else {
+            b.u8()
+        });
+    }
+    format!(
+        "\"{name}\": {{\"dtype\": \"{dtype}\", \"shape\": {dims:?}, \"data_offsets\": [{start}, {}]}}",
+        data.len()
+    )
+}
+
+/// A sharded index whose `weight_map` sends `names` to the first shard, some to other (bad)
+/// shard names, and sometimes holds a stranger.
+fn index_text(b: &mut Bytes<'_>, names: &[String]) -> String {
+    let mut map = Vec::new();
+    for name in names {
+        let shard = if b.one_in(8) {
+            b.pick(SHARD_NAMES)
+        } else {
+            SHARD_NAMES[0]
+        };
+        map.push(format!("\"{name}\": \"{shard}\""));
+    }
+    if b.one_in(8) {
+        map.push("\"extra.weight\": 3".into());
+    }
+    format!(
+        "{{\"metadata\": {{\"total_size\": 1}}, \"weight_map\": {{{}}}}}",
+        map.join(", ")
+    )
 }
 
 fn check_checkpoint(
@@ -562,18 +574,32 @@ pub fn einsum_spec(data: &[u8]) {
         panic!("{spec}: lowering failed: {e}");
     }
     // The naive sum over every index, when small.
+    let Some(want) = naive_einsum(&parsed, &inputs, &size) else {
+        return;
+    };
+    let got = match g.evaluate(&inputs) {
+        Ok(got) => got[0].to_f64_vec(),
+        Err(e) => panic!("{spec}: the interpreter failed: {e}"),
+    };
+    assert_eq!(got, want, "{spec}: interpreter against the naive sum");
+}
+
+/// The einsum of `inputs` by `parsed`, summed naively over every index (letter `c` of size
+/// `size(c)`), or `None` when that is more than 2^14 terms.
+fn naive_einsum(
+    parsed: &Spec,
+    inputs: &[HostArray],
+    size: &dyn Fn(char) -> usize,
+) -> Option<Vec<f64>> {
     let mut letters: Vec<char> = parsed.inputs.iter().flatten().copied().collect();
     letters.sort_unstable();
     letters.dedup();
     let total: usize = letters.iter().map(|&c| size(c)).product();
     if total > 1 << 14 {
-        return;
+        return None;
     }
-    let got = match g.evaluate(&inputs) {
-        Ok(got) => got[0].to_f64_vec(),
-        Err(e) => panic!("{spec}: the interpreter failed: {e}"),
-    };
-    let mut want = vec![0.0; out_dims.iter().product()];
+    let out_size: usize = parsed.output.iter().map(|&c| size(c)).product();
+    let mut want = vec![0.0; out_size];
     let mut at = vec![0usize; letters.len()];
     for _ in 0..total {
         let value = |term: &[char]| {
@@ -583,7 +609,7 @@ pub fn einsum_spec(data: &[u8]) {
             })
         };
         let mut product = 1.0;
-        for (term, input) in parsed.inputs.iter().zip(&inputs) {
+        for (term, input) in parsed.inputs.iter().zip(inputs) {
             product *= input.to_f64_vec()[value(term)];
         }
         want[value(&parsed.output)] += product;
@@ -595,7 +621,7 @@ pub fn einsum_spec(data: &[u8]) {
             at[k] = 0;
         }
     }
-    assert_eq!(got, want, "{spec}: interpreter against the naive sum");
+    Some(want)
 }
 
 /// A spec for `n` operands and the size of each letter.
