@@ -1159,7 +1159,7 @@ fn bad_arguments_are_errors_that_say_what_was_wrong() {
         (
             "chunk too many",
             many(zero_len.chunk(0, usize::MAX)),
-            "equal chunks",
+            "more than the 65536",
         ),
         (
             "take_along_axis float indices",
