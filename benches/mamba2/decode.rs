@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use stablegraph::models::mamba2::{GenerateOptions, Mamba2Config, Mamba2Weights, Sampling};
 use stablegraph::{DType, TensorType};
 
-use crate::common::{median, quantile, secs_since, show, sorted, timed, write_report};
+use crate::common::{median, quantile, secs_since, show, sorted, write_report};
 use crate::context::{greedy, prompt, Ctx};
 use crate::host_loop::{self, interpolate, HostTables};
 use crate::plot::latency_svg;
@@ -53,42 +53,101 @@ pub const SAMPLED: Sampling = Sampling::Sample {
     seed: 7,
 };
 
-/// (a) the device loop: seconds per step (one token per row) of each run, from `generate`
-/// minus the prefill.
+/// One row of the device-loop table: a dtype, a sampling, and streaming in segments or not.
+#[derive(Clone, Copy)]
+struct Variant {
+    dtype: DType,
+    sampling: Sampling,
+    stream: Option<usize>,
+}
+
+/// The variants of the device-loop table; the first is the greedy f32 baseline the others are
+/// compared with.
+const VARIANTS: [Variant; 4] = [
+    Variant {
+        dtype: DType::F32,
+        sampling: Sampling::Greedy,
+        stream: None,
+    },
+    Variant {
+        dtype: DType::F32,
+        sampling: Sampling::Greedy,
+        stream: Some(STREAM_SEGMENT),
+    },
+    Variant {
+        dtype: DType::F32,
+        sampling: SAMPLED,
+        stream: None,
+    },
+    Variant {
+        dtype: DType::BF16,
+        sampling: Sampling::Greedy,
+        stream: None,
+    },
+];
+
+/// (a) the device loop: seconds per step (one token per row) of each variant in each run, from
+/// `generate` minus the prefill, in run order. The variants take turns (run 1 of each, then run
+/// 2 of each, ...), so a change in the machine's load between runs reaches all of them alike and
+/// per-run differences compare them.
 fn device_loop(
     ctx: &mut Ctx,
-    dtype: DType,
     batch: usize,
     n: usize,
     runs: usize,
-    sampling: Sampling,
-    stream: Option<usize>,
-) -> Result<Vec<f64>> {
-    let (pre, _) = ctx.prefill_time(dtype, batch, DECODE_PROMPT)?;
-    let model = ctx.get(dtype);
+    variants: &[Variant],
+) -> Result<Vec<Vec<f64>>> {
+    let mut pre = Vec::new();
+    for v in variants {
+        pre.push(ctx.prefill_time(v.dtype, batch, DECODE_PROMPT)?.0);
+    }
     let prompts: Vec<Vec<u32>> = (0..batch).map(|r| prompt(DECODE_PROMPT, r)).collect();
-    let options = GenerateOptions {
-        sampling,
-        ..greedy(n)
-    };
-    let run = || -> Result<Vec<Vec<u32>>> {
-        Ok(match stream {
+    let run = |v: &Variant| -> Result<Vec<Vec<u32>>> {
+        let model = ctx.get(v.dtype);
+        let options = GenerateOptions {
+            sampling: v.sampling,
+            ..greedy(n)
+        };
+        Ok(match v.stream {
             Some(k) => model.generate_stream(&prompts, &options, k, |_| true)?,
             None => model.generate(&prompts, &options)?,
         })
     };
-    let t = Instant::now();
-    let first = run()?;
-    eprintln!(
-        "  generate {} b{batch} n{n} {}{}: first call (compile + run) {:.1}s",
-        dtype.name(),
-        sampling_name(&sampling),
-        stream.map_or(String::new(), |k| format!(" streamed K={k}")),
-        secs_since(t)
-    );
-    let (times, last) = timed(runs, run)?;
-    ensure!(first == last, "generate is not deterministic");
-    Ok(sorted(times.iter().map(|t| (t - pre) / n as f64).collect()))
+    let mut first = Vec::new();
+    for v in variants {
+        let t = Instant::now();
+        first.push(run(v)?);
+        eprintln!(
+            "  generate {} b{batch} n{n} {}{}: first call (compile + run) {:.1}s",
+            v.dtype.name(),
+            sampling_name(&v.sampling),
+            v.stream
+                .map_or(String::new(), |k| format!(" streamed K={k}")),
+            secs_since(t)
+        );
+    }
+    let mut per_step = vec![Vec::with_capacity(runs); variants.len()];
+    for _ in 0..runs.max(1) {
+        for (i, v) in variants.iter().enumerate() {
+            let t = Instant::now();
+            let out = run(v)?;
+            let secs = secs_since(t);
+            ensure!(out == first[i], "generate is not deterministic");
+            per_step[i].push((secs - pre[i]) / n as f64);
+        }
+    }
+    Ok(per_step)
+}
+
+/// The median over runs of `f(variant's figure, baseline's figure)`, run by run.
+fn paired_median(variant: &[f64], baseline: &[f64], f: impl Fn(f64, f64) -> f64) -> f64 {
+    median(&sorted(
+        variant
+            .iter()
+            .zip(baseline)
+            .map(|(&v, &b)| f(v, b))
+            .collect(),
+    ))
 }
 
 /// The sampling column of the tables (`greedy`, `t0.8 k50 p0.9`).
@@ -110,7 +169,9 @@ fn device_table(ctx: &mut Ctx, bandwidth: Option<f64>) -> Result<Vec<Value>> {
     let mut table = Table::new(
         format!(
             "decode (a): on-device loop (generate) after a {DECODE_PROMPT}-token prompt; \
-             ms/step = (generate - prefill) / tokens, P50/P99 over the runs (one figure per run)"
+             ms/step = (generate - prefill) / tokens, P50/P99 over the runs (one figure per run); \
+             the rows take turns run by run, and `vs f32 greedy` is the median of the per-run \
+             differences with the first row"
         ),
         &[
             "batch",
@@ -120,6 +181,7 @@ fn device_table(ctx: &mut Ctx, bandwidth: Option<f64>) -> Result<Vec<Value>> {
             "tokens/s",
             "ms/step P50",
             "P99",
+            "vs f32 greedy, ms",
             "MB read/step",
             "GB/s",
             "of read bw",
@@ -127,14 +189,12 @@ fn device_table(ctx: &mut Ctx, bandwidth: Option<f64>) -> Result<Vec<Value>> {
     );
     let mut device = Vec::new();
     for (batch, n, runs) in ctx.plan.device_loops.clone() {
-        for (dtype, sampling, stream) in [
-            (DType::F32, Sampling::Greedy, None),
-            (DType::F32, Sampling::Greedy, Some(STREAM_SEGMENT)),
-            (DType::F32, SAMPLED, None),
-            (DType::BF16, Sampling::Greedy, None),
-        ] {
-            let per_step = device_loop(ctx, dtype, batch, n, runs, sampling, stream)?;
-            let (p50, p99) = (median(&per_step), quantile(&per_step, 0.99));
+        let all = device_loop(ctx, batch, n, runs, &VARIANTS)?;
+        let baseline = &all[0];
+        for (v, per_step) in VARIANTS.iter().zip(&all) {
+            let (dtype, sampling, stream) = (v.dtype, v.sampling, v.stream);
+            let sorted_steps = sorted(per_step.clone());
+            let (p50, p99) = (median(&sorted_steps), quantile(&sorted_steps, 0.99));
             let tps = batch as f64 / p50;
             let bytes = decode_bytes_per_step(&ctx.cfg, dtype, batch)?;
             let gbs = bytes / p50;
@@ -143,6 +203,7 @@ fn device_table(ctx: &mut Ctx, bandwidth: Option<f64>) -> Result<Vec<Value>> {
             if let Some(k) = stream {
                 name += &format!(", streamed K={k}");
             }
+            let vs_greedy = paired_median(per_step, baseline, |v, b| (v - b) * 1e3);
             table.row(vec![
                 batch.to_string(),
                 dtype.name().into(),
@@ -151,6 +212,7 @@ fn device_table(ctx: &mut Ctx, bandwidth: Option<f64>) -> Result<Vec<Value>> {
                 show(tps),
                 show(p50 * 1e3),
                 show(p99 * 1e3),
+                format!("{vs_greedy:+.2}"),
                 show(bytes / 1e6),
                 show(gbs / 1e9),
                 util.map_or("-".into(), |u| format!("{:.0}%", u * 100.0)),
@@ -162,10 +224,18 @@ fn device_table(ctx: &mut Ctx, bandwidth: Option<f64>) -> Result<Vec<Value>> {
                     "sampled"
                 };
                 ctx.set_figure(format!("device_loop_{what}_f32_b{batch}"), p50);
+                ctx.set_figure(
+                    format!("device_loop_{what}_over_greedy_b{batch}"),
+                    paired_median(per_step, baseline, |v, b| v / b),
+                );
+                ctx.set_figure(
+                    format!("device_loop_{what}_minus_greedy_ms_b{batch}"),
+                    vs_greedy,
+                );
                 device.push(json!({
                     "batch": batch, "dtype": dtype.name(), "sampling": name, "tokens": n,
                     "runs": runs, "tokens_per_s": tps, "ms_per_step_p50": p50 * 1e3,
-                    "ms_per_step_p99": p99 * 1e3,
+                    "ms_per_step_p99": p99 * 1e3, "ms_per_step_minus_greedy": vs_greedy,
                 }));
                 continue;
             }
@@ -173,11 +243,18 @@ fn device_table(ctx: &mut Ctx, bandwidth: Option<f64>) -> Result<Vec<Value>> {
             if let Some(u) = util {
                 ctx.set_figure(format!("device_loop_util_{}_b{batch}", dtype.name()), u);
             }
+            if dtype != DType::F32 {
+                ctx.set_figure(
+                    format!("device_loop_f32_over_{}_b{batch}", dtype.name()),
+                    paired_median(baseline, per_step, |b, v| b / v),
+                );
+            }
             device.push(json!({
                 "batch": batch, "dtype": dtype.name(), "sampling": name, "tokens": n,
                 "runs": runs, "tokens_per_s": tps, "ms_per_step_p50": p50 * 1e3,
-                "ms_per_step_p99": p99 * 1e3, "bytes_read_per_step": bytes,
-                "read_gbs": gbs / 1e9, "bandwidth_utilisation": util,
+                "ms_per_step_p99": p99 * 1e3, "ms_per_step_minus_greedy": vs_greedy,
+                "bytes_read_per_step": bytes, "read_gbs": gbs / 1e9,
+                "bandwidth_utilisation": util,
             }));
         }
     }
