@@ -3,7 +3,7 @@
 //!
 //! Float `maximum`/`minimum` (here, in `Clamp` and in reductions) propagate NaN with explicit
 //! selects: XLA's CPU compiler by default (`xla_cpu_enable_fast_min_max`) drops a NaN in the
-//! second operand.
+//! second operand. `logistic` selects a NaN operand for the same reason (see `unary`).
 
 use super::literal::{compare_type, scalar_or_shaped, signature, tensor_type};
 use super::{Inst, Lowering};
@@ -77,6 +77,21 @@ impl Lowering<'_> {
                 ));
                 self.emit(format!(
                     "{res} = stablehlo.minimum {x}, {res}_ones : {out_t}"
+                ));
+            }
+            // XLA's CPU backend lets the code that uses a logistic assume it is not NaN: in one
+            // fusion, sine(logistic(0 / 0)) gave 0.84 or -0 depending on memory contents (found
+            // by the random_graph fuzzer). A select on the operand keeps NaN in, NaN out; one
+            // on the result would be optimised away with it.
+            UnaryOp::Logistic => {
+                let pred = scalar_or_shaped(DType::Pred, &out.dims);
+                self.emit(format!("{res}_raw = stablehlo.logistic {x} : {out_t}"));
+                self.emit(format!(
+                    "{res}_nan = stablehlo.compare NE, {x}, {x}, FLOAT : ({out_t}, {out_t}) -> \
+                     {pred}"
+                ));
+                self.emit(format!(
+                    "{res} = stablehlo.select {res}_nan, {x}, {res}_raw : {pred}, {out_t}"
                 ));
             }
             _ => self.emit(format!("{res} = stablehlo.{} {x} : {out_t}", unary_name(u))),
