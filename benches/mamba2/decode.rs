@@ -218,20 +218,18 @@ fn device_table(ctx: &mut Ctx, bandwidth: Option<f64>) -> Result<Vec<Value>> {
                 util.map_or("-".into(), |u| format!("{:.0}%", u * 100.0)),
             ]);
             if stream.is_some() || sampling != Sampling::Greedy {
-                let what = if stream.is_some() {
-                    "streamed"
+                // The summary's comparisons: streaming as a ratio, sampling as a difference.
+                if stream.is_some() {
+                    ctx.set_figure(
+                        format!("device_loop_streamed_over_greedy_b{batch}"),
+                        paired_median(per_step, baseline, |v, b| v / b),
+                    );
                 } else {
-                    "sampled"
-                };
-                ctx.set_figure(format!("device_loop_{what}_f32_b{batch}"), p50);
-                ctx.set_figure(
-                    format!("device_loop_{what}_over_greedy_b{batch}"),
-                    paired_median(per_step, baseline, |v, b| v / b),
-                );
-                ctx.set_figure(
-                    format!("device_loop_{what}_minus_greedy_ms_b{batch}"),
-                    vs_greedy,
-                );
+                    ctx.set_figure(
+                        format!("device_loop_sampled_minus_greedy_ms_b{batch}"),
+                        vs_greedy,
+                    );
+                }
                 device.push(json!({
                     "batch": batch, "dtype": dtype.name(), "sampling": name, "tokens": n,
                     "runs": runs, "tokens_per_s": tps, "ms_per_step_p50": p50 * 1e3,
@@ -239,7 +237,6 @@ fn device_table(ctx: &mut Ctx, bandwidth: Option<f64>) -> Result<Vec<Value>> {
                 }));
                 continue;
             }
-            ctx.set_figure(format!("device_loop_{}_b{batch}", dtype.name()), p50);
             if let Some(u) = util {
                 ctx.set_figure(format!("device_loop_util_{}_b{batch}", dtype.name()), u);
             }

@@ -6,7 +6,8 @@
 
 use std::panic::Location;
 
-use super::graph::{graph_error, ArgKind, Op, ReduceKind, Tensor};
+use super::graph::{ArgKind, Op, ReduceKind, Tensor};
+use super::stats::need_float;
 use super::util::{axes, axis, check, node, typed_node, Loc};
 use crate::dtype::{DType, TensorType};
 use crate::error::Result;
@@ -42,18 +43,6 @@ impl Tensor {
         }
     }
 
-    fn float_only(&self, name: &'static str, loc: Loc) -> Result<()> {
-        if self.dtype().is_float() {
-            Ok(())
-        } else {
-            Err(graph_error(
-                name,
-                format!("{name} needs a float tensor, got {}", self.ty()),
-                loc,
-            ))
-        }
-    }
-
     fn mean_at(
         &self,
         axes_: &[isize],
@@ -61,7 +50,7 @@ impl Tensor {
         name: &'static str,
         loc: Loc,
     ) -> Result<Tensor> {
-        self.float_only(name, loc)?;
+        need_float(self, name, loc)?;
         let a = axes(name, self, axes_, loc)?;
         // In f64: a product of some dimensions of an empty tensor may overflow a usize.
         let count: f64 = a.iter().map(|&i| self.dims()[i] as f64).product();
@@ -91,7 +80,7 @@ impl Tensor {
         name: &'static str,
         loc: Loc,
     ) -> Result<Tensor> {
-        self.float_only(name, loc)?;
+        need_float(self, name, loc)?;
         let m = self.finite_max_keepdims(axes_, name, loc)?;
         let s = self
             .sub(&m)?
