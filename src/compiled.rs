@@ -5,9 +5,11 @@ use crate::array::HostArray;
 use crate::dtype::{DType, TensorType};
 use crate::error::{Error, Result};
 use crate::ops::Graph;
-use crate::runtime::{Buffer, Client, Executable};
+use crate::runtime::{Buffer, Client, CompileOptions, Executable, ExecuteOptions, ShardedBuffer};
+use crate::sharding::Sharding;
 
-/// A graph compiled for one client. `Send + Sync`; cheap to clone.
+/// A graph compiled for one client, on one device or over a mesh of its devices (see
+/// [`Graph::set_mesh`]). `Send + Sync`; cheap to clone.
 #[derive(Clone, Debug)]
 pub struct CompiledGraph {
     exe: Executable,
@@ -15,6 +17,11 @@ pub struct CompiledGraph {
     /// The parameters' names, for errors.
     names: Vec<String>,
     outputs: Vec<TensorType>,
+    /// Each parameter's and output's layout ([`Sharding::single`] without a mesh).
+    param_shardings: Vec<Sharding>,
+    output_shardings: Vec<Sharding>,
+    /// Whether the graph has a mesh (runs as an SPMD program).
+    sharded: bool,
     text: String,
 }
 
@@ -24,25 +31,65 @@ impl Graph {
         crate::lower::to_stablehlo(self)
     }
 
-    /// Lowers and compiles the graph for `client`. The compiled program's output types are
-    /// checked against the types the graph inferred.
+    /// Lowers and compiles the graph for `client`: for device 0, or, for a graph with a mesh,
+    /// as one SPMD program over the mesh's devices (XLA's partitioner, the device assignment
+    /// from [`crate::Mesh::devices`]). The compiled program's output types (per device) are
+    /// checked against the types the graph inferred. A mesh with more devices than the client
+    /// is an error.
     pub fn compile(&self, client: &Client) -> Result<CompiledGraph> {
         let text = self.to_stablehlo()?;
-        let exe = client.compile(&text)?;
         let outputs = self.output_types();
-        if exe.output_types() != outputs.as_slice() {
+        let params = self.parameter_types();
+        let sharded = self.mesh().is_some();
+        let (exe, param_shardings, output_shardings) = match self.shardings()? {
+            None => (
+                client.compile(&text)?,
+                vec![Sharding::single(); params.len()],
+                vec![Sharding::single(); outputs.len()],
+            ),
+            Some(s) => {
+                client.check_mesh(&s.mesh)?;
+                let devices = client.devices();
+                let assignment = s
+                    .mesh
+                    .devices()
+                    .iter()
+                    .map(|&d| devices[d].id().map(|id| vec![i64::from(id)]))
+                    .collect::<Result<Vec<_>>>()?;
+                let options = CompileOptions {
+                    num_partitions: s.mesh.size() as i64,
+                    spmd: true,
+                    device_assignment: Some(assignment),
+                    ..CompileOptions::default()
+                };
+                (
+                    client.compile_with(&text, &options)?,
+                    s.parameters,
+                    s.outputs,
+                )
+            }
+        };
+        let local: Vec<TensorType> = outputs
+            .iter()
+            .zip(&output_shardings)
+            .map(|(t, s)| TensorType::new(t.dtype, &s.shard_dims(&t.dims)))
+            .collect();
+        if exe.output_types() != local.as_slice() {
             return Err(Error::InvalidArgument(format!(
-                "the compiled program returns {:?} but the graph inferred {:?}; this is a \
-                 stablegraph lowering bug",
+                "the compiled program returns {:?} per device but the graph inferred {:?}; this \
+                 is a stablegraph lowering bug",
                 exe.output_types(),
-                outputs
+                local
             )));
         }
         Ok(CompiledGraph {
             exe,
-            params: self.parameter_types(),
+            params,
             names: self.parameter_names(),
             outputs,
+            param_shardings,
+            output_shardings,
+            sharded,
             text,
         })
     }
@@ -56,9 +103,23 @@ impl Graph {
 impl CompiledGraph {
     /// Uploads `inputs` (one per parameter, matching its type), runs, and downloads the outputs.
     /// An input of the wrong type is an error naming the parameter, as in [`Graph::evaluate`].
+    /// A sharded program's inputs are split over the mesh and its outputs gathered.
     pub fn run(&self, inputs: &[HostArray]) -> Result<Vec<HostArray>> {
         self.check_inputs(inputs.iter().map(|x| (x.dtype(), x.dims())))?;
         let client = self.exe.client();
+        if self.is_sharded() {
+            let buffers = inputs
+                .iter()
+                .zip(&self.param_shardings)
+                .map(|(x, s)| client.sharded_buffer_from_host_array(x, s))
+                .collect::<Result<Vec<ShardedBuffer>>>()?;
+            let args: Vec<&ShardedBuffer> = buffers.iter().collect();
+            return self
+                .run_sharded(&args)?
+                .iter()
+                .map(ShardedBuffer::to_host_array)
+                .collect();
+        }
         let buffers = inputs
             .iter()
             .map(|x| client.buffer_from_host_array(x))
@@ -71,10 +132,75 @@ impl CompiledGraph {
     }
 
     /// Runs on device buffers and returns device buffers (no host copies). A buffer of the
-    /// wrong type is an error naming the parameter, as in [`CompiledGraph::run`].
+    /// wrong type is an error naming the parameter, as in [`CompiledGraph::run`]. For a
+    /// program on one device; a sharded one takes [`CompiledGraph::run_sharded`].
     pub fn run_buffers(&self, inputs: &[&Buffer]) -> Result<Vec<Buffer>> {
+        if self.is_sharded() {
+            return Err(Error::InvalidArgument(format!(
+                "the program runs over a mesh of {} devices: pass sharded buffers to run_sharded",
+                self.exe.devices().len()
+            )));
+        }
         self.check_inputs(inputs.iter().map(|b| (b.dtype(), b.dims())))?;
         self.exe.execute(inputs)
+    }
+
+    /// Runs on arrays laid out as the program's parameters are ([`CompiledGraph::input_shardings`];
+    /// [`Sharding::single`] for a program without a mesh) and returns its outputs laid out as
+    /// [`CompiledGraph::output_shardings`] says, each block on its device (no host copies).
+    /// Donated parameters consume every block of their argument. An input of the wrong type or
+    /// layout is an error naming the parameter.
+    pub fn run_sharded(&self, inputs: &[&ShardedBuffer]) -> Result<Vec<ShardedBuffer>> {
+        self.check_inputs(inputs.iter().map(|b| (b.dtype(), b.dims())))?;
+        for (i, (x, want)) in inputs.iter().zip(&self.param_shardings).enumerate() {
+            if x.sharding() != want {
+                let name = self.names.get(i).map_or("?", String::as_str);
+                return Err(Error::InvalidArgument(format!(
+                    "input {i} is laid out as {} over {:?}, but parameter {i} ({name}) is \
+                     laid out as {} over {:?}",
+                    x.sharding().spec(),
+                    x.sharding().mesh(),
+                    want.spec(),
+                    want.mesh()
+                )));
+            }
+        }
+        let devices = self.exe.devices().len();
+        let lists: Vec<Vec<&Buffer>> = (0..devices)
+            .map(|p| inputs.iter().map(|x| &x.shards()[p]).collect())
+            .collect();
+        let per_device = self
+            .exe
+            .execute_partitioned(&lists, ExecuteOptions::default())?;
+        let mut by_output: Vec<Vec<Buffer>> = self.outputs.iter().map(|_| Vec::new()).collect();
+        for list in per_device {
+            for (k, b) in list.into_iter().enumerate() {
+                if let Some(slot) = by_output.get_mut(k) {
+                    slot.push(b);
+                }
+            }
+        }
+        by_output
+            .into_iter()
+            .zip(&self.outputs)
+            .zip(&self.output_shardings)
+            .map(|((shards, ty), s)| ShardedBuffer::from_shards(ty.clone(), s.clone(), shards))
+            .collect()
+    }
+
+    /// Whether the program runs over a mesh (its graph has one; see [`Graph::set_mesh`]).
+    pub fn is_sharded(&self) -> bool {
+        self.sharded
+    }
+
+    /// Each parameter's layout ([`Sharding::single`] for a program without a mesh).
+    pub fn input_shardings(&self) -> &[Sharding] {
+        &self.param_shardings
+    }
+
+    /// Each output's layout.
+    pub fn output_shardings(&self) -> &[Sharding] {
+        &self.output_shardings
     }
 
     /// An error unless there is one input per parameter, each of its type; a mismatch names the

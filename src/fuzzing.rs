@@ -795,6 +795,13 @@ pub fn compile_options(data: &[u8]) {
         num_replicas: b.u64() as i64,
         num_partitions: b.u64() as i64,
         device_ordinal: b.bool().then(|| b.u64() as i64),
+        spmd: b.bool(),
+        device_assignment: b.bool().then(|| {
+            let replicas = usize::from(b.u8() % 3);
+            (0..b.u8() % 5)
+                .map(|_| (0..replicas).map(|_| b.u64() as i64).collect())
+                .collect()
+        }),
     };
     let bytes = options.encode();
     assert_eq!(

@@ -96,8 +96,10 @@ pub mod models;
 pub mod ops;
 pub mod runtime;
 pub mod sampling;
+pub mod sharding;
 
 pub use array::HostArray;
 pub use compiled::CompiledGraph;
 pub use dtype::{DType, Element, TensorType};
 pub use error::{Error, ErrorCode, Result};
+pub use sharding::{Mesh, PartitionSpec, Sharding};

@@ -332,6 +332,8 @@ impl<'a> Ctx<'a> {
             Op::Concatenate { axis } => one(shape::concatenate(self, *axis)),
             Op::Pad { low, interior, .. } => one(shape::pad(self, low, interior)),
             Op::Reverse { axes } => one(shape::reverse(self, axes)),
+            // The unsharded meaning: a layout hint only.
+            Op::ShardingConstraint { .. } => one(Ok(self.all_args()[0].clone())),
             Op::Reduce { kind, axes } => one(reduce::reduce(self, *kind, axes)),
             Op::ArgReduce { kind, axis } => one(reduce::arg_reduce(self, *kind, *axis)),
             Op::Cumsum { axis } => one(reduce::cumsum(self, *axis)),

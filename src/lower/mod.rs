@@ -34,12 +34,14 @@ mod linalg;
 mod literal;
 mod reduce;
 mod shape;
+mod sharding;
 #[cfg(test)]
 mod tests;
 
 use crate::dtype::TensorType;
 use crate::error::{Error, Result};
 use crate::ops::{live_nodes, Graph, Node, Op, Region, ValueId};
+use crate::sharding::{Mesh, PartitionSpec};
 use literal::{signature, tensor_type};
 
 /// Lowers `graph` to one StableHLO module, `module @stablegraph`, whose `func.func public @main`
@@ -59,9 +61,17 @@ pub fn to_stablehlo(graph: &Graph) -> Result<String> {
         ));
     }
     let aliases = graph.output_aliases()?;
+    let shardings = graph.shardings()?;
+    let specs = shardings.as_ref().map(|s| {
+        (
+            s.mesh.clone(),
+            graph.parameter_specs(),
+            graph.output_specs(),
+        )
+    });
     graph.with_structure(|nodes, regions| {
         let order = live_nodes(nodes, regions, &params, &outputs).map_err(graph_err)?;
-        Lowering::new(nodes, regions, order).module(&params, &outputs, &aliases)
+        Lowering::new(nodes, regions, order).module(&params, &outputs, &aliases, specs.as_ref())
     })
 }
 
@@ -136,28 +146,49 @@ impl<'g> Lowering<'g> {
         }
     }
 
-    /// The whole module. `aliases[k]` is the output that donated parameter `k` is aliased to.
+    /// The whole module. `aliases[k]` is the output that donated parameter `k` is aliased to;
+    /// `sharded` is the mesh and each parameter's and output's spec, for a program over a mesh.
     fn module(
         mut self,
         params: &[ValueId],
         outputs: &[ValueId],
         aliases: &[Option<usize>],
+        sharded: Option<&(Mesh, Vec<PartitionSpec>, Vec<PartitionSpec>)>,
     ) -> Result<String> {
-        let args = self.arguments(params, aliases);
+        let args = self.arguments(params, aliases, sharded.map(|s| s.1.as_slice()));
         self.region_nodes(0)?;
         let mut results = Vec::with_capacity(outputs.len());
         let mut types = Vec::with_capacity(outputs.len());
-        for &o in outputs {
+        let mut result_types = Vec::with_capacity(outputs.len());
+        for (k, &o) in outputs.iter().enumerate() {
             results.push(self.value(o)?);
-            types.push(tensor_type(self.ty(o)?));
+            let ty = self.ty(o)?;
+            types.push(tensor_type(ty));
+            result_types.push(match sharded {
+                Some((_, _, specs)) => format!(
+                    "{} {{{}}}",
+                    tensor_type(ty),
+                    sharding::attribute(&specs[k], ty.dims.len())
+                ),
+                None => tensor_type(ty),
+            });
         }
-        let result_types = if types.len() == 1 {
-            types[0].clone()
+        let result_types = if result_types.len() == 1 && sharded.is_none() {
+            result_types[0].clone()
         } else {
-            format!("({})", types.join(", "))
+            format!("({})", result_types.join(", "))
+        };
+        let header = match sharded {
+            Some((mesh, _, _)) => format!(
+                "module @stablegraph attributes {{mhlo.num_partitions = {} : i32, \
+                 mhlo.num_replicas = 1 : i32}} {{\n  {}\n",
+                mesh.size(),
+                sharding::mesh_line(mesh)
+            ),
+            None => "module @stablegraph {\n".to_string(),
         };
         Ok(format!(
-            "module @stablegraph {{\n  func.func public @main({}) -> {result_types} {{\n{}    \
+            "{header}  func.func public @main({}) -> {result_types} {{\n{}    \
              return {} : {}\n  }}\n}}\n",
             args.join(", "),
             self.body,
@@ -167,8 +198,14 @@ impl<'g> Lowering<'g> {
     }
 
     /// The arguments of `@main`, `%p<k>_<name>: type` (with `tf.aliasing_output` for a donated
-    /// parameter), naming the parameter nodes.
-    fn arguments(&mut self, params: &[ValueId], aliases: &[Option<usize>]) -> Vec<String> {
+    /// parameter, and `sdy.sharding` for each parameter of a program over a mesh), naming the
+    /// parameter nodes.
+    fn arguments(
+        &mut self,
+        params: &[ValueId],
+        aliases: &[Option<usize>],
+        specs: Option<&[PartitionSpec]>,
+    ) -> Vec<String> {
         let mut args = Vec::with_capacity(params.len());
         for (k, p) in params.iter().enumerate() {
             let node = &self.nodes[p.node];
@@ -176,12 +213,21 @@ impl<'g> Lowering<'g> {
                 continue; // `live_nodes` checked the list
             };
             let ssa = format!("%p{k}_{}", sanitize(name));
-            match aliases.get(k).copied().flatten() {
-                Some(out) => args.push(format!(
-                    "{ssa}: {} {{tf.aliasing_output = {out} : i32}}",
-                    tensor_type(ty)
-                )),
-                None => args.push(format!("{ssa}: {}", tensor_type(ty))),
+            let mut attributes = Vec::new();
+            if let Some(out) = aliases.get(k).copied().flatten() {
+                attributes.push(format!("tf.aliasing_output = {out} : i32"));
+            }
+            if let Some(spec) = specs.and_then(|s| s.get(k)) {
+                attributes.push(sharding::attribute(spec, ty.dims.len()));
+            }
+            if attributes.is_empty() {
+                args.push(format!("{ssa}: {}", tensor_type(ty)));
+            } else {
+                args.push(format!(
+                    "{ssa}: {} {{{}}}",
+                    tensor_type(ty),
+                    attributes.join(", ")
+                ));
             }
             self.names[p.node] = vec![ssa];
         }
@@ -297,6 +343,7 @@ impl<'g> Lowering<'g> {
                 rhs_contract,
             } => self.dot_general(&n, [lhs_batch, rhs_batch], [lhs_contract, rhs_contract]),
             Op::Take => self.take(&n),
+            Op::ShardingConstraint { spec } => self.sharding_constraint(&n, spec),
         };
         self.names[i] = vec![name];
         Ok(())

@@ -328,6 +328,13 @@ pub enum Op {
         /// Largest first.
         descending: bool,
     },
+    /// `inputs[0]` unchanged, laid out over the graph's mesh as `spec` says (JAX's
+    /// `with_sharding_constraint`): a hint to XLA's SPMD partitioner, the identity everywhere
+    /// else. See [`Graph::set_mesh`].
+    ShardingConstraint {
+        /// How the value is split over the mesh axes.
+        spec: crate::sharding::PartitionSpec,
+    },
 }
 
 impl Op {
@@ -361,6 +368,7 @@ impl Op {
             Op::Sort { .. } => "sort",
             Op::BlockArg => "block_arg",
             Op::While { .. } => "while",
+            Op::ShardingConstraint { .. } => "sharding_constraint",
         }
     }
 }
@@ -422,6 +430,8 @@ struct GraphData {
     /// Indices of the parameters whose buffers the program may take over (see
     /// [`Graph::donate`]).
     donated: Vec<usize>,
+    /// The mesh and the layouts (see [`Graph::set_mesh`]).
+    sharding: super::sharding::GraphSharding,
 }
 
 /// A tensor program under construction: named parameters, nodes, outputs. Cheap to clone (a
@@ -499,6 +509,7 @@ impl Graph {
                 regions: Rc::new(vec![Region::default()]),
                 current: 0,
                 donated: Vec::new(),
+                sharding: Default::default(),
             })),
         }
     }
@@ -710,6 +721,14 @@ impl Graph {
             (Rc::clone(&d.nodes), Rc::clone(&d.regions))
         };
         f(&nodes, &regions)
+    }
+
+    /// Reads or changes the graph's mesh and layouts.
+    pub(crate) fn with_sharding<R>(
+        &self,
+        f: impl FnOnce(&mut super::sharding::GraphSharding) -> R,
+    ) -> R {
+        f(&mut self.data.borrow_mut().sharding)
     }
 
     pub(crate) fn region_of(&self, v: ValueId) -> usize {

@@ -49,6 +49,7 @@ mod reduce;
 mod regions;
 mod rules;
 mod shape;
+mod sharding;
 mod sort;
 mod split;
 mod stats;
@@ -63,6 +64,7 @@ pub use graph::{
 pub use reduce::CumsumOptions;
 #[cfg(test)]
 pub(crate) use regions::malformed::cases as malformed_loops;
+pub use sharding::GraphShardings;
 pub use sort::SortOrder;
 pub use stats::VarOptions;
 pub(crate) use walk::live_nodes;

@@ -29,6 +29,8 @@ use crate::with_host_array;
 pub struct Buffer {
     client: Client,
     raw: *mut ffi::PJRT_Buffer,
+    /// The device it lives on, an index into [`Client::devices`].
+    device: usize,
     dtype: DType,
     dims: Vec<usize>,
     /// Set once an execution has taken over the device memory; the `PJRT_Buffer` handle itself
@@ -150,6 +152,7 @@ impl Client {
         let buffer = Buffer {
             client: self.clone(),
             raw: args.buffer,
+            device,
             dtype,
             dims: dims.to_vec(),
             donated: AtomicBool::new(false),
@@ -167,17 +170,23 @@ impl Client {
 }
 
 impl Buffer {
-    /// Wraps a buffer returned by an execution, reading its element type and shape.
+    /// Wraps a buffer returned by an execution on `device` (an index into [`Client::devices`]),
+    /// reading its element type and shape.
     ///
     /// # Safety
     /// `raw` must be a live, non-null buffer of `client`, whose ownership passes to the result
     /// (it is destroyed exactly once, by the `Buffer`, even when this returns an error).
-    pub(crate) unsafe fn from_raw(client: &Client, raw: *mut ffi::PJRT_Buffer) -> Result<Buffer> {
+    pub(crate) unsafe fn from_raw(
+        client: &Client,
+        raw: *mut ffi::PJRT_Buffer,
+        device: usize,
+    ) -> Result<Buffer> {
         let api = client.api();
         // Take ownership first, so that the buffer is destroyed whatever happens below.
         let mut buffer = Buffer {
             client: client.clone(),
             raw,
+            device,
             dtype: DType::F32,
             dims: Vec::new(),
             donated: AtomicBool::new(false),
@@ -264,6 +273,11 @@ impl Buffer {
             self.mark_donated();
         }
         Ok(())
+    }
+
+    /// The device it lives on, an index into [`Client::devices`].
+    pub fn device(&self) -> usize {
+        self.device
     }
 
     /// The element type.

@@ -2,8 +2,11 @@
 //!
 //! Field numbers follow `xla/pjrt/proto/compile_options.proto`:
 //! `CompileOptionsProto.executable_build_options = 3`, and in `ExecutableBuildOptionsProto`
-//! `device_ordinal = 1`, `num_replicas = 4`, `num_partitions = 5`. Empty options make the CPU
-//! plugin abort (it reads `num_replicas = 0`), so the replica and partition counts are always sent.
+//! `device_ordinal = 1`, `num_replicas = 4`, `num_partitions = 5`, `use_spmd_partitioning = 6`,
+//! `device_assignment = 9` (a `DeviceAssignmentProto`: `replica_count = 1`, `computation_count =
+//! 2`, repeated `computation_devices = 3`, each with repeated `replica_device_ids = 1`) and
+//! `use_shardy_partitioner = 19`. Empty options make the CPU plugin abort (it reads
+//! `num_replicas = 0`), so the replica and partition counts are always sent.
 
 /// Options for compiling a program.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -14,6 +17,12 @@ pub struct CompileOptions {
     pub num_partitions: i64,
     /// The device to build for, or `None` to let the plugin choose (device 0).
     pub device_ordinal: Option<i64>,
+    /// Partition the program with XLA's SPMD partitioner, Shardy (`sdy`) annotations in the
+    /// text saying how (sets `use_spmd_partitioning` and `use_shardy_partitioner`).
+    pub spmd: bool,
+    /// The device id (see [`crate::runtime::Device::id`]) of each partition and replica:
+    /// `device_assignment[partition][replica]`; `None` lets the plugin choose.
+    pub device_assignment: Option<Vec<Vec<i64>>>,
 }
 
 impl Default for CompileOptions {
@@ -22,6 +31,8 @@ impl Default for CompileOptions {
             num_replicas: 1,
             num_partitions: 1,
             device_ordinal: None,
+            spmd: false,
+            device_assignment: None,
         }
     }
 }
@@ -30,6 +41,13 @@ const COMPILE_OPTIONS_EXECUTABLE_BUILD_OPTIONS: u32 = 3;
 const BUILD_OPTIONS_DEVICE_ORDINAL: u32 = 1;
 const BUILD_OPTIONS_NUM_REPLICAS: u32 = 4;
 const BUILD_OPTIONS_NUM_PARTITIONS: u32 = 5;
+const BUILD_OPTIONS_USE_SPMD_PARTITIONING: u32 = 6;
+const BUILD_OPTIONS_DEVICE_ASSIGNMENT: u32 = 9;
+const BUILD_OPTIONS_USE_SHARDY_PARTITIONER: u32 = 19;
+const ASSIGNMENT_REPLICA_COUNT: u32 = 1;
+const ASSIGNMENT_COMPUTATION_COUNT: u32 = 2;
+const ASSIGNMENT_COMPUTATION_DEVICES: u32 = 3;
+const COMPUTATION_REPLICA_DEVICE_IDS: u32 = 1;
 
 const WIRE_VARINT: u32 = 0;
 const WIRE_LEN: u32 = 2;
@@ -51,10 +69,32 @@ impl CompileOptions {
             BUILD_OPTIONS_NUM_PARTITIONS,
             self.num_partitions as u64,
         );
+        if self.spmd {
+            put_varint_field(&mut build, BUILD_OPTIONS_USE_SPMD_PARTITIONING, 1);
+        }
+        if let Some(assignment) = &self.device_assignment {
+            let mut proto = Vec::new();
+            let replicas = assignment.first().map_or(0, Vec::len);
+            put_varint_field(&mut proto, ASSIGNMENT_REPLICA_COUNT, replicas as u64);
+            put_varint_field(
+                &mut proto,
+                ASSIGNMENT_COMPUTATION_COUNT,
+                assignment.len() as u64,
+            );
+            for computation in assignment {
+                let mut ids = Vec::new();
+                for &id in computation {
+                    put_varint_field(&mut ids, COMPUTATION_REPLICA_DEVICE_IDS, id as u64);
+                }
+                put_bytes_field(&mut proto, ASSIGNMENT_COMPUTATION_DEVICES, &ids);
+            }
+            put_bytes_field(&mut build, BUILD_OPTIONS_DEVICE_ASSIGNMENT, &proto);
+        }
+        if self.spmd {
+            put_varint_field(&mut build, BUILD_OPTIONS_USE_SHARDY_PARTITIONER, 1);
+        }
         let mut out = Vec::new();
-        put_key(&mut out, COMPILE_OPTIONS_EXECUTABLE_BUILD_OPTIONS, WIRE_LEN);
-        put_varint(&mut out, build.len() as u64);
-        out.extend_from_slice(&build);
+        put_bytes_field(&mut out, COMPILE_OPTIONS_EXECUTABLE_BUILD_OPTIONS, &build);
         out
     }
 
@@ -65,6 +105,8 @@ impl CompileOptions {
             num_replicas: 0,
             num_partitions: 0,
             device_ordinal: None,
+            spmd: false,
+            device_assignment: None,
         };
         for field in Fields::new(bytes) {
             let (number, value) = field?;
@@ -82,6 +124,12 @@ impl CompileOptions {
                         (BUILD_OPTIONS_NUM_PARTITIONS, FieldValue::Varint(v)) => {
                             options.num_partitions = v as i64
                         }
+                        (BUILD_OPTIONS_USE_SPMD_PARTITIONING, FieldValue::Varint(v)) => {
+                            options.spmd = v != 0
+                        }
+                        (BUILD_OPTIONS_DEVICE_ASSIGNMENT, FieldValue::Bytes(proto)) => {
+                            options.device_assignment = Some(decode_assignment(proto)?)
+                        }
                         _ => {}
                     }
                 }
@@ -89,6 +137,30 @@ impl CompileOptions {
         }
         Some(options)
     }
+}
+
+/// The computations of a `DeviceAssignmentProto`, each a list of device ids (one per replica);
+/// the counts are implied by the lists and not read.
+fn decode_assignment(proto: &[u8]) -> Option<Vec<Vec<i64>>> {
+    let mut assignment = Vec::new();
+    for field in Fields::new(proto) {
+        if let (ASSIGNMENT_COMPUTATION_DEVICES, FieldValue::Bytes(ids)) = field? {
+            let mut replicas = Vec::new();
+            for id in Fields::new(ids) {
+                if let (COMPUTATION_REPLICA_DEVICE_IDS, FieldValue::Varint(v)) = id? {
+                    replicas.push(v as i64);
+                }
+            }
+            assignment.push(replicas);
+        }
+    }
+    Some(assignment)
+}
+
+fn put_bytes_field(out: &mut Vec<u8>, field: u32, bytes: &[u8]) {
+    put_key(out, field, WIRE_LEN);
+    put_varint(out, bytes.len() as u64);
+    out.extend_from_slice(bytes);
 }
 
 fn put_varint(out: &mut Vec<u8>, mut v: u64) {
@@ -197,11 +269,23 @@ mod tests {
                 num_replicas: 2,
                 num_partitions: 300,
                 device_ordinal: Some(3),
+                ..CompileOptions::default()
             },
             CompileOptions {
                 num_replicas: 1,
                 num_partitions: 1,
                 device_ordinal: Some(-1),
+                ..CompileOptions::default()
+            },
+            CompileOptions {
+                num_partitions: 4,
+                spmd: true,
+                device_assignment: Some(vec![vec![3], vec![2], vec![0], vec![1]]),
+                ..CompileOptions::default()
+            },
+            CompileOptions {
+                device_assignment: Some(vec![]),
+                ..CompileOptions::default()
             },
         ] {
             assert_eq!(CompileOptions::decode(&options.encode()), Some(options));

@@ -24,6 +24,9 @@ struct ExecutableInner {
     client: Client,
     /// The loaded program, shared with the client's compile cache.
     program: Arc<LoadedProgram>,
+    /// The client devices (indices into [`Client::devices`]) the program runs on, one per
+    /// partition (replica-major), in the order of its argument lists.
+    devices: Vec<usize>,
 }
 
 /// A loaded PJRT executable and its parameter and output types: what the compile cache keeps and
@@ -170,6 +173,7 @@ impl Client {
                 options.num_replicas, options.num_partitions
             )));
         }
+        let devices = self.program_devices(options)?;
         let encoded = options.encode();
         let program = cache::compile_cached(self, mlir, &encoded, || {
             self.compile_uncached(mlir, &encoded)
@@ -178,8 +182,68 @@ impl Client {
             inner: Arc::new(ExecutableInner {
                 client: self.clone(),
                 program,
+                devices,
             }),
         })
+    }
+
+    /// The devices a program compiled with `options` runs on, in the order of its argument
+    /// lists: the device assignment's (replica-major, as PJRT orders them), else devices
+    /// `0..replicas * partitions` (the plugin's default assignment), else the one device.
+    fn program_devices(&self, options: &CompileOptions) -> Result<Vec<usize>> {
+        let count = options
+            .num_replicas
+            .checked_mul(options.num_partitions)
+            .and_then(|n| usize::try_from(n).ok())
+            .filter(|&n| n <= self.device_count())
+            .ok_or_else(|| {
+                Error::InvalidArgument(format!(
+                    "compile options ask for {} replicas times {} partitions, but the client has \
+                     {} addressable devices",
+                    options.num_replicas,
+                    options.num_partitions,
+                    self.device_count()
+                ))
+            })?;
+        let Some(assignment) = &options.device_assignment else {
+            if count == 1 {
+                let ordinal = options.device_ordinal.unwrap_or(0);
+                return Ok(vec![usize::try_from(ordinal).unwrap_or(0)]);
+            }
+            return Ok((0..count).collect());
+        };
+        let ids = self
+            .devices()
+            .iter()
+            .map(|d| d.id().map(i64::from))
+            .collect::<Result<Vec<i64>>>()?;
+        let replicas = options.num_replicas as usize;
+        let partitions = options.num_partitions as usize;
+        if assignment.len() != partitions || assignment.iter().any(|c| c.len() != replicas) {
+            return Err(Error::InvalidArgument(format!(
+                "the device assignment {assignment:?} is not {partitions} partitions of \
+                 {replicas} replicas each"
+            )));
+        }
+        let mut devices = Vec::with_capacity(count);
+        for r in 0..replicas {
+            for computation in assignment {
+                let id = computation[r];
+                let index = ids.iter().position(|&i| i == id).ok_or_else(|| {
+                    Error::InvalidArgument(format!(
+                        "the device assignment names device id {id}, which is not an \
+                         addressable device of the client (ids {ids:?})"
+                    ))
+                })?;
+                if devices.contains(&index) {
+                    return Err(Error::InvalidArgument(format!(
+                        "the device assignment {assignment:?} names device id {id} twice"
+                    )));
+                }
+                devices.push(index);
+            }
+        }
+        Ok(devices)
     }
 
     /// Compiles with the plugin, bypassing the compile cache; `encoded` is the serialized
@@ -340,48 +404,89 @@ impl Executable {
             .map(|&(_, output)| output)
     }
 
-    /// Checks `args` against the program's parameters and client, and that none was donated
-    /// before; with `donate`, also that no buffer in a donated position is passed twice.
-    fn check_args(&self, args: &[&Buffer], donate: bool) -> Result<()> {
-        for (i, a) in args.iter().enumerate() {
-            if !a.client().same_as(&self.inner.client) {
+    /// The client devices (indices into [`Client::devices`]) the program runs on, in the order
+    /// of [`Executable::execute_partitioned`]'s argument lists: one for a program compiled
+    /// for one device, one per partition for an SPMD program.
+    pub fn devices(&self) -> &[usize] {
+        &self.inner.devices
+    }
+
+    /// Checks `args` (one list per device) against the program's devices, parameters and
+    /// client, and that none was donated before; with `donate`, also that no buffer in a
+    /// donated position is passed twice.
+    fn check_args(&self, args: &[Vec<&Buffer>], donate: bool) -> Result<()> {
+        let devices = &self.inner.devices;
+        if args.len() != devices.len() {
+            return Err(Error::InvalidArgument(format!(
+                "the program runs on {} devices, got {} argument lists",
+                devices.len(),
+                args.len()
+            )));
+        }
+        let count = args.first().map_or(0, Vec::len);
+        for (list, &device) in args.iter().zip(devices) {
+            if list.len() != count {
                 return Err(Error::InvalidArgument(format!(
-                    "argument {i} ({a:?}) belongs to another client than the executable"
+                    "argument lists of different lengths: {count} for the first device, {} for \
+                     device {device}",
+                    list.len()
                 )));
             }
-            if let Err(Error::InvalidArgument(message)) = a.check_usable() {
-                return Err(Error::InvalidArgument(format!("argument {i}: {message}")));
-            }
-        }
-        if donate {
-            for &d in self.donated_inputs() {
-                let Some(donated) = args.get(d) else {
-                    continue;
-                };
-                let again = args
-                    .iter()
-                    .enumerate()
-                    .find(|&(j, a)| j != d && a.raw() == donated.raw());
-                if let Some((j, _)) = again {
+            for (i, a) in list.iter().enumerate() {
+                if !a.client().same_as(&self.inner.client) {
                     return Err(Error::InvalidArgument(format!(
-                        "argument {d} ({donated:?}) is donated and the same buffer is also argument \
-                         {j}: an execution cannot consume a buffer it also reads; pass a copy, or \
-                         execute with `ExecuteOptions {{ donate: false }}`"
+                        "argument {i} ({a:?}) belongs to another client than the executable"
+                    )));
+                }
+                if let Err(Error::InvalidArgument(message)) = a.check_usable() {
+                    return Err(Error::InvalidArgument(format!("argument {i}: {message}")));
+                }
+                // PJRT checks a one-device program's placement itself (and reports it as a
+                // failed execution); a partitioned program's lists are checked here.
+                if devices.len() > 1 && a.device() != device {
+                    return Err(Error::InvalidArgument(format!(
+                        "argument {i} ({a:?}) is on device {}, but the program runs that \
+                         argument list on device {device}",
+                        a.device()
                     )));
                 }
             }
         }
-        let Some(inputs) = &self.inner.program.inputs.types else {
+        if donate {
+            for (li, list) in args.iter().enumerate() {
+                for &d in self.donated_inputs() {
+                    let Some(donated) = list.get(d) else {
+                        continue;
+                    };
+                    let again = args.iter().enumerate().find_map(|(lk, other)| {
+                        other
+                            .iter()
+                            .enumerate()
+                            .find(|&(j, a)| (lk, j) != (li, d) && a.raw() == donated.raw())
+                            .map(|(j, _)| j)
+                    });
+                    if let Some(j) = again {
+                        return Err(Error::InvalidArgument(format!(
+                            "argument {d} ({donated:?}) is donated and the same buffer is also \
+                             argument {j}: an execution cannot consume a buffer it also reads; \
+                             pass a copy, or execute with `ExecuteOptions {{ donate: false }}`"
+                        )));
+                    }
+                }
+            }
+        }
+        // The text's parameter types are global; only a one-device program's are the buffers'.
+        let (Some(inputs), [list]) = (&self.inner.program.inputs.types, args) else {
             return Ok(());
         };
-        if inputs.len() != args.len() {
+        if inputs.len() != list.len() {
             return Err(Error::InvalidArgument(format!(
                 "the program takes {} arguments, got {}",
                 inputs.len(),
-                args.len()
+                list.len()
             )));
         }
-        for (i, (want, got)) in inputs.iter().zip(args).enumerate() {
+        for (i, (want, got)) in inputs.iter().zip(list).enumerate() {
             if want.dtype != got.dtype() || want.dims != got.dims() {
                 return Err(Error::InvalidArgument(format!(
                     "argument {i} is {}{:?}, the program's parameter {i} is {}{:?}",
@@ -395,9 +500,9 @@ impl Executable {
         Ok(())
     }
 
-    /// Runs the program on device 0 with `args` (which must belong to the same client and match
-    /// the parameter types) and returns its outputs as device buffers, after the execution has
-    /// finished.
+    /// Runs the program on its device with `args` (which must belong to the same client, live on
+    /// that device, and match the parameter types) and returns its outputs as device buffers,
+    /// after the execution has finished.
     ///
     /// Arguments in [donated](Executable::donated_inputs) positions are consumed: PJRT hands
     /// their device memory to the program, which may update it in place, and the buffers are
@@ -412,21 +517,46 @@ impl Executable {
 
     /// Runs the program as [`Executable::execute`] does, with `options`.
     pub fn execute_with(&self, args: &[&Buffer], options: ExecuteOptions) -> Result<Vec<Buffer>> {
+        let mut outputs = self.execute_partitioned(&[args.to_vec()], options)?;
+        Ok(outputs.pop().unwrap_or_default())
+    }
+
+    /// Runs a program compiled for several devices (the partitions of an SPMD program):
+    /// `args[i]` is the argument list of device [`Executable::devices`]`()[i]`, each buffer on
+    /// that device; returns each device's outputs, in the same order. Donation works per buffer
+    /// as in [`Executable::execute`]. The buffers' shapes are each device's blocks; the
+    /// program checks them itself (see [`crate::CompiledGraph::run_sharded`], which checks and
+    /// names them first).
+    pub fn execute_partitioned(
+        &self,
+        args: &[Vec<&Buffer>],
+        options: ExecuteOptions,
+    ) -> Result<Vec<Vec<Buffer>>> {
         self.check_args(args, options.donate)?;
         let client = &self.inner.client;
         let api = client.api();
-        let arg_ptrs: Vec<*mut ffi::PJRT_Buffer> = args.iter().map(|a| a.raw()).collect();
-        let arg_lists: [*const *mut ffi::PJRT_Buffer; 1] = [arg_ptrs.as_ptr()];
-        let mut outputs: Vec<*mut ffi::PJRT_Buffer> =
-            vec![std::ptr::null_mut(); self.inner.program.outputs.len()];
-        let output_lists: [*mut *mut ffi::PJRT_Buffer; 1] = [outputs.as_mut_ptr()];
-        let mut complete: [*mut ffi::PJRT_Event; 1] = [std::ptr::null_mut()];
+        let devices = &self.inner.devices;
+        let num_args = args.first().map_or(0, Vec::len);
+        let arg_ptrs: Vec<Vec<*mut ffi::PJRT_Buffer>> = args
+            .iter()
+            .map(|l| l.iter().map(|a| a.raw()).collect())
+            .collect();
+        let arg_lists: Vec<*const *mut ffi::PJRT_Buffer> =
+            arg_ptrs.iter().map(|l| l.as_ptr()).collect();
+        let n_out = self.inner.program.outputs.len();
+        let mut outputs: Vec<Vec<*mut ffi::PJRT_Buffer>> = devices
+            .iter()
+            .map(|_| vec![std::ptr::null_mut(); n_out])
+            .collect();
+        let output_lists: Vec<*mut *mut ffi::PJRT_Buffer> =
+            outputs.iter_mut().map(|o| o.as_mut_ptr()).collect();
+        let mut complete: Vec<*mut ffi::PJRT_Event> = vec![std::ptr::null_mut(); devices.len()];
         // Without donation every position is listed, not only the donated ones we read from the
         // signature, so that PJRT donates nothing whatever the program says.
         let non_donatable: Vec<i64> = if options.donate {
             Vec::new()
         } else {
-            (0..args.len() as i64).collect()
+            (0..num_args as i64).collect()
         };
         let mut raw_options = ffi::PJRT_ExecuteOptions::new();
         raw_options.non_donatable_input_indices = non_donatable.as_ptr();
@@ -435,19 +565,20 @@ impl Executable {
         exec.executable = self.inner.program.raw;
         exec.options = &mut raw_options;
         exec.argument_lists = arg_lists.as_ptr();
-        exec.num_devices = 1;
-        exec.num_args = arg_ptrs.len();
+        exec.num_devices = devices.len();
+        exec.num_args = num_args;
         exec.output_lists = output_lists.as_ptr();
         exec.device_complete_events = complete.as_mut_ptr();
         // SAFETY: a live executable of this client (checked in `check_args`, with the arguments:
-        // live, undonated buffers of this client); one device, so one argument list of
-        // `num_args` buffers, one output list with room for every output and one event slot,
-        // all alive until the call returns; `raw_options` and `non_donatable` outlive it too.
+        // live, undonated buffers of this client, on the program's devices); one argument list
+        // of `num_args` buffers, one output list with room for every output and one event slot
+        // per device, all alive until the call returns; `raw_options` and `non_donatable`
+        // outlive it too.
         let launched = unsafe { pjrt_call!(api, PJRT_LoadedExecutable_Execute, &mut exec) };
         if let Err(e) = launched {
             // PJRT may have taken some arguments before failing: ask it about each. Should even
             // that query fail, the buffer stays as it was; PJRT refuses a deleted buffer itself.
-            for a in args {
+            for a in args.iter().flatten() {
                 let _ = a.sync_donated_with_pjrt();
             }
             return Err(e);
@@ -455,29 +586,49 @@ impl Executable {
         // PJRT took the donated arguments when it launched the execution (their memory is gone
         // whether or not the computation then succeeds).
         if options.donate {
-            for &d in self.donated_inputs() {
-                if let Some(a) = args.get(d) {
-                    a.mark_donated();
+            for list in args {
+                for &d in self.donated_inputs() {
+                    if let Some(a) = list.get(d) {
+                        a.mark_donated();
+                    }
                 }
             }
         }
         // Take ownership of every output before anything can fail, so each is destroyed once.
-        let owned: Vec<Result<Buffer>> = outputs
+        let owned: Vec<Vec<Result<Buffer>>> = outputs
             .iter()
-            .map(|&raw| {
-                if raw.is_null() {
-                    Err(Error::InvalidArgument(
-                        "the plugin returned fewer outputs than the program declares".into(),
-                    ))
-                } else {
-                    // SAFETY: a new, live output buffer of this client, owned from here on.
-                    unsafe { Buffer::from_raw(client, raw) }
-                }
+            .zip(devices)
+            .map(|(list, &device)| {
+                list.iter()
+                    .map(|&raw| {
+                        if raw.is_null() {
+                            Err(Error::InvalidArgument(
+                                "the plugin returned fewer outputs than the program declares"
+                                    .into(),
+                            ))
+                        } else {
+                            // SAFETY: a new, live output buffer of this client on `device`,
+                            // owned from here on.
+                            unsafe { Buffer::from_raw(client, raw, device) }
+                        }
+                    })
+                    .collect()
             })
             .collect();
-        // SAFETY: the execution's own completion event (or null), ours to destroy.
-        unsafe { api.await_event(complete[0], "PJRT_LoadedExecutable_Execute") }?;
-        owned.into_iter().collect()
+        let mut first_error = None;
+        for &event in &complete {
+            // SAFETY: each device's completion event (or null), ours to destroy, awaited once.
+            if let Err(e) = unsafe { api.await_event(event, "PJRT_LoadedExecutable_Execute") } {
+                first_error.get_or_insert(e);
+            }
+        }
+        if let Some(e) = first_error {
+            return Err(e);
+        }
+        owned
+            .into_iter()
+            .map(|list| list.into_iter().collect())
+            .collect()
     }
 }
 

@@ -19,6 +19,7 @@ mod fake;
 mod ffi;
 pub mod install;
 mod plugin;
+mod sharded;
 pub(crate) mod signature;
 
 pub use buffer::Buffer;
@@ -28,6 +29,7 @@ pub use compile_options::CompileOptions;
 pub use executable::{Executable, ExecuteOptions};
 pub use install::{resolve_cpu_plugin, PluginResolver, PluginSource, PluginWheel};
 pub use plugin::{Plugin, Value};
+pub use sharded::ShardedBuffer;
 
 /// The typed PJRT function table, exported only so that a doc test can show that calling a slot
 /// with another slot's arguments does not compile. Not a stable API; everything in it is unsafe

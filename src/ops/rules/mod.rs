@@ -104,6 +104,10 @@ fn dispatch(op: &Op, operands: &[&TensorType], target: Option<&TensorType>) -> R
             [lhs_contract, rhs_contract],
         )),
         Op::Take => one(index::take(operands)),
+        Op::ShardingConstraint { .. } => match operands {
+            [x] => Ok(vec![(*x).clone()]),
+            _ => Err(format!("takes one operand, got {}", operands.len())),
+        },
         Op::Sort { axis, .. } => reduce::sort(operands, *axis),
         // The state's types; the regions are `check_while`'s.
         Op::While { .. } => {
