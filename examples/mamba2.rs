@@ -13,8 +13,8 @@ use anyhow::{anyhow, bail, ensure, Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde_json::json;
 use stablegraph::models::mamba2::{
-    GenerateOptions, LoadOptions, Mamba2, Mamba2Config, Mamba2State, Mamba2Weights, Prefill,
-    Sampling,
+    GenerateOptions, LoadOptions, Mamba2, Mamba2Config, Mamba2State, Mamba2Weights, Parallel,
+    Prefill, Sampling,
 };
 use stablegraph::runtime::Client;
 use stablegraph::DType;
@@ -81,6 +81,30 @@ struct ModelArgs {
     /// it is refused, naming them); for debugging such weights.
     #[arg(long)]
     allow_nonfinite: bool,
+    /// Run every program over N devices as one SPMD program (on the CPU plugin, a client with
+    /// N devices); the split is --parallel's.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    devices: usize,
+    /// How the model is split over --devices: `heads` (tensor parallel: each device holds
+    /// 1/N of the heads and of the projections) or `batch` (data parallel: each device holds
+    /// every weight and 1/N of the rows). The head count, or the batch, must divide by N.
+    #[arg(long, value_enum, default_value_t = ParallelArg::Heads)]
+    parallel: ParallelArg,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum ParallelArg {
+    Heads,
+    Batch,
+}
+
+impl ParallelArg {
+    fn kind(self) -> Parallel {
+        match self {
+            ParallelArg::Heads => Parallel::Heads,
+            ParallelArg::Batch => Parallel::Batch,
+        }
+    }
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -243,6 +267,11 @@ struct Loaded {
 }
 
 impl Loaded {
+    /// `"heads"`, `"batch"`, or null on one device.
+    fn parallel_name(&self) -> Option<&'static str> {
+        self.model.parallel().map(Parallel::name)
+    }
+
     fn prompt_tokens(&self) -> usize {
         self.prompts.iter().map(Vec::len).sum()
     }
@@ -303,6 +332,25 @@ fn load(m: &ModelArgs, p: &PromptArgs, s: &SamplingArgs) -> Result<Loaded> {
     };
     ensure!(p.batch > 0, "--batch must be at least 1");
     let prompts: Vec<Vec<u32>> = (0..p.batch).flat_map(|_| prompts.clone()).collect();
+    ensure!(m.devices > 0, "--devices must be at least 1");
+    match m.parallel {
+        ParallelArg::Heads => ensure!(
+            config.num_heads % m.devices == 0,
+            "--devices {} --parallel heads: the model's {} heads do not divide into {} equal parts",
+            m.devices,
+            config.num_heads,
+            m.devices
+        ),
+        ParallelArg::Batch => ensure!(
+            prompts.len() % m.devices == 0,
+            "--devices {} --parallel batch: {} rows do not divide into {} equal parts (set \
+             --batch or the prompts to a multiple of {})",
+            m.devices,
+            prompts.len(),
+            m.devices,
+            m.devices
+        ),
+    }
     for (r, row) in prompts.iter().enumerate() {
         if let Some(bad) = row.iter().find(|&&t| t as usize >= vocab) {
             bail!("token id {bad} (prompt {r}) is outside the vocabulary of {vocab}");
@@ -310,9 +358,10 @@ fn load(m: &ModelArgs, p: &PromptArgs, s: &SamplingArgs) -> Result<Loaded> {
     }
 
     progress("loading the PJRT plugin");
-    let client = match &m.plugin {
-        Some(path) => Client::from_plugin_path(path),
-        None => Client::cpu(),
+    let client = match (&m.plugin, m.devices) {
+        (Some(path), _) => Client::from_plugin_path(path),
+        (None, 1) => Client::cpu(),
+        (None, n) => Client::cpu_with_devices(n),
     }
     .context("creating the PJRT client")?;
     let dtype = match m.dtype {
@@ -342,20 +391,27 @@ fn load(m: &ModelArgs, p: &PromptArgs, s: &SamplingArgs) -> Result<Loaded> {
             (w, source)
         }
     };
-    let description = format!(
+    let mut description = format!(
         "{source}: {} layers, {} wide, vocab {}, {} matrices",
         config.num_layers,
         config.hidden_size,
         config.vocab_size,
         dtype.mlir_name()
     );
+    if m.devices > 1 {
+        let how = match m.parallel {
+            ParallelArg::Heads => "heads",
+            ParallelArg::Batch => "batch",
+        };
+        description.push_str(&format!(", over {} devices by {how}", m.devices));
+    }
     progress("uploading the weights");
     let bf16_dots = match m.bf16_dots {
         Bf16Dots::Auto => None,
         Bf16Dots::On => Some(true),
         Bf16Dots::Off => Some(false),
     };
-    let model = Mamba2::new(&client, config, &weights)?
+    let model = Mamba2::new_parallel(&client, config, &weights, m.parallel.kind(), m.devices)?
         .with_prefill_chunk(m.prefill_chunk)?
         .with_bf16_dots(bf16_dots);
     Ok(Loaded {
@@ -611,6 +667,9 @@ fn generate(a: GenerateArgs) -> Result<()> {
             "generated_tokens": run.generated(),
             "max_new_tokens": options.max_new_tokens,
             "model": l.description,
+            "devices": l.model.devices(),
+            "parallel": l.parallel_name(),
+            "weight_bytes_per_device": l.model.weight_bytes_per_device(),
         });
         write_json(path, &value)?;
     }
@@ -892,6 +951,9 @@ fn bench(a: BenchArgs) -> Result<()> {
                 "ms_per_token": ms,
                 "generate_s": generate_s,
             },
+            "devices": l.model.devices(),
+            "parallel": l.parallel_name(),
+            "weight_bytes_per_device": l.model.weight_bytes_per_device(),
             "prompt_len": l.prompts.iter().map(Vec::len).collect::<Vec<_>>(),
             "max_new_tokens": options.max_new_tokens,
             "compile_s": compile_s,

@@ -58,9 +58,36 @@ impl Graph {
                 location,
             ));
         };
-        self.sharding_of(spec, "shard_parameter", location)?
-            .check(parameter.ty(), &format!("parameter {index}"))
-            .map_err(|e| graph_error("shard_parameter", message(e), location))?;
+        self.shard_parameter_at(index, spec, "shard_parameter", location)
+    }
+
+    /// [`Graph::shard_parameter`] for the parameter named `name`.
+    #[track_caller]
+    pub fn shard_parameter_named(&self, name: &str, spec: &PartitionSpec) -> Result<()> {
+        let location = Location::caller();
+        let op = "shard_parameter_named";
+        let Some(index) = self.parameter_names().iter().position(|n| n == name) else {
+            return Err(graph_error(
+                op,
+                format!("the graph has no parameter named {name:?}"),
+                location,
+            ));
+        };
+        self.shard_parameter_at(index, spec, op, location)
+    }
+
+    fn shard_parameter_at(
+        &self,
+        index: usize,
+        spec: &PartitionSpec,
+        op: &'static str,
+        location: &'static Location<'static>,
+    ) -> Result<()> {
+        let ty = self.parameter_types()[index].clone();
+        let name = &self.parameter_names()[index];
+        self.sharding_of(spec, op, location)?
+            .check(&ty, &format!("parameter {index} ({name})"))
+            .map_err(|e| graph_error(op, message(e), location))?;
         self.with_sharding(|s| {
             s.parameters.retain(|(i, _)| *i != index);
             s.parameters.push((index, spec.clone()));

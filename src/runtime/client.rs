@@ -78,6 +78,22 @@ impl Client {
         Client::new(&Plugin::load(path)?, &[])
     }
 
+    /// A client of the XLA CPU plugin (resolved as [`Client::cpu`] does) with `devices`
+    /// addressable devices (the create option `cpu_device_count`), for programs over a mesh.
+    pub fn cpu_with_devices(devices: usize) -> Result<Client> {
+        let count = i64::try_from(devices)
+            .ok()
+            .filter(|&n| n >= 1)
+            .ok_or_else(|| {
+                Error::InvalidArgument(format!("cpu_with_devices: {devices} devices"))
+            })?;
+        let path = install::resolve_cpu_plugin()?;
+        Client::new(
+            &Plugin::load(path)?,
+            &[("cpu_device_count", Value::Int64(count))],
+        )
+    }
+
     /// A client of the plugin at `path`, with no create options.
     pub fn from_plugin_path(path: impl AsRef<Path>) -> Result<Client> {
         Client::new(&Plugin::load(path)?, &[])

@@ -3,7 +3,7 @@
 use super::buffer::Buffer;
 use super::client::Client;
 use crate::array::HostArray;
-use crate::dtype::{DType, TensorType};
+use crate::dtype::{DType, Element, TensorType};
 use crate::error::{Error, Result};
 use crate::sharding::{Mesh, Sharding};
 
@@ -130,6 +130,18 @@ impl ShardedBuffer {
         self.shards
             .first()
             .map_or(0, |s| s.element_count() * s.dtype().size_in_bytes())
+    }
+
+    /// Downloads the global array as a row-major `Vec`; `T` must match [`ShardedBuffer::dtype`].
+    pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
+        if T::DTYPE != self.ty.dtype {
+            return Err(Error::InvalidArgument(format!(
+                "cannot read a {} array as {}",
+                self.ty,
+                T::DTYPE
+            )));
+        }
+        Ok(T::from_bytes(&self.to_host_array()?.to_bytes()))
     }
 
     /// Downloads every block and joins them into the global array.

@@ -4,7 +4,7 @@
 use std::sync::OnceLock;
 
 use stablegraph::models::mamba2::Mamba2Config;
-use stablegraph::runtime::{Buffer, Client, Executable};
+use stablegraph::runtime::{Buffer, Client, Executable, ShardedBuffer};
 use stablegraph::DType;
 
 /// One CPU client per test binary (the plugin is resolved, and fetched on first use, as for users).
@@ -137,14 +137,9 @@ pub fn max_abs(a: &[f64], b: &[f64]) -> f64 {
         .fold(0.0, f64::max)
 }
 
-/// The largest absolute difference between two f32 device buffers of one shape.
-pub fn buffer_diff(a: &Buffer, b: &Buffer) -> f64 {
-    let host = |b: &Buffer| -> Vec<f64> {
-        b.to_vec::<f32>()
-            .unwrap()
-            .into_iter()
-            .map(f64::from)
-            .collect()
-    };
+/// The largest absolute difference between two device arrays of one shape (downloaded and
+/// gathered).
+pub fn buffer_diff(a: &ShardedBuffer, b: &ShardedBuffer) -> f64 {
+    let host = |b: &ShardedBuffer| b.to_host_array().unwrap().to_f64_vec();
     max_abs(&host(a), &host(b))
 }

@@ -6,6 +6,7 @@ pub mod block;
 pub(crate) mod checkpoint;
 mod config;
 mod model;
+mod parallel;
 pub mod ssd;
 mod state;
 mod weights;
@@ -18,5 +19,6 @@ pub use config::Mamba2Config;
 pub use model::{
     GenerateOptions, Mamba2, Prefill, CPU_MAX_CHUNK, MAX_NEW_TOKENS, MAX_PREFILL_CHUNK,
 };
+pub use parallel::Parallel;
 pub use state::Mamba2State;
 pub use weights::{LayerWeights, Mamba2Weights};

@@ -7,6 +7,7 @@ use std::sync::Mutex;
 
 use super::block::{self, LayerState};
 use super::config::Mamba2Config;
+use super::parallel::{Parallel, Placement};
 use super::state::Mamba2State;
 use super::weights::Mamba2Weights;
 use crate::array::HostArray;
@@ -14,8 +15,9 @@ use crate::compiled::CompiledGraph;
 use crate::dtype::{DType, TensorType};
 use crate::error::{Error, Result};
 use crate::ops::{Carry, Graph, Tensor};
-use crate::runtime::{Buffer, Client};
+use crate::runtime::{Client, ShardedBuffer};
 use crate::sampling::{self, SampleSettings, Sampling};
+use crate::sharding::Sharding;
 
 impl Carry for LayerState<Tensor> {
     fn flatten(&self, out: &mut Vec<Tensor>) {
@@ -55,11 +57,14 @@ pub struct GenerateOptions {
     pub eos: Option<u32>,
 }
 
-/// A Mamba-2 model whose weights live on one client's device.
+/// A Mamba-2 model whose weights live on one client's device, or split over several (see
+/// [`Mamba2::new_parallel`]).
 pub struct Mamba2 {
     config: Mamba2Config,
     client: Client,
-    weights: Mamba2Weights<Buffer>,
+    weights: Mamba2Weights<ShardedBuffer>,
+    /// Where values live when the model spans several devices.
+    placement: Option<Placement>,
     types: Mamba2Weights<TensorType>,
     /// The SSD chunk of every prefill, when set (see [`Mamba2::with_prefill_chunk`]).
     prefill_chunk: Option<usize>,
@@ -137,15 +142,50 @@ impl Mamba2 {
         config: Mamba2Config,
         weights: &Mamba2Weights<HostArray>,
     ) -> Result<Mamba2> {
+        Mamba2::place(client, config, weights, None)
+    }
+
+    /// [`Mamba2::new`] over devices `0..devices` of `client`, split as `parallel` says (see
+    /// [`Parallel`]): every program runs as one SPMD program over them, with the same results
+    /// as on one device. One device is [`Mamba2::new`]. An error when the head count (heads)
+    /// does not divide, or the client has fewer devices (the CPU plugin makes more with the
+    /// create option `cpu_device_count`); with batch parallelism, a batch that does not divide
+    /// is an error when it is run.
+    pub fn new_parallel(
+        client: &Client,
+        config: Mamba2Config,
+        weights: &Mamba2Weights<HostArray>,
+        parallel: Parallel,
+        devices: usize,
+    ) -> Result<Mamba2> {
+        config.validate()?;
+        let placement = Placement::new(parallel, devices, &config)?;
+        client.check_mesh(&placement.mesh)?;
+        Mamba2::place(client, config, weights, (devices > 1).then_some(placement))
+    }
+
+    fn place(
+        client: &Client,
+        config: Mamba2Config,
+        weights: &Mamba2Weights<HostArray>,
+        placement: Option<Placement>,
+    ) -> Result<Mamba2> {
         config.validate()?;
         let types = weights.try_map(|_, a| Ok(a.ty()))?;
         check_weight_types(&types, &config)?;
         let on_cpu = client.platform_name().is_ok_and(|p| p == "cpu");
-        let buffers = weights.try_map(|_, a| client.buffer_from_host_array(a))?;
+        let buffers = weights.try_map(|name, a| {
+            let sharding = match &placement {
+                Some(p) => p.sharding(&p.weight_spec(name, &a.ty()))?,
+                None => Sharding::single(),
+            };
+            client.sharded_buffer_from_host_array(a, &sharding)
+        })?;
         Ok(Mamba2 {
             config,
             client: client.clone(),
             weights: buffers,
+            placement,
             types,
             prefill_chunk: None,
             bf16_dots: None,
@@ -268,11 +308,31 @@ impl Mamba2 {
     /// The weights on the device, in [`Mamba2Weights::try_map`] order. With
     /// [`block::weight_parameters`] and [`Mamba2Weights::types`] they let a custom program (say,
     /// a benchmark's variant of prefill) run on this model's weights without a second upload.
-    pub fn weights(&self) -> &Mamba2Weights<Buffer> {
+    pub fn weights(&self) -> &Mamba2Weights<ShardedBuffer> {
         &self.weights
     }
 
-    fn weight_args(&self) -> Vec<&Buffer> {
+    /// The number of devices the model spans (1 unless made by [`Mamba2::new_parallel`]).
+    pub fn devices(&self) -> usize {
+        self.placement.as_ref().map_or(1, Placement::devices)
+    }
+
+    /// The bytes of weights each device holds (all of them on one device; less when split over
+    /// heads).
+    pub fn weight_bytes_per_device(&self) -> usize {
+        self.weights
+            .named()
+            .iter()
+            .map(|(_, b)| b.bytes_per_device())
+            .sum()
+    }
+
+    /// How the model is split over its devices (`None` on one device).
+    pub fn parallel(&self) -> Option<Parallel> {
+        self.placement.as_ref().map(|p| p.kind)
+    }
+
+    fn weight_args(&self) -> Vec<&ShardedBuffer> {
         self.weights.named().into_iter().map(|(_, b)| b).collect()
     }
 
@@ -285,6 +345,50 @@ impl Mamba2 {
         let compiled = build()?.compile(&self.client)?;
         programs.insert(key.to_string(), compiled.clone());
         Ok(compiled)
+    }
+
+    /// Puts a finished program of `batch` rows on the model's devices (nothing on one device).
+    fn placed(&self, g: Graph, batch: usize) -> Result<Graph> {
+        if let Some(p) = &self.placement {
+            p.check_batch(batch)?;
+            p.apply(&g, batch)?;
+        }
+        Ok(g)
+    }
+
+    /// The layout of the program input `name` of `batch` rows.
+    fn input_sharding(&self, name: &str, ty: &TensorType, batch: usize) -> Result<Sharding> {
+        match &self.placement {
+            Some(p) => p.sharding(&p.input_spec(name, ty, batch)),
+            None => Ok(Sharding::single()),
+        }
+    }
+
+    /// Uploads the program input `name` of `batch` rows, laid out as the program takes it.
+    fn input(&self, name: &str, a: &HostArray, batch: usize) -> Result<ShardedBuffer> {
+        let sharding = self.input_sharding(name, &a.ty(), batch)?;
+        self.client.sharded_buffer_from_host_array(a, &sharding)
+    }
+
+    /// `state` laid out as the programs take a `batch`-row state: as it is when it already is
+    /// (a state from this model), else moved through the host (say, one loaded from a file).
+    fn placed_state(&self, state: Mamba2State, batch: usize) -> Result<Mamba2State> {
+        let mut layers = Vec::with_capacity(state.layers.len());
+        for (i, l) in state.layers.into_iter().enumerate() {
+            let moved = |name: String, b: ShardedBuffer| -> Result<ShardedBuffer> {
+                let want = self.input_sharding(&name, b.ty(), batch)?;
+                if *b.sharding() == want {
+                    return Ok(b);
+                }
+                let host = b.to_host_array()?;
+                self.client.sharded_buffer_from_host_array(&host, &want)
+            };
+            layers.push(LayerState {
+                conv: moved(format!("conv.{i}"), l.conv)?,
+                ssm: moved(format!("ssm.{i}"), l.ssm)?,
+            });
+        }
+        Ok(Mamba2State { layers })
     }
 
     /// The StableHLO text of the prefill, step and generate programs for a batch shape (for
@@ -375,7 +479,7 @@ impl Mamba2 {
             outs.push(s.ssm);
         }
         g.set_outputs(&outs.iter().collect::<Vec<_>>())?;
-        Ok(g)
+        self.placed(g, batch)
     }
 
     /// The prefill of left-padded `tokens` `[b, L]` in a graph, from `init` (zero when `None`):
@@ -419,7 +523,7 @@ impl Mamba2 {
         }
         outs.push(logits);
         g.set_outputs(&outs.iter().collect::<Vec<_>>())?;
-        Ok(g)
+        self.placed(g, batch)
     }
 
     /// Left-pads the prompts to their [`Mamba2::prompt_bucket`]: token ids and the real-token
@@ -467,15 +571,13 @@ impl Mamba2 {
     }
 
     /// The [`SampleSettings`] parameters of `sampling` for `batch` rows, on the device.
-    fn sample_settings(&self, sampling: &Sampling, batch: usize) -> Result<Vec<Buffer>> {
-        SampleSettings::host_values(sampling, batch, self.config.vocab_size)?
+    fn sample_settings(&self, sampling: &Sampling, batch: usize) -> Result<Vec<ShardedBuffer>> {
+        let values = SampleSettings::host_values(sampling, batch, self.config.vocab_size)?;
+        ["temperature", "top_k", "top_p"]
             .iter()
-            .map(|a| self.upload(a))
+            .zip(&values)
+            .map(|(name, a)| self.input(name, a, batch))
             .collect()
-    }
-
-    fn upload(&self, a: &HostArray) -> Result<Buffer> {
-        self.client.buffer_from_host_array(a)
     }
 
     /// Runs the prompts (left-padded to a common [`Mamba2::prompt_bucket`]) through the
@@ -510,15 +612,17 @@ impl Mamba2 {
         if let Some(s) = &state {
             s.check(&self.config, batch)?;
         }
+        let state = state.map(|s| self.placed_state(s, batch)).transpose()?;
         let from = state.is_some();
         let key = format!("prefill b{batch} l{bucket} {at:?} from{from}");
         let program = self.program(&key, || self.prefill_graph(batch, bucket, at, from))?;
-        let (ids, mask) = (self.upload(&ids)?, self.upload(&mask)?);
+        let ids = self.input("tokens", &ids, batch)?;
+        let mask = self.input("mask", &mask, batch)?;
         let mut args = self.weight_args();
         args.push(&ids);
         args.push(&mask);
         args.extend(state_args(state.as_ref()));
-        let outs = program.run_buffers(&args)?;
+        let outs = program.run_sharded(&args)?;
         drop(args);
         drop(state);
         let mut outs = outs.into_iter();
@@ -547,13 +651,14 @@ impl Mamba2 {
                 self.config.vocab_size
             )));
         }
+        let state = self.placed_state(state, batch)?;
         let program = self.program(&format!("step b{batch}"), || self.step_graph(batch))?;
         let ids: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();
-        let token = self.client.buffer_from_slice(&ids, &[batch])?;
+        let token = self.input("token", &HostArray::from_vec(&[batch], ids)?, batch)?;
         let mut args = self.weight_args();
         args.push(&token);
         args.extend(state_args(Some(&state)));
-        let outs = program.run_buffers(&args)?;
+        let outs = program.run_sharded(&args)?;
         drop(args);
         drop(state);
         let mut outs = outs.into_iter();
@@ -629,7 +734,7 @@ impl Mamba2 {
             }
         }
         g.set_outputs(&outs.iter().collect::<Vec<_>>())?;
-        Ok(g)
+        self.placed(g, batch)
     }
 
     /// Up to `max_steps` (rank-0 i32, at most `capacity`) decode steps from `start` inside one
@@ -752,7 +857,7 @@ impl Mamba2 {
         outs.push(end.done);
         outs.push(end.key);
         g.set_outputs(&outs.iter().collect::<Vec<_>>())?;
-        Ok(g)
+        self.placed(g, batch)
     }
 
     /// [`Mamba2::generate`] in segments of up to `segment` tokens (at least 1), handing each
@@ -783,20 +888,21 @@ impl Mamba2 {
         let sample = matches!(options.sampling, Sampling::Sample { .. });
         let key_id = format!("segment b{batch} k{segment} sample{sample}");
         let program = self.program(&key_id, || self.segment_graph(batch, segment, sample))?;
-        let mut logits = self.upload(&pre.logits)?;
+        let mut logits = self.input("logits", &pre.logits, batch)?;
         let mut state = pre.state;
-        let mut done = self.upload(&HostArray::from_vec(&[batch], vec![false; batch])?)?;
-        let mut key = self
-            .client
-            .buffer_from_slice(&options.sampling.key(), &[2])?;
+        let done = HostArray::from_vec(&[batch], vec![false; batch])?;
+        let mut done = self.input("done", &done, batch)?;
+        let key = HostArray::from_vec(&[2], options.sampling.key().to_vec())?;
+        let mut key = self.input("key", &key, batch)?;
         let eos_id = options.eos.map_or(-1, |e| e as i32);
-        let eos = self.client.buffer_from_slice(&[eos_id], &[])?;
+        let eos = self.input("eos", &HostArray::scalar(eos_id), batch)?;
         let settings = self.sample_settings(&options.sampling, batch)?;
         let mut stopped = vec![false; batch];
         let mut made = 0;
         while made < options.max_new_tokens && stopped.iter().any(|s| !s) {
             let steps = segment.min(options.max_new_tokens - made);
-            let max_steps = self.client.buffer_from_slice(&[steps as i32], &[])?;
+            let max_steps = HostArray::scalar(steps as i32);
+            let max_steps = self.input("max_steps", &max_steps, batch)?;
             let mut args = self.weight_args();
             args.push(&logits);
             args.extend(state_args(Some(&state)));
@@ -804,12 +910,12 @@ impl Mamba2 {
             if sample {
                 args.extend(&settings);
             }
-            let outs = program.run_buffers(&args)?;
+            let outs = program.run_sharded(&args)?;
             drop(args);
             let mut outs = outs.into_iter();
             let missing =
                 || Error::InvalidArgument("a generate segment returned too little".into());
-            let tokens = outs.next().ok_or_else(missing)?.to_vec::<i32>()?;
+            let tokens = i32s(&outs.next().ok_or_else(missing)?)?;
             logits = outs.next().ok_or_else(missing)?;
             state = layer_states(&mut outs, self.config.num_layers)?;
             done = outs.next().ok_or_else(missing)?;
@@ -889,6 +995,7 @@ impl Mamba2 {
         if let Some(s) = &state {
             s.check(&self.config, batch)?;
         }
+        let state = state.map(|s| self.placed_state(s, batch)).transpose()?;
         if options.max_new_tokens == 0 {
             let state = if state_out {
                 Some(self.run_prefill(prompts, LogitsAt::Last, state)?.state)
@@ -906,17 +1013,16 @@ impl Mamba2 {
         };
         let key_id = format!("generate b{batch} l{bucket} n{capacity} {v:?}");
         let program = self.program(&key_id, || self.generate_graph(batch, bucket, capacity, v))?;
-        let scalar = |v: i32| self.client.buffer_from_slice(&[v], &[]);
+        let scalar = |name: &str, v: i32| self.input(name, &HostArray::scalar(v), batch);
         // Both fit an i32: max_new_tokens <= MAX_NEW_TOKENS and eos < vocab (checked).
-        let max_new = scalar(options.max_new_tokens as i32)?;
-        let eos = scalar(options.eos.map_or(-1, |e| e as i32))?;
-        let (ids, mask) = (self.upload(&ids)?, self.upload(&mask)?);
+        let max_new = scalar("max_new", options.max_new_tokens as i32)?;
+        let eos = scalar("eos", options.eos.map_or(-1, |e| e as i32))?;
+        let ids = self.input("tokens", &ids, batch)?;
+        let mask = self.input("mask", &mask, batch)?;
         let mut inputs = vec![max_new, eos];
         if v.sample {
-            inputs.push(
-                self.client
-                    .buffer_from_slice(&options.sampling.key(), &[2])?,
-            );
+            let key = HostArray::from_vec(&[2], options.sampling.key().to_vec())?;
+            inputs.push(self.input("key", &key, batch)?);
             inputs.extend(self.sample_settings(&options.sampling, batch)?);
         }
         let mut args = self.weight_args();
@@ -924,14 +1030,14 @@ impl Mamba2 {
         args.push(&mask);
         args.extend(state_args(state.as_ref()));
         args.extend(&inputs);
-        let outs = program.run_buffers(&args)?;
+        let outs = program.run_sharded(&args)?;
         drop(args);
         drop(state);
         let mut outs = outs.into_iter();
         let tokens = outs
             .next()
-            .ok_or_else(|| Error::InvalidArgument("generate returned nothing".into()))?
-            .to_vec::<i32>()?;
+            .ok_or_else(|| Error::InvalidArgument("generate returned nothing".into()))?;
+        let tokens = i32s(&tokens)?;
         let tokens = tokens
             .chunks(capacity)
             .take(batch)
@@ -1031,7 +1137,16 @@ pub const MAX_PREFILL_CHUNK: usize = 1 << 16;
 pub const CPU_MAX_CHUNK: usize = 64;
 
 /// The buffers of a state in parameter order (`conv.0`, `ssm.0`, `conv.1`, ...).
-fn state_args(state: Option<&Mamba2State>) -> Vec<&Buffer> {
+/// The values of an i32 array, downloaded.
+fn i32s(b: &ShardedBuffer) -> Result<Vec<i32>> {
+    Ok(b.to_host_array()?
+        .as_array::<i32>()?
+        .iter()
+        .copied()
+        .collect())
+}
+
+fn state_args(state: Option<&Mamba2State>) -> Vec<&ShardedBuffer> {
     state
         .into_iter()
         .flat_map(|s| &s.layers)
@@ -1040,7 +1155,10 @@ fn state_args(state: Option<&Mamba2State>) -> Vec<&Buffer> {
 }
 
 /// Collects layer states from program outputs, two per layer.
-fn layer_states(outs: &mut impl Iterator<Item = Buffer>, layers: usize) -> Result<Mamba2State> {
+fn layer_states(
+    outs: &mut impl Iterator<Item = ShardedBuffer>,
+    layers: usize,
+) -> Result<Mamba2State> {
     let layers = (0..layers)
         .map(|_| match (outs.next(), outs.next()) {
             (Some(conv), Some(ssm)) => Ok(LayerState { conv, ssm }),

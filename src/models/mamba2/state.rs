@@ -11,13 +11,13 @@ use super::block::LayerState;
 use super::config::Mamba2Config;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::runtime::{Buffer, Client};
+use crate::runtime::{Client, ShardedBuffer};
 
 /// The recurrent state of a batch on the device: one [`LayerState`] per layer.
 #[derive(Debug)]
 pub struct Mamba2State {
     /// Per layer: convolution inputs `[b, conv_dim, conv_kernel]` and SSM state `[b, H, P, N]`.
-    pub layers: Vec<LayerState<Buffer>>,
+    pub layers: Vec<LayerState<ShardedBuffer>>,
 }
 
 impl Mamba2State {
@@ -63,7 +63,7 @@ impl Mamba2State {
                 data.push((
                     format!("layers.{i}.{name}"),
                     b.dims().to_vec(),
-                    b.to_bytes()?,
+                    b.to_host_array()?.to_bytes(),
                 ));
             }
         }
@@ -92,7 +92,7 @@ impl Mamba2State {
         let mut layers = Vec::new();
         while tensors.contains_key(&format!("layers.{}.ssm", layers.len())) {
             let i = layers.len();
-            let mut take = |name: &str| -> Result<Buffer> {
+            let mut take = |name: &str| -> Result<ShardedBuffer> {
                 let key = format!("layers.{i}.{name}");
                 let t = tensors
                     .remove(&key)
@@ -100,7 +100,12 @@ impl Mamba2State {
                 if t.dtype() != Dtype::F32 {
                     return Err(bad(format!("{key} is {:?}, expected F32", t.dtype())));
                 }
-                client.buffer_from_bytes(DType::F32, t.shape(), t.data(), 0)
+                ShardedBuffer::from_buffer(client.buffer_from_bytes(
+                    DType::F32,
+                    t.shape(),
+                    t.data(),
+                    0,
+                )?)
             };
             let (conv, ssm) = (take("conv")?, take("ssm")?);
             layers.push(LayerState { conv, ssm });

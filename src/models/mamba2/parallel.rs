@@ -1,0 +1,216 @@
+//! A Mamba-2 model over several devices: where each weight, state and input lives, written as
+//! partition specs that XLA's SPMD partitioner turns into per-device programs.
+//!
+//! - [`Parallel::Heads`] (tensor parallelism, mesh axis `model`): each device holds `1/N` of the
+//!   heads. `in_proj` is split along its input (hidden) dimension, so each device computes a
+//!   partial product that XLA all-reduces; the per-head tensors (`dt_bias`, `A_log`, `D`, the
+//!   gated norm's weight) and `out_proj`'s input dimension are split by heads, so the SSM and
+//!   its state run on each device's heads and `out_proj`'s partial sums are all-reduced; the
+//!   gated norm's per-group sums of squares are reduced across the devices a group spans. The
+//!   embedding and the head are split along the hidden dimension when `N` divides it.
+//!   The SSM state `[b, H, P, N]` is split by heads; the convolution state (which mixes `x`,
+//!   `B` and `C` channels) is replicated.
+//! - [`Parallel::Batch`] (data parallelism, mesh axis `batch`): every device holds all weights
+//!   and `1/N` of the rows: tokens, masks, states, logits and sampling settings are split along
+//!   their first (row) dimension.
+//!
+//! Specs only place values: any spec computes the same function, so the choices here are about
+//! memory and communication, never results; the tests compare with one device.
+
+use super::config::Mamba2Config;
+use crate::dtype::TensorType;
+use crate::error::{Error, Result};
+use crate::ops::Graph;
+use crate::sharding::{Mesh, PartitionSpec, Sharding};
+
+/// How a model is split over devices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Parallel {
+    /// Tensor parallelism over heads (mesh axis `model`); the head count must divide.
+    Heads,
+    /// Data parallelism over the batch (mesh axis `batch`); the row count must divide.
+    Batch,
+}
+
+impl Parallel {
+    /// `heads` or `batch`, as the CLI spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Parallel::Heads => "heads",
+            Parallel::Batch => "batch",
+        }
+    }
+
+    /// The mesh axis name.
+    pub fn axis(self) -> &'static str {
+        match self {
+            Parallel::Heads => "model",
+            Parallel::Batch => "batch",
+        }
+    }
+}
+
+impl std::str::FromStr for Parallel {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Parallel> {
+        match s {
+            "heads" => Ok(Parallel::Heads),
+            "batch" => Ok(Parallel::Batch),
+            other => Err(Error::InvalidArgument(format!(
+                "parallel {other:?}: expected heads or batch"
+            ))),
+        }
+    }
+}
+
+/// A model's placement over a one-axis mesh of devices.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Placement {
+    pub(crate) kind: Parallel,
+    pub(crate) mesh: Mesh,
+    /// The config's sizes the specs split.
+    hidden: usize,
+    state: TensorType,
+}
+
+impl Placement {
+    /// `kind` over devices `0..devices`; for heads, an error unless `devices` divides the head
+    /// count (and so `d_inner`).
+    pub(crate) fn new(kind: Parallel, devices: usize, config: &Mamba2Config) -> Result<Placement> {
+        if devices == 0 {
+            return Err(Error::InvalidArgument(
+                "devices is 0; a model needs at least one".into(),
+            ));
+        }
+        if kind == Parallel::Heads && config.num_heads % devices != 0 {
+            return Err(Error::InvalidArgument(format!(
+                "parallel heads over {devices} devices: the model's {} heads do not divide \
+                 into {devices} equal parts",
+                config.num_heads
+            )));
+        }
+        Ok(Placement {
+            kind,
+            mesh: Mesh::new(&[(kind.axis(), devices)])?,
+            hidden: config.hidden_size,
+            state: TensorType::new(
+                crate::DType::F32,
+                &[0, config.num_heads, config.head_dim, config.state_size],
+            ),
+        })
+    }
+
+    /// The number of devices.
+    pub(crate) fn devices(&self) -> usize {
+        self.mesh.size()
+    }
+
+    /// An error unless `batch` rows split over the devices (batch parallelism).
+    pub(crate) fn check_batch(&self, batch: usize) -> Result<()> {
+        if self.kind == Parallel::Batch && batch % self.devices() != 0 {
+            return Err(Error::InvalidArgument(format!(
+                "parallel batch over {} devices: {batch} rows do not divide into {} equal parts",
+                self.devices(),
+                self.devices()
+            )));
+        }
+        Ok(())
+    }
+
+    fn split(&self, dims: &[Option<&str>]) -> PartitionSpec {
+        PartitionSpec::new(dims.iter().copied())
+    }
+
+    /// The spec of weight `name` (as [`super::Mamba2Weights::named`] names it) of type `ty`.
+    pub(crate) fn weight_spec(&self, name: &str, ty: &TensorType) -> PartitionSpec {
+        let axis = Some(self.kind.axis());
+        if self.kind == Parallel::Batch {
+            return PartitionSpec::replicated();
+        }
+        let divides = |n: usize| n % self.devices() == 0;
+        let field = name.rsplit_once(".mixer.").map(|(_, f)| f);
+        match (name, field) {
+            (_, Some("in_proj")) if divides(self.hidden) => self.split(&[None, axis]),
+            // Input dimension `d_inner`, whose major blocks are heads.
+            (_, Some("out_proj")) => self.split(&[None, axis]),
+            // Per head (`[H]`), and the gated norm's weight (`[d_inner]`).
+            (_, Some("dt_bias" | "A_log" | "D" | "norm"))
+                if ty.dims.first().is_some_and(|&d| divides(d)) =>
+            {
+                self.split(&[axis])
+            }
+            // Along the hidden dimension: the head's partial products are all-reduced by
+            // addition. (Split by vocabulary rows, the logits would be too, and a greedy or
+            // sampled pick's NaN-aware max across devices is a reduction XLA's CPU all-reduce
+            // refuses: "Unsupported reduction computation".)
+            ("embedding" | "lm_head", None) if divides(self.hidden) => self.split(&[None, axis]),
+            _ => PartitionSpec::replicated(),
+        }
+    }
+
+    /// The spec of a program input other than a weight: `name` is the graph parameter's name,
+    /// `batch` the program's rows.
+    pub(crate) fn input_spec(&self, name: &str, ty: &TensorType, batch: usize) -> PartitionSpec {
+        match self.kind {
+            Parallel::Heads if name.starts_with("ssm.") => {
+                self.split(&[None, Some(self.kind.axis())])
+            }
+            Parallel::Heads => PartitionSpec::replicated(),
+            Parallel::Batch => self.rows_spec(ty, batch),
+        }
+    }
+
+    /// The spec of a program output of type `ty`.
+    pub(crate) fn output_spec(&self, ty: &TensorType, batch: usize) -> PartitionSpec {
+        match self.kind {
+            Parallel::Heads if self.is_ssm_state(ty, batch) => {
+                self.split(&[None, Some(self.kind.axis())])
+            }
+            Parallel::Heads => PartitionSpec::replicated(),
+            Parallel::Batch => self.rows_spec(ty, batch),
+        }
+    }
+
+    /// Split along rows when the first dimension is the batch.
+    fn rows_spec(&self, ty: &TensorType, batch: usize) -> PartitionSpec {
+        if ty.dims.first() == Some(&batch) && batch % self.devices() == 0 {
+            self.split(&[Some(self.kind.axis())])
+        } else {
+            PartitionSpec::replicated()
+        }
+    }
+
+    fn is_ssm_state(&self, ty: &TensorType, batch: usize) -> bool {
+        ty.dtype == self.state.dtype
+            && ty.dims.len() == 4
+            && ty.dims[0] == batch
+            && ty.dims[1..] == self.state.dims[1..]
+    }
+
+    /// The [`Sharding`] of `spec`.
+    pub(crate) fn sharding(&self, spec: &PartitionSpec) -> Result<Sharding> {
+        Sharding::new(&self.mesh, spec)
+    }
+
+    /// Puts a finished program of `batch` rows on the mesh: every parameter (weights are named
+    /// `w.<name>`) and output gets its spec.
+    pub(crate) fn apply(&self, g: &Graph, batch: usize) -> Result<()> {
+        g.set_mesh(&self.mesh);
+        for (name, ty) in g.parameter_names().iter().zip(g.parameter_types()) {
+            let spec = match name.strip_prefix("w.") {
+                Some(weight) => self.weight_spec(weight, &ty),
+                None => self.input_spec(name, &ty, batch),
+            };
+            if !spec.is_replicated() {
+                g.shard_parameter_named(name, &spec)?;
+            }
+        }
+        let outputs: Vec<PartitionSpec> = g
+            .output_types()
+            .iter()
+            .map(|t| self.output_spec(t, batch))
+            .collect();
+        g.set_output_shardings(&outputs)
+    }
+}
