@@ -425,3 +425,207 @@ fn a_donated_sharded_parameter_gives_up_every_shard() {
         );
     }
 }
+
+// ---- errors ------------------------------------------------------------------------------------
+
+/// A graph with parameter `x: f32[3, 4]` and mesh [`mesh22`]; returns the graph and `x`.
+fn graph_with_mesh() -> (Graph, stablegraph::ops::Tensor) {
+    let g = Graph::new();
+    let x = g.parameter("x", DType::F32, &[3, 4]).unwrap();
+    g.set_mesh(&mesh22());
+    (g, x)
+}
+
+#[test]
+fn a_spec_that_does_not_divide_is_an_error() {
+    let (g, x) = graph_with_mesh();
+    let rows = PartitionSpec::new([Some("data")]);
+    let e = g.shard_parameter(&x, &rows).unwrap_err().to_string();
+    assert!(
+        e.contains("do not divide") && e.contains("shard_parameter"),
+        "{e}"
+    );
+    let e = x.with_sharding_constraint(&rows).unwrap_err().to_string();
+    assert!(e.contains("do not divide"), "{e}");
+    // Dimension 1 (4) is divided by both axes together.
+    let both = PartitionSpec::from_axes(&[&[], &["data", "model"]]);
+    g.shard_parameter(&x, &both).unwrap();
+    // An output spec is checked against the output when the graph is lowered.
+    let y = (&x * 2.0).unwrap();
+    g.set_outputs(&[&y]).unwrap();
+    g.set_output_shardings(std::slice::from_ref(&rows)).unwrap();
+    let e = g.compile(client()).unwrap_err().to_string();
+    assert!(e.contains("output 0") && e.contains("do not divide"), "{e}");
+    // A spec with more dimensions than the value.
+    let long = PartitionSpec::new([None, None, Some("data")]);
+    let e = g.shard_parameter(&x, &long).unwrap_err().to_string();
+    assert!(e.contains("rank 2"), "{e}");
+}
+
+#[test]
+fn an_unknown_axis_or_an_axis_used_twice_is_an_error() {
+    let (g, x) = graph_with_mesh();
+    let unknown = PartitionSpec::new([None, Some("batch")]);
+    let e = g.shard_parameter(&x, &unknown).unwrap_err().to_string();
+    assert!(e.contains("\"batch\""), "{e}");
+    let e = x
+        .with_sharding_constraint(&unknown)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("\"batch\""), "{e}");
+    let e = g.set_output_shardings(&[unknown]).unwrap_err().to_string();
+    assert!(e.contains("\"batch\""), "{e}");
+    let twice = PartitionSpec::from_axes(&[&[], &["model", "model"]]);
+    let e = g.shard_parameter(&x, &twice).unwrap_err().to_string();
+    assert!(e.contains("twice"), "{e}");
+    let twice = PartitionSpec::new([Some("data"), Some("data")]);
+    let e = x.with_sharding_constraint(&twice).unwrap_err().to_string();
+    assert!(e.contains("twice"), "{e}");
+}
+
+#[test]
+fn a_mesh_larger_than_the_client_is_an_error() {
+    // `Client::cpu()` takes the plugin's default device count (4 on some hosts): ask for one.
+    let plugin = Plugin::load(stablegraph::runtime::resolve_cpu_plugin().unwrap()).unwrap();
+    let one = Client::new(&plugin, &[("cpu_device_count", Value::Int64(1))]).unwrap();
+    assert_eq!(one.device_count(), 1);
+    let g = Graph::new();
+    let x = g.parameter("x", DType::F32, &[4]).unwrap();
+    g.set_outputs(&[&x]).unwrap();
+    g.set_mesh(&Mesh::new(&[("x", 2)]).unwrap());
+    let e = g.compile(&one).unwrap_err().to_string();
+    assert!(e.contains("cpu_device_count"), "{e}");
+    // A mesh on a device the four-device client lacks.
+    g.set_mesh(&Mesh::with_devices(&[("x", 2)], &[0, 4]).unwrap());
+    let e = g.compile(client()).unwrap_err().to_string();
+    assert!(e.contains("device 4"), "{e}");
+}
+
+#[test]
+fn output_specs_must_match_the_outputs_in_number() {
+    let (g, x) = graph_with_mesh();
+    let y = (&x + 1.0).unwrap();
+    g.set_outputs(&[&x, &y]).unwrap();
+    g.set_output_shardings(&[PartitionSpec::replicated()])
+        .unwrap();
+    let e = g.shardings().unwrap_err().to_string();
+    assert!(e.contains("2 outputs") && e.contains("1 specs"), "{e}");
+    assert!(g.compile(client()).is_err());
+    g.set_output_shardings(&[
+        PartitionSpec::replicated(),
+        PartitionSpec::new([None, Some("model")]),
+    ])
+    .unwrap();
+    let s = g.shardings().unwrap().unwrap();
+    assert_eq!(s.outputs.len(), 2);
+    assert_eq!(s.outputs[1].shard_dims(&[3, 4]), vec![3, 2]);
+}
+
+#[test]
+fn shard_parameter_on_a_non_parameter_is_an_error() {
+    let (g, x) = graph_with_mesh();
+    let y = (&x + 1.0).unwrap();
+    let e = g
+        .shard_parameter(&y, &PartitionSpec::replicated())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("not a parameter"), "{e}");
+    let other = Graph::new();
+    other.set_mesh(&mesh22());
+    assert!(other
+        .shard_parameter(&x, &PartitionSpec::replicated())
+        .is_err());
+}
+
+#[test]
+fn shardings_without_a_mesh_are_errors() {
+    let g = Graph::new();
+    let x = g.parameter("x", DType::F32, &[4, 4]).unwrap();
+    let spec = PartitionSpec::new([Some("data")]);
+    let e = x.with_sharding_constraint(&spec).unwrap_err().to_string();
+    assert!(e.contains("no mesh"), "{e}");
+    let e = g.shard_parameter(&x, &spec).unwrap_err().to_string();
+    assert!(e.contains("no mesh"), "{e}");
+    let e = g.set_output_shardings(&[spec]).unwrap_err().to_string();
+    assert!(e.contains("no mesh"), "{e}");
+    assert!(g.shardings().unwrap().is_none());
+}
+
+// ---- the compile cache and devices -------------------------------------------------------------
+
+/// `x * 3` over f32[4, 4] with `x` and the output laid out as `spec` over `mesh`.
+fn times_three(mesh: &Mesh, spec: &PartitionSpec) -> Graph {
+    let g = Graph::new();
+    let x = g.parameter("x", DType::F32, &[4, 4]).unwrap();
+    let y = (&x * 3.0).unwrap();
+    g.set_outputs(&[&y]).unwrap();
+    g.set_mesh(mesh);
+    g.shard_parameter(&x, spec).unwrap();
+    g.set_output_shardings(std::slice::from_ref(spec)).unwrap();
+    g
+}
+
+#[test]
+fn specs_and_device_orders_are_separate_cache_entries() {
+    let plugin = Plugin::load(stablegraph::runtime::resolve_cpu_plugin().unwrap()).unwrap();
+    let c = Client::new(&plugin, &[("cpu_device_count", Value::Int64(4))]).unwrap();
+    c.set_compile_cache(CompileCache::memory_only());
+    let rows = PartitionSpec::new([Some("data")]);
+    let cols = PartitionSpec::new([None, Some("data")]);
+    let permuted = Mesh::with_devices(&[("data", 2), ("model", 2)], &[2, 3, 0, 1]).unwrap();
+    let x = f32_array(&[4, 4], 9);
+    let want: Vec<f64> = x.to_f64_vec().iter().map(|v| v * 3.0).collect();
+    let mut compiles = 0;
+    for (mesh, spec) in [
+        (mesh22(), &rows),
+        (mesh22(), &cols),
+        (permuted.clone(), &rows),
+    ] {
+        let program = times_three(&mesh, spec).compile(&c).unwrap();
+        compiles += 1;
+        assert_eq!(c.cache_stats().compiles, compiles, "{spec} over {mesh:?}");
+        assert_eq!(c.cache_stats().memory_hits, 0);
+        assert_eq!(
+            program.run(std::slice::from_ref(&x)).unwrap()[0].to_f64_vec(),
+            want
+        );
+    }
+    // The same graph again is a hit, and runs on the permuted devices.
+    let program = times_three(&permuted, &rows).compile(&c).unwrap();
+    assert_eq!(c.cache_stats().compiles, 3);
+    assert_eq!(c.cache_stats().memory_hits, 1);
+    assert_eq!(program.executable().devices(), &[2, 3, 0, 1]);
+    let input = c
+        .sharded_buffer_from_host_array(&x, &program.input_shardings()[0])
+        .unwrap();
+    let out = program.run_sharded(&[&input]).unwrap();
+    let devices: Vec<usize> = out[0].shards().iter().map(|b| b.device()).collect();
+    assert_eq!(devices, vec![2, 3, 0, 1]);
+    assert_eq!(out[0].to_host_array().unwrap().to_f64_vec(), want);
+}
+
+#[test]
+fn a_sharded_programs_outputs_land_on_the_mesh_devices() {
+    for devices in [[0, 1, 2, 3], [3, 1, 0, 2]] {
+        let mesh = Mesh::with_devices(&[("data", 2), ("model", 2)], &devices).unwrap();
+        let spec = PartitionSpec::new([Some("model"), Some("data")]);
+        let program = times_three(&mesh, &spec).compile(client()).unwrap();
+        let x = f32_array(&[4, 4], 10);
+        let input = client()
+            .sharded_buffer_from_host_array(&x, &program.input_shardings()[0])
+            .unwrap();
+        let out = program.run_sharded(&[&input]).unwrap();
+        let on: Vec<usize> = out[0].shards().iter().map(|b| b.device()).collect();
+        assert_eq!(on, devices);
+        // Each block is its slice of 3x, split here by the same spec.
+        let want = HostArray::from_vec(
+            &[4, 4],
+            x.to_f64_vec().iter().map(|v| (v * 3.0) as f32).collect(),
+        )
+        .unwrap();
+        let blocks = Sharding::new(&mesh, &spec).unwrap().split(&want).unwrap();
+        for (shard, block) in out[0].shards().iter().zip(&blocks) {
+            assert_eq!(shard.to_host_array().unwrap(), *block, "{devices:?}");
+        }
+    }
+}
