@@ -41,7 +41,7 @@ impl Graph {
         let outputs = self.output_types();
         let params = self.parameter_types();
         let sharded = self.mesh().is_some();
-        let (exe, param_shardings, output_shardings) = match self.shardings()? {
+        let (exe, param_shardings, mut output_shardings) = match self.shardings()? {
             None => (
                 client.compile(&text)?,
                 vec![Sharding::single(); params.len()],
@@ -69,6 +69,12 @@ impl Graph {
                 )
             }
         };
+        // XLA does not split an output with no elements: each device returns all of it.
+        for (k, (t, s)) in outputs.iter().zip(&mut output_shardings).enumerate() {
+            if t.element_count() == 0 && exe.output_types().get(k) == Some(t) {
+                *s = Sharding::replicated(s.mesh());
+            }
+        }
         let local: Vec<TensorType> = outputs
             .iter()
             .zip(&output_shardings)
@@ -198,7 +204,8 @@ impl CompiledGraph {
         &self.param_shardings
     }
 
-    /// Each output's layout.
+    /// Each output's layout (as the graph says, but replicated for an output with no elements,
+    /// which XLA does not split).
     pub fn output_shardings(&self) -> &[Sharding] {
         &self.output_shardings
     }

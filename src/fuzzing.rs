@@ -22,8 +22,10 @@ use crate::HostArray;
 
 mod graph_builder;
 mod graphs;
+mod sharded;
 
 pub use graphs::random_graph;
+pub use sharded::sharded_graph;
 
 /// A reader of fuzzer bytes that never fails: past the end it yields zeros.
 struct Bytes<'a> {

@@ -26,6 +26,8 @@ pub(super) struct GraphBuilder<'g, 'a, 'b> {
     loops: usize,
     /// Parameters made so far (their names must differ).
     names: usize,
+    /// The parameters made so far.
+    params: Vec<Tensor>,
 }
 
 /// A Rust number of one of the types that may stand for an operand ([`crate::ops::Number`]).
@@ -66,6 +68,7 @@ impl<'g, 'a, 'b> GraphBuilder<'g, 'a, 'b> {
             escaped: Vec::new(),
             loops: 0,
             names: 0,
+            params: Vec::new(),
         }
     }
 }
@@ -88,6 +91,11 @@ impl GraphBuilder<'_, '_, '_> {
     /// Whether every op built so far gives the same values on every backend.
     pub(super) fn robust(&self) -> bool {
         self.robust
+    }
+
+    /// The parameters made so far, in order.
+    pub(super) fn parameters(&self) -> &[Tensor] {
+        &self.params
     }
 
     /// One builder call; its results (when `Ok`) join `pool`.
@@ -137,7 +145,9 @@ impl GraphBuilder<'_, '_, '_> {
     /// A new parameter with a fresh name.
     fn parameter(&mut self, dtype: DType, dims: &[usize]) -> crate::Result<Tensor> {
         self.names += 1;
-        self.g.parameter(&format!("x{}", self.names), dtype, dims)
+        let p = self.g.parameter(&format!("x{}", self.names), dtype, dims)?;
+        self.params.push(p.clone());
+        Ok(p)
     }
 
     fn dtype(&mut self) -> DType {

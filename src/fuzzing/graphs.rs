@@ -50,39 +50,60 @@ pub fn random_graph(data: &[u8], client: Option<&Client>) {
     let Some(client) = client else {
         return;
     };
-    let nodes = g.nodes();
-    let largest = nodes
+    if !compilable(&g) {
+        return;
+    }
+    let Ok(program) = g.compile(client) else {
+        return;
+    };
+    if !runnable(&g) {
+        return;
+    }
+    let inputs = inputs(&g);
+    let on_device = program.run(&inputs);
+    let interpreted = g.evaluate(&inputs);
+    if let (Ok(device), Ok(host), true) = (&on_device, &interpreted, comparable(&g, robust)) {
+        compare_outputs(device, host, &text);
+    }
+}
+
+/// Whether `g` is small enough to compile: no value or parameter larger than
+/// [`COMPILE_ELEMENTS`] (see [`extent`]).
+pub(super) fn compilable(g: &Graph) -> bool {
+    let largest = g
+        .nodes()
         .iter()
         .flat_map(|n| &n.outputs)
         .chain(g.parameter_types().iter())
         .map(extent)
         .max()
         .unwrap_or(0);
-    if largest > COMPILE_ELEMENTS {
-        return;
-    }
-    let Ok(program) = g.compile(client) else {
-        return;
-    };
+    largest <= COMPILE_ELEMENTS
+}
+
+/// Whether `g`'s inputs and outputs are small enough ([`RUN_ELEMENTS`]) to run and interpret.
+pub(super) fn runnable(g: &Graph) -> bool {
     let small = |t: &TensorType| t.element_count() <= RUN_ELEMENTS;
-    if !g.parameter_types().iter().all(small) || !g.output_types().iter().all(small) {
-        return;
-    }
-    let inputs: Vec<HostArray> = g
-        .parameter_types()
+    g.parameter_types().iter().all(small) && g.output_types().iter().all(small)
+}
+
+/// Inputs for `g`'s parameters (see [`host_values`]).
+pub(super) fn inputs(g: &Graph) -> Vec<HostArray> {
+    g.parameter_types()
         .iter()
         .enumerate()
         .map(|(i, t)| host_values(t, i))
-        .collect();
-    let on_device = program.run(&inputs);
-    let interpreted = g.evaluate(&inputs);
-    let exact = nodes
-        .iter()
-        .flat_map(|n| &n.outputs)
-        .all(|t| !matches!(t.dtype, DType::F16 | DType::BF16));
-    if let (Ok(device), Ok(host), true) = (&on_device, &interpreted, robust && exact) {
-        compare_outputs(device, host, &text);
-    }
+        .collect()
+}
+
+/// Whether the device and the interpreter must agree on `g`: its builder found every op
+/// `robust`, and no value is f16 or bf16.
+pub(super) fn comparable(g: &Graph, robust: bool) -> bool {
+    robust
+        && g.nodes()
+            .iter()
+            .flat_map(|n| &n.outputs)
+            .all(|t| !matches!(t.dtype, DType::F16 | DType::BF16))
 }
 
 /// The number of elements of `ty` with its zero dims counted as 1 (saturating). XLA's CPU
@@ -125,7 +146,7 @@ fn host_values(ty: &TensorType, i: usize) -> HostArray {
 
 /// Panics unless the device's and the interpreter's outputs agree (types exactly, values to
 /// 1e-3 relative and absolute; NaN equals NaN).
-fn compare_outputs(device: &[HostArray], host: &[HostArray], text: &str) {
+pub(super) fn compare_outputs(device: &[HostArray], host: &[HostArray], text: &str) {
     assert_eq!(device.len(), host.len(), "output counts differ:\n{text}");
     for (k, (d, h)) in device.iter().zip(host).enumerate() {
         assert_eq!(d.ty(), h.ty(), "output {k} types differ:\n{text}");
