@@ -119,8 +119,31 @@ impl Mesh {
         &self.devices
     }
 
-    /// The coordinate along axis `name` of grid position `position`.
-    fn coordinate(&self, name: &str, position: usize) -> usize {
+    /// The device groups of a collective over `axes`: the grid positions that differ only in
+    /// their coordinates along `axes`, each group in increasing position order (so, for one axis,
+    /// in coordinate order), the groups ordered by their first position. Unknown axes are
+    /// ignored.
+    pub fn groups(&self, axes: &[String]) -> Vec<Vec<usize>> {
+        let mut groups: Vec<Vec<usize>> = Vec::new();
+        let key = |p: usize| -> Vec<usize> {
+            self.axes
+                .iter()
+                .filter(|(n, _)| !axes.contains(n))
+                .map(|(n, _)| self.coordinate(n, p))
+                .collect()
+        };
+        for p in 0..self.size() {
+            match groups.iter_mut().find(|g| key(g[0]) == key(p)) {
+                Some(g) => g.push(p),
+                None => groups.push(vec![p]),
+            }
+        }
+        groups
+    }
+
+    /// The coordinate along axis `name` of grid position `position` (0 for an axis the mesh
+    /// lacks).
+    pub fn coordinate(&self, name: &str, position: usize) -> usize {
         let mut stride = 1;
         for (n, s) in self.axes.iter().rev() {
             if n == name {

@@ -6,7 +6,7 @@
 
 use super::graph::{Node, Op, Region, ValueId};
 use super::regions::check_while;
-use super::rules::{check_node, value_type};
+use super::rules::{check_node, check_shard_map, value_type};
 
 /// The nodes the outputs depend on, through operands and the regions of live loops, listed per
 /// region in node order; block arguments, which their loop binds, are left out (a region's are
@@ -126,9 +126,16 @@ fn mark_live(nodes: &[Node], regions: &[Region], outputs: &[ValueId]) -> Result<
             }
             stack.push(v.node);
         }
-        if let Op::While { .. } = node.op {
-            let (cond, body) = check_while(nodes, regions, i).map_err(at)?;
-            for r in [cond, body] {
+        let owned = match node.op {
+            Op::While { .. } => {
+                let (cond, body) = check_while(nodes, regions, i).map_err(at)?;
+                vec![cond, body]
+            }
+            Op::ShardMap { .. } => vec![check_shard_map(nodes, regions, i).map_err(at)?],
+            _ => Vec::new(),
+        };
+        {
+            for r in owned {
                 match owner[r].replace(i) {
                     None => {}
                     Some(usize::MAX) => return Err(at(format!("region {r} is the program"))),
