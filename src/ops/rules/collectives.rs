@@ -32,7 +32,7 @@ fn dimension(x: &TensorType, dim: usize, what: &str) -> Rule<()> {
 
 /// Dimension `dim` of `x` splits into `n` equal parts.
 fn divisible(x: &TensorType, dim: usize, n: usize, axis: &str) -> Rule<()> {
-    if x.dims[dim] % n != 0 {
+    if !x.dims[dim].is_multiple_of(n) {
         return Err(format!(
             "dimension {dim} of {x} has size {}, which the {n} devices of axis {axis:?} do not \
              divide",
@@ -133,7 +133,7 @@ pub(super) fn axis_index(operands: &[&TensorType], axis: &str, mesh: &Mesh) -> R
 
 /// The block of a value of type `ty` laid out as `spec` over `mesh` (checked to fit).
 pub(crate) fn block_type(mesh: &Mesh, spec: &PartitionSpec, ty: &TensorType) -> Rule<TensorType> {
-    let sharding = Sharding::new(mesh, spec).map_err(|e| crate::ops::sharding::message(e))?;
+    let sharding = Sharding::new(mesh, spec).map_err(crate::ops::sharding::message)?;
     sharding
         .check(ty, &ty.to_string())
         .map_err(crate::ops::sharding::message)?;
