@@ -18,6 +18,10 @@
 //! become the next state. A region evaluates only the nodes its results depend on, in node order.
 //! There is no iteration limit: a loop whose condition never turns false does not return.
 //!
+//! A `ShardMap` splits its inputs into per-device blocks, evaluates its body once per device of
+//! its mesh (one thread each; the collectives exchange values through a rendezvous that errors
+//! rather than hangs when the devices diverge) and assembles the outputs; see `collectives`.
+//!
 //! The interpreter reads each node's recorded types and never re-checks them: before evaluating,
 //! it runs the graph's walk ([`crate::ops`]'s `live_nodes`, which runs every live node's rule),
 //! and a malformed graph (one built below the DSL) gives [`Error::Interp`] naming the node.

@@ -16,6 +16,9 @@
 //! must be defined in its user's region (the DSL captures outer values as loop state), and only
 //! region 0 has parameters.
 //!
+//! A `ShardMap` is one `sdy.manual_computation` whose body region is emitted the same way, and
+//! the collectives inside it are generic StableHLO collectives (see `collectives`).
+//!
 //! The lowering reads each node's recorded types and never re-checks them: the graph's walk
 //! ([`crate::ops`]'s `live_nodes`, which runs every live node's rule) has done that. One emitter
 //! per primitive, grouped by family as in the interpreter: `elementwise`, `shape`, `index`,
