@@ -419,3 +419,71 @@ fn devices_that_diverge_get_an_error_not_a_hang() {
         "{m}"
     );
 }
+
+#[test]
+fn integer_reductions_and_a_shard_map_without_inputs() {
+    let g = Graph::new();
+    g.set_mesh(&mesh_2x2());
+    let x = g.parameter("x", DType::I32, &[4, 2]).unwrap();
+    let outs = g
+        .shard_map(
+            &[&x],
+            &[p(&[Some("x"), Some("y")])],
+            &[PartitionSpec::replicated(), PartitionSpec::replicated()],
+            |b| {
+                Ok(vec![
+                    b[0].psum(&["x", "y"])?,
+                    b[0].all_reduce(&["y", "x"], ReduceKind::Max)?,
+                ])
+            },
+        )
+        .unwrap();
+    let ids = g
+        .shard_map(&[], &[], &[p(&[Some("y"), Some("x")])], |_| {
+            let i = g.axis_index("x")?.mul(10)?.add(&g.axis_index("y")?)?;
+            i.reshape(&[1, 1]).map(|t| vec![t])
+        })
+        .unwrap();
+    g.set_outputs(&[&outs[0], &outs[1], &ids[0]]).unwrap();
+    let mut rng = Rng::new(12);
+    let v: Vec<i32> = (0..8).map(|_| rng.int(-100, 100) as i32).collect();
+    let x = HostArray::from_vec(&[4, 2], v.clone()).unwrap();
+    let got = g.evaluate(std::slice::from_ref(&x)).unwrap();
+    // Blocks [2, 1]: out[i, 0] = fold over a, b of x[2a + i, b].
+    let block = |i: usize| [v[i * 2], v[i * 2 + 1], v[(2 + i) * 2], v[(2 + i) * 2 + 1]];
+    let sums: Vec<i32> = (0..2).map(|i| block(i).iter().sum()).collect();
+    let maxes: Vec<i32> = (0..2).map(|i| *block(i).iter().max().unwrap()).collect();
+    assert_eq!(got[0], HostArray::from_vec(&[2, 1], sums).unwrap());
+    assert_eq!(got[1], HostArray::from_vec(&[2, 1], maxes).unwrap());
+    // Out (y, x): out[b, a] = 10a + b.
+    assert_eq!(
+        got[2],
+        HostArray::from_vec(&[2, 2], vec![0, 10, 1, 11]).unwrap()
+    );
+    let run = g.compile(&client4()).unwrap().run(&[x]).unwrap();
+    assert_eq!(run, got);
+}
+
+#[test]
+fn shard_map_between_sharded_parameters_and_ordinary_ops() {
+    let g = Graph::new();
+    g.set_mesh(&mesh_x4());
+    let x = g.parameter("x", DType::F32, &[8, 2]).unwrap();
+    g.shard_parameter(&x, &p(&[Some("x")])).unwrap();
+    let y = x.exp().unwrap().mul(0.0).unwrap().add(&x).unwrap();
+    let s = g
+        .shard_map(&[&y], &[p(&[Some("x")])], &[p(&[Some("x")])], |b| {
+            Ok(vec![b[0].psum(&["x"])?])
+        })
+        .unwrap();
+    let out = s[0].mul(2.0).unwrap();
+    g.set_outputs(&[&out]).unwrap();
+    g.set_output_shardings(&[p(&[Some("x")])]).unwrap();
+    let (x, v) = input(13, &[8, 2]);
+    // Every row block becomes the sum of the four row blocks, doubled.
+    let want: Vec<f64> = (0..8)
+        .flat_map(|i| (0..2).map(move |j| (i % 2, j)))
+        .map(|(i, j)| 2.0 * (0..4).map(|k| v[(2 * k + i) * 2 + j]).sum::<f64>())
+        .collect();
+    check("sharded parameter into shard_map", &g, &x, &[want]);
+}
