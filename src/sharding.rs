@@ -125,17 +125,20 @@ impl Mesh {
     /// ignored.
     pub fn groups(&self, axes: &[String]) -> Vec<Vec<usize>> {
         let mut groups: Vec<Vec<usize>> = Vec::new();
-        let key = |p: usize| -> Vec<usize> {
-            self.axes
+        let mut index: std::collections::HashMap<Vec<usize>, usize> = Default::default();
+        for p in 0..self.size() {
+            let key: Vec<usize> = self
+                .axes
                 .iter()
                 .filter(|(n, _)| !axes.contains(n))
                 .map(|(n, _)| self.coordinate(n, p))
-                .collect()
-        };
-        for p in 0..self.size() {
-            match groups.iter_mut().find(|g| key(g[0]) == key(p)) {
-                Some(g) => g.push(p),
-                None => groups.push(vec![p]),
+                .collect();
+            match index.get(&key) {
+                Some(&g) => groups[g].push(p),
+                None => {
+                    index.insert(key, groups.len());
+                    groups.push(vec![p]);
+                }
             }
         }
         groups
@@ -488,6 +491,25 @@ mod tests {
         // Position 1 is x=0, y=1: block index y*2+x = 2, rows 2..3.
         assert_eq!(blocks[1].to_f64_vec(), vec![4.0, 5.0]);
         assert_eq!(blocks[2].to_f64_vec(), vec![2.0, 3.0]);
+    }
+
+    #[test]
+    fn collective_groups_differ_only_in_the_reduced_axes() {
+        let mesh = Mesh::new(&[("x", 2), ("y", 3)]).unwrap();
+        let axes = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            mesh.groups(&axes(&["x"])),
+            vec![vec![0, 3], vec![1, 4], vec![2, 5]]
+        );
+        assert_eq!(
+            mesh.groups(&axes(&["y"])),
+            vec![vec![0, 1, 2], vec![3, 4, 5]]
+        );
+        assert_eq!(
+            mesh.groups(&axes(&["x", "y"])),
+            vec![vec![0, 1, 2, 3, 4, 5]]
+        );
+        assert_eq!(mesh.groups(&[]).len(), 6);
     }
 
     #[test]
