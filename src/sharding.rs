@@ -119,8 +119,34 @@ impl Mesh {
         &self.devices
     }
 
-    /// The coordinate along axis `name` of grid position `position`.
-    fn coordinate(&self, name: &str, position: usize) -> usize {
+    /// The device groups of a collective over `axes`: the grid positions that differ only in
+    /// their coordinates along `axes`, each group in increasing position order (so, for one axis,
+    /// in coordinate order), the groups ordered by their first position. Unknown axes are
+    /// ignored.
+    pub fn groups(&self, axes: &[String]) -> Vec<Vec<usize>> {
+        let mut groups: Vec<Vec<usize>> = Vec::new();
+        let mut index: std::collections::HashMap<Vec<usize>, usize> = Default::default();
+        for p in 0..self.size() {
+            let key: Vec<usize> = self
+                .axes
+                .iter()
+                .filter(|(n, _)| !axes.contains(n))
+                .map(|(n, _)| self.coordinate(n, p))
+                .collect();
+            match index.get(&key) {
+                Some(&g) => groups[g].push(p),
+                None => {
+                    index.insert(key, groups.len());
+                    groups.push(vec![p]);
+                }
+            }
+        }
+        groups
+    }
+
+    /// The coordinate along axis `name` of grid position `position` (0 for an axis the mesh
+    /// lacks).
+    pub fn coordinate(&self, name: &str, position: usize) -> usize {
         let mut stride = 1;
         for (n, s) in self.axes.iter().rev() {
             if n == name {
@@ -465,6 +491,25 @@ mod tests {
         // Position 1 is x=0, y=1: block index y*2+x = 2, rows 2..3.
         assert_eq!(blocks[1].to_f64_vec(), vec![4.0, 5.0]);
         assert_eq!(blocks[2].to_f64_vec(), vec![2.0, 3.0]);
+    }
+
+    #[test]
+    fn collective_groups_differ_only_in_the_reduced_axes() {
+        let mesh = Mesh::new(&[("x", 2), ("y", 3)]).unwrap();
+        let axes = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            mesh.groups(&axes(&["x"])),
+            vec![vec![0, 3], vec![1, 4], vec![2, 5]]
+        );
+        assert_eq!(
+            mesh.groups(&axes(&["y"])),
+            vec![vec![0, 1, 2], vec![3, 4, 5]]
+        );
+        assert_eq!(
+            mesh.groups(&axes(&["x", "y"])),
+            vec![vec![0, 1, 2, 3, 4, 5]]
+        );
+        assert_eq!(mesh.groups(&[]).len(), 6);
     }
 
     #[test]

@@ -18,11 +18,16 @@
 //! become the next state. A region evaluates only the nodes its results depend on, in node order.
 //! There is no iteration limit: a loop whose condition never turns false does not return.
 //!
+//! A `ShardMap` splits its inputs into per-device blocks, evaluates its body once per device of
+//! its mesh (one thread each; the collectives exchange values through a rendezvous that errors
+//! rather than hangs when the devices diverge) and assembles the outputs; see `collectives`.
+//!
 //! The interpreter reads each node's recorded types and never re-checks them: before evaluating,
 //! it runs the graph's walk ([`crate::ops`]'s `live_nodes`, which runs every live node's rule),
 //! and a malformed graph (one built below the DSL) gives [`Error::Interp`] naming the node.
 //! Evaluation never panics.
 
+mod collectives;
 mod elementwise;
 mod index;
 mod linalg;
@@ -81,6 +86,8 @@ struct Evaluator<'a> {
     /// [`live_nodes`], which checked them).
     order: Vec<Vec<usize>>,
     values: Vec<Option<Vec<HostArray>>>,
+    /// The device being evaluated, inside a shard_map body (`None` outside).
+    device: Option<collectives::Device<'a>>,
 }
 
 fn evaluate_nodes(
@@ -96,6 +103,7 @@ fn evaluate_nodes(
         inputs,
         order,
         values: vec![None; nodes.len()],
+        device: None,
     };
     ev.run_nodes(0)?;
 
@@ -152,8 +160,20 @@ impl Evaluator<'_> {
     /// Evaluates node `index` and stores its outputs.
     fn node(&mut self, index: usize) -> Result<()> {
         let node = &self.nodes[index];
-        if let Op::While { cond, body } = node.op {
-            return self.while_loop(index, cond, body);
+        match &node.op {
+            Op::While { cond, body } => return self.while_loop(index, *cond, *body),
+            Op::ShardMap {
+                body,
+                mesh,
+                in_specs,
+                out_specs,
+            } => return self.shard_map(index, *body, mesh, [in_specs, out_specs]),
+            Op::AllReduce { .. }
+            | Op::AllGather { .. }
+            | Op::ReduceScatter { .. }
+            | Op::AllToAll { .. }
+            | Op::AxisIndex { .. } => return self.collective(index),
+            _ => {}
         }
         let results = {
             let args = node
@@ -301,6 +321,15 @@ impl<'a> Ctx<'a> {
         }
         let one = |r: Result<HostArray>| r.map(|v| vec![v]);
         let results = match &self.node.op {
+            Op::ShardMap { .. }
+            | Op::AllReduce { .. }
+            | Op::AllGather { .. }
+            | Op::ReduceScatter { .. }
+            | Op::AllToAll { .. }
+            | Op::AxisIndex { .. } => {
+                // Evaluated by `Evaluator`, which knows the devices.
+                return Err(self.err("is evaluated with its shard_map, not on its own"));
+            }
             Op::BlockArg | Op::While { .. } => {
                 // Block arguments are bound by their loop, which `Evaluator` runs.
                 return Err(self.err("is evaluated by its loop, not on its own"));

@@ -67,8 +67,13 @@ fn reduce_num<T: Num>(a: &ArrayD<T>, kind: ReduceKind, axes: &[usize]) -> ArrayD
 /// `Reduce`: folds `axes` (sorted, distinct) away.
 pub(super) fn reduce(ctx: &Ctx, kind: ReduceKind, axes: &[usize]) -> Result<HostArray> {
     let x = ctx.args(1)?[0];
-    Ok(match x {
-        HostArray::Pred(_) => return Err(ctx.err("reductions are not defined for pred")),
+    reduce_array(x, kind, axes).ok_or_else(|| ctx.err("reductions are not defined for pred"))
+}
+
+/// Folds `axes` (sorted, distinct, in range) of `x` away; `None` for pred.
+pub(super) fn reduce_array(x: &HostArray, kind: ReduceKind, axes: &[usize]) -> Option<HostArray> {
+    Some(match x {
+        HostArray::Pred(_) => return None,
         HostArray::U8(a) => reduce_num(a, kind, axes).into(),
         HostArray::U32(a) => reduce_num(a, kind, axes).into(),
         HostArray::U64(a) => reduce_num(a, kind, axes).into(),

@@ -16,6 +16,9 @@
 //! must be defined in its user's region (the DSL captures outer values as loop state), and only
 //! region 0 has parameters.
 //!
+//! A `ShardMap` is one `sdy.manual_computation` whose body region is emitted the same way, and
+//! the collectives inside it are generic StableHLO collectives (see `collectives`).
+//!
 //! The lowering reads each node's recorded types and never re-checks them: the graph's walk
 //! ([`crate::ops`]'s `live_nodes`, which runs every live node's rule) has done that. One emitter
 //! per primitive, grouped by family as in the interpreter: `elementwise`, `shape`, `index`,
@@ -27,6 +30,7 @@
 //! The text is accepted by StableHLO 1.13 (the `xla-cpu-pjrt` plugin) through 1.20
 //! (`lammps-jax-pjrt-cpu`).
 
+mod collectives;
 mod control;
 mod elementwise;
 mod index;
@@ -87,6 +91,10 @@ struct Lowering<'g> {
     /// How many regions deep the next line is.
     depth: usize,
     body: String,
+    /// The graph's mesh, for a program over one.
+    mesh: Option<Mesh>,
+    /// The channel ids given to collectives so far.
+    channels: usize,
 }
 
 /// One node being emitted: the SSA name of its result, its operands' names and types, and its
@@ -143,6 +151,8 @@ impl<'g> Lowering<'g> {
             order,
             depth: 0,
             body: String::new(),
+            mesh: None,
+            channels: 0,
         }
     }
 
@@ -155,6 +165,7 @@ impl<'g> Lowering<'g> {
         aliases: &[Option<usize>],
         sharded: Option<&(Mesh, Vec<PartitionSpec>, Vec<PartitionSpec>)>,
     ) -> Result<String> {
+        self.mesh = sharded.map(|s| s.0.clone());
         let args = self.arguments(params, aliases, sharded.map(|s| s.1.as_slice()));
         self.region_nodes(0)?;
         let mut results = Vec::with_capacity(outputs.len());
@@ -303,6 +314,15 @@ impl<'g> Lowering<'g> {
                 self.names[i] = self.while_loop(&n, *cond, *body)?;
                 return Ok(());
             }
+            Op::ShardMap {
+                body,
+                mesh,
+                in_specs,
+                out_specs,
+            } => {
+                self.names[i] = self.shard_map(&n, *body, mesh, [in_specs, out_specs])?;
+                return Ok(());
+            }
             Op::Sort { axis, descending } => {
                 self.names[i] = self.sort(&n, *axis, *descending);
                 return Ok(());
@@ -344,6 +364,21 @@ impl<'g> Lowering<'g> {
             } => self.dot_general(&n, [lhs_batch, rhs_batch], [lhs_contract, rhs_contract]),
             Op::Take => self.take(&n),
             Op::ShardingConstraint { spec } => self.sharding_constraint(&n, spec),
+            Op::AllReduce { kind, axes, mesh } => self.all_reduce(&n, *kind, axes, mesh),
+            Op::AllGather {
+                axis,
+                dim,
+                tiled,
+                mesh,
+            } => self.all_gather(&n, axis, *dim, *tiled, mesh),
+            Op::ReduceScatter { axis, dim, mesh } => self.reduce_scatter(&n, axis, *dim, mesh),
+            Op::AllToAll {
+                axis,
+                split_dim,
+                concat_dim,
+                mesh,
+            } => self.all_to_all(&n, axis, [*split_dim, *concat_dim], mesh),
+            Op::AxisIndex { axis, mesh } => self.axis_index(&n, axis, mesh),
         };
         self.names[i] = vec![name];
         Ok(())

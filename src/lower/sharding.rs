@@ -18,7 +18,7 @@ pub(super) fn mesh_line(mesh: &Mesh) -> String {
 }
 
 /// `<@mesh, [{"x"}, {}]>` for a value of rank `rank`.
-fn dims(spec: &PartitionSpec, rank: usize) -> String {
+pub(super) fn dims(spec: &PartitionSpec, rank: usize) -> String {
     let dims: Vec<String> = (0..rank)
         .map(|d| {
             let axes: Vec<String> = spec.axes_of(d).iter().map(|a| format!("\"{a}\"")).collect();

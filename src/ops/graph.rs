@@ -335,6 +335,74 @@ pub enum Op {
         /// How the value is split over the mesh axes.
         spec: crate::sharding::PartitionSpec,
     },
+    /// JAX's `shard_map`: region `body` runs once per device of `mesh` with every mesh axis
+    /// manual. `inputs` are global values; the body's arguments are each device's block of them
+    /// (`in_specs`, one per input); the body returns per-device blocks and the outputs are the
+    /// global values they make up (`out_specs`, one per output; where devices hold copies of a
+    /// block, they must agree).
+    ShardMap {
+        /// The per-device region.
+        body: usize,
+        /// The mesh the blocks are laid out over (the graph's).
+        mesh: crate::sharding::Mesh,
+        /// How each input is split into the body's arguments.
+        in_specs: Vec<crate::sharding::PartitionSpec>,
+        /// How the body's results make up each output.
+        out_specs: Vec<crate::sharding::PartitionSpec>,
+    },
+    /// Inside a `ShardMap` body: reduces `inputs[0]` elementwise over the devices that differ
+    /// only in `axes` (`lax.psum` and kin); every device of a group gets the result.
+    AllReduce {
+        /// The monoid.
+        kind: ReduceKind,
+        /// The mesh axes reduced over (distinct).
+        axes: Vec<String>,
+        /// The shard_map's mesh.
+        mesh: crate::sharding::Mesh,
+    },
+    /// Inside a `ShardMap` body: the blocks of the devices along mesh axis `axis`, in coordinate
+    /// order, concatenated along `dim` (`tiled`) or stacked as a new dimension `dim`.
+    AllGather {
+        /// The mesh axis gathered over.
+        axis: String,
+        /// The joining (or new) dimension.
+        dim: usize,
+        /// Concatenate (true) or stack (false).
+        tiled: bool,
+        /// The shard_map's mesh.
+        mesh: crate::sharding::Mesh,
+    },
+    /// Inside a `ShardMap` body: the sum over the devices along `axis`, split along `dim` into
+    /// one part per device; device `i` along the axis gets part `i` (`lax.psum_scatter`).
+    ReduceScatter {
+        /// The mesh axis reduced over.
+        axis: String,
+        /// The split dimension (divisible by the axis size).
+        dim: usize,
+        /// The shard_map's mesh.
+        mesh: crate::sharding::Mesh,
+    },
+    /// Inside a `ShardMap` body: each device splits `inputs[0]` along `split_dim` into one part
+    /// per device along `axis`, sends part `j` to device `j`, and concatenates what it receives
+    /// along `concat_dim` in coordinate order (`lax.all_to_all`, tiled).
+    AllToAll {
+        /// The mesh axis exchanged over.
+        axis: String,
+        /// The dimension split (divisible by the axis size).
+        split_dim: usize,
+        /// The dimension the received parts are joined along.
+        concat_dim: usize,
+        /// The shard_map's mesh.
+        mesh: crate::sharding::Mesh,
+    },
+    /// Inside a `ShardMap` body: this device's coordinate along mesh axis `axis`, an `i32[]`.
+    /// No inputs.
+    AxisIndex {
+        /// The mesh axis.
+        axis: String,
+        /// The shard_map's mesh.
+        mesh: crate::sharding::Mesh,
+    },
 }
 
 impl Op {
@@ -369,6 +437,12 @@ impl Op {
             Op::BlockArg => "block_arg",
             Op::While { .. } => "while",
             Op::ShardingConstraint { .. } => "sharding_constraint",
+            Op::ShardMap { .. } => "shard_map",
+            Op::AllReduce { .. } => "all_reduce",
+            Op::AllGather { .. } => "all_gather",
+            Op::ReduceScatter { .. } => "reduce_scatter",
+            Op::AllToAll { .. } => "all_to_all",
+            Op::AxisIndex { .. } => "axis_index",
         }
     }
 }
@@ -788,6 +862,15 @@ impl Graph {
         if let Some(r) = Rc::make_mut(&mut self.data.borrow_mut().regions).get_mut(region) {
             r.args = args;
         }
+    }
+
+    /// The region enclosing `region` (`None` for the program or a region that does not exist).
+    pub(crate) fn region_parent(&self, region: usize) -> Option<usize> {
+        self.data
+            .borrow()
+            .regions
+            .get(region)
+            .and_then(|r| r.parent)
     }
 
     pub(crate) fn region_captures(&self, region: usize) -> Vec<(ValueId, ValueId)> {

@@ -6,7 +6,8 @@
 //! elementwise, conversions, composites), `operators` (`+ - * / %` for every operand form),
 //! `reduce`, `shape`, `linalg` (dot_general, matmul, einsum), `mask` (tril, triu), `gather`
 //! (take, take_along_axis, one_hot), `conv`, `random`, `sort`, `control` (while_loop,
-//! fori_loop, scan); and composites users reach for: `nn` (softmax, layer_norm, rms_norm, erf,
+//! fori_loop, scan), `sharding` (meshes and layouts), `collectives` (shard_map and the
+//! collectives inside it); and composites users reach for: `nn` (softmax, layer_norm, rms_norm, erf,
 //! gelu_exact), `stats` (mean_all, var, std), `split` (split, chunk).
 //!
 //! Conventions, so that a call site reads as what it does:
@@ -35,6 +36,7 @@
 //! evaluation in [`crate::interp`]. Then tests: the rule's cases, a lowering compiled and run,
 //! and the interpreter against a formula.
 
+mod collectives;
 mod control;
 mod conv;
 mod elementwise;

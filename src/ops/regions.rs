@@ -235,7 +235,11 @@ pub(crate) mod malformed {
         let a = push(&g, Op::While { cond, body }, &[&x], f32x2());
         let b = push(&g, Op::While { cond, body }, &[&a], f32x2());
         g.set_outputs(&[&b]).expect("outputs");
-        cases.push(("two loops share their regions", g, "belongs to two loops"));
+        cases.push((
+            "two loops share their regions",
+            g,
+            "belongs to two region ops",
+        ));
 
         // The loop's output type differs from its state's.
         let g = Graph::new();

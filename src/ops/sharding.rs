@@ -24,6 +24,8 @@ pub(crate) struct GraphSharding {
     pub(crate) parameters: Vec<(usize, PartitionSpec)>,
     /// One spec per output, when set.
     pub(crate) outputs: Option<Vec<PartitionSpec>>,
+    /// The regions that are shard_map bodies, with their mesh.
+    pub(crate) manual: Vec<(usize, Mesh)>,
 }
 
 impl Graph {
@@ -192,7 +194,7 @@ impl Graph {
 }
 
 /// The text of an error from [`crate::sharding`], to be prefixed with the op's name.
-fn message(e: Error) -> String {
+pub(crate) fn message(e: Error) -> String {
     match e {
         Error::InvalidArgument(m) => m,
         other => other.to_string(),

@@ -6,7 +6,7 @@
 
 use super::graph::{Node, Op, Region, ValueId};
 use super::regions::check_while;
-use super::rules::{check_node, value_type};
+use super::rules::{check_node, check_shard_map, value_type};
 
 /// The nodes the outputs depend on, through operands and the regions of live loops, listed per
 /// region in node order; block arguments, which their loop binds, are left out (a region's are
@@ -26,7 +26,23 @@ pub(crate) fn live_nodes(
     outputs: &[ValueId],
 ) -> Result<Vec<Vec<usize>>, String> {
     check_params(nodes, params)?;
-    let live = mark_live(nodes, regions, outputs)?;
+    let (live, owner) = mark_live(nodes, regions, outputs)?;
+    // Whether region `r` is a shard_map body or nested in one (parents followed at most once
+    // per region, so a malformed cycle ends).
+    let manual = |mut r: usize| {
+        for _ in 0..regions.len() {
+            if let Some(o) = owner.get(r).copied().flatten() {
+                if matches!(nodes.get(o).map(|n| &n.op), Some(Op::ShardMap { .. })) {
+                    return true;
+                }
+            }
+            match regions.get(r).and_then(|x| x.parent) {
+                Some(p) => r = p,
+                None => return false,
+            }
+        }
+        false
+    };
     let mut order = vec![Vec::new(); regions.len()];
     for (i, node) in nodes.iter().enumerate().filter(|&(i, _)| live[i]) {
         let r = node.region;
@@ -48,6 +64,20 @@ pub(crate) fn live_nodes(
                 return Err(at(format!(
                     "parameter {index} ({name:?}) is not in the graph's parameter list"
                 )));
+            }
+            Op::AllReduce { .. }
+            | Op::AllGather { .. }
+            | Op::ReduceScatter { .. }
+            | Op::AllToAll { .. }
+            | Op::AxisIndex { .. }
+                if !manual(r) =>
+            {
+                return Err(at("a collective outside a shard_map body".to_string()));
+            }
+            Op::ShardMap { .. } if manual(r) => {
+                return Err(at(
+                    "a shard_map nested in another shard_map's body".to_string()
+                ));
             }
             _ => {}
         }
@@ -85,7 +115,14 @@ fn check_params(nodes: &[Node], params: &[ValueId]) -> Result<(), String> {
 
 /// Which nodes the outputs depend on. Checks the outputs, every operand of a live node, and
 /// every live loop's regions.
-fn mark_live(nodes: &[Node], regions: &[Region], outputs: &[ValueId]) -> Result<Vec<bool>, String> {
+/// Also returns the node that owns each region (`usize::MAX` for the program, `None` for a
+/// region no live node owns).
+#[allow(clippy::type_complexity)]
+fn mark_live(
+    nodes: &[Node],
+    regions: &[Region],
+    outputs: &[ValueId],
+) -> Result<(Vec<bool>, Vec<Option<usize>>), String> {
     let mut live = vec![false; nodes.len()];
     // The node that owns each region; region 0 is the program's (`usize::MAX`).
     let mut owner: Vec<Option<usize>> = vec![None; regions.len()];
@@ -126,23 +163,28 @@ fn mark_live(nodes: &[Node], regions: &[Region], outputs: &[ValueId]) -> Result<
             }
             stack.push(v.node);
         }
-        if let Op::While { .. } = node.op {
-            let (cond, body) = check_while(nodes, regions, i).map_err(at)?;
-            for r in [cond, body] {
-                match owner[r].replace(i) {
-                    None => {}
-                    Some(usize::MAX) => return Err(at(format!("region {r} is the program"))),
-                    Some(other) => {
-                        return Err(format!(
-                            "region {r} belongs to two loops, nodes {other} and {i}"
-                        ))
-                    }
-                }
-                stack.extend(regions[r].results.iter().map(|v| v.node));
+        let owned = match node.op {
+            Op::While { .. } => {
+                let (cond, body) = check_while(nodes, regions, i).map_err(at)?;
+                vec![cond, body]
             }
+            Op::ShardMap { .. } => vec![check_shard_map(nodes, regions, i).map_err(at)?],
+            _ => Vec::new(),
+        };
+        for r in owned {
+            match owner[r].replace(i) {
+                None => {}
+                Some(usize::MAX) => return Err(at(format!("region {r} is the program"))),
+                Some(other) => {
+                    return Err(format!(
+                        "region {r} belongs to two region ops, nodes {other} and {i}"
+                    ))
+                }
+            }
+            stack.extend(regions[r].results.iter().map(|v| v.node));
         }
     }
-    Ok(live)
+    Ok((live, owner))
 }
 
 #[cfg(test)]

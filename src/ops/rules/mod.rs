@@ -16,6 +16,7 @@
 //! Messages do not name the op: each caller prefixes what the user called (a builder) or the
 //! node (the walk).
 
+mod collectives;
 mod elementwise;
 mod index;
 mod linalg;
@@ -25,6 +26,7 @@ mod shape;
 use super::graph::{Node, Op, Region, ValueId};
 use super::regions::check_while;
 use crate::dtype::TensorType;
+pub(crate) use collectives::{block_type, check_shard_map, global_type};
 
 /// A rule's verdict: the result types, or why the operands do not fit.
 pub(crate) type Rule<T = Vec<TensorType>> = Result<T, String>;
@@ -108,6 +110,31 @@ fn dispatch(op: &Op, operands: &[&TensorType], target: Option<&TensorType>) -> R
             [x] => Ok(vec![(*x).clone()]),
             _ => Err(format!("takes one operand, got {}", operands.len())),
         },
+        Op::AllReduce { axes, mesh, .. } => one(collectives::all_reduce(operands, axes, mesh)),
+        Op::AllGather {
+            axis,
+            dim,
+            tiled,
+            mesh,
+        } => one(collectives::all_gather(operands, axis, *dim, *tiled, mesh)),
+        Op::ReduceScatter { axis, dim, mesh } => {
+            one(collectives::reduce_scatter(operands, axis, *dim, mesh))
+        }
+        Op::AllToAll {
+            axis,
+            split_dim,
+            concat_dim,
+            mesh,
+        } => one(collectives::all_to_all(
+            operands,
+            axis,
+            *split_dim,
+            *concat_dim,
+            mesh,
+        )),
+        Op::AxisIndex { axis, mesh } => one(collectives::axis_index(operands, axis, mesh)),
+        // The body's blocks make the types; `check_shard_map` checks them.
+        Op::ShardMap { .. } => Err("takes its types from its body region".to_string()),
         Op::Sort { axis, .. } => reduce::sort(operands, *axis),
         // The state's types; the regions are `check_while`'s.
         Op::While { .. } => {
@@ -127,6 +154,9 @@ pub(crate) fn check_node(nodes: &[Node], regions: &[Region], index: usize) -> Ru
         .ok_or_else(|| format!("node {index} does not exist"))?;
     if let Op::While { .. } = node.op {
         return check_while(nodes, regions, index).map(drop);
+    }
+    if let Op::ShardMap { .. } = node.op {
+        return check_shard_map(nodes, regions, index).map(drop);
     }
     let operands = node
         .inputs

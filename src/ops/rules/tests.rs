@@ -673,3 +673,73 @@ fn check_node_compares_recorded_types_with_the_rule() {
         }
     });
 }
+
+#[test]
+fn collective_rules() {
+    use crate::sharding::Mesh;
+    let mesh = Mesh::new(&[("x", 2), ("y", 3)]).unwrap();
+    let x = t(DType::F32, &[6, 4]);
+    let reduce = |axes: &[&str]| Op::AllReduce {
+        kind: ReduceKind::Sum,
+        axes: axes.iter().map(|a| a.to_string()).collect(),
+        mesh: mesh.clone(),
+    };
+    assert_eq!(ok1(reduce(&["x", "y"]), &[x.clone()]), x);
+    rejects(reduce(&["z"]), &[x.clone()], None, "no axis \"z\"");
+    rejects(reduce(&["x", "x"]), &[x.clone()], None, "twice");
+    rejects(reduce(&[]), &[x.clone()], None, "at least one");
+    rejects(reduce(&["x"]), &[t(DType::Pred, &[2])], None, "numbers");
+    let gather = |dim, tiled| Op::AllGather {
+        axis: "y".into(),
+        dim,
+        tiled,
+        mesh: mesh.clone(),
+    };
+    assert_eq!(ok1(gather(1, true), &[x.clone()]), t(DType::F32, &[6, 12]));
+    assert_eq!(
+        ok1(gather(2, false), &[x.clone()]),
+        t(DType::F32, &[6, 4, 3])
+    );
+    rejects(gather(2, true), &[x.clone()], None, "out of range");
+    let scatter = |axis: &str, dim| Op::ReduceScatter {
+        axis: axis.into(),
+        dim,
+        mesh: mesh.clone(),
+    };
+    assert_eq!(ok1(scatter("y", 0), &[x.clone()]), t(DType::F32, &[2, 4]));
+    rejects(scatter("y", 1), &[x.clone()], None, "do not divide");
+    let a2a = |split_dim, concat_dim| Op::AllToAll {
+        axis: "x".into(),
+        split_dim,
+        concat_dim,
+        mesh: mesh.clone(),
+    };
+    assert_eq!(ok1(a2a(0, 1), &[x.clone()]), t(DType::F32, &[3, 8]));
+    assert_eq!(ok1(a2a(1, 1), &[x.clone()]), x);
+    rejects(a2a(0, 2), &[x.clone()], None, "out of range");
+    let index = Op::AxisIndex {
+        axis: "y".into(),
+        mesh: mesh.clone(),
+    };
+    assert_eq!(ok1(index, &[]), t(DType::I32, &[]));
+}
+
+#[test]
+fn collectives_outside_a_shard_map_are_rejected_by_the_walk() {
+    use crate::sharding::Mesh;
+    // Built below the DSL: a psum in the program itself.
+    let g = Graph::new();
+    let x = g.parameter("x", DType::F32, &[2]).unwrap();
+    let op = Op::AllReduce {
+        kind: ReduceKind::Sum,
+        axes: vec!["x".into()],
+        mesh: Mesh::new(&[("x", 2)]).unwrap(),
+    };
+    let s = g.push(op, vec![x.id()], vec![t(DType::F32, &[2])]).unwrap();
+    g.set_outputs(&[&s[0]]).unwrap();
+    let (params, outputs) = (g.parameters(), g.outputs());
+    let m = g
+        .with_structure(|nodes, regions| crate::ops::live_nodes(nodes, regions, &params, &outputs))
+        .unwrap_err();
+    assert!(m.contains("outside a shard_map body"), "{m}");
+}
