@@ -335,14 +335,14 @@ fn load(m: &ModelArgs, p: &PromptArgs, s: &SamplingArgs) -> Result<Loaded> {
     ensure!(m.devices > 0, "--devices must be at least 1");
     match m.parallel {
         ParallelArg::Heads => ensure!(
-            config.num_heads % m.devices == 0,
+            config.num_heads.is_multiple_of(m.devices),
             "--devices {} --parallel heads: the model's {} heads do not divide into {} equal parts",
             m.devices,
             config.num_heads,
             m.devices
         ),
         ParallelArg::Batch => ensure!(
-            prompts.len() % m.devices == 0,
+            prompts.len().is_multiple_of(m.devices),
             "--devices {} --parallel batch: {} rows do not divide into {} equal parts (set \
              --batch or the prompts to a multiple of {})",
             m.devices,

@@ -10,6 +10,31 @@
 //! [`crate::ops::Graph::set_mesh`]); the lowering writes them as Shardy (`sdy`) annotations and XLA's
 //! SPMD partitioner turns the program into one program per device with the collectives inserted;
 //! the runtime's [`crate::runtime::ShardedBuffer`] holds the per-device blocks.
+//!
+//! ```
+//! use stablegraph::ops::Graph;
+//! use stablegraph::runtime::Client;
+//! use stablegraph::{DType, HostArray, Mesh, PartitionSpec};
+//!
+//! # fn main() -> stablegraph::Result<()> {
+//! let client = Client::cpu_with_devices(4)?; // the CPU plugin's `cpu_device_count`
+//! let g = Graph::new();
+//! g.set_mesh(&Mesh::new(&[("data", 2), ("model", 2)])?);
+//! let x = g.parameter("x", DType::F32, &[8, 16])?;
+//! let w = g.parameter("w", DType::F32, &[16, 32])?;
+//! g.shard_parameter(&x, &PartitionSpec::new([Some("data"), None]))?;  // rows over "data"
+//! g.shard_parameter(&w, &PartitionSpec::new([None, Some("model")]))?; // columns over "model"
+//! let y = x.matmul(&w)?.with_sharding_constraint(&PartitionSpec::new([Some("data"), Some("model")]))?;
+//! let total = y.sum(&[1])?; // XLA all-reduces over "model"
+//! g.set_outputs(&[&y, &total])?;
+//! g.set_output_shardings(&[PartitionSpec::new([Some("data"), Some("model")]), PartitionSpec::replicated()])?;
+//! let program = g.compile(&client)?; // one SPMD program over 4 devices
+//! let inputs = [HostArray::from_vec(&[8, 16], vec![0.5f32; 128])?, HostArray::from_vec(&[16, 32], vec![0.25f32; 512])?];
+//! let out = program.run(&inputs)?; // split per spec, run, gathered
+//! assert_eq!(out, g.evaluate(&inputs)?); // the interpreter: the unsharded meaning
+//! # Ok(())
+//! # }
+//! ```
 
 use crate::array::HostArray;
 use crate::dtype::TensorType;

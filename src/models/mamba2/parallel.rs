@@ -83,7 +83,7 @@ impl Placement {
                 "devices is 0; a model needs at least one".into(),
             ));
         }
-        if kind == Parallel::Heads && config.num_heads % devices != 0 {
+        if kind == Parallel::Heads && !config.num_heads.is_multiple_of(devices) {
             return Err(Error::InvalidArgument(format!(
                 "parallel heads over {devices} devices: the model's {} heads do not divide \
                  into {devices} equal parts",
@@ -108,7 +108,7 @@ impl Placement {
 
     /// An error unless `batch` rows split over the devices (batch parallelism).
     pub(crate) fn check_batch(&self, batch: usize) -> Result<()> {
-        if self.kind == Parallel::Batch && batch % self.devices() != 0 {
+        if self.kind == Parallel::Batch && !batch.is_multiple_of(self.devices()) {
             return Err(Error::InvalidArgument(format!(
                 "parallel batch over {} devices: {batch} rows do not divide into {} equal parts",
                 self.devices(),
@@ -128,7 +128,7 @@ impl Placement {
         if self.kind == Parallel::Batch {
             return PartitionSpec::replicated();
         }
-        let divides = |n: usize| n % self.devices() == 0;
+        let divides = |n: usize| n.is_multiple_of(self.devices());
         let field = name.rsplit_once(".mixer.").map(|(_, f)| f);
         match (name, field) {
             (_, Some("in_proj")) if divides(self.hidden) => self.split(&[None, axis]),
@@ -174,7 +174,7 @@ impl Placement {
 
     /// Split along rows when the first dimension is the batch.
     fn rows_spec(&self, ty: &TensorType, batch: usize) -> PartitionSpec {
-        if ty.dims.first() == Some(&batch) && batch % self.devices() == 0 {
+        if ty.dims.first() == Some(&batch) && batch.is_multiple_of(self.devices()) {
             self.split(&[Some(self.kind.axis())])
         } else {
             PartitionSpec::replicated()
