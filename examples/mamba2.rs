@@ -267,6 +267,18 @@ struct Loaded {
 }
 
 impl Loaded {
+    /// With several devices, a line saying how the model is split and the weights per device.
+    fn print_devices(&self) {
+        if let Some(p) = self.model.parallel() {
+            println!(
+                "devices   {} ({}), weights {:.0} MB per device",
+                self.model.devices(),
+                p.name(),
+                self.model.weight_bytes_per_device() as f64 / 1e6
+            );
+        }
+    }
+
     /// `"heads"`, `"batch"`, or null on one device.
     fn parallel_name(&self) -> Option<&'static str> {
         self.model.parallel().map(Parallel::name)
@@ -625,6 +637,7 @@ fn generate(a: GenerateArgs) -> Result<()> {
     print_rows(&l, &run.tokens)?;
     let (batch, bucket) = l.shape();
     println!("model     {}", l.description);
+    l.print_devices();
     println!("prompt    {batch} row(s), {prompt_tokens} tokens in all (padded to {bucket})");
     println!(
         "compile   {compile_s:.2} s (first generate {first_s:.2} s - second {:.2} s; {})",
@@ -890,6 +903,7 @@ fn bench(a: BenchArgs) -> Result<()> {
     let fmt = |x: Option<f64>| x.map_or("-".to_string(), |x| format!("{x:.1}"));
     let fmt2 = |x: Option<f64>| x.map_or("-".to_string(), |x| format!("{x:.2}"));
     println!("model     {}", l.description);
+    l.print_devices();
     let (batch, bucket) = l.shape();
     println!(
         "shape     {batch} row(s), {prompt_tokens} prompt tokens (padded to {bucket}), {} new tokens per row",

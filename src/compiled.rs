@@ -4,7 +4,7 @@
 use crate::array::HostArray;
 use crate::dtype::{DType, TensorType};
 use crate::error::{Error, Result};
-use crate::ops::Graph;
+use crate::ops::{Graph, Op};
 use crate::runtime::{Buffer, Client, CompileOptions, Executable, ExecuteOptions, ShardedBuffer};
 use crate::sharding::Sharding;
 
@@ -49,6 +49,7 @@ impl Graph {
             ),
             Some(s) => {
                 client.check_mesh(&s.mesh)?;
+                refuse_what_aborts_the_partitioner(self)?;
                 let devices = client.devices();
                 let assignment = s
                     .mesh
@@ -103,6 +104,33 @@ impl Graph {
     /// Evaluates the graph on the host with the reference interpreter.
     pub fn evaluate(&self, inputs: &[HostArray]) -> Result<Vec<HostArray>> {
         crate::interp::evaluate(self, inputs)
+    }
+}
+
+/// An error for a graph over a mesh that XLA's SPMD partitioner (in the CPU plugins of
+/// 2026-12) aborts the process on instead of refusing: a pad with interior padding and negative
+/// edge padding on one dimension (`spmd_partitioner.cc: Check failed:
+/// get_first_valid_element_offset_on_dilated_shard(0) == swd->padding_low()` when the padded
+/// value is split). Found by the `sharded_graph` fuzz target.
+fn refuse_what_aborts_the_partitioner(g: &Graph) -> Result<()> {
+    let bad = g.nodes().into_iter().position(|n| match &n.op {
+        Op::Pad {
+            low,
+            high,
+            interior,
+        } => (0..interior.len()).any(|d| {
+            interior[d] > 0
+                && (low.get(d).is_some_and(|&l| l < 0) || high.get(d).is_some_and(|&h| h < 0))
+        }),
+        _ => false,
+    });
+    match bad {
+        Some(node) => Err(Error::InvalidArgument(format!(
+            "node {node} pads one dimension with both interior and negative edge padding, which \
+             aborts XLA's SPMD partitioner in a program over a mesh; pad without the negative \
+             amounts and slice the result instead"
+        ))),
+        None => Ok(()),
     }
 }
 

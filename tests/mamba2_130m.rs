@@ -57,3 +57,46 @@ fn mamba2_130m_end_to_end() {
     );
     assert_eq!(state.layers.len(), 24);
 }
+
+/// The 130M shape over 4 devices of a CPU client, split by heads and by the batch: prefill
+/// logits within 1e-5 of one device and greedy tokens identical. Slow (several compiles of
+/// the 130M programs), so ignored; run it as above with `--test mamba2_130m`.
+#[test]
+#[ignore]
+fn mamba2_130m_over_four_devices_matches_one() {
+    use stablegraph::models::mamba2::Parallel;
+    let c = stablegraph::runtime::Client::cpu_with_devices(4).unwrap();
+    let cfg = Mamba2Config::mamba2_130m();
+    let weights = Mamba2Weights::random(&cfg, DType::F32, 0).unwrap();
+    let one = Mamba2::new(&c, cfg.clone(), &weights).unwrap();
+    let prompts: Vec<Vec<u32>> = (0..4)
+        .map(|r| {
+            (0..40 + r)
+                .map(|i| ((i * 7919 + r * 31) % 50000) as u32)
+                .collect()
+        })
+        .collect();
+    let options = GenerateOptions {
+        max_new_tokens: 16,
+        sampling: Sampling::Greedy,
+        eos: None,
+    };
+    let logits = one.prefill(&prompts).unwrap().logits.to_f64_vec();
+    let tokens = one.generate(&prompts, &options).unwrap();
+    for parallel in [Parallel::Heads, Parallel::Batch] {
+        let many = Mamba2::new_parallel(&c, cfg.clone(), &weights, parallel, 4).unwrap();
+        let got = many.prefill(&prompts).unwrap().logits.to_f64_vec();
+        let d = got
+            .iter()
+            .zip(&logits)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0, f64::max);
+        eprintln!("{parallel:?}: prefill logits differ by at most {d:e}");
+        assert!(d < 1e-5, "{parallel:?}: prefill logits differ by {d}");
+        assert_eq!(
+            many.generate(&prompts, &options).unwrap(),
+            tokens,
+            "{parallel:?}"
+        );
+    }
+}

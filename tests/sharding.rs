@@ -94,7 +94,7 @@ fn assert_close(a: &HostArray, b: &HostArray, tol: f64, what: &str) {
     assert_eq!(a.ty(), b.ty(), "{what}: types differ");
     for (i, (x, y)) in a.to_f64_vec().into_iter().zip(b.to_f64_vec()).enumerate() {
         assert!(
-            (x - y).abs() <= tol * (1.0 + x.abs().max(y.abs())),
+            (x - y).abs() <= tol * (1.0 + x.abs().max(y.abs())) || (x.is_nan() && y.is_nan()),
             "{what}: element {i} is {x}, expected {y}"
         );
     }
@@ -198,26 +198,43 @@ fn reduction_over_a_sharded_axis() {
     }
 }
 
-/// Softmax along an axis split over "model" (its max and sum need collectives), rows over
-/// "data".
+/// Softmax, max, min and argmax along an axis split over "model" (their reductions need
+/// collectives), rows over "data"; with NaNs in some rows, which the max and min must keep.
+/// (A program over a mesh lowers float max/min reductions as a plain reduction plus a NaN
+/// test: XLA's CPU all-reduce refuses the NaN-propagating region a one-device program uses.)
 #[test]
-#[ignore = "XLA's CPU all-reduce refuses the NaN-propagating max body the lowering writes \
-            (PJRT_Client_Compile: Unimplemented: Unsupported reduction computation)"]
-fn softmax_over_a_sharded_axis() {
+fn max_min_argmax_and_softmax_over_a_sharded_axis() {
     let build = |sharded: bool| {
         let g = Graph::new();
         let x = g.parameter("x", DType::F32, &[4, 8]).unwrap();
-        let y = x.softmax(-1).unwrap();
-        g.set_outputs(&[&y]).unwrap();
+        let soft = x.softmax(-1).unwrap();
+        let max = x.max(&[1]).unwrap();
+        let min = x.min(&[1]).unwrap();
+        let arg = x.argmax(1).unwrap();
+        g.set_outputs(&[&soft, &max, &min, &arg]).unwrap();
         if sharded {
             g.set_mesh(&mesh22());
             let spec = PartitionSpec::new([Some("data"), Some("model")]);
             g.shard_parameter(&x, &spec).unwrap();
-            g.set_output_shardings(&[spec]).unwrap();
+            let rows = PartitionSpec::new([Some("data")]);
+            g.set_output_shardings(&[spec, rows.clone(), rows.clone(), rows])
+                .unwrap();
         }
         g
     };
     check_sharded(build, &[f32_array(&[4, 8], 4)]);
+    let mut with_nan = f32_array(&[4, 8], 5).as_array::<f32>().unwrap().clone();
+    with_nan[[1, 6]] = f32::NAN;
+    with_nan[[3, 0]] = f32::NAN;
+    let with_nan = HostArray::F32(with_nan);
+    check_sharded(build, std::slice::from_ref(&with_nan));
+    let out = build(true)
+        .compile(client())
+        .unwrap()
+        .run(&[with_nan])
+        .unwrap();
+    let max = out[1].to_f64_vec();
+    assert!(max[1].is_nan() && max[3].is_nan() && !max[0].is_nan() && !max[2].is_nan());
 }
 
 /// An output with no elements, split in the graph: XLA returns it whole on every device, and
@@ -628,4 +645,29 @@ fn a_sharded_programs_outputs_land_on_the_mesh_devices() {
             assert_eq!(shard.to_host_array().unwrap(), *block, "{devices:?}");
         }
     }
+}
+
+/// A pad with interior and negative edge padding aborts XLA's SPMD partitioner (found by the
+/// fuzz target); compiling it over a mesh is an error instead, and without a mesh it runs.
+#[test]
+fn a_pad_that_aborts_the_partitioner_is_refused() {
+    let build = |sharded: bool| {
+        let g = Graph::new();
+        let x = g.parameter("x", DType::F32, &[4, 8]).unwrap();
+        let y = x.pad(&[0, -1], &[0, 0], &[0, 1], 0.0).unwrap();
+        g.set_outputs(&[&y]).unwrap();
+        if sharded {
+            g.set_mesh(&mesh22());
+            g.shard_parameter(&x, &PartitionSpec::new([None, Some("model")]))
+                .unwrap();
+        }
+        g
+    };
+    let e = build(true).compile(client()).unwrap_err().to_string();
+    assert!(e.contains("partitioner"), "{e}");
+    let out = build(false)
+        .compile(client())
+        .unwrap()
+        .run(&[f32_array(&[4, 8], 1)]);
+    assert_eq!(out.unwrap()[0].dims(), &[4, 14]);
 }

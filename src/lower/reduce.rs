@@ -39,7 +39,12 @@ impl Lowering<'_> {
             "{res}_init = stablehlo.constant dense<{}> : {scalar}",
             special(dtype, init)
         ));
-        if dtype.is_float() && matches!(kind, ReduceKind::Max | ReduceKind::Min) {
+        if dtype.is_float()
+            && matches!(kind, ReduceKind::Max | ReduceKind::Min)
+            && self.mesh.is_some()
+        {
+            self.nan_flagged_reduce(n, op, axes);
+        } else if dtype.is_float() && matches!(kind, ReduceKind::Max | ReduceKind::Min) {
             let pred = scalar_or_shaped(DType::Pred, &[]);
             self.emit(format!("{res} = \"stablehlo.reduce\"({x}, {res}_init) ({{"));
             self.emit(format!("^bb0({res}_a: {scalar}, {res}_b: {scalar}):"));
@@ -61,6 +66,45 @@ impl Lowering<'_> {
             ));
         }
         res.clone()
+    }
+
+    /// A float max or min reduction in a program over a mesh: the plain reduction (`op`), then
+    /// NaN wherever an `or` reduction of `x != x` finds one. XLA's CPU all-reduce takes only
+    /// plain reductions ("Unsupported reduction computation" for the region with NaN selects
+    /// that a one-device program uses), and the partitioner makes one when the reduced
+    /// dimension is split; both of these are plain. `{res}_init` is emitted.
+    fn nan_flagged_reduce(&mut self, n: &Inst, op: &str, axes: &[usize]) {
+        let (res, x, out_t) = (&n.res, &n.ins[0], n.out_t());
+        let (x_ty, out) = (n.tys[0], n.out());
+        let dtype = x_ty.dtype;
+        let scalar = scalar_or_shaped(dtype, &[]);
+        let pred = scalar_or_shaped(DType::Pred, &[]);
+        let x_pred = scalar_or_shaped(DType::Pred, &x_ty.dims);
+        let out_pred = scalar_or_shaped(DType::Pred, &out.dims);
+        let x_t = tensor_type(x_ty);
+        self.emit(format!(
+            "{res}_plain = stablehlo.reduce({x} init: {res}_init) applies stablehlo.{op} across \
+             dimensions = {} : ({x_t}, {scalar}) -> {out_t}",
+            int_list(axes)
+        ));
+        self.emit(format!(
+            "{res}_isnan = stablehlo.compare NE, {x}, {x}, FLOAT : ({x_t}, {x_t}) -> {x_pred}"
+        ));
+        self.emit(format!(
+            "{res}_no = stablehlo.constant dense<false> : {pred}"
+        ));
+        self.emit(format!(
+            "{res}_anynan = stablehlo.reduce({res}_isnan init: {res}_no) applies stablehlo.or \
+             across dimensions = {} : ({x_pred}, {pred}) -> {out_pred}",
+            int_list(axes)
+        ));
+        self.emit(format!(
+            "{res}_nan = stablehlo.constant dense<{}> : {out_t}",
+            nan(dtype)
+        ));
+        self.emit(format!(
+            "{res} = stablehlo.select {res}_anynan, {res}_nan, {res}_plain : {out_pred}, {out_t}"
+        ));
     }
 
     /// A variadic reduce over (values, their indices along `axis`) keeping the best pair (see
