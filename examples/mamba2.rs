@@ -689,6 +689,31 @@ fn generate(a: GenerateArgs) -> Result<()> {
     Ok(())
 }
 
+/// Over several devices, the collectives XLA inserted in the step program, grouped by kind
+/// and size: `all-reduce 24 x 3352, ...` (elements per device).
+fn step_collectives(l: &Loaded) -> Result<Option<String>> {
+    if l.model.devices() == 1 {
+        return Ok(None);
+    }
+    let program = l.model.step_program(l.prompts.len())?;
+    let mut groups: Vec<(String, u64, usize)> = Vec::new();
+    for c in program.executable().collectives()? {
+        match groups
+            .iter_mut()
+            .find(|(o, e, _)| *o == c.opcode && *e == c.elements)
+        {
+            Some(g) => g.2 += 1,
+            None => groups.push((c.opcode, c.elements, 1)),
+        }
+    }
+    groups.sort();
+    let text: Vec<String> = groups
+        .iter()
+        .map(|(op, elements, count)| format!("{op} {count} x {elements}"))
+        .collect();
+    Ok(Some(text.join(", ")))
+}
+
 /// Prints each row's new tokens, as text when there is a tokenizer.
 fn print_rows(l: &Loaded, rows: &[Vec<u32>]) -> Result<()> {
     for (r, row) in rows.iter().enumerate() {
@@ -956,6 +981,14 @@ fn bench(a: BenchArgs) -> Result<()> {
     if let Some(mb) = peak {
         println!("memory    peak RSS {mb:.0} MB");
     }
+    let collectives = step_collectives(&l)?;
+    if let Some(c) = &collectives {
+        println!(
+            "collectives in one step (batch {}, {} layers): {c}",
+            l.prompts.len(),
+            l.model.config().num_layers
+        );
+    }
     if let Some(path) = &a.json {
         let value = json!({
             "runs": rows,
@@ -965,6 +998,7 @@ fn bench(a: BenchArgs) -> Result<()> {
                 "ms_per_token": ms,
                 "generate_s": generate_s,
             },
+            "step_collectives": collectives,
             "devices": l.model.devices(),
             "parallel": l.parallel_name(),
             "weight_bytes_per_device": l.model.weight_bytes_per_device(),

@@ -671,3 +671,33 @@ fn a_pad_that_aborts_the_partitioner_is_refused() {
         .run(&[f32_array(&[4, 8], 1)]);
     assert_eq!(out.unwrap()[0].dims(), &[4, 14]);
 }
+
+/// The optimized program's collectives: a sum over a dimension split over "model" is one
+/// all-reduce of each device's partial sums (its rows' block), and a one-device program has none.
+#[test]
+fn the_optimized_program_lists_the_inserted_all_reduce() {
+    let build = |sharded: bool| {
+        let g = Graph::new();
+        let x = g.parameter("x", DType::F32, &[4, 8]).unwrap();
+        let y = x.sum(&[1]).unwrap();
+        g.set_outputs(&[&y]).unwrap();
+        if sharded {
+            g.set_mesh(&mesh22());
+            g.shard_parameter(&x, &PartitionSpec::new([Some("data"), Some("model")]))
+                .unwrap();
+            g.set_output_shardings(&[PartitionSpec::new([Some("data")])])
+                .unwrap();
+        }
+        g
+    };
+    let sharded = build(true).compile(client()).unwrap();
+    let found = sharded.executable().collectives().unwrap();
+    let reduces: Vec<u64> = found
+        .iter()
+        .filter(|c| c.opcode == "all-reduce")
+        .map(|c| c.elements)
+        .collect();
+    assert_eq!(reduces, vec![2], "{found:?}");
+    let plain = build(false).compile(client()).unwrap();
+    assert!(plain.executable().collectives().unwrap().is_empty());
+}

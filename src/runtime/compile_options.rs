@@ -8,6 +8,8 @@
 //! `use_shardy_partitioner = 19`. Empty options make the CPU plugin abort (it reads
 //! `num_replicas = 0`), so the replica and partition counts are always sent.
 
+use super::proto::{put_bytes_field, put_varint_field, FieldValue, Fields};
+
 /// Options for compiling a program.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct CompileOptions {
@@ -48,9 +50,6 @@ const ASSIGNMENT_REPLICA_COUNT: u32 = 1;
 const ASSIGNMENT_COMPUTATION_COUNT: u32 = 2;
 const ASSIGNMENT_COMPUTATION_DEVICES: u32 = 3;
 const COMPUTATION_REPLICA_DEVICE_IDS: u32 = 1;
-
-const WIRE_VARINT: u32 = 0;
-const WIRE_LEN: u32 = 2;
 
 impl CompileOptions {
     /// The serialized `CompileOptionsProto`.
@@ -155,97 +154,6 @@ fn decode_assignment(proto: &[u8]) -> Option<Vec<Vec<i64>>> {
         }
     }
     Some(assignment)
-}
-
-fn put_bytes_field(out: &mut Vec<u8>, field: u32, bytes: &[u8]) {
-    put_key(out, field, WIRE_LEN);
-    put_varint(out, bytes.len() as u64);
-    out.extend_from_slice(bytes);
-}
-
-fn put_varint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
-
-fn put_key(out: &mut Vec<u8>, field: u32, wire: u32) {
-    put_varint(out, u64::from(field << 3 | wire));
-}
-
-fn put_varint_field(out: &mut Vec<u8>, field: u32, v: u64) {
-    put_key(out, field, WIRE_VARINT);
-    put_varint(out, v);
-}
-
-enum FieldValue<'a> {
-    Varint(u64),
-    Bytes(&'a [u8]),
-    Fixed,
-}
-
-/// Iterates over the top-level fields of a protobuf message.
-struct Fields<'a> {
-    rest: &'a [u8],
-}
-
-impl<'a> Fields<'a> {
-    fn new(bytes: &'a [u8]) -> Self {
-        Fields { rest: bytes }
-    }
-
-    fn varint(&mut self) -> Option<u64> {
-        let mut v = 0u64;
-        for shift in (0..64).step_by(7) {
-            let (&b, rest) = self.rest.split_first()?;
-            self.rest = rest;
-            v |= u64::from(b & 0x7f) << shift;
-            if b & 0x80 == 0 {
-                return Some(v);
-            }
-        }
-        None
-    }
-
-    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
-        if n > self.rest.len() {
-            return None;
-        }
-        let (head, rest) = self.rest.split_at(n);
-        self.rest = rest;
-        Some(head)
-    }
-}
-
-impl<'a> Iterator for Fields<'a> {
-    type Item = Option<(u32, FieldValue<'a>)>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        if self.rest.is_empty() {
-            return None;
-        }
-        let parsed = (|| {
-            let key = self.varint()?;
-            let number = u32::try_from(key >> 3).ok()?;
-            let value = match key & 7 {
-                0 => FieldValue::Varint(self.varint()?),
-                1 => self.take(8).map(|_| FieldValue::Fixed)?,
-                2 => {
-                    let n = usize::try_from(self.varint()?).ok()?;
-                    FieldValue::Bytes(self.take(n)?)
-                }
-                5 => self.take(4).map(|_| FieldValue::Fixed)?,
-                _ => return None,
-            };
-            Some((number, value))
-        })();
-        if parsed.is_none() {
-            self.rest = &[];
-        }
-        Some(parsed)
-    }
 }
 
 #[cfg(test)]

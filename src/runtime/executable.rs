@@ -632,6 +632,60 @@ impl Executable {
     }
 }
 
+impl Executable {
+    /// The program XLA compiled, after its passes (partitioning included), as a serialized
+    /// `HloModuleProto` (`PJRT_Executable_OptimizedProgram`, whose format `hlo` is one and
+    /// `hlo_with_config`, what the CPU plugins return, holds one as field 1). See
+    /// [`Executable::collectives`] for what the runtime reads from it.
+    pub fn optimized_hlo(&self) -> Result<Vec<u8>> {
+        let client = &self.inner.client;
+        let api = client.api();
+        let mut get = ffi::PJRT_LoadedExecutable_GetExecutable_Args::new();
+        get.loaded_executable = self.inner.program.raw;
+        let view = ExecutableView::new(client, &mut get)?;
+        let mut program = ffi::PJRT_Program {
+            struct_size: ffi::PJRT_Program::STRUCT_SIZE,
+            extension_start: std::ptr::null_mut(),
+            code: std::ptr::null_mut(),
+            code_size: 0,
+            format: std::ptr::null(),
+            format_size: 0,
+        };
+        let mut args = ffi::PJRT_Executable_OptimizedProgram_Args::new();
+        args.executable = view.raw;
+        args.program = &mut program;
+        // SAFETY: a live executable view; a null `code` asks for the size only.
+        unsafe { pjrt_call!(api, PJRT_Executable_OptimizedProgram, &mut args) }?;
+        // SAFETY: the format is owned by the plugin, valid for `format_size` bytes.
+        let format = unsafe { super::api::string_from(program.format, program.format_size) };
+        if format != "hlo" && format != "hlo_with_config" {
+            return Err(Error::InvalidArgument(format!(
+                "the plugin returns the optimized program as {format:?}, not a serialized \
+                 HloModuleProto (\"hlo\" or \"hlo_with_config\")"
+            )));
+        }
+        let mut code = vec![0u8; program.code_size];
+        if code.is_empty() {
+            return Ok(code);
+        }
+        program.code = code.as_mut_ptr().cast();
+        args.program = &mut program;
+        // SAFETY: as above, with `code` a buffer of `code_size` bytes that outlives the call.
+        unsafe { pjrt_call!(api, PJRT_Executable_OptimizedProgram, &mut args) }?;
+        code.truncate(program.code_size);
+        if format == "hlo_with_config" {
+            return super::hlo::module_of_config(&code);
+        }
+        Ok(code)
+    }
+
+    /// The collectives of the optimized program (see [`Executable::optimized_hlo`]): what XLA's
+    /// partitioner inserted, or a `shard_map` wrote, in computation and instruction order.
+    pub fn collectives(&self) -> Result<Vec<super::hlo::Collective>> {
+        super::hlo::collectives(&self.optimized_hlo()?)
+    }
+}
+
 /// Options for [`Executable::execute_with`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ExecuteOptions {

@@ -258,6 +258,10 @@ args!(PJRT_Executable_Serialize_Args {
     serialized_executable: *mut PJRT_SerializedExecutable,
     serialized_executable_deleter: SerializedExecutableDeleter,
 });
+args!(PJRT_Executable_OptimizedProgram_Args {
+    executable: *mut PJRT_Executable,
+    program: *mut PJRT_Program,
+});
 args!(PJRT_Executable_DeserializeAndLoad_Args {
     client: *mut PJRT_Client,
     serialized_executable: *const c_char,
@@ -525,6 +529,7 @@ functions!(
     PJRT_Executable_Destroy(PJRT_Executable_Destroy_Args),
     PJRT_Executable_NumOutputs(PJRT_Executable_NumOutputs_Args),
     PJRT_Executable_Serialize(PJRT_Executable_Serialize_Args),
+    PJRT_Executable_OptimizedProgram(PJRT_Executable_OptimizedProgram_Args),
     PJRT_Executable_OutputElementTypes(PJRT_Executable_OutputElementTypes_Args),
     PJRT_Executable_OutputDimensions(PJRT_Executable_OutputDimensions_Args),
     PJRT_Executable_DeserializeAndLoad(PJRT_Executable_DeserializeAndLoad_Args),
@@ -611,6 +616,10 @@ mod tests {
                 PJRT_Buffer_ToHostBuffer_Args::STRUCT_SIZE,
             ),
             (
+                "PJRT_Executable_OptimizedProgram_Args",
+                PJRT_Executable_OptimizedProgram_Args::STRUCT_SIZE,
+            ),
+            (
                 "PJRT_Buffer_IsDeleted_Args",
                 PJRT_Buffer_IsDeleted_Args::STRUCT_SIZE,
             ),
@@ -647,6 +656,7 @@ mod tests {
         ("PJRT_Buffer_ElementType_Args", 28),
         ("PJRT_Buffer_ToHostBuffer_Args", 56),
         ("PJRT_Buffer_IsDeleted_Args", 25),
+        ("PJRT_Executable_OptimizedProgram_Args", 32),
         ("PJRT_Api", 984),
     ];
 }

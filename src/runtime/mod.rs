@@ -17,8 +17,10 @@ mod executable;
 #[cfg(test)]
 mod fake;
 mod ffi;
+mod hlo;
 pub mod install;
 mod plugin;
+mod proto;
 mod sharded;
 pub(crate) mod signature;
 
@@ -27,6 +29,7 @@ pub use cache::{CacheStats, CompileCache};
 pub use client::{Client, Device};
 pub use compile_options::CompileOptions;
 pub use executable::{Executable, ExecuteOptions};
+pub use hlo::Collective;
 pub use install::{resolve_cpu_plugin, PluginResolver, PluginSource, PluginWheel};
 pub use plugin::{Plugin, Value};
 pub use sharded::ShardedBuffer;

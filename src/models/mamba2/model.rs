@@ -637,6 +637,18 @@ impl Mamba2 {
         })
     }
 
+    /// The compiled step program of `batch` rows (what [`Mamba2::step`] runs), for
+    /// inspection: its text, or over several devices the collectives XLA inserted
+    /// ([`crate::runtime::Executable::collectives`]).
+    pub fn step_program(&self, batch: usize) -> Result<CompiledGraph> {
+        if batch == 0 {
+            return Err(Error::InvalidArgument(
+                "Mamba2::step_program: batch is 0; it needs at least one row".into(),
+            ));
+        }
+        self.program(&format!("step b{batch}"), || self.step_graph(batch))
+    }
+
     /// Feeds one token per row and returns the logits `[b, vocab]` and the next state. The
     /// state's buffers are donated: the step updates them in place.
     pub fn step(&self, tokens: &[u32], state: Mamba2State) -> Result<(HostArray, Mamba2State)> {
@@ -652,7 +664,7 @@ impl Mamba2 {
             )));
         }
         let state = self.placed_state(state, batch)?;
-        let program = self.program(&format!("step b{batch}"), || self.step_graph(batch))?;
+        let program = self.step_program(batch)?;
         let ids: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();
         let token = self.input("token", &HostArray::from_vec(&[batch], ids)?, batch)?;
         let mut args = self.weight_args();
