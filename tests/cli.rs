@@ -598,3 +598,82 @@ fn other_xla_flags_are_other_cache_entries() {
     assert_eq!(programs(flags), (2, 0), "other XLA_FLAGS compile again");
     assert_eq!(programs(flags), (0, 2));
 }
+
+/// `--devices 2` over heads and over the batch prints the tokens one device prints, and the
+/// JSON says how the model was split; splits that do not divide are one-line errors.
+#[test]
+fn generate_over_two_devices_prints_the_same_tokens() {
+    let dir = scratch("devices");
+    let ids = "3,14,15,9,2,6;5,35,8,9";
+    let tokens = |extra: &[&str], name: &str| -> Value {
+        let path = dir.join(name);
+        let mut args = vec![
+            "generate",
+            "--model",
+            TINY,
+            "--prompt-ids",
+            ids,
+            "--max-new-tokens",
+            "6",
+            "--no-stream",
+            "--json",
+            path.to_str().unwrap(),
+        ];
+        args.extend(extra);
+        run_ok(&args);
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
+    };
+    let one = tokens(&[], "one.json");
+    assert_eq!(one["devices"], 1);
+    assert!(one["parallel"].is_null());
+    for how in ["heads", "batch"] {
+        let two = tokens(
+            &["--devices", "2", "--parallel", how],
+            &format!("{how}.json"),
+        );
+        assert_eq!(two["tokens"], one["tokens"], "{how}");
+        assert_eq!(two["devices"], 2, "{how}");
+        assert_eq!(two["parallel"], how);
+        let (w1, w2) = (
+            one["weight_bytes_per_device"].as_u64().unwrap(),
+            two["weight_bytes_per_device"].as_u64().unwrap(),
+        );
+        if how == "heads" {
+            assert!(w2 < w1 * 3 / 4, "{w2} of {w1}");
+        } else {
+            assert_eq!(w2, w1);
+        }
+    }
+    let out = dir.join("emitted");
+    run_ok(&[
+        "emit",
+        "--model",
+        TINY,
+        "--prompt-ids",
+        ids,
+        "--devices",
+        "2",
+        "--out-dir",
+        out.to_str().unwrap(),
+    ]);
+    for name in ["prefill", "step", "generate"] {
+        let mlir = std::fs::read_to_string(out.join(format!("{name}.mlir"))).unwrap();
+        assert!(mlir.contains("mhlo.num_partitions = 2"), "{name}.mlir");
+        assert!(
+            mlir.contains("sdy.sharding = #sdy.sharding<@mesh, [{}, {\"model\""),
+            "{name}"
+        );
+    }
+    for (args, needle) in [
+        (["--devices", "3", "--parallel", "heads"], "8 heads"),
+        (["--devices", "4", "--parallel", "batch"], "2 rows"),
+    ] {
+        let mut all = vec!["generate", "--model", TINY, "--prompt-ids", ids];
+        all.extend(args);
+        let out = run(&all);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+        assert!(stderr.contains(needle), "{args:?}: {stderr}");
+    }
+}
