@@ -94,6 +94,7 @@ pub mod interp;
 pub mod lower;
 pub mod models;
 pub mod ops;
+pub mod rng;
 pub mod runtime;
 pub mod sampling;
 pub mod sharding;

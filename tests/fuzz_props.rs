@@ -7,32 +7,15 @@ use std::path::Path;
 use std::sync::OnceLock;
 
 use stablegraph::fuzzing;
+use stablegraph::rng::SplitMix64;
 use stablegraph::runtime::{Client, CompileCache};
-
-/// SplitMix64: a tiny, well-mixed PRNG, so that the streams are the same on every run.
-struct SplitMix64(u64);
-
-impl SplitMix64 {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// A stream of 0 to `max_len` random bytes.
-    fn bytes(&mut self, max_len: usize) -> Vec<u8> {
-        let len = (self.next() % (max_len as u64 + 1)) as usize;
-        (0..len).map(|_| self.next() as u8).collect()
-    }
-}
 
 /// Runs `target` on `count` random streams of up to `max_len` bytes (seeded by `seed`).
 fn random_streams(seed: u64, count: usize, max_len: usize, mut target: impl FnMut(usize, &[u8])) {
-    let mut rng = SplitMix64(seed);
+    let mut rng = SplitMix64::new(seed);
     for k in 0..count {
-        let data = rng.bytes(max_len);
+        let len = rng.below(max_len + 1);
+        let data = rng.bytes(len);
         target(k, &data);
     }
 }
@@ -110,5 +93,27 @@ fn random_graph() {
     // Built and lowered: 400 graphs; compiled (and, when small, run): the first 30.
     random_streams(6, 400, 300, |k, d| {
         fuzzing::random_graph(d, (k < 30).then(client))
+    });
+}
+
+/// One four-device CPU client for the sharded targets, with the on-disk compile cache off.
+fn client4() -> &'static Client {
+    static CLIENT: OnceLock<Client> = OnceLock::new();
+    CLIENT.get_or_init(|| {
+        let client = Client::cpu_with_devices(4).expect("a four-device CPU client");
+        client.set_compile_cache(CompileCache::disabled());
+        client
+    })
+}
+
+/// 300 random graphs over random meshes, each compiled as an SPMD program (about 20 graphs a
+/// second in a debug build: sharded programs are small), run, and checked.
+#[test]
+fn sharded_graph() {
+    replay("sharded_graph", |d| {
+        fuzzing::sharded_graph(d, Some(client4()))
+    });
+    random_streams(7, 300, 300, |_, d| {
+        fuzzing::sharded_graph(d, Some(client4()))
     });
 }

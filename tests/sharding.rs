@@ -1,11 +1,9 @@
-//! Sharding end to end: the `sharded_graph` fuzz target over seeded random streams (and its
-//! regression inputs), and hand-written programs over meshes of a four-device CPU client,
-//! checked against the interpreter and against the same graph on one device.
+//! Sharding end to end: hand-written programs over meshes of a four-device CPU client, checked
+//! against the interpreter and against the same graph on one device; layouts, donation, errors
+//! and cache keys. (The `sharded_graph` fuzz target runs in `tests/fuzz_props.rs`.)
 
-use std::path::Path;
 use std::sync::OnceLock;
 
-use stablegraph::fuzzing;
 use stablegraph::ops::Graph;
 use stablegraph::runtime::{Client, CompileCache, Plugin, ShardedBuffer, Value};
 use stablegraph::{CompiledGraph, DType, HostArray, Mesh, PartitionSpec, Sharding};
@@ -21,56 +19,6 @@ fn client() -> &'static Client {
         client.set_compile_cache(CompileCache::disabled());
         client
     })
-}
-
-/// SplitMix64, as in `tests/fuzz_props.rs`: the same streams on every run.
-struct SplitMix64(u64);
-
-impl SplitMix64 {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// A stream of 0 to `max_len` random bytes.
-    fn bytes(&mut self, max_len: usize) -> Vec<u8> {
-        let len = (self.next() % (max_len as u64 + 1)) as usize;
-        (0..len).map(|_| self.next() as u8).collect()
-    }
-}
-
-/// Every committed crash input of the `sharded_graph` target (none is fine), replayed.
-fn replay_regressions() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fuzz_regressions/sharded_graph");
-    let mut paths: Vec<_> = match std::fs::read_dir(&dir) {
-        Ok(entries) => entries.flatten().map(|e| e.path()).collect(),
-        Err(_) => Vec::new(),
-    };
-    paths.sort();
-    for path in paths.iter().filter(|p| p.is_file()) {
-        let bytes = std::fs::read(path).expect("a readable regression input");
-        let result = std::panic::catch_unwind(|| fuzzing::sharded_graph(&bytes, Some(client())));
-        assert!(
-            result.is_ok(),
-            "regression input {} panicked",
-            path.display()
-        );
-    }
-}
-
-/// 300 random graphs over random meshes, each compiled as an SPMD program (about 20 graphs a
-/// second in a debug build: sharded programs are small), run, and checked.
-#[test]
-fn sharded_graph() {
-    replay_regressions();
-    let mut rng = SplitMix64(7);
-    for _ in 0..300 {
-        let data = rng.bytes(300);
-        fuzzing::sharded_graph(&data, Some(client()));
-    }
 }
 
 // ---- helpers ----------------------------------------------------------------------------------

@@ -88,29 +88,7 @@ pub fn fill(len: usize, modulus: usize, scale: f32) -> Vec<f32> {
     (0..len).map(|i| (i % modulus) as f32 * scale).collect()
 }
 
-/// SplitMix64: a small, well-mixed deterministic generator, so benches need no RNG crate.
-pub struct SplitMix64(u64);
-
-impl SplitMix64 {
-    /// A generator from `seed`.
-    pub fn new(seed: u64) -> SplitMix64 {
-        SplitMix64(seed)
-    }
-
-    /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `[lo, hi)`.
-    pub fn uniform(&mut self, lo: f64, hi: f64) -> f64 {
-        lo + (hi - lo) * ((self.next_u64() >> 11) as f64 / (1u64 << 53) as f64)
-    }
-}
+pub use stablegraph::rng::SplitMix64;
 
 /// `n` values uniform in `[lo, hi)` from a SplitMix64 seeded with `seed`.
 pub fn uniform(n: usize, seed: u64, lo: f64, hi: f64) -> Vec<f32> {

@@ -11,6 +11,7 @@
 
 use std::panic::Location;
 
+use super::control::RegionGuard;
 use super::graph::{graph_error, Graph, Op, ReduceKind, Tensor, ValueId};
 use super::rules::{block_type, global_type};
 use super::sharding::message;
@@ -18,18 +19,6 @@ use super::util::{self, same_graph, Loc};
 use crate::dtype::TensorType;
 use crate::error::Result;
 use crate::sharding::{Mesh, PartitionSpec};
-
-/// Restores the graph's current region when the builder returns, also on error.
-struct RegionGuard<'g> {
-    graph: &'g Graph,
-    outer: usize,
-}
-
-impl Drop for RegionGuard<'_> {
-    fn drop(&mut self) {
-        self.graph.set_current_region(self.outer);
-    }
-}
 
 impl Graph {
     /// JAX's `shard_map`: runs `body` once per device of the graph's mesh, every mesh axis

@@ -96,10 +96,11 @@ tuple_carry!(A 0, B 1);
 tuple_carry!(A 0, B 1, C 2);
 tuple_carry!(A 0, B 1, C 2, D 3);
 
-/// Restores the graph's current region when a loop builder returns, also on error.
-struct RegionGuard<'g> {
-    graph: &'g Graph,
-    outer: usize,
+/// Restores the graph's current region when a region builder (a loop, a `shard_map`) returns,
+/// also on error.
+pub(super) struct RegionGuard<'g> {
+    pub(super) graph: &'g Graph,
+    pub(super) outer: usize,
 }
 
 impl Drop for RegionGuard<'_> {

@@ -4,6 +4,7 @@
 use std::sync::OnceLock;
 
 use stablegraph::models::mamba2::Mamba2Config;
+use stablegraph::rng::SplitMix64;
 use stablegraph::runtime::{Buffer, Client, Executable, ShardedBuffer};
 use stablegraph::DType;
 
@@ -27,25 +28,22 @@ pub fn f32_buffer(data: &[f32], dims: &[usize]) -> Buffer {
     client().buffer_from_slice(data, dims).unwrap()
 }
 
-/// A small deterministic generator (SplitMix64) so tests need no RNG crate and are reproducible.
-pub struct Rng(u64);
+/// The crate's SplitMix64 with the helpers tests use, so tests need no RNG crate and are
+/// reproducible.
+pub struct Rng(SplitMix64);
 
 impl Rng {
     pub fn new(seed: u64) -> Self {
-        Rng(seed)
+        Rng(SplitMix64::new(seed))
     }
 
     pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
 
     /// Uniform in [lo, hi).
     pub fn uniform(&mut self, lo: f64, hi: f64) -> f64 {
-        lo + (hi - lo) * ((self.next_u64() >> 11) as f64 / (1u64 << 53) as f64)
+        self.0.uniform(lo, hi)
     }
 
     pub fn f32s(&mut self, n: usize, lo: f64, hi: f64) -> Vec<f32> {

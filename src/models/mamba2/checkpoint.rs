@@ -15,6 +15,7 @@ use super::{LayerWeights, Mamba2Config, Mamba2Weights};
 use crate::array::HostArray;
 use crate::dtype::{DType, TensorType};
 use crate::error::{Error, Result};
+use crate::rng::SplitMix64;
 
 /// The single-file checkpoint.
 const SINGLE: &str = "model.safetensors";
@@ -590,8 +591,8 @@ fn convert(
     }
 }
 
-/// SplitMix64: a small, fast, well-mixed generator (with Box–Muller's spare normal).
-struct Rng(u64, Option<f64>);
+/// A [`SplitMix64`] stream per tensor (with Box–Muller's spare normal).
+struct Rng(SplitMix64, Option<f64>);
 
 impl Rng {
     /// A stream for the tensor `key` of the model seeded by `seed`.
@@ -600,23 +601,18 @@ impl Rng {
         let h = key.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
             (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
         });
-        let mut r = Rng(seed ^ h.rotate_left(17), None);
+        let mut r = Rng(SplitMix64::new(seed ^ h.rotate_left(17)), None);
         r.next_u64();
         r
     }
 
     fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
 
     /// Uniform in `[lo, hi)`.
     fn uniform(&mut self, lo: f64, hi: f64) -> f64 {
-        let u = (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
-        lo + (hi - lo) * u
+        self.0.uniform(lo, hi)
     }
 
     /// Standard normal (Box–Muller, both values used).
