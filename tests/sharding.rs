@@ -649,3 +649,51 @@ fn the_optimized_program_lists_the_inserted_all_reduce() {
     let plain = build(false).compile(client()).unwrap();
     assert!(plain.executable().collectives().unwrap().is_empty());
 }
+
+/// The raw per-device execution refuses blocks of the wrong shape (the program's parameters
+/// are blocks there, not the global shapes its text declares) and argument lists on the wrong
+/// devices, before anything runs.
+#[test]
+fn execute_partitioned_checks_each_devices_blocks() {
+    let g = Graph::new();
+    let x = g.parameter("x", DType::F32, &[4, 8]).unwrap();
+    let y = (&x * 2.0).unwrap();
+    g.set_outputs(&[&y]).unwrap();
+    g.set_mesh(&mesh22());
+    let spec = PartitionSpec::new([Some("data"), Some("model")]);
+    g.shard_parameter(&x, &spec).unwrap();
+    g.set_output_shardings(&[spec]).unwrap();
+    let program = g.compile(client()).unwrap();
+    let exe = program.executable();
+    let c = client();
+    let upload = |dims: &[usize], device: usize| {
+        let n: usize = dims.iter().product();
+        c.buffer_from_bytes(DType::F32, dims, &vec![0u8; 4 * n], device)
+            .unwrap()
+    };
+    // Right: one [2, 4] block per device.
+    let good: Vec<_> = exe.devices().iter().map(|&d| upload(&[2, 4], d)).collect();
+    let lists: Vec<Vec<&stablegraph::runtime::Buffer>> = good.iter().map(|b| vec![b]).collect();
+    let out = exe
+        .execute_partitioned(&lists, stablegraph::runtime::ExecuteOptions::default())
+        .unwrap();
+    assert_eq!(out.len(), 4);
+    assert_eq!(out[0][0].dims(), &[2, 4]);
+    // The global shape on every device.
+    let whole: Vec<_> = exe.devices().iter().map(|&d| upload(&[4, 8], d)).collect();
+    let lists: Vec<Vec<&stablegraph::runtime::Buffer>> = whole.iter().map(|b| vec![b]).collect();
+    let e = exe
+        .execute_partitioned(&lists, stablegraph::runtime::ExecuteOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("[2, 4]") || e.contains("2,4"), "{e}");
+    // Lists in another device order.
+    let mut swapped: Vec<Vec<&stablegraph::runtime::Buffer>> =
+        good.iter().map(|b| vec![b]).collect();
+    swapped.swap(0, 1);
+    let e = exe
+        .execute_partitioned(&swapped, stablegraph::runtime::ExecuteOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("device"), "{e}");
+}

@@ -4,15 +4,14 @@
 
 use std::sync::OnceLock;
 
-use stablegraph::runtime::{resolve_cpu_plugin, Client, CompileCache, Plugin, Value};
+use stablegraph::runtime::{Client, CompileCache};
 
 /// One four-device CPU client per process, with the on-disk compile cache off.
 fn client() -> Option<&'static Client> {
     static CLIENT: OnceLock<Option<Client>> = OnceLock::new();
     CLIENT
         .get_or_init(|| {
-            let plugin = Plugin::load(resolve_cpu_plugin().ok()?).ok()?;
-            let client = Client::new(&plugin, &[("cpu_device_count", Value::Int64(4))]).ok()?;
+            let client = Client::cpu_with_devices(4).ok()?;
             client.set_compile_cache(CompileCache::disabled());
             Some(client)
         })

@@ -524,9 +524,10 @@ impl Executable {
     /// Runs a program compiled for several devices (the partitions of an SPMD program):
     /// `args[i]` is the argument list of device [`Executable::devices`]`()[i]`, each buffer on
     /// that device; returns each device's outputs, in the same order. Donation works per buffer
-    /// as in [`Executable::execute`]. The buffers' shapes are each device's blocks; the
-    /// program checks them itself (see [`crate::CompiledGraph::run_sharded`], which checks and
-    /// names them first).
+    /// as in [`Executable::execute`]. The buffers' shapes are each device's blocks, which the
+    /// text's (global) signature does not give: PJRT refuses a block of the wrong size
+    /// ("RuntimeProgramInputMismatch"), and [`crate::CompiledGraph::run_sharded`] checks the
+    /// global types and layouts first, naming the parameter.
     pub fn execute_partitioned(
         &self,
         args: &[Vec<&Buffer>],
