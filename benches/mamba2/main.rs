@@ -27,7 +27,10 @@
 //!    of generated tokens (128, 1024, 4096); the child compiles first, then resets the
 //!    high-water mark, so the run's own peak is reported too;
 //! 7. `compile`: cold compile of the step and generate programs against a warm start from the
-//!    disk cache in a fresh client.
+//!    disk cache in a fresh client;
+//! 8. `devices`: the model over 1, 2 and 4 devices of a 4-device CPU client, split by heads and
+//!    by the batch: weights per device, prefill and decode times (overhead on this machine,
+//!    whose "devices" share its cores), and the collectives in the step program.
 //!
 //! Utilisation: decode bytes read per step (every weight once, the tied embedding as the head,
 //! plus the recurrent state of each row) x steps/s over the measured `[out, in]` read bandwidth;
@@ -55,6 +58,7 @@ mod ceilings;
 mod compile;
 mod context;
 mod decode;
+mod devices;
 mod host_loop;
 mod memory;
 mod plan;
@@ -85,7 +89,7 @@ const DECODE_PROMPT: usize = 128;
 type Section = fn(&mut Ctx) -> Result<Value>;
 
 /// The sections, in the order they run and report.
-const SECTIONS: [(&str, Section); 7] = [
+const SECTIONS: [(&str, Section); 8] = [
     ("ceilings", ceilings::bench),
     ("prefill", prefill::bench),
     ("decode", decode::bench),
@@ -93,6 +97,7 @@ const SECTIONS: [(&str, Section); 7] = [
     ("precision", precision::bench),
     ("memory", memory::bench),
     ("compile", compile::bench),
+    ("devices", devices::bench),
 ];
 
 /// The command line: `--quick`, `--only a,b`.
