@@ -8,8 +8,10 @@
 //!   its state run on each device's heads and `out_proj`'s partial sums are all-reduced; the
 //!   gated norm's per-group sums of squares are reduced across the devices a group spans. The
 //!   embedding and the head are split along the hidden dimension when `N` divides it.
-//!   The SSM state `[b, H, P, N]` is split by heads; the convolution state (which mixes `x`,
-//!   `B` and `C` channels) is replicated.
+//!   The SSM state `[b, H, P, N]` is split by heads; the convolution state `[b, conv_dim, k]`
+//!   along its channels when `N` divides them (its blocks do not fall on the `x | B | C`
+//!   boundaries, but measured on the 130M step this removes the state's all-gather, 7168
+//!   floats per layer, and adds no collective), else replicated.
 //! - [`Parallel::Batch`] (data parallelism, mesh axis `batch`): every device holds all weights
 //!   and `1/N` of the rows: tokens, masks, states, logits and sampling settings are split along
 //!   their first (row) dimension.
@@ -72,6 +74,7 @@ pub(crate) struct Placement {
     /// The config's sizes the specs split.
     hidden: usize,
     state: TensorType,
+    conv: TensorType,
 }
 
 impl Placement {
@@ -97,6 +100,10 @@ impl Placement {
             state: TensorType::new(
                 crate::DType::F32,
                 &[0, config.num_heads, config.head_dim, config.state_size],
+            ),
+            conv: TensorType::new(
+                crate::DType::F32,
+                &[0, config.conv_dim(), config.conv_kernel],
             ),
         })
     }
@@ -156,15 +163,31 @@ impl Placement {
             Parallel::Heads if name.starts_with("ssm.") => {
                 self.split(&[None, Some(self.kind.axis())])
             }
+            Parallel::Heads if name.starts_with("conv.") && self.conv_splits() => {
+                self.split(&[None, Some(self.kind.axis())])
+            }
             Parallel::Heads => PartitionSpec::replicated(),
             Parallel::Batch => self.rows_spec(ty, batch),
         }
+    }
+
+    /// Whether the convolution state is split along its channels.
+    fn conv_splits(&self) -> bool {
+        self.conv.dims[1].is_multiple_of(self.devices())
     }
 
     /// The spec of a program output of type `ty`.
     pub(crate) fn output_spec(&self, ty: &TensorType, batch: usize) -> PartitionSpec {
         match self.kind {
             Parallel::Heads if self.is_ssm_state(ty, batch) => {
+                self.split(&[None, Some(self.kind.axis())])
+            }
+            Parallel::Heads
+                if self.conv_splits()
+                    && ty.dims.len() == 3
+                    && ty.dims[0] == batch
+                    && ty.dims[1..] == self.conv.dims[1..] =>
+            {
                 self.split(&[None, Some(self.kind.axis())])
             }
             Parallel::Heads => PartitionSpec::replicated(),
