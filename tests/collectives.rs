@@ -8,17 +8,14 @@ use std::sync::OnceLock;
 
 use common::Rng;
 use stablegraph::ops::{Graph, ReduceKind, Tensor};
-use stablegraph::runtime::{resolve_cpu_plugin, Client, Plugin, Value};
+use stablegraph::runtime::Client;
 use stablegraph::{DType, HostArray, Mesh, PartitionSpec, Result};
 
 /// One 4-device CPU client per test binary.
 fn client4() -> Client {
     static CLIENT: OnceLock<Client> = OnceLock::new();
     CLIENT
-        .get_or_init(|| {
-            let plugin = Plugin::load(resolve_cpu_plugin().unwrap()).unwrap();
-            Client::new(&plugin, &[("cpu_device_count", Value::Int64(4))]).unwrap()
-        })
+        .get_or_init(|| Client::cpu_with_devices(4).unwrap())
         .clone()
 }
 

@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Instant;
 
-use common::client;
+use common::{client, max_abs};
 use stablegraph::models::mamba2::{GenerateOptions, Mamba2, Mamba2Config, Mamba2Weights, Sampling};
 use stablegraph::runtime::CompileCache;
 use stablegraph::DType;
@@ -86,11 +86,7 @@ fn mamba2_130m_over_four_devices_matches_one() {
     for parallel in [Parallel::Heads, Parallel::Batch] {
         let many = Mamba2::new_parallel(&c, cfg.clone(), &weights, parallel, 4).unwrap();
         let got = many.prefill(&prompts).unwrap().logits.to_f64_vec();
-        let d = got
-            .iter()
-            .zip(&logits)
-            .map(|(a, b)| (a - b).abs())
-            .fold(0.0, f64::max);
+        let d = max_abs(&got, &logits);
         eprintln!("{parallel:?}: prefill logits differ by at most {d:e}");
         assert!(d < 1e-5, "{parallel:?}: prefill logits differ by {d}");
         assert_eq!(

@@ -6,21 +6,18 @@ mod common;
 
 use std::sync::OnceLock;
 
-use common::{max_abs, tiny_mamba2};
+use common::{buffer_diff, max_abs, tiny_mamba2};
 use stablegraph::models::mamba2::{
     GenerateOptions, Mamba2, Mamba2Config, Mamba2State, Mamba2Weights, Parallel, Sampling,
 };
-use stablegraph::runtime::{Client, Plugin, Value};
+use stablegraph::runtime::Client;
 use stablegraph::DType;
 
 /// A CPU client with 4 devices, shared by the tests.
 fn client4() -> Client {
     static CLIENT: OnceLock<Client> = OnceLock::new();
     CLIENT
-        .get_or_init(|| {
-            let plugin = Plugin::load(stablegraph::runtime::resolve_cpu_plugin().unwrap()).unwrap();
-            Client::new(&plugin, &[("cpu_device_count", Value::Int64(4))]).unwrap()
-        })
+        .get_or_init(|| Client::cpu_with_devices(4).unwrap())
         .clone()
 }
 
@@ -53,16 +50,7 @@ fn state_diff(a: &Mamba2State, b: &Mamba2State) -> f64 {
     a.layers
         .iter()
         .zip(&b.layers)
-        .map(|(x, y)| {
-            let d = |p: &stablegraph::runtime::ShardedBuffer,
-                     q: &stablegraph::runtime::ShardedBuffer| {
-                max_abs(
-                    &p.to_host_array().unwrap().to_f64_vec(),
-                    &q.to_host_array().unwrap().to_f64_vec(),
-                )
-            };
-            d(&x.conv, &y.conv).max(d(&x.ssm, &y.ssm))
-        })
+        .map(|(x, y)| buffer_diff(&x.conv, &y.conv).max(buffer_diff(&x.ssm, &y.ssm)))
         .fold(0.0, f64::max)
 }
 

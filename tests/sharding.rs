@@ -5,17 +5,14 @@
 use std::sync::OnceLock;
 
 use stablegraph::ops::Graph;
-use stablegraph::runtime::{Client, CompileCache, Plugin, ShardedBuffer, Value};
+use stablegraph::runtime::{Client, CompileCache, ShardedBuffer};
 use stablegraph::{CompiledGraph, DType, HostArray, Mesh, PartitionSpec, Sharding};
 
 /// One four-device CPU client for the test process, with the on-disk compile cache off.
 fn client() -> &'static Client {
     static CLIENT: OnceLock<Client> = OnceLock::new();
     CLIENT.get_or_init(|| {
-        let path = stablegraph::runtime::resolve_cpu_plugin().expect("the CPU plugin");
-        let plugin = Plugin::load(path).expect("the CPU plugin loads");
-        let client = Client::new(&plugin, &[("cpu_device_count", Value::Int64(4))])
-            .expect("a four-device CPU client");
+        let client = Client::cpu_with_devices(4).expect("a four-device CPU client");
         client.set_compile_cache(CompileCache::disabled());
         client
     })
@@ -451,8 +448,7 @@ fn an_unknown_axis_or_an_axis_used_twice_is_an_error() {
 #[test]
 fn a_mesh_larger_than_the_client_is_an_error() {
     // `Client::cpu()` takes the plugin's default device count (4 on some hosts): ask for one.
-    let plugin = Plugin::load(stablegraph::runtime::resolve_cpu_plugin().unwrap()).unwrap();
-    let one = Client::new(&plugin, &[("cpu_device_count", Value::Int64(1))]).unwrap();
+    let one = Client::cpu_with_devices(1).unwrap();
     assert_eq!(one.device_count(), 1);
     let g = Graph::new();
     let x = g.parameter("x", DType::F32, &[4]).unwrap();
@@ -532,8 +528,7 @@ fn times_three(mesh: &Mesh, spec: &PartitionSpec) -> Graph {
 
 #[test]
 fn specs_and_device_orders_are_separate_cache_entries() {
-    let plugin = Plugin::load(stablegraph::runtime::resolve_cpu_plugin().unwrap()).unwrap();
-    let c = Client::new(&plugin, &[("cpu_device_count", Value::Int64(4))]).unwrap();
+    let c = Client::cpu_with_devices(4).unwrap();
     c.set_compile_cache(CompileCache::memory_only());
     let rows = PartitionSpec::new([Some("data")]);
     let cols = PartitionSpec::new([None, Some("data")]);

@@ -44,8 +44,9 @@ mod tests;
 
 use crate::dtype::TensorType;
 use crate::error::{Error, Result};
+use crate::ops::GraphShardings;
 use crate::ops::{live_nodes, Graph, Node, Op, Region, ValueId};
-use crate::sharding::{Mesh, PartitionSpec};
+use crate::sharding::{Mesh, Sharding};
 use literal::{signature, tensor_type};
 
 /// Lowers `graph` to one StableHLO module, `module @stablegraph`, whose `func.func public @main`
@@ -66,16 +67,9 @@ pub fn to_stablehlo(graph: &Graph) -> Result<String> {
     }
     let aliases = graph.output_aliases()?;
     let shardings = graph.shardings()?;
-    let specs = shardings.as_ref().map(|s| {
-        (
-            s.mesh.clone(),
-            graph.parameter_specs(),
-            graph.output_specs(),
-        )
-    });
     graph.with_structure(|nodes, regions| {
         let order = live_nodes(nodes, regions, &params, &outputs).map_err(graph_err)?;
-        Lowering::new(nodes, regions, order).module(&params, &outputs, &aliases, specs.as_ref())
+        Lowering::new(nodes, regions, order).module(&params, &outputs, &aliases, shardings.as_ref())
     })
 }
 
@@ -157,16 +151,16 @@ impl<'g> Lowering<'g> {
     }
 
     /// The whole module. `aliases[k]` is the output that donated parameter `k` is aliased to;
-    /// `sharded` is the mesh and each parameter's and output's spec, for a program over a mesh.
+    /// `sharded` is the mesh and each parameter's and output's layout, for a program over a mesh.
     fn module(
         mut self,
         params: &[ValueId],
         outputs: &[ValueId],
         aliases: &[Option<usize>],
-        sharded: Option<&(Mesh, Vec<PartitionSpec>, Vec<PartitionSpec>)>,
+        sharded: Option<&GraphShardings>,
     ) -> Result<String> {
-        self.mesh = sharded.map(|s| s.0.clone());
-        let args = self.arguments(params, aliases, sharded.map(|s| s.1.as_slice()));
+        self.mesh = sharded.map(|s| s.mesh.clone());
+        let args = self.arguments(params, aliases, sharded.map(|s| s.parameters.as_slice()));
         self.region_nodes(0)?;
         let mut results = Vec::with_capacity(outputs.len());
         let mut types = Vec::with_capacity(outputs.len());
@@ -175,11 +169,11 @@ impl<'g> Lowering<'g> {
             results.push(self.value(o)?);
             let ty = self.ty(o)?;
             types.push(tensor_type(ty));
-            result_types.push(match sharded {
-                Some((_, _, specs)) => format!(
+            result_types.push(match sharded.and_then(|s| s.outputs.get(k)) {
+                Some(layout) => format!(
                     "{} {{{}}}",
                     tensor_type(ty),
-                    sharding::attribute(&specs[k], ty.dims.len())
+                    sharding::attribute(layout.spec(), ty.dims.len())
                 ),
                 None => tensor_type(ty),
             });
@@ -189,8 +183,8 @@ impl<'g> Lowering<'g> {
         } else {
             format!("({})", result_types.join(", "))
         };
-        let header = match sharded {
-            Some((mesh, _, _)) => format!(
+        let header = match sharded.map(|s| &s.mesh) {
+            Some(mesh) => format!(
                 "module @stablegraph attributes {{mhlo.num_partitions = {} : i32, \
                  mhlo.num_replicas = 1 : i32}} {{\n  {}\n",
                 mesh.size(),
@@ -215,7 +209,7 @@ impl<'g> Lowering<'g> {
         &mut self,
         params: &[ValueId],
         aliases: &[Option<usize>],
-        specs: Option<&[PartitionSpec]>,
+        layouts: Option<&[Sharding]>,
     ) -> Vec<String> {
         let mut args = Vec::with_capacity(params.len());
         for (k, p) in params.iter().enumerate() {
@@ -228,8 +222,8 @@ impl<'g> Lowering<'g> {
             if let Some(out) = aliases.get(k).copied().flatten() {
                 attributes.push(format!("tf.aliasing_output = {out} : i32"));
             }
-            if let Some(spec) = specs.and_then(|s| s.get(k)) {
-                attributes.push(sharding::attribute(spec, ty.dims.len()));
+            if let Some(layout) = layouts.and_then(|s| s.get(k)) {
+                attributes.push(sharding::attribute(layout.spec(), ty.dims.len()));
             }
             if attributes.is_empty() {
                 args.push(format!("{ssa}: {}", tensor_type(ty)));

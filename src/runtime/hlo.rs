@@ -127,18 +127,13 @@ fn elements(shape: &[u8], last_part: bool) -> Result<u64> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::proto::{put_bytes_field, put_varint_field};
+    use super::super::proto::{put_bytes_field, put_varint, put_varint_field};
     use super::*;
 
     fn shape(dims: &[u64]) -> Vec<u8> {
         let mut packed = Vec::new();
         for &d in dims {
-            let mut v = d;
-            while v >= 0x80 {
-                packed.push((v as u8) | 0x80);
-                v >>= 7;
-            }
-            packed.push(v as u8);
+            put_varint(&mut packed, d);
         }
         let mut s = Vec::new();
         put_varint_field(&mut s, 2, 11); // element_type F32

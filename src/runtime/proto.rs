@@ -5,13 +5,15 @@
 const WIRE_VARINT: u32 = 0;
 const WIRE_LEN: u32 = 2;
 
+/// Writes field `field` as a length-delimited value (bytes or a nested message).
 pub(crate) fn put_bytes_field(out: &mut Vec<u8>, field: u32, bytes: &[u8]) {
     put_key(out, field, WIRE_LEN);
     put_varint(out, bytes.len() as u64);
     out.extend_from_slice(bytes);
 }
 
-fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+/// Writes `v` as a base-128 varint.
+pub(crate) fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
         out.push((v as u8) | 0x80);
         v >>= 7;
@@ -23,11 +25,13 @@ fn put_key(out: &mut Vec<u8>, field: u32, wire: u32) {
     put_varint(out, u64::from(field << 3 | wire));
 }
 
+/// Writes field `field` as a varint.
 pub(crate) fn put_varint_field(out: &mut Vec<u8>, field: u32, v: u64) {
     put_key(out, field, WIRE_VARINT);
     put_varint(out, v);
 }
 
+/// A field's value: a varint, length-delimited bytes, or a fixed-width value (not read).
 pub(crate) enum FieldValue<'a> {
     Varint(u64),
     Bytes(&'a [u8]),
