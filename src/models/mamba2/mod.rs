@@ -7,6 +7,7 @@ pub(crate) mod checkpoint;
 mod config;
 mod model;
 mod parallel;
+mod save;
 pub mod ssd;
 mod state;
 mod weights;
