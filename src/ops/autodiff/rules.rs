@@ -124,12 +124,8 @@ pub(super) fn vjp(s: &Step) -> Result<Vec<Option<Tensor>>> {
             let unpadded =
                 ct.pad_with_at(&zero, &neg(low), &neg(high), &vec![0; ct.rank()], s.loc)?;
             let stride: Vec<usize> = interior.iter().map(|&i| i + 1).collect();
-            let operand = unpadded.slice_all_at(
-                &vec![0; ct.rank()],
-                unpadded.dims(),
-                &stride,
-                s.loc,
-            )?;
+            let operand =
+                unpadded.slice_all_at(&vec![0; ct.rank()], unpadded.dims(), &stride, s.loc)?;
             if s.want[1] {
                 out[1] = Some(ct.sum_all()?.sub(&operand.sum_all()?)?);
             }
