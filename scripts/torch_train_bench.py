@@ -23,9 +23,11 @@ with a one-time warning on stderr) when mamba_ssm is not installed, then runs th
 of chunk_size internally (zero padding, cut off after the scan), so seq_len need not be a multiple of it; the JSON
 says whether it was.
 
-Optimiser: torch.optim.AdamW(lr, betas (0.9, 0.999), eps 1e-8), weight decay (0.01) only on 2-D parameters (the
-embedding/head, in_proj and out_proj matrices; not the [C, 1, K] conv weight, biases, A_log, D, dt_bias or norm
-weights), constant learning rate, gradients clipped to global norm 1.0 (torch.nn.utils.clip_grad_norm_).
+Optimiser: torch.optim.AdamW(lr, betas (0.9, 0.999), eps 1e-8), weight decay (0.01) only on the matrices, i.e. the
+parameters with p.dim() >= 2: the embedding (= the tied head), in_proj, out_proj and the depthwise conv weight
+([C, 1, K] in torch, a [C, K] matrix; stablegraph's mamba2::train::decays makes the same choice), not the biases,
+A_log, D, dt_bias or norm weights; constant learning rate; gradients clipped to global norm 1.0
+(torch.nn.utils.clip_grad_norm_).
 
 A step = sample the batch, forward, loss, backward, clip, optimiser step, zero_grad. The first --warmup steps (3)
 are not timed; ms/step is the median of the other steps' wall times (time.perf_counter) and tokens/s = batch *
@@ -130,8 +132,8 @@ def main():
     model = Mamba2ForCausalLM(cfg).float().train()
     params = list(model.parameters())
     n_params = sum(p.numel() for p in params)
-    decay = [p for p in params if p.dim() == 2]
-    no_decay = [p for p in params if p.dim() != 2]
+    decay = [p for p in params if p.dim() >= 2]
+    no_decay = [p for p in params if p.dim() < 2]
     opt = torch.optim.AdamW(
         [dict(params=decay, weight_decay=a.weight_decay), dict(params=no_decay, weight_decay=0.0)],
         lr=a.lr,
@@ -158,7 +160,7 @@ def main():
         losses.append(loss.item())
         grad_norms.append(float(gn))
         times.append(dt)
-        print(f"step {step:3d} loss {losses[-1]:.4f} grad-norm {grad_norms[-1]:.3f} {dt * 1e3:8.1f} ms", file=sys.stderr)
+        print(f"step {step:3d} loss {losses[-1]:.4f} grad-norm {gn:.3f} {dt * 1e3:8.1f} ms", file=sys.stderr)
     wall = time.perf_counter() - t_all
 
     timed = times[a.warmup :]
@@ -189,6 +191,7 @@ def main():
             warmup=a.warmup,
             lr=a.lr,
             weight_decay=a.weight_decay,
+            decayed_params=sum(p.numel() for p in decay),
             clip=a.clip,
             seed=a.seed,
         ),
