@@ -29,7 +29,8 @@ const RUN_ELEMENTS: usize = 1 << 12;
 /// compiles runs, and the interpreter evaluates the graph too (both `Ok` or `Err`); where the
 /// graph uses only ops whose results do not depend on the backend (no integer division, shifts
 /// or float-to-integer conversions, no pred-to-float ones, no f16/bf16, no non-finite
-/// constants, no `f32` variances or layer norms), the two agree to 1e-3.
+/// constants, no `f32` variances or layer norms), the two agree to 1e-3. Every other graph
+/// also outputs the gradient of its first float output's sum (see [`Tensor::grad`]).
 pub fn random_graph(data: &[u8], client: Option<&Client>) {
     let mut b = Bytes::new(data);
     let g = Graph::new();
@@ -39,7 +40,11 @@ pub fn random_graph(data: &[u8], client: Option<&Client>) {
         (pool, builder.robust())
     };
     let count = 1 + b.below(3);
-    let outputs: Vec<&Tensor> = pool.iter().rev().take(count).collect();
+    let mut outputs: Vec<Tensor> = pool.iter().rev().take(count).cloned().collect();
+    if b.below(2) == 0 {
+        outputs.extend(gradients(&g, &outputs));
+    }
+    let outputs: Vec<&Tensor> = outputs.iter().collect();
     if outputs.is_empty() || g.set_outputs(&outputs).is_err() {
         return;
     }
@@ -65,6 +70,24 @@ pub fn random_graph(data: &[u8], client: Option<&Client>) {
     if let (Ok(device), Ok(host), true) = (&on_device, &interpreted, comparable(&g, robust)) {
         compare_outputs(device, host, &text);
     }
+}
+
+/// The gradient of the sum of the first float output with respect to every float parameter
+/// (none when the transformation refuses the graph: it must return `Err`, never panic).
+fn gradients(g: &Graph, outputs: &[Tensor]) -> Vec<Tensor> {
+    let Some(y) = outputs.iter().find(|t| t.dtype().is_float()) else {
+        return Vec::new();
+    };
+    let params: Vec<Tensor> = g
+        .parameters()
+        .iter()
+        .filter_map(|&p| g.tensor(p))
+        .filter(|p| p.dtype().is_float())
+        .collect();
+    let wrt: Vec<&Tensor> = params.iter().collect();
+    y.sum_all()
+        .and_then(|loss| loss.grad(&wrt))
+        .unwrap_or_default()
 }
 
 /// Whether `g` is small enough to compile: no value or parameter larger than

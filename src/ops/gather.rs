@@ -43,7 +43,7 @@ impl Tensor {
     }
 
     /// The index tensor clamped to `[0, n - 1]` and converted to `i64`.
-    fn clamped_indices(&self, n: usize, loc: Loc) -> Result<Tensor> {
+    pub(crate) fn clamped_indices(&self, n: usize, loc: Loc) -> Result<Tensor> {
         // The largest index that fits the dtype and the axis, so that the clamp bound is a
         // value of the indices' own dtype.
         let dtype_max = match self.dtype() {

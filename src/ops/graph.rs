@@ -931,6 +931,16 @@ impl Graph {
         Ok(inner)
     }
 
+    /// A handle on an existing value of this graph (`None` when there is no such value).
+    pub(crate) fn tensor(&self, id: ValueId) -> Option<Tensor> {
+        let ty = self.value_type(id)?;
+        Some(Tensor {
+            graph: self.clone(),
+            id,
+            ty,
+        })
+    }
+
     /// Whether `t` belongs to this graph.
     pub fn owns(&self, t: &Tensor) -> bool {
         Rc::ptr_eq(&self.data, &t.graph.data)

@@ -36,6 +36,7 @@
 //! evaluation in [`crate::interp`]. Then tests: the rule's cases, a lowering compiled and run,
 //! and the interpreter against a formula.
 
+mod autodiff;
 mod collectives;
 mod control;
 mod conv;

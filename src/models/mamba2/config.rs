@@ -114,6 +114,31 @@ impl Mamba2Config {
             && bytes(&[self.num_heads, self.head_dim, self.state_size])
     }
 
+    /// The small byte-level shape the `train` example trains from scratch: a vocabulary of the
+    /// 256 byte values, `num_layers` blocks of width `hidden_size` (expand 2, heads of 32 channels,
+    /// state 32, one group, kernel 4, chunk 64, tied embedding). An error when `hidden_size` is
+    /// not a positive multiple of 16 (the heads must tile `2 * hidden_size`) or `num_layers` is 0.
+    pub fn byte_level(num_layers: usize, hidden_size: usize) -> Result<Mamba2Config> {
+        if hidden_size == 0 || !hidden_size.is_multiple_of(16) {
+            return Err(Error::InvalidArgument(format!(
+                "byte_level: hidden_size {hidden_size} is not a positive multiple of 16 (heads of \
+                 32 channels tile 2 * hidden_size)"
+            )));
+        }
+        let cfg = Mamba2Config {
+            hidden_size,
+            num_layers,
+            state_size: 32,
+            head_dim: 32,
+            num_heads: 2 * hidden_size / 32,
+            chunk_size: 64,
+            vocab_size: 256,
+            ..Mamba2Config::mamba2_130m()
+        };
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
     /// The 130M shape (768 wide, 24 layers, state 128, head_dim 64, vocab 50288, chunk 256).
     pub fn mamba2_130m() -> Mamba2Config {
         Mamba2Config {

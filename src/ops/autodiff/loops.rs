@@ -1,0 +1,253 @@
+//! The VJP of a `while` node: only a `fori_loop` with constant bounds (a static trip count
+//! `T`) is differentiable, by storing the carries.
+//!
+//! The backward pass runs the loop forward once more, stacking each step's state (every state
+//! component the body changes: `T` times its size in memory; loop-invariant values are not
+//! stored), then a second loop walks the steps backward: at step `t` it rebuilds the body on
+//! the stored state (a copy of the body's nodes) and pulls the state's cotangent through it.
+//! Compute: the forward loop twice plus one body replay and its VJP per step. A `while_loop`
+//! with a data-dependent exit, or a loop nested in the differentiated body, is an error.
+
+use std::collections::HashMap;
+
+use super::{backprop, Step, OP};
+use crate::dtype::DType;
+use crate::error::Result;
+use crate::ops::graph::{
+    graph_error, BinaryOp, Comparison, Graph, Node, Op, Region, Tensor, ValueId,
+};
+use crate::ops::rules::takes_target;
+use crate::ops::util::nodes as make_nodes;
+
+/// The operands' cotangents of the `while` node of `s` (condition region `cond`, body region
+/// `body`).
+pub(super) fn while_vjp(
+    g: &Graph,
+    s: &Step,
+    all: &[Node],
+    regions: &[Region],
+    cond: usize,
+    body: usize,
+) -> Result<Vec<Option<Tensor>>> {
+    let trips = static_trip_count(s.node, all, regions, cond, body).ok_or_else(|| {
+        graph_error(
+            OP,
+            "a while_loop is differentiable only as a fori_loop with constant bounds (a static \
+             trip count); a data-dependent exit is not",
+            s.loc,
+        )
+    })?;
+    if all
+        .iter()
+        .any(|n| n.region != body && encloses(regions, body, n.region))
+    {
+        return Err(graph_error(
+            OP,
+            "a loop nested inside a differentiated loop body is not supported",
+            s.loc,
+        ));
+    }
+    let args = &regions[body].args;
+    let results = &regions[body].results;
+    let n = s.inputs.len();
+    // Components the body passes through unchanged are invariant: not stored, not carried.
+    let invariant: Vec<bool> = (0..n).map(|j| results[j] == args[j]).collect();
+    let float: Vec<bool> = s.inputs.iter().map(|t| t.dtype().is_float()).collect();
+    let cts: Vec<Tensor> = (0..n).map(|j| s.ct(j)).collect::<Result<_>>()?;
+    if trips == 0 {
+        return Ok((0..n).map(|j| float[j].then(|| cts[j].clone())).collect());
+    }
+    let stored: Vec<usize> = (0..n).filter(|&j| !invariant[j]).collect();
+
+    // 1. The forward loop again, stacking the state each step starts from.
+    let mut carry: Vec<Tensor> = stored.iter().map(|&j| s.inputs[j].clone()).collect();
+    for &j in &stored {
+        let t = &s.inputs[j];
+        let mut dims = vec![trips];
+        dims.extend_from_slice(t.dims());
+        carry.push(g.zeros(t.dtype(), &dims)?);
+    }
+    let m = stored.len();
+    let stacks = g.fori_loop(0, trips as i64, &carry, |k, c| {
+        let state = full_state(s, &stored, &c[..m]);
+        let next = replay(g, all, regions, body, &state, s)?;
+        let zero = g.scalar_i64(0)?;
+        let mut out: Vec<Tensor> = stored.iter().map(|&j| next[j].clone()).collect();
+        for (slot, stack) in c[m..].iter().enumerate() {
+            let mut starts = vec![k];
+            starts.extend(std::iter::repeat_n(&zero, stack.rank() - 1));
+            out.push(stack.dynamic_update_slice(&c[slot].expand_dims(0)?, &starts)?);
+        }
+        Ok(out)
+    })?;
+    let stacks: Vec<Tensor> = stacks[m..].to_vec();
+
+    // 2. Backward over the steps, carrying the cotangent of every float state component.
+    let carried: Vec<usize> = (0..n).filter(|&j| float[j]).collect();
+    let init: Vec<Tensor> = carried.iter().map(|&j| cts[j].clone()).collect();
+    let last = g.scalar_i64(trips as i64 - 1)?;
+    let finals = g.fori_loop(0, trips as i64, &init, |k, ct| {
+        let step = last.sub(k)?;
+        let zero = g.scalar_i64(0)?;
+        let mut state: Vec<Tensor> = s.inputs.to_vec();
+        for (slot, &j) in stored.iter().enumerate() {
+            let stack = &stacks[slot];
+            let mut starts = vec![&step];
+            starts.extend(std::iter::repeat_n(&zero, stack.rank() - 1));
+            let mut sizes = vec![1];
+            sizes.extend_from_slice(&stack.dims()[1..]);
+            state[j] = stack
+                .dynamic_slice(&starts, &sizes)?
+                .reshape_at(s.inputs[j].dims(), s.loc)?;
+        }
+        // Every state value as a value of this region.
+        let state: Vec<Tensor> = state
+            .iter()
+            .map(|t| {
+                let id = g.resolve(t.id(), OP, s.loc)?;
+                g.tensor(id)
+                    .ok_or_else(|| graph_error(OP, "internal: lost a value", s.loc))
+            })
+            .collect::<Result<_>>()?;
+        let next = replay(g, all, regions, body, &state, s)?;
+        let outs: Vec<Tensor> = carried.iter().map(|&j| next[j].clone()).collect();
+        let wrt: Vec<Tensor> = carried.iter().map(|&j| state[j].clone()).collect();
+        let adjoints = backprop(g, &outs, ct, &wrt, s.loc)?;
+        wrt.iter()
+            .map(|w| match adjoints.get(&w.id()) {
+                Some(a) => Ok(a.clone()),
+                None => g.zeros(w.dtype(), w.dims()),
+            })
+            .collect()
+    })?;
+    let mut out = vec![None; n];
+    for (slot, &j) in carried.iter().enumerate() {
+        out[j] = Some(finals[slot].clone());
+    }
+    Ok(out)
+}
+
+/// The whole state of the loop of `s`: the stored components from `values`, the invariant
+/// ones from the node's operands.
+fn full_state(s: &Step, stored: &[usize], values: &[Tensor]) -> Vec<Tensor> {
+    let mut state = s.inputs.to_vec();
+    for (slot, &j) in stored.iter().enumerate() {
+        state[j] = values[slot].clone();
+    }
+    state
+}
+
+/// Copies the nodes of region `body` into the current region with its arguments bound to
+/// `state`; returns its results.
+fn replay(
+    g: &Graph,
+    all: &[Node],
+    regions: &[Region],
+    body: usize,
+    state: &[Tensor],
+    s: &Step,
+) -> Result<Vec<Tensor>> {
+    let mut env: HashMap<ValueId, Tensor> = HashMap::new();
+    for (arg, value) in regions[body].args.iter().zip(state) {
+        env.insert(*arg, value.clone());
+    }
+    for (index, node) in all.iter().enumerate() {
+        if node.region != body || matches!(node.op, Op::BlockArg) {
+            continue;
+        }
+        let inputs: Vec<Tensor> = node
+            .inputs
+            .iter()
+            .map(|i| {
+                env.get(i)
+                    .cloned()
+                    .ok_or_else(|| graph_error(OP, "internal: a body value is missing", s.loc))
+            })
+            .collect::<Result<_>>()?;
+        let refs: Vec<&Tensor> = inputs.iter().collect();
+        let target = takes_target(&node.op).then(|| node.outputs[0].clone());
+        let made = make_nodes(g, node.op.clone(), &refs, target, OP, s.loc)?;
+        for (output, t) in made.into_iter().enumerate() {
+            env.insert(
+                ValueId {
+                    node: index,
+                    output,
+                },
+                t,
+            );
+        }
+    }
+    regions[body]
+        .results
+        .iter()
+        .map(|r| {
+            env.get(r)
+                .cloned()
+                .ok_or_else(|| graph_error(OP, "internal: a body result is missing", s.loc))
+        })
+        .collect()
+}
+
+/// Whether `inner` is `outer` or nested inside it.
+fn encloses(regions: &[Region], outer: usize, inner: usize) -> bool {
+    let mut r = Some(inner);
+    while let Some(k) = r {
+        if k == outer {
+            return true;
+        }
+        r = regions.get(k).and_then(|x| x.parent);
+    }
+    false
+}
+
+/// The trip count of a `while` built by `fori_loop` with constant bounds: state component 0
+/// is the counter, starting at a constant `lo`; the condition is `counter < hi` with `hi` a
+/// constant passed in as a captured operand; the body adds a constant 1 to the counter.
+/// `None` for any other loop.
+fn static_trip_count(
+    node: &Node,
+    all: &[Node],
+    regions: &[Region],
+    cond: usize,
+    body: usize,
+) -> Option<usize> {
+    let counter_in = *node.inputs.first()?;
+    let lo = int_constant(all, counter_in)?;
+    let cregion = regions.get(cond)?;
+    let c = all.get(cregion.results.first()?.node)?;
+    if c.op != Op::Compare(Comparison::Lt) || c.inputs.first()? != cregion.args.first()? {
+        return None;
+    }
+    let hi_pos = cregion.args.iter().position(|a| *a == c.inputs[1])?;
+    let hi = int_constant(all, *node.inputs.get(hi_pos)?)?;
+    let bregion = regions.get(body)?;
+    let b = all.get(bregion.results.first()?.node)?;
+    if b.op != Op::Binary(BinaryOp::Add) || b.inputs.first()? != bregion.args.first()? {
+        return None;
+    }
+    if int_constant(all, b.inputs[1])? != 1 {
+        return None;
+    }
+    usize::try_from(hi.saturating_sub(lo)).ok().or(Some(0))
+}
+
+/// The value of a rank-0 integer constant.
+fn int_constant(all: &[Node], v: ValueId) -> Option<i64> {
+    let n = all.get(v.node)?;
+    let Op::Constant { data } = &n.op else {
+        return None;
+    };
+    let ty = n.outputs.get(v.output)?;
+    if ty.rank() != 0 {
+        return None;
+    }
+    let bytes = |k: usize| -> Option<&[u8]> { data.get(..k) };
+    Some(match ty.dtype {
+        DType::I64 => i64::from_le_bytes(bytes(8)?.try_into().ok()?),
+        DType::I32 => i32::from_le_bytes(bytes(4)?.try_into().ok()?) as i64,
+        DType::U32 => u32::from_le_bytes(bytes(4)?.try_into().ok()?) as i64,
+        DType::U64 => i64::try_from(u64::from_le_bytes(bytes(8)?.try_into().ok()?)).ok()?,
+        DType::U8 => *bytes(1)?.first()? as i64,
+        _ => return None,
+    })
+}
