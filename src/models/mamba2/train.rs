@@ -26,12 +26,9 @@ fn bad_arg(op: &str, arg: &str, why: impl std::fmt::Display) -> Error {
     Error::InvalidArgument(format!("{op}: argument `{arg}` {why}"))
 }
 
-/// The gradients of the rank-0 `loss` with respect to `wrt`.
+/// The gradients of the rank-0 `loss` with respect to `wrt` (reverse-mode autodiff).
 fn gradients(loss: &Tensor, wrt: &[&Tensor]) -> Result<Vec<Tensor>> {
-    let _ = (loss, wrt);
-    Err(Error::InvalidArgument(
-        "gradients need the autodiff of `Tensor::grad`, not merged into this build yet".into(),
-    ))
+    loss.grad(wrt)
 }
 
 /// The mean next-token cross-entropy, in nats, of a Mamba-2 over a batch: a rank-0 f32 tensor,
@@ -41,8 +38,8 @@ fn gradients(loss: &Tensor, wrt: &[&Tensor]) -> Result<Vec<Tensor>> {
 /// - `inputs`: `[b, L]` integer token ids, `L` a multiple of `cfg.chunk_size`, left-padded
 ///   where rows are shorter (see `mask`).
 /// - `targets`: `[b, L]` integer ids, the token that should follow each position (usually
-///   `inputs` shifted left by one). Ids outside the vocabulary are clamped as
-///   [`Tensor::take_along_axis`] clamps them: check them on the host.
+///   `inputs` shifted left by one). An id outside the vocabulary matches no logit and adds 0
+///   to the sum (check ids on the host).
 /// - `weights`: `[b, L]` f32, how much each position counts (0 for padding and for positions
 ///   without a target). All zero gives NaN (0 / 0).
 /// - `mask`: `[b, L]` f32, 1 for real tokens and 0 for the left padding, as
@@ -51,7 +48,9 @@ fn gradients(loss: &Tensor, wrt: &[&Tensor]) -> Result<Vec<Tensor>> {
 /// With `targets` = `inputs` shifted left, `weights` 1 but on the last position and `mask` 1,
 /// this is HF's `Mamba2ForCausalLM(input_ids, labels=input_ids).loss`. The logits are the
 /// model's f32 logits ([`block::head`]) and the log-softmax is the stable one
-/// ([`Tensor::log_softmax`]). Arguments of the wrong shape or dtype, weights that do not fit the
+/// ([`Tensor::log_softmax`]); the target's entry is picked with a one-hot product, whose
+/// gradient is as cheap as the logits (a gather's gradient would scatter through a one-hot of
+/// every table entry). Arguments of the wrong shape or dtype, weights that do not fit the
 /// config, or a config that [`Mamba2Config::validate`] rejects are an error naming them.
 pub fn lm_loss(
     inputs: &Tensor,
@@ -96,8 +95,8 @@ pub fn lm_loss(
     let logits = block::head(&hidden, w, cfg)?; // [b, L, vocab] f32
     let logp = logits.log_softmax(-1)?;
     let picked = logp
-        .take_along_axis(&targets.expand_dims(-1)?, -1)?
-        .squeeze(&[-1])?; // [b, L]
+        .mul(&targets.one_hot(cfg.vocab_size, DType::F32)?)?
+        .sum(&[-1])?; // [b, L]
     let total = picked.mul(weights)?.sum_all()?.neg()?;
     total.div(&weights.sum_all()?)
 }
