@@ -214,7 +214,15 @@ fn adamw_refuses_mismatched_arguments_by_name() {
     assert!(e.contains("grads has 0 entries but params has 1"), "{e}");
     let e = err(opt.update(&one, &one, &one, &one, &[], &step, None));
     assert!(e.contains("decay has 0 entries"), "{e}");
-    let e = err(opt.update(&one, &[q.clone()], &one, &one, &[true], &step, None));
+    let e = err(opt.update(
+        &one,
+        std::slice::from_ref(&q),
+        &one,
+        &one,
+        &[true],
+        &step,
+        None,
+    ));
     assert!(
         e.contains("grads[0] is f32[4], expected the type of params[0], f32[2, 3]"),
         "{e}"
