@@ -361,3 +361,43 @@ fn training_refuses_bad_input_by_name() {
         .to_string();
     assert!(e.contains("token id 70"), "{e}");
 }
+
+/// Throughput of the training step on the small byte-level shape (`cargo test --release --test
+/// mamba2_train -- --ignored --nocapture`): compile seconds and tokens per second, with one
+/// and with four optimizer steps per program.
+#[test]
+#[ignore = "a measurement, not a check"]
+fn trainer_throughput_on_the_byte_level_shape() {
+    let cfg = Mamba2Config::byte_level(2, 128).unwrap();
+    let (batch, seq_len) = (8, 256);
+    for micro in [1, 4] {
+        let mut trainer = Trainer::new(
+            &common::client(),
+            &cfg,
+            Mamba2Weights::random(&cfg, DType::F32, 1).unwrap(),
+            AdamW::default(),
+            batch,
+            seq_len,
+            micro,
+        )
+        .unwrap();
+        let mut rng = common::Rng::new(2);
+        let tokens: Vec<u32> = (0..trainer.tokens_per_call())
+            .map(|_| rng.below(256) as u32)
+            .collect();
+        trainer.step(&tokens, 1e-3).unwrap();
+        let calls = 8 / micro;
+        let start = std::time::Instant::now();
+        for _ in 0..calls {
+            trainer.step(&tokens, 1e-3).unwrap();
+        }
+        let seconds = start.elapsed().as_secs_f64();
+        eprintln!(
+            "byte_level(2, 128), batch {batch} x {seq_len}, micro_steps {micro}: compile {:.1} s, \
+             {:.0} tokens/s, {:.0} ms per optimizer step",
+            trainer.compile_seconds(),
+            (calls * micro * batch * seq_len) as f64 / seconds,
+            1e3 * seconds / (calls * micro) as f64
+        );
+    }
+}
