@@ -246,7 +246,26 @@ impl AdamW {
         } else {
             grads.to_vec()
         };
+        // The per-step scalars in each compute dtype used: learning rate, the bias
+        // corrections' `1 - beta^t`, and the decay factor `1 - lr * weight_decay`.
         let g = step.graph();
+        let mut scalars: Vec<(DType, [Tensor; 4])> = Vec::new();
+        let mut scalars_for = |c: DType| -> Result<[Tensor; 4]> {
+            if let Some((_, s)) = scalars.iter().find(|(d, _)| *d == c) {
+                return Ok(s.clone());
+            }
+            let rate = match lr {
+                Some(lr) => lr.astype(c)?,
+                None => g.scalar(self.lr, c)?,
+            };
+            let t = step.astype(c)?;
+            let bc1 = g.scalar(self.beta1, c)?.pow(&t)?.neg()?.add(1.0)?;
+            let bc2 = g.scalar(self.beta2, c)?.pow(&t)?.neg()?.add(1.0)?;
+            let keep = rate.mul(self.weight_decay)?.neg()?.add(1.0)?;
+            let s = [rate, bc1, bc2, keep];
+            scalars.push((c, s.clone()));
+            Ok(s)
+        };
         let (mut new_p, mut new_m, mut new_v) = (
             Vec::with_capacity(n),
             Vec::with_capacity(n),
@@ -255,15 +274,11 @@ impl AdamW {
         for i in 0..n {
             let dtype = params[i].dtype();
             let c = compute_dtype(dtype);
-            let rate = match lr {
-                Some(lr) => lr.astype(c)?,
-                None => g.scalar(self.lr, c)?,
-            };
-            let t = step.astype(c)?;
+            let [rate, bc1, bc2, keep] = scalars_for(c)?;
             let grad = grads[i].astype(c)?;
             let mut p = params[i].astype(c)?;
             if decay[i] && self.weight_decay != 0.0 {
-                p = p.mul(&rate.mul(self.weight_decay)?.neg()?.add(1.0)?)?;
+                p = p.mul(&keep)?;
             }
             let mi = m[i].astype(c)?;
             let mi = mi.add(&grad.sub(&mi)?.mul(1.0 - self.beta1)?)?;
@@ -271,8 +286,6 @@ impl AdamW {
                 .astype(c)?
                 .mul(self.beta2)?
                 .add(&grad.square()?.mul(1.0 - self.beta2)?)?;
-            let bc1 = g.scalar(self.beta1, c)?.pow(&t)?.neg()?.add(1.0)?;
-            let bc2 = g.scalar(self.beta2, c)?.pow(&t)?.neg()?.add(1.0)?;
             let step_size = rate.div(&bc1)?;
             let denom = vi.sqrt()?.div(&bc2.sqrt()?)?.add(self.eps)?;
             let p = p.sub(&mi.div(&denom)?.mul(&step_size)?)?;

@@ -227,6 +227,7 @@ fn the_trainer_memorises_a_repeated_batch() {
         Trainer::new(&common::client(), &cfg, weights(&cfg, 2), opt, 2, 16, 1).unwrap();
     let tokens = batches(&mut common::Rng::new(4), 1, 2, 16);
     let before = trainer.eval_loss(&tokens).unwrap();
+    assert_eq!(trainer.last_grad_norm(), None);
     let start = std::time::Instant::now();
     let losses: Vec<f32> = (0..20)
         .map(|_| trainer.step(&tokens, 1e-2).unwrap())
@@ -250,6 +251,8 @@ fn the_trainer_memorises_a_repeated_batch() {
     let after = trainer.eval_loss(&tokens).unwrap();
     assert!(after < losses[19], "eval {after} after {losses:?}");
     assert_eq!(trainer.steps_done(), 20);
+    let norm = trainer.last_grad_norm().unwrap();
+    assert!(norm.is_finite() && norm > 0.0, "{norm}");
     // The weights come back in the structure and types they went in with.
     let w = trainer.weights().unwrap();
     let types = Mamba2Weights::<TensorType>::types(&cfg, DType::F32).unwrap();
@@ -274,9 +277,10 @@ fn micro_steps_in_one_donating_program_equal_single_steps() {
     };
     let tokens = batches(&mut common::Rng::new(9), 4, 2, 8);
     let mut single = Trainer::new(&client, &cfg, weights(&cfg, 6), opt.clone(), 2, 8, 1).unwrap();
-    let mut losses = Vec::new();
+    let (mut losses, mut norms) = (Vec::new(), Vec::new());
     for batch in tokens.chunks(single.tokens_per_call()) {
         losses.push(single.step(batch, 3e-3).unwrap());
+        norms.push(single.last_grad_norm().unwrap());
     }
     let mut looped = Trainer::new(&client, &cfg, weights(&cfg, 6), opt, 2, 8, 4).unwrap();
     assert_eq!(looped.tokens_per_call(), tokens.len());
@@ -284,6 +288,9 @@ fn micro_steps_in_one_donating_program_equal_single_steps() {
     let mean = looped.step(&tokens, 3e-3).unwrap();
     let want = losses.iter().sum::<f32>() / 4.0;
     assert!((mean - want).abs() < 1e-5, "{mean} vs {want}");
+    let norm = looped.last_grad_norm().unwrap();
+    let want = norms.iter().sum::<f32>() / 4.0;
+    assert!((norm - want).abs() < 1e-4 * want, "{norm} vs {want}");
     assert_eq!(looped.steps_done(), single.steps_done());
     let (a, b) = (single.weights().unwrap(), looped.weights().unwrap());
     for ((name, x), (_, y)) in a.named().into_iter().zip(b.named()) {
@@ -307,8 +314,9 @@ fn check_donation(trainer: &Trainer, cfg: &Mamba2Config) {
     let exe = trainer.step_program().executable();
     let n = weights(cfg, 8).named().len();
     assert_eq!(exe.donated_inputs(), (0..3 * n + 1).collect::<Vec<_>>());
+    // Outputs 0 and 1 are the loss and the gradient norm.
     for i in 0..3 * n + 1 {
-        assert_eq!(exe.aliased_output(i), Some(i + 1), "parameter {i}");
+        assert_eq!(exe.aliased_output(i), Some(i + 2), "parameter {i}");
     }
     assert_eq!(exe.aliased_output(3 * n + 1), None);
     assert_eq!(exe.aliased_output(3 * n + 2), None);
@@ -325,6 +333,50 @@ fn check_donation(trainer: &Trainer, cfg: &Mamba2Config) {
     assert!(!decayed
         .iter()
         .any(|n| n.contains("A_log") || n.contains("norm") || n.contains("dt_bias")));
+}
+
+/// A trainer made from a snapshot's weights, with its moments and step count restored, takes
+/// the same next step as the trainer that made the snapshot.
+#[test]
+fn training_resumes_from_weights_and_moments() {
+    let cfg = cfg1();
+    let client = common::client();
+    let opt = AdamW::default();
+    let tokens = batches(&mut common::Rng::new(12), 3, 2, 8);
+    let mut first = Trainer::new(&client, &cfg, weights(&cfg, 3), opt.clone(), 2, 8, 1).unwrap();
+    let per = first.tokens_per_call();
+    for batch in tokens.chunks(per).take(2) {
+        first.step(batch, 1e-2).unwrap();
+    }
+    let snapshot = first.weights().unwrap();
+    let (m, v) = first.moments().unwrap();
+    let last = &tokens[2 * per..];
+    let want = first.step(last, 1e-2).unwrap();
+    let mut second = Trainer::new(&client, &cfg, snapshot, opt, 2, 8, 1).unwrap();
+    let e = second.restore_optimizer(&v, &m, u64::MAX).unwrap_err();
+    assert!(e.to_string().contains("steps_done"), "{e}");
+    let wrong = weights(&cfg, 1).try_map(|name, a| {
+        Ok(if name == "norm_f" {
+            HostArray::from_vec(&[3], vec![0f32; 3])?
+        } else {
+            a.clone()
+        })
+    });
+    let e = second
+        .restore_optimizer(&wrong.unwrap(), &v, 2)
+        .unwrap_err();
+    assert!(
+        e.to_string().contains("norm_f is f32[3], expected f32[32]"),
+        "{e}"
+    );
+    second.restore_optimizer(&m, &v, 2).unwrap();
+    assert_eq!(second.steps_done(), 2);
+    let got = second.step(last, 1e-2).unwrap();
+    assert_eq!(got, want);
+    let (a, b) = (first.weights().unwrap(), second.weights().unwrap());
+    for ((name, x), (_, y)) in a.named().into_iter().zip(b.named()) {
+        assert_eq!(x, y, "{name}");
+    }
 }
 
 #[test]

@@ -18,7 +18,7 @@ use crate::compiled::CompiledGraph;
 use crate::dtype::{DType, TensorType};
 use crate::error::{Error, Result};
 use crate::ops::{Graph, Tensor};
-use crate::optim::AdamW;
+use crate::optim::{global_norm, AdamW};
 use crate::runtime::{Buffer, Client};
 
 /// An error of `op` about its argument `arg`.
@@ -189,12 +189,21 @@ struct StepIn<'a> {
     lr: &'a Tensor,
 }
 
-/// What one step in a graph returns: loss, weights, `m`, `v`, step count.
-type StepOut = (Tensor, Vec<Tensor>, Vec<Tensor>, Vec<Tensor>, Tensor);
+/// What one step in a graph returns: the loss, the gradients' global norm (before clipping),
+/// and the new weights, `m`, `v` and step count.
+struct StepOut {
+    loss: Tensor,
+    norm: Tensor,
+    w: Vec<Tensor>,
+    m: Vec<Tensor>,
+    v: Vec<Tensor>,
+    step: Tensor,
+}
 
 impl StepIn<'_> {
     /// One optimizer step on `tokens` `[b, L + 1]` (inputs: the first `L`, targets: the last
-    /// `L`): the loss before the update, and the new weights, moments and step count.
+    /// `L`): the loss before the update, the gradients' norm, and the new weights, moments and
+    /// step count.
     fn run(
         &self,
         tokens: &Tensor,
@@ -213,11 +222,19 @@ impl StepIn<'_> {
         let loss = batch_loss(tokens, &unflatten(self.types, w)?, self.cfg, b, len)?;
         let wrt: Vec<&Tensor> = w.iter().collect();
         let grads = gradients(&loss, &wrt)?;
+        let norm = global_norm(&grads)?;
         let t = step.add(1.0)?;
         let (w, m, v) = self
             .opt
             .update(w, &grads, m, v, self.decay, &t, Some(self.lr))?;
-        Ok((loss, w, m, v, t))
+        Ok(StepOut {
+            loss,
+            norm,
+            w,
+            m,
+            v,
+            step: t,
+        })
     }
 }
 
@@ -260,6 +277,7 @@ pub struct Trainer {
     v: Vec<Buffer>,
     step: Buffer,
     steps_done: u64,
+    grad_norm: Option<f32>,
     compile_seconds: Mutex<f64>,
 }
 
@@ -354,6 +372,7 @@ impl Trainer {
             v,
             step,
             steps_done: 0,
+            grad_norm: None,
             compile_seconds: Mutex::new(compile_seconds),
         })
     }
@@ -394,15 +413,16 @@ impl Trainer {
         let outs = self.step_program.run_buffers(&args)?;
         drop(args);
         let n = self.weights.len();
-        if outs.len() != 3 * n + 2 {
+        if outs.len() != 3 * n + 3 {
             return Err(Error::InvalidArgument(format!(
                 "{op}: the step program returned {} outputs, expected {}",
                 outs.len(),
-                3 * n + 2
+                3 * n + 3
             )));
         }
         let mut outs = outs.into_iter();
         let loss = outs.next().map(|b| b.to_scalar::<f32>()).transpose()?;
+        self.grad_norm = outs.next().map(|b| b.to_scalar::<f32>()).transpose()?;
         self.weights = outs.by_ref().take(n).collect();
         self.m = outs.by_ref().take(n).collect();
         self.v = outs.by_ref().take(n).collect();
@@ -535,11 +555,70 @@ impl Trainer {
         self.steps_done
     }
 
+    /// The global L2 norm of the gradients before clipping (as `clip_grad_norm_` returns it) in
+    /// the last [`Trainer::step`], averaged over its micro steps; `None` before the first.
+    pub fn last_grad_norm(&self) -> Option<f32> {
+        self.grad_norm
+    }
+
+    /// Replaces AdamW's moments and the step count (as [`Trainer::moments`] and
+    /// [`Trainer::steps_done`] gave them, say from a checkpoint), to resume training where it
+    /// stopped: with the weights of that moment passed to [`Trainer::new`], the next steps are
+    /// those the first trainer would have taken. Moments of other types than the weights, or a
+    /// step count beyond `i32::MAX`, are an error naming them, and nothing is replaced.
+    pub fn restore_optimizer(
+        &mut self,
+        m: &Mamba2Weights<HostArray>,
+        v: &Mamba2Weights<HostArray>,
+        steps_done: u64,
+    ) -> Result<()> {
+        let op = "Trainer::restore_optimizer";
+        let step = i32::try_from(steps_done)
+            .map_err(|_| bad_arg(op, "steps_done", format!("({steps_done}) exceeds i32::MAX")))?;
+        let want = self.types.named();
+        let upload = |arg: &str, x: &Mamba2Weights<HostArray>| -> Result<Vec<Buffer>> {
+            let got = x.named();
+            let mut problems = Vec::new();
+            for (name, ty) in &want {
+                match got.iter().find(|(n, _)| n == name) {
+                    None => problems.push(format!("{name} is missing")),
+                    Some((_, a)) if a.ty() != **ty => {
+                        problems.push(format!("{name} is {}, expected {ty}", a.ty()))
+                    }
+                    Some(_) => {}
+                }
+            }
+            for (name, _) in &got {
+                if !want.iter().any(|(n, _)| n == name) {
+                    problems.push(format!("{name} is present, the weights have none"));
+                }
+            }
+            if !problems.is_empty() {
+                return Err(bad_arg(
+                    op,
+                    arg,
+                    format!("does not fit the weights: {}", problems.join("; ")),
+                ));
+            }
+            got.iter()
+                .map(|(_, a)| self.client.buffer_from_host_array(a))
+                .collect()
+        };
+        let (m, v) = (upload("m", m)?, upload("v", v)?);
+        self.step = self
+            .client
+            .buffer_from_host_array(&HostArray::scalar(step))?;
+        self.m = m;
+        self.v = v;
+        self.steps_done = steps_done;
+        Ok(())
+    }
+
     /// The compiled training-step program, for inspection. Its parameters: every weight, then
     /// every `m`, every `v` (each in [`Mamba2Weights::try_map`] order, named `w.*`, `m.*`,
     /// `v.*`), the step count (i32, donated like the previous ones), `lr` (f32) and `tokens`
-    /// (i32); its outputs: the mean loss, then the new weights, `m`, `v` and step count, each
-    /// written over its donated parameter.
+    /// (i32); its outputs: the mean loss and gradient norm, then the new weights, `m`, `v` and
+    /// step count, each written over its donated parameter.
     pub fn step_program(&self) -> &CompiledGraph {
         &self.step_program
     }
@@ -585,30 +664,39 @@ fn step_graph(
         lr: &lr,
     };
     let rows = [batch as isize, seq_len as isize + 1];
-    let (loss, w, m, v, step) = if micro_steps == 1 {
+    let out = if micro_steps == 1 {
         one.run(&tokens.reshape(&rows)?, &w, &m, &v, &step)?
     } else {
-        let sum = g.scalar(0.0, DType::F32)?;
-        let (w, m, v, (step, sum)) = g.fori_loop(
+        let zero = g.scalar(0.0, DType::F32)?;
+        let init = (w, m, v, (step, zero.clone(), zero));
+        let (w, m, v, (step, loss_sum, norm_sum)) = g.fori_loop(
             0,
             micro_steps as i64,
-            &(w, m, v, (step, sum)),
-            |i, (w, m, v, (step, sum))| {
+            &init,
+            |i, (w, m, v, (step, loss_sum, norm_sum))| {
                 let zero = g.scalar(0.0, i.dtype())?;
                 let batch_i = tokens
                     .dynamic_slice(&[i, &zero, &zero], &[1, batch, seq_len + 1])?
                     .reshape(&rows)?;
-                let (loss, w, m, v, step) = one.run(&batch_i, w, m, v, step)?;
-                Ok((w, m, v, (step, sum.add(&loss)?)))
+                let out = one.run(&batch_i, w, m, v, step)?;
+                let sums = (out.step, loss_sum.add(&out.loss)?, norm_sum.add(&out.norm)?);
+                Ok((out.w, out.m, out.v, sums))
             },
         )?;
-        (sum.div(micro_steps as f64)?, w, m, v, step)
+        StepOut {
+            loss: loss_sum.div(micro_steps as f64)?,
+            norm: norm_sum.div(micro_steps as f64)?,
+            w,
+            m,
+            v,
+            step,
+        }
     };
-    let mut outs: Vec<&Tensor> = vec![&loss];
-    outs.extend(&w);
-    outs.extend(&m);
-    outs.extend(&v);
-    outs.push(&step);
+    let mut outs: Vec<&Tensor> = vec![&out.loss, &out.norm];
+    outs.extend(&out.w);
+    outs.extend(&out.m);
+    outs.extend(&out.v);
+    outs.push(&out.step);
     g.set_outputs(&outs)?;
     Ok(g)
 }
