@@ -444,6 +444,16 @@ fn trainer_throughput_on_the_byte_level_shape() {
             trainer.step(&tokens, 1e-3).unwrap();
         }
         let seconds = start.elapsed().as_secs_f64();
+        let one_batch = &tokens[..batch * (seq_len + 1)];
+        trainer.eval_loss(one_batch).unwrap();
+        let start = std::time::Instant::now();
+        for _ in 0..4 {
+            trainer.eval_loss(one_batch).unwrap();
+        }
+        eprintln!(
+            "forward only (eval_loss): {:.0} ms per batch",
+            1e3 * start.elapsed().as_secs_f64() / 4.0
+        );
         eprintln!(
             "byte_level(2, 128), batch {batch} x {seq_len}, micro_steps {micro}: compile {:.1} s, \
              {:.0} tokens/s, {:.0} ms per optimizer step",
