@@ -490,6 +490,23 @@ fn training_refuses_bad_input_by_name() {
     let e = trainer.eval_loss(&[1; 10]).unwrap_err().to_string();
     assert!(e.contains("multiple"), "{e}");
     assert_eq!(trainer.steps_done(), 0);
+    // lm_loss names its arguments.
+    let g = Graph::new();
+    let types = Mamba2Weights::<TensorType>::types(&cfg, DType::F32).unwrap();
+    let gw = block::weight_parameters(&g, &types).unwrap();
+    let ids = g.parameter("ids", DType::I32, &[2, 8]).unwrap();
+    let short = g.parameter("short", DType::I32, &[2, 7]).unwrap();
+    let ones = g.ones(DType::F32, &[2, 8]).unwrap();
+    let e = lm_loss(&ids, &short, &ones, &ones, &gw, &cfg).unwrap_err();
+    assert!(
+        e.to_string().contains("argument `targets` is i32[2, 7]"),
+        "{e}"
+    );
+    let e = lm_loss(&ids, &ids, &ids, &ones, &gw, &cfg).unwrap_err();
+    assert!(
+        e.to_string().contains("argument `weights` is i32[2, 8]"),
+        "{e}"
+    );
     let e = loss_and_grads(&client, &cfg, &w, &[vec![3]])
         .unwrap_err()
         .to_string();

@@ -26,11 +26,6 @@ fn bad_arg(op: &str, arg: &str, why: impl std::fmt::Display) -> Error {
     Error::InvalidArgument(format!("{op}: argument `{arg}` {why}"))
 }
 
-/// The gradients of the rank-0 `loss` with respect to `wrt` (reverse-mode autodiff).
-fn gradients(loss: &Tensor, wrt: &[&Tensor]) -> Result<Vec<Tensor>> {
-    loss.grad(wrt)
-}
-
 /// The mean next-token cross-entropy, in nats, of a Mamba-2 over a batch: a rank-0 f32 tensor,
 /// `sum(ce * weights) / sum(weights)`, where `ce[r, j] = -log softmax(logits[r, j])[targets[r,
 /// j]]` and `logits` are the model's after `inputs[r, ..= j]`.
@@ -221,7 +216,7 @@ impl StepIn<'_> {
         let len = l1 - 1;
         let loss = batch_loss(tokens, &unflatten(self.types, w)?, self.cfg, b, len)?;
         let wrt: Vec<&Tensor> = w.iter().collect();
-        let grads = gradients(&loss, &wrt)?;
+        let grads = loss.grad(&wrt)?;
         let norm = global_norm(&grads)?;
         let t = step.add(1.0)?;
         let (w, m, v) = self
@@ -760,7 +755,7 @@ pub fn loss_and_grads(
     let loss = lm_loss(&t_ids, &t_targets, &t_lw, &t_mask, &w, cfg)?;
     let named = w.named();
     let wrt: Vec<&Tensor> = named.iter().map(|(_, t)| *t).collect();
-    let grads = gradients(&loss, &wrt)?;
+    let grads = loss.grad(&wrt)?;
     let mut outs = vec![&loss];
     outs.extend(&grads);
     g.set_outputs(&outs)?;
