@@ -18,7 +18,7 @@ use crate::compiled::CompiledGraph;
 use crate::dtype::{DType, TensorType};
 use crate::error::{Error, Result};
 use crate::ops::{Graph, Tensor};
-use crate::optim::{global_norm, AdamW};
+use crate::optim::AdamW;
 use crate::runtime::{Buffer, Client};
 
 /// An error of `op` about its argument `arg`.
@@ -213,15 +213,17 @@ impl StepIn<'_> {
                 tokens.ty()
             )));
         };
-        let len = l1 - 1;
+        let len = l1.saturating_sub(1);
         let loss = batch_loss(tokens, &unflatten(self.types, w)?, self.cfg, b, len)?;
         let wrt: Vec<&Tensor> = w.iter().collect();
-        let grads = loss.grad(&wrt)?;
-        let norm = global_norm(&grads)?;
+        // Clipped here rather than in `update`, to return the norm without computing it twice.
+        let (grads, norm) = self.opt.clip(&loss.grad(&wrt)?)?;
+        let clipped = AdamW {
+            clip_norm: None,
+            ..self.opt.clone()
+        };
         let t = step.add(1.0)?;
-        let (w, m, v) = self
-            .opt
-            .update(w, &grads, m, v, self.decay, &t, Some(self.lr))?;
+        let (w, m, v) = clipped.update(w, &grads, m, v, self.decay, &t, Some(self.lr))?;
         Ok(StepOut {
             loss,
             norm,
@@ -382,7 +384,9 @@ impl Trainer {
     /// token) of those steps, each measured before its update. The weights, moments and step
     /// count are updated in place on the device. A wrong number of tokens, an id outside the
     /// vocabulary (named with its position) or a negative or non-finite `lr` is an error, and
-    /// nothing is updated.
+    /// nothing is updated. (Should the execution itself fail on the device after taking the
+    /// donated buffers, the trainer cannot step again: make a new one from the last
+    /// [`Trainer::weights`] and [`Trainer::moments`] downloaded.)
     pub fn step(&mut self, tokens: &[u32], lr: f64) -> Result<f32> {
         let op = "Trainer::step";
         if !(lr.is_finite() && lr >= 0.0) {
