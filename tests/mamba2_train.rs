@@ -519,11 +519,12 @@ fn training_refuses_bad_input_by_name() {
 
 /// Throughput of the training step on the small byte-level shape (`cargo test --release --test
 /// mamba2_train -- --ignored --nocapture`): compile seconds and tokens per second, with one
-/// and with four optimizer steps per program.
+/// and with four optimizer steps per program. Try it also with
+/// `GLIBC_TUNABLES=glibc.malloc.hugetlb=1` (see [`Trainer`]'s docs).
 #[test]
 #[ignore = "a measurement, not a check"]
 fn trainer_throughput_on_the_byte_level_shape() {
-    let cfg = Mamba2Config::byte_level(2, 128).unwrap();
+    let cfg = Mamba2Config::byte_level(4, 128).unwrap();
     let (batch, seq_len) = (8, 256);
     for micro in [1, 4] {
         let mut trainer = Trainer::new(
@@ -558,7 +559,7 @@ fn trainer_throughput_on_the_byte_level_shape() {
             1e3 * start.elapsed().as_secs_f64() / 4.0
         );
         eprintln!(
-            "byte_level(2, 128), batch {batch} x {seq_len}, micro_steps {micro}: compile {:.1} s, \
+            "byte_level(4, 128), batch {batch} x {seq_len}, micro_steps {micro}: compile {:.1} s, \
              {:.0} tokens/s, {:.0} ms per optimizer step",
             trainer.compile_seconds(),
             (calls * micro * batch * seq_len) as f64 / seconds,
