@@ -261,7 +261,7 @@ fn batch_loss(
 /// size, an algorithm choice, not part of the weights: set it in the config passed here).
 /// Weight decay applies to the matrices only (see [`decays`]).
 ///
-/// Speed on XLA's CPU plugin (measured on the 2-core machine of the README with the
+/// Speed on XLA's CPU plugin (measured on a 2-vCPU KVM machine, shared, with the
 /// `byte_level(4, 128)` shape, batches of 8 x 256): each execution maps its temporaries afresh
 /// (about 77k page faults, 300 MB, per call here), a cost paid once per call, so `micro_steps
 /// = 4` ran about 25% faster per optimizer step than single steps; running the process with
