@@ -467,6 +467,9 @@ fn training_resumes_from_weights_and_moments() {
 
 #[test]
 fn training_refuses_bad_input_by_name() {
+    // A trainer may move to, and be read from, other threads.
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<Trainer>();
     let cfg = cfg1();
     let client = common::client();
     let w = weights(&cfg, 1);
