@@ -18,7 +18,10 @@
 //! - [`sampling`]: choosing tokens from logits on the device (greedy; temperature, top-k and
 //!   top-p as runtime inputs), for any model.
 //! - [`models::mamba2`]: Mamba-2 inference from the graph DSL alone: chunked SSD prefill, the
-//!   O(1) recurrent step, and whole-sequence generation as one compiled program.
+//!   O(1) recurrent step, and whole-sequence generation as one compiled program; and its
+//!   training step (loss, gradients and an optimizer update) as one compiled program.
+//! - [`optim`]: optimizers as graphs (AdamW with global-norm clipping), so that a training
+//!   step's update runs in the same program as its gradients.
 //!
 //! [`ops::Graph::compile`] joins them: lower, compile, run on host arrays or device buffers.
 //!
@@ -94,6 +97,7 @@ pub mod interp;
 pub mod lower;
 pub mod models;
 pub mod ops;
+pub mod optim;
 pub mod rng;
 pub mod runtime;
 pub mod sampling;

@@ -912,3 +912,167 @@ fn model_entry_points_check_their_arguments() {
     ));
     check(cases);
 }
+
+// ---- training: optim and models::mamba2::train ------------------------------------------------
+
+#[test]
+fn training_entry_points_check_their_arguments() {
+    use stablegraph::models::mamba2::train::{lm_loss, loss_and_grads, Trainer};
+    use stablegraph::optim::{global_norm, AdamW};
+    fn weights() -> Result<Mamba2Weights<stablegraph::HostArray>> {
+        Mamba2Weights::random(&tiny(), DType::F32, 0)
+    }
+    fn trainer(batch: usize, seq: usize, micro: usize) -> Result<()> {
+        Trainer::new(
+            &common::client(),
+            &tiny(),
+            weights()?,
+            AdamW::default(),
+            batch,
+            seq,
+            micro,
+        )
+        .map(drop)
+    }
+    let mut cases = Vec::new();
+    for (name, cfg, field) in bad_configs() {
+        let words: &'static [&'static str] = Box::leak(Box::new([field]));
+        let c = cfg.clone();
+        cases.push(case(name, Expect::Err(words), move || {
+            Trainer::new(&common::client(), &c, weights()?, AdamW::default(), 1, 8, 1).map(drop)
+        }));
+        let c = cfg.clone();
+        cases.push(case(name, Expect::Err(words), move || {
+            loss_and_grads(&common::client(), &c, &weights()?, &[vec![1, 2]]).map(drop)
+        }));
+        let c = cfg;
+        cases.push(case(name, Expect::Err(words), move || {
+            let (g, w) = graph_weights(&tiny())?;
+            let ids = g.parameter("ids", DType::I32, &[1, 8])?;
+            let ones = g.ones(DType::F32, &[1, 8])?;
+            lm_loss(&ids, &ids, &ones, &ones, &w, &c).map(drop)
+        }));
+    }
+    cases.push(case(
+        "Trainer::new: batch 0",
+        Expect::Err(&["Trainer::new", "batch"]),
+        move || trainer(0, 8, 1),
+    ));
+    cases.push(case(
+        "Trainer::new: micro_steps 0",
+        Expect::Err(&["Trainer::new", "micro_steps"]),
+        move || trainer(1, 8, 0),
+    ));
+    cases.push(case(
+        "Trainer::new: seq_len 0",
+        Expect::Err(&["Trainer::new", "seq_len"]),
+        move || trainer(1, 0, 1),
+    ));
+    cases.push(case(
+        "Trainer::new: an overflowing batch",
+        Expect::Err(&["Trainer::new", "overflows"]),
+        move || trainer(usize::MAX / 4, 8, 3),
+    ));
+    cases.push(case(
+        "Trainer::new: more tokens than an i32 counts",
+        Expect::Err(&["Trainer::new", "overflows"]),
+        move || trainer(1 << 40, 8, 1),
+    ));
+    cases.push(case(
+        "Trainer::new: weights of another width",
+        Expect::Err(&["Trainer::new", "`weights`", "norm_f"]),
+        move || {
+            let w = Mamba2Weights::random(&tiny_with(|c| c.hidden_size = 8), DType::F32, 0)?;
+            Trainer::new(&common::client(), &tiny(), w, AdamW::default(), 1, 8, 1).map(drop)
+        },
+    ));
+    cases.push(case(
+        "Trainer::new: a learning rate of NaN",
+        Expect::Err(&["lr"]),
+        move || {
+            let opt = AdamW {
+                lr: f64::NAN,
+                ..AdamW::default()
+            };
+            Trainer::new(&common::client(), &tiny(), weights()?, opt, 1, 8, 1).map(drop)
+        },
+    ));
+    cases.push(case(
+        "loss_and_grads: no prompts",
+        Expect::Err(&["loss_and_grads", "prompts"]),
+        move || loss_and_grads(&common::client(), &tiny(), &weights()?, &[]).map(drop),
+    ));
+    cases.push(case(
+        "loss_and_grads: an id outside the vocabulary",
+        Expect::Err(&["loss_and_grads", "token id 24"]),
+        move || loss_and_grads(&common::client(), &tiny(), &weights()?, &[vec![1, 24]]).map(drop),
+    ));
+    cases.push(case(
+        "lm_loss: float inputs",
+        Expect::Err(&["lm_loss", "`inputs`"]),
+        || {
+            let (g, w) = graph_weights(&tiny())?;
+            let x = g.ones(DType::F32, &[1, 8])?;
+            lm_loss(&x, &x, &x, &x, &w, &tiny()).map(drop)
+        },
+    ));
+    cases.push(case(
+        "lm_loss: rows not a multiple of the chunk",
+        Expect::Err(&["prefill", "chunk"]),
+        || {
+            let (g, w) = graph_weights(&tiny())?;
+            let ids = g.parameter("ids", DType::I32, &[1, 5])?;
+            let ones = g.ones(DType::F32, &[1, 5])?;
+            lm_loss(&ids, &ids, &ones, &ones, &w, &tiny()).map(drop)
+        },
+    ));
+    cases.push(case(
+        "AdamW::update: m of another shape",
+        Expect::Err(&["AdamW::update", "m[1]"]),
+        || {
+            let g = Graph::new();
+            let p = params(&g, &[&[2, 3], &[4]])?;
+            let m = vec![p[0].clone(), g.zeros(DType::F32, &[5])?];
+            let step = g.scalar(1.0, DType::I32)?;
+            let decay = [true, false];
+            AdamW::default()
+                .update(&p, &p, &m, &p, &decay, &step, None)
+                .map(drop)
+        },
+    ));
+    cases.push(case(
+        "AdamW::update: a negative weight decay",
+        Expect::Err(&["weight_decay"]),
+        || {
+            let g = Graph::new();
+            let p = params(&g, &[&[2]])?;
+            let step = g.scalar(1.0, DType::F32)?;
+            let opt = AdamW {
+                weight_decay: -1.0,
+                ..AdamW::default()
+            };
+            opt.update(&p, &p, &p, &p, &[true], &step, None).map(drop)
+        },
+    ));
+    cases.push(case(
+        "AdamW::update: no parameters",
+        Expect::NoPanic,
+        || {
+            let g = Graph::new();
+            let step = g.scalar(1.0, DType::I32)?;
+            AdamW::default()
+                .update(&[], &[], &[], &[], &[], &step, None)
+                .map(drop)
+        },
+    ));
+    cases.push(case(
+        "global_norm: integer gradients",
+        Expect::Err(&["global_norm", "grads[0]"]),
+        || {
+            let g = Graph::new();
+            let ids = g.parameter("ids", DType::I32, &[3])?;
+            global_norm(&[ids]).map(drop)
+        },
+    ));
+    check(cases);
+}

@@ -30,7 +30,12 @@
 //!    disk cache in a fresh client;
 //! 8. `devices`: the model over 1, 2 and 4 devices of a 4-device CPU client, split by heads and
 //!    by the batch: weights per device, prefill and decode times (overhead on this machine,
-//!    whose "devices" share its cores), and the collectives in the step program.
+//!    whose "devices" share its cores), and the collectives in the step program;
+//! 9. `train`: the training step of the small byte-level model (`Mamba2Config::byte_level(4,
+//!    128)`, 8 x 256 bytes, AdamW) in child processes: compile time, ms per step, tokens/s and
+//!    peak memory with one and four optimizer steps per program call, against PyTorch (HF's
+//!    pure-torch `Mamba2ForCausalLM`, `scripts/torch_train_bench.py`) in the same run when a
+//!    Python with torch is found.
 //!
 //! Utilisation: decode bytes read per step (every weight once, the tied embedding as the head,
 //! plus the recurrent state of each row) x steps/s over the measured `[out, in]` read bandwidth;
@@ -68,6 +73,7 @@ mod prefill;
 mod ssd;
 mod summary;
 mod table;
+mod train;
 
 use std::time::Instant;
 
@@ -80,6 +86,8 @@ use stablegraph::runtime::{Client, CompileCache};
 
 /// Set in a child process: generate this many tokens and report peak memory.
 const MEMORY_CHILD_ENV: &str = "STABLEGRAPH_BENCH_MAMBA2_MEMORY_TOKENS";
+/// Set in a child process: time the training step (`micro_steps,calls`).
+const TRAIN_CHILD_ENV: &str = "STABLEGRAPH_BENCH_MAMBA2_TRAIN";
 /// Seed of the random weights.
 const SEED: u64 = 0;
 /// Prompt length of the decode measurements.
@@ -89,7 +97,7 @@ const DECODE_PROMPT: usize = 128;
 type Section = fn(&mut Ctx) -> Result<Value>;
 
 /// The sections, in the order they run and report.
-const SECTIONS: [(&str, Section); 8] = [
+const SECTIONS: [(&str, Section); 9] = [
     ("ceilings", ceilings::bench),
     ("prefill", prefill::bench),
     ("decode", decode::bench),
@@ -98,6 +106,7 @@ const SECTIONS: [(&str, Section); 8] = [
     ("memory", memory::bench),
     ("compile", compile::bench),
     ("devices", devices::bench),
+    ("train", train::bench),
 ];
 
 /// The command line: `--quick`, `--only a,b`.
@@ -136,6 +145,9 @@ fn parse_args() -> Result<Args> {
 fn main() -> Result<()> {
     if let Ok(tokens) = std::env::var(MEMORY_CHILD_ENV) {
         return memory::child(tokens.parse()?);
+    }
+    if let Ok(arg) = std::env::var(TRAIN_CHILD_ENV) {
+        return train::child(&arg);
     }
     let args = parse_args()?;
     let start = Instant::now();

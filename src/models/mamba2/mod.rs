@@ -1,5 +1,7 @@
 //! Mamba-2 language-model inference, compiler-first: chunked SSD prefill as einsums over static
-//! causal masks, the O(1) recurrent step for decoding, and generation as one compiled program.
+//! causal masks, the O(1) recurrent step for decoding, and generation as one compiled program;
+//! and training ([`train`]): the next-token loss, its gradients, and AdamW steps as one compiled
+//! program.
 //! Built only from the public graph API.
 
 pub mod block;
@@ -10,6 +12,7 @@ mod parallel;
 mod save;
 pub mod ssd;
 mod state;
+pub mod train;
 mod weights;
 
 /// Re-exported from [`crate::sampling`], where it lives.
@@ -22,4 +25,5 @@ pub use model::{
 };
 pub use parallel::Parallel;
 pub use state::Mamba2State;
+pub use train::{lm_loss, loss_and_grads, Trainer};
 pub use weights::{LayerWeights, Mamba2Weights};

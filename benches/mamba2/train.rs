@@ -1,0 +1,206 @@
+//! Section 9: the training step of the small byte-level model the `train` example trains
+//! (`Mamba2Config::byte_level(4, 128)`, batch 8 x 256 bytes, AdamW): compile time, time per
+//! step and tokens/s of the one compiled program (forward, backward and update, weights and
+//! optimizer state donated), with one and with four optimizer steps per program call (a
+//! `fori_loop` over micro-batches), and peak memory; each in a child process (this binary
+//! again) so its peak is its own. Then the same model, data shape and optimizer in PyTorch
+//! (HF's pure-torch `Mamba2ForCausalLM`, `scripts/torch_train_bench.py`), same machine, same
+//! run, when a Python with torch and transformers is found (`STABLEGRAPH_TORCH_PYTHON`, else
+//! `/root/venvs/mamba2-fixtures/bin/python`); skipped with a note otherwise.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use serde_json::{json, Value};
+use stablegraph::models::mamba2::{Mamba2Config, Mamba2Weights, Trainer};
+use stablegraph::optim::AdamW;
+use stablegraph::rng::SplitMix64;
+use stablegraph::runtime::{Client, CompileCache};
+use stablegraph::DType;
+
+use crate::common::{median, secs_since, show, sorted, status_kib};
+use crate::context::Ctx;
+use crate::table::Table;
+use crate::TRAIN_CHILD_ENV;
+
+/// Layers and width of the model (the `train` example's default).
+const SHAPE: (usize, usize) = (4, 128);
+/// Rows and bytes per row of one optimizer step.
+const BATCH: usize = 8;
+/// See `BATCH`.
+const SEQ_LEN: usize = 256;
+/// The learning rate of the timed steps.
+const LR: f64 = 3e-3;
+
+/// The child: builds the trainer with `micro` optimizer steps per call, times `calls` calls
+/// after one warm-up call, prints the figures as JSON.
+pub fn child(arg: &str) -> Result<()> {
+    let (micro, calls) = arg.split_once(',').context("child argument: micro,calls")?;
+    let (micro, calls): (usize, usize) = (micro.parse()?, calls.parse()?);
+    let client = Client::cpu()?;
+    client.set_compile_cache(CompileCache::memory_only());
+    let cfg = Mamba2Config::byte_level(SHAPE.0, SHAPE.1)?;
+    let weights = Mamba2Weights::random(&cfg, DType::F32, 0)?;
+    let t = Instant::now();
+    let mut trainer = Trainer::new(
+        &client,
+        &cfg,
+        weights,
+        AdamW::default(),
+        BATCH,
+        SEQ_LEN,
+        micro,
+    )?;
+    let build_s = secs_since(t);
+    // Seeded random bytes: the step's time does not depend on the values.
+    let mut rng = SplitMix64::new(7);
+    let mut batch = || -> Vec<u32> {
+        (0..micro * BATCH * (SEQ_LEN + 1))
+            .map(|_| (rng.next_u64() % 256) as u32)
+            .collect()
+    };
+    let first = trainer.step(&batch(), LR)?;
+    let mut times = Vec::new();
+    let mut last = first;
+    for _ in 0..calls {
+        let tokens = batch();
+        let t = Instant::now();
+        last = trainer.step(&tokens, LR)?;
+        times.push(secs_since(t));
+    }
+    let per_step = median(&sorted(times)) / micro as f64;
+    println!(
+        "{}",
+        json!({
+            "micro_steps": micro, "calls": calls, "build_s": build_s,
+            "compile_s": trainer.compile_seconds(), "ms_per_step": per_step * 1e3,
+            "tokens_per_s": (BATCH * SEQ_LEN) as f64 / per_step,
+            "peak_rss_mb": status_kib("VmHWM:")? as f64 / 1024.0,
+            "first_loss": first, "last_loss": last,
+        })
+    );
+    Ok(())
+}
+
+/// Runs one child and parses its JSON line.
+fn run_child(micro: usize, calls: usize) -> Result<Value> {
+    let out = Command::new(std::env::current_exe()?)
+        .env(TRAIN_CHILD_ENV, format!("{micro},{calls}"))
+        .output()?;
+    if !out.status.success() {
+        bail!(
+            "train child ({micro} micro-steps) failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let stdout = String::from_utf8(out.stdout)?;
+    let line = stdout
+        .lines()
+        .last()
+        .context("train child printed nothing")?;
+    Ok(serde_json::from_str(line)?)
+}
+
+/// The PyTorch baseline, or why there is none.
+fn torch(steps: usize) -> Result<Value, String> {
+    let python = std::env::var("STABLEGRAPH_TORCH_PYTHON")
+        .unwrap_or_else(|_| "/root/venvs/mamba2-fixtures/bin/python".to_string());
+    if !Path::new(&python).exists() {
+        return Err(format!(
+            "no PyTorch baseline: {python} does not exist (set STABLEGRAPH_TORCH_PYTHON to a \
+             Python with torch and transformers)"
+        ));
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/torch_train_bench.py");
+    let out = Command::new(&python)
+        .arg(&script)
+        .args([
+            "--layers",
+            &SHAPE.0.to_string(),
+            "--d-model",
+            &SHAPE.1.to_string(),
+        ])
+        .args([
+            "--seq-len",
+            &SEQ_LEN.to_string(),
+            "--batch",
+            &BATCH.to_string(),
+        ])
+        .args(["--steps", &steps.to_string(), "--lr", &LR.to_string()])
+        .output()
+        .map_err(|e| format!("running {python}: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "the PyTorch baseline failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout
+        .lines()
+        .rev()
+        .find(|l| l.trim_start().starts_with('{'))
+        .ok_or("the PyTorch baseline printed no JSON")?;
+    serde_json::from_str(line).map_err(|e| format!("the PyTorch baseline's JSON: {e}"))
+}
+
+/// Runs the section.
+pub fn bench(ctx: &mut Ctx) -> Result<Value> {
+    let calls = if ctx.plan.quick { 4 } else { 12 };
+    let single = run_child(1, calls)?;
+    let fused = run_child(4, calls.div_ceil(4).max(2))?;
+    let torch = torch(if ctx.plan.quick { 8 } else { 24 });
+    let mut table = Table::new(
+        format!(
+            "training step: byte-level Mamba-2 ({} layers x {} wide, vocab 256), batch {BATCH} x \
+             {SEQ_LEN} bytes, AdamW, f32; one child process each",
+            SHAPE.0, SHAPE.1
+        ),
+        &[
+            "implementation",
+            "compile s",
+            "ms/step",
+            "tokens/s",
+            "peak RSS MB",
+        ],
+    );
+    let f = |v: &Value, k: &str| v[k].as_f64().unwrap_or(f64::NAN);
+    for (name, v) in [
+        ("stablegraph, 1 step per call", &single),
+        ("stablegraph, 4 steps per call", &fused),
+    ] {
+        table.row(vec![
+            name.to_string(),
+            show(f(v, "compile_s")),
+            show(f(v, "ms_per_step")),
+            show(f(v, "tokens_per_s")),
+            show(f(v, "peak_rss_mb")),
+        ]);
+    }
+    match &torch {
+        Ok(v) => table.row(vec![
+            format!(
+                "PyTorch {} eager, {} threads",
+                v["versions"]["torch"].as_str().unwrap_or("?"),
+                v["threads"]
+            ),
+            "-".into(),
+            show(f(v, "ms_per_step_median")),
+            show(f(v, "tokens_per_s")),
+            show(f(v, "peak_rss_mb")),
+        ]),
+        Err(why) => println!("{why}"),
+    }
+    table.print();
+    if let Ok(v) = &torch {
+        let ratio = f(&single, "tokens_per_s") / f(v, "tokens_per_s");
+        println!("stablegraph / PyTorch tokens/s: {ratio:.2}x");
+        ctx.set_figure("train_vs_torch", ratio);
+    }
+    Ok(json!({
+        "single": single, "fused4": fused,
+        "torch": torch.as_ref().map_or_else(|e| json!({"skipped": e}), |v| v.clone()),
+    }))
+}
