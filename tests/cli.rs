@@ -677,3 +677,328 @@ fn generate_over_two_devices_prints_the_same_tokens() {
         assert!(stderr.contains(needle), "{args:?}: {stderr}");
     }
 }
+
+/// A small training text: a few kilobytes of Rust-like lines, deterministic.
+fn training_text() -> String {
+    (0..120)
+        .map(|i| format!("fn f{i}(x: u32) -> u32 {{ x * {} + {} }}\n", i % 7, i % 3))
+        .collect()
+}
+
+/// Reads the tensors of a safetensors file: name to (shape, f32 values).
+fn read_tensors(path: &Path) -> HashMap<String, (Vec<usize>, Vec<f32>)> {
+    let bytes = std::fs::read(path).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    st.tensors()
+        .into_iter()
+        .map(|(name, view)| {
+            assert_eq!(view.dtype(), safetensors::Dtype::F32, "{name}");
+            let values = view
+                .data()
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+                .collect();
+            (name, (view.shape().to_vec(), values))
+        })
+        .collect()
+}
+
+/// `train` on tiny settings writes a checkpoint that `generate` runs with a text prompt (the
+/// byte vocabulary), the loss curve as CSV and SVG, and a JSON summary; `grad` on that
+/// checkpoint writes one finite gradient per weight under the checkpoint's names, and its loss
+/// is the cross-entropy of `generate --dump-logits`' logits, computed here.
+#[test]
+fn train_then_generate_and_grad_on_the_checkpoint() {
+    let dir = scratch("train");
+    let data = dir.join("data.txt");
+    std::fs::write(&data, training_text()).unwrap();
+    let out = dir.join("model");
+    let stdout = run_ok(&[
+        "train",
+        "--layers",
+        "1",
+        "--d-model",
+        "32",
+        "--seq-len",
+        "64",
+        "--batch",
+        "2",
+        "--steps",
+        "3",
+        "--eval-every",
+        "2",
+        "--data",
+        data.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--json",
+    ]);
+    // With --json, stdout is the summary alone.
+    let summary: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(summary["steps"], 3, "{summary}");
+    for key in [
+        "final_train_bpb",
+        "final_val_bpb",
+        "unigram_entropy_bpb",
+        "tokens_per_s",
+        "compile_s",
+    ] {
+        let v = summary[key].as_f64().unwrap_or(f64::NAN);
+        assert!(v.is_finite() && v >= 0.0, "{key}: {summary}");
+    }
+    // The unigram entropy of the training bytes (the first 95%), computed here.
+    let text = training_text();
+    let train_bytes = &text.as_bytes()[..text.len() - text.len().div_ceil(20)];
+    let mut counts = [0f64; 256];
+    for &b in train_bytes {
+        counts[b as usize] += 1.0;
+    }
+    let n = train_bytes.len() as f64;
+    let entropy: f64 = counts
+        .iter()
+        .filter(|&&c| c > 0.0)
+        .map(|&c| -(c / n) * (c / n).log2())
+        .sum();
+    let got = summary["unigram_entropy_bpb"].as_f64().unwrap();
+    assert!((got - entropy).abs() < 1e-9, "{got} vs {entropy}");
+
+    for f in ["config.json", "model.safetensors", "loss.csv", "loss.svg"] {
+        assert!(out.join(f).is_file(), "{f} missing");
+    }
+    let csv = std::fs::read_to_string(out.join("loss.csv")).unwrap();
+    let lines: Vec<&str> = csv.lines().collect();
+    assert_eq!(lines[0], "step,train_bpb,val_bpb");
+    assert_eq!(lines.len(), 4, "{csv}");
+    for (i, line) in lines[1..].iter().enumerate() {
+        let cells: Vec<&str> = line.split(',').collect();
+        assert_eq!(cells.len(), 3, "{line}");
+        assert_eq!(cells[0], (i + 1).to_string());
+        let train: f64 = cells[1].parse().unwrap();
+        assert!(train.is_finite() && train > 0.0, "{line}");
+        // Evaluations at step 2 (--eval-every 2) and at the last step.
+        if i == 0 {
+            assert!(cells[2].is_empty(), "{line}");
+        } else {
+            let val: f64 = cells[2].parse().unwrap();
+            assert!(val.is_finite() && val > 0.0, "{line}");
+        }
+    }
+    let svg = std::fs::read_to_string(out.join("loss.svg")).unwrap();
+    assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+    assert!(svg.contains("stroke-dasharray") && svg.contains("bits per byte"));
+
+    // generate with a text prompt: the row is the lossy UTF-8 text of the new bytes.
+    let model = out.to_str().unwrap();
+    let json = dir.join("gen.json");
+    let stdout = run_ok(&[
+        "generate",
+        "--model",
+        model,
+        "--prompt",
+        "fn",
+        "--max-new-tokens",
+        "8",
+        "--no-stream",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    let gen: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(gen["prompt_len"], serde_json::json!([2]));
+    let bytes: Vec<u8> = gen["tokens"][0]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| u8::try_from(t.as_u64().unwrap()).unwrap())
+        .collect();
+    assert_eq!(bytes.len(), 8);
+    let row = stdout.lines().find(|l| l.starts_with("row 0")).unwrap();
+    let want = format!("{:?}", String::from_utf8_lossy(&bytes));
+    assert!(row.ends_with(&want), "{row} vs {want}");
+    // --prompt "fn" is the bytes 102, 110.
+    let json2 = dir.join("gen2.json");
+    run_ok(&[
+        "generate",
+        "--model",
+        model,
+        "--prompt-ids",
+        "102,110",
+        "--max-new-tokens",
+        "8",
+        "--no-stream",
+        "--json",
+        json2.to_str().unwrap(),
+    ]);
+    let gen2: Value = serde_json::from_str(&std::fs::read_to_string(&json2).unwrap()).unwrap();
+    assert_eq!(gen2["tokens"], gen["tokens"]);
+
+    // grad: every weight's gradient under the checkpoint's names and shapes, finite.
+    let grads_path = dir.join("grads.safetensors");
+    let grad_json = dir.join("grad.json");
+    let prompt = "fn f(x: u32) -> u32 { x }";
+    let stdout = run_ok(&[
+        "grad",
+        "--model",
+        model,
+        "--prompt",
+        prompt,
+        "--dump-grads",
+        grads_path.to_str().unwrap(),
+        "--json",
+        grad_json.to_str().unwrap(),
+    ]);
+    assert!(stdout.contains("loss"), "{stdout}");
+    let weights = read_tensors(&out.join("model.safetensors"));
+    let grads = read_tensors(&grads_path);
+    let mut names: Vec<&String> = grads.keys().collect();
+    names.sort();
+    let mut want_names: Vec<&String> = weights.keys().collect();
+    want_names.sort();
+    assert_eq!(names, want_names);
+    for (name, (dims, values)) in &grads {
+        assert_eq!(dims, &weights[name].0, "{name}");
+        assert!(values.iter().all(|v| v.is_finite()), "{name}");
+    }
+    assert!(grads["backbone.embeddings.weight"]
+        .1
+        .iter()
+        .any(|&v| v != 0.0));
+
+    // Its loss is the mean next-token cross-entropy of the prompt's logits from generate.
+    let npy = dir.join("logits.npy");
+    run_ok(&[
+        "generate",
+        "--model",
+        model,
+        "--prompt",
+        prompt,
+        "--max-new-tokens",
+        "1",
+        "--no-stream",
+        "--dump-logits",
+        npy.to_str().unwrap(),
+    ]);
+    let (shape, logits) = read_npy(&npy);
+    let ids = prompt.as_bytes();
+    assert_eq!(shape, [1, ids.len(), 256]);
+    let mut ce = 0.0;
+    for t in 0..ids.len() - 1 {
+        let row: Vec<f64> = logits[t * 256..][..256]
+            .iter()
+            .map(|&x| f64::from(x))
+            .collect();
+        let max = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        let lse = max + row.iter().map(|x| (x - max).exp()).sum::<f64>().ln();
+        ce += lse - row[ids[t + 1] as usize];
+    }
+    ce /= (ids.len() - 1) as f64;
+    let g: Value = serde_json::from_str(&std::fs::read_to_string(&grad_json).unwrap()).unwrap();
+    let loss = g["loss_nats"].as_f64().unwrap();
+    assert!(
+        (loss - ce).abs() < 1e-4 * ce.max(1.0),
+        "grad {loss} vs {ce}"
+    );
+}
+
+/// Bad `train` and `grad` inputs are one-line errors naming the problem.
+#[test]
+fn train_and_grad_errors_are_one_line() {
+    let dir = scratch("train_errors");
+    let empty = dir.join("empty.txt");
+    std::fs::write(&empty, "").unwrap();
+    let short = dir.join("short.txt");
+    std::fs::write(&short, "fn main() {}\n".repeat(10)).unwrap();
+    let good = dir.join("text.txt");
+    std::fs::write(&good, training_text()).unwrap();
+    let out = dir.join("out");
+    let (empty, short, good, out) = (
+        empty.to_str().unwrap(),
+        short.to_str().unwrap(),
+        good.to_str().unwrap(),
+        out.to_str().unwrap(),
+    );
+    let train = |extra: &[&str]| -> Vec<String> {
+        let mut args = vec!["train", "--steps", "1", "--out", out];
+        args.extend(extra);
+        args.iter().map(|s| s.to_string()).collect()
+    };
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (train(&["--data", empty]), "no bytes"),
+        (train(&["--data", "/nonexistent/data"]), "/nonexistent/data"),
+        (
+            train(&["--data", short, "--seq-len", "64"]),
+            "shorter than one window",
+        ),
+        (
+            train(&["--data", good, "--seq-len", "100"]),
+            "not a multiple of the SSD chunk",
+        ),
+        (train(&["--data", good, "--d-model", "30"]), "--d-model 30"),
+        (
+            train(&["--data", good, "--micro-steps", "2"]),
+            "not a multiple of --micro-steps",
+        ),
+        (train(&["--data", good, "--lr", "0"]), "--lr"),
+        (
+            vec![
+                "grad".into(),
+                "--model".into(),
+                TINY.into(),
+                "--prompt-ids".into(),
+                "5".into(),
+                "--dump-grads".into(),
+                format!("{out}/g.safetensors"),
+            ],
+            "at least two",
+        ),
+        (
+            vec![
+                "grad".into(),
+                "--model".into(),
+                TINY.into(),
+                "--prompt".into(),
+                "hello".into(),
+                "--dump-grads".into(),
+                format!("{out}/g.safetensors"),
+            ],
+            "tokenizer.json",
+        ),
+    ];
+    for (args, needle) in cases {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let res = run(&args);
+        let stderr = text(&res.stderr);
+        let errors: Vec<&str> = stderr
+            .lines()
+            .filter(|l| !l.starts_with("mamba2:"))
+            .collect();
+        assert_eq!(res.status.code(), Some(1), "{args:?}: {stderr}");
+        assert_eq!(errors.len(), 1, "{args:?}: want one line, got:\n{stderr}");
+        assert!(errors[0].starts_with("error: "), "{args:?}: {stderr}");
+        assert!(errors[0].contains(needle), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    }
+}
+
+/// Without --model, `generate` runs the byte-level model shipped in models/mamba2-bytes/ and
+/// prints text. (Skipped, saying so, in a checkout without that directory: `generate` then
+/// runs the 130M random shape, which `bench` tests time.)
+#[test]
+fn the_shipped_model_is_the_default() {
+    let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/mamba2-bytes");
+    if !shipped.join("config.json").is_file() {
+        eprintln!("skipped: {} is not in this checkout", shipped.display());
+        return;
+    }
+    let stdout = run_ok(&[
+        "generate",
+        "--prompt",
+        "fn main() {",
+        "--max-new-tokens",
+        "16",
+        "--no-stream",
+    ]);
+    assert!(stdout.contains("models/mamba2-bytes"), "{stdout}");
+    assert!(stdout.contains("vocab 256"), "{stdout}");
+    let row = stdout.lines().find(|l| l.starts_with("row 0")).unwrap();
+    assert!(row.contains('"'), "{row}");
+}

@@ -380,7 +380,13 @@ mod tests {
                 assert_eq!(mine, value, "{key}");
             }
         }
-        for key in ["model_type", "architectures", "num_heads", "head_dim", "expand"] {
+        for key in [
+            "model_type",
+            "architectures",
+            "num_heads",
+            "head_dim",
+            "expand",
+        ] {
             assert!(ours.contains_key(key), "{key}");
         }
     }

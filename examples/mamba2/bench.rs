@@ -1,0 +1,202 @@
+//! `bench` (generation throughput over repeated runs) and `emit` (the StableHLO programs).
+
+use std::path::PathBuf;
+
+use anyhow::{ensure, Context, Result};
+use clap::Args;
+use serde_json::json;
+
+use crate::generate::{warm_up, Timed};
+use crate::load::{load, Loaded, ModelArgs, PromptArgs, SamplingArgs};
+use crate::{cache_hits, peak_rss_mb, progress, write_json};
+
+/// The flags of `emit`.
+#[derive(Args)]
+pub(crate) struct EmitArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    #[command(flatten)]
+    prompt: PromptArgs,
+    #[command(flatten)]
+    sampling: SamplingArgs,
+    /// Output directory (created if missing).
+    #[arg(long, value_name = "DIR")]
+    out_dir: PathBuf,
+}
+
+/// The flags of `bench`.
+#[derive(Args)]
+pub(crate) struct BenchArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    #[command(flatten)]
+    prompt: PromptArgs,
+    #[command(flatten)]
+    sampling: SamplingArgs,
+    /// Timed runs after the compiling one.
+    #[arg(long, default_value_t = 5, value_name = "N")]
+    repeat: usize,
+    /// Write every run and the medians as JSON to FILE.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+}
+
+/// Over several devices, the collectives XLA inserted in the step program, grouped by kind
+/// and size: `all-reduce 24 x 3352, ...` (elements per device).
+fn step_collectives(l: &Loaded) -> Result<Option<String>> {
+    if l.model.devices() == 1 {
+        return Ok(None);
+    }
+    let program = l.model.step_program(l.prompts.len())?;
+    let mut groups: Vec<(String, u64, usize)> = Vec::new();
+    for c in program.executable().collectives()? {
+        match groups
+            .iter_mut()
+            .find(|(o, e, _)| *o == c.opcode && *e == c.elements)
+        {
+            Some(g) => g.2 += 1,
+            None => groups.push((c.opcode, c.elements, 1)),
+        }
+    }
+    groups.sort();
+    let text: Vec<String> = groups
+        .iter()
+        .map(|(op, elements, count)| format!("{op} {count} x {elements}"))
+        .collect();
+    Ok(Some(text.join(", ")))
+}
+
+/// `emit`.
+pub(crate) fn emit(a: EmitArgs) -> Result<()> {
+    let l = load(&a.model, &a.prompt, &a.sampling, false)?;
+    let options = l.options.clone();
+    let (batch, bucket) = l.shape();
+    progress("lowering the programs");
+    let texts = l.model.stablehlo(batch, bucket, &options)?;
+    std::fs::create_dir_all(&a.out_dir)
+        .with_context(|| format!("creating {}", a.out_dir.display()))?;
+    for (name, text) in ["prefill", "step", "generate"].iter().zip(&texts) {
+        let path = a.out_dir.join(format!("{name}.mlir"));
+        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+        println!("{} ({} lines)", path.display(), text.lines().count());
+    }
+    println!(
+        "batch {batch}, prompt bucket {bucket}, {} new tokens",
+        options.max_new_tokens
+    );
+    Ok(())
+}
+
+fn median(mut v: Vec<f64>) -> Option<f64> {
+    v.retain(|x| x.is_finite());
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => Some(v[n / 2]),
+        _ => Some((v[n / 2 - 1] + v[n / 2]) / 2.0),
+    }
+}
+
+/// `bench`: the 130M shape unless --model or --shape says otherwise.
+pub(crate) fn bench(a: BenchArgs) -> Result<()> {
+    ensure!(a.repeat > 0, "--repeat must be at least 1");
+    let l = load(&a.model, &a.prompt, &a.sampling, true)?;
+    let options = l.options.clone();
+    let (first_s, cached) = warm_up(&l, &options)?;
+    let prompt_tokens = l.prompt_tokens();
+    let mut runs = Vec::new();
+    for i in 0..a.repeat {
+        progress(&format!("timed run {}/{}", i + 1, a.repeat));
+        runs.push(Timed::run(&l, &options)?);
+    }
+    let fmt = |x: Option<f64>| x.map_or("-".to_string(), |x| format!("{x:.1}"));
+    let fmt2 = |x: Option<f64>| x.map_or("-".to_string(), |x| format!("{x:.2}"));
+    println!("model     {}", l.description);
+    l.print_devices();
+    let (batch, bucket) = l.shape();
+    println!(
+        "shape     {batch} row(s), {prompt_tokens} prompt tokens (padded to {bucket}), {} new tokens per row",
+        options.max_new_tokens
+    );
+    println!(
+        "{:<8} {:>14} {:>14} {:>14}",
+        "run", "prefill tok/s", "decode tok/s", "ms per token"
+    );
+    let mut rows = Vec::new();
+    for (i, r) in runs.iter().enumerate() {
+        println!(
+            "{:<8} {:>14} {:>14} {:>14}",
+            i + 1,
+            fmt(Some(r.prefill_tps(prompt_tokens))),
+            fmt(r.decode_tps()),
+            fmt2(r.ms_per_token())
+        );
+        rows.push(json!({
+            "prefill_s": r.prefill_s,
+            "generate_s": r.generate_s,
+            "prefill_tokens_per_s": r.prefill_tps(prompt_tokens),
+            "decode_tokens_per_s": r.decode_tps(),
+            "ms_per_token": r.ms_per_token(),
+            "generated_tokens": r.generated(),
+        }));
+    }
+    let med = |f: &dyn Fn(&Timed) -> Option<f64>| median(runs.iter().filter_map(f).collect());
+    let prefill_tps = med(&|r| Some(r.prefill_tps(prompt_tokens)));
+    let decode_tps = med(&|r| r.decode_tps());
+    let ms = med(&|r| r.ms_per_token());
+    let generate_s = med(&|r| Some(r.generate_s)).unwrap_or(0.0);
+    println!(
+        "{:<8} {:>14} {:>14} {:>14}",
+        "median",
+        fmt(prefill_tps),
+        fmt(decode_tps),
+        fmt2(ms)
+    );
+    let compile_s = first_s - generate_s;
+    println!(
+        "compile   {compile_s:.2} s ({})",
+        if cached {
+            "loaded from the compile cache"
+        } else {
+            "compiled"
+        }
+    );
+    let peak = peak_rss_mb();
+    if let Some(mb) = peak {
+        println!("memory    peak RSS {mb:.0} MB");
+    }
+    let collectives = step_collectives(&l)?;
+    if let Some(c) = &collectives {
+        println!(
+            "collectives in one step (batch {}, {} layers): {c}",
+            l.prompts.len(),
+            l.model.config().num_layers
+        );
+    }
+    if let Some(path) = &a.json {
+        let value = json!({
+            "runs": rows,
+            "median": {
+                "prefill_tokens_per_s": prefill_tps,
+                "decode_tokens_per_s": decode_tps,
+                "ms_per_token": ms,
+                "generate_s": generate_s,
+            },
+            "step_collectives": collectives,
+            "devices": l.model.devices(),
+            "parallel": l.parallel_name(),
+            "weight_bytes_per_device": l.model.weight_bytes_per_device(),
+            "prompt_len": l.prompts.iter().map(Vec::len).collect::<Vec<_>>(),
+            "max_new_tokens": options.max_new_tokens,
+            "compile_s": compile_s,
+            "compile_from_cache": cached,
+            "compiles": l.client.cache_stats().compiles,
+            "cache_hits": cache_hits(&l.client),
+            "peak_rss_mb": peak,
+            "model": l.description,
+        });
+        write_json(path, &value)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,370 @@
+//! `generate`: tokens after the prompts, with throughput; streamed, or from and to a state.
+
+use std::io::{IsTerminal as _, Write as _};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{bail, ensure, Context, Result};
+use clap::Args;
+use serde_json::json;
+use stablegraph::models::mamba2::{GenerateOptions, Mamba2State, Prefill};
+
+use crate::load::{load, Loaded, ModelArgs, PromptArgs, SamplingArgs};
+use crate::{cache_hits, ids_text, peak_rss_mb, progress, seconds, write_json};
+
+/// The flags of `generate`.
+#[derive(Args)]
+pub(crate) struct GenerateArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    #[command(flatten)]
+    prompt: PromptArgs,
+    #[command(flatten)]
+    sampling: SamplingArgs,
+    /// Write {"tokens": [[new tokens of each row]], "prompt_len", "prefill_tokens_per_s",
+    /// "decode_tokens_per_s", "compile_s", "compiles" (XLA compiles this process ran),
+    /// "cache_hits", "peak_rss_mb", ...} to FILE (rows cut after --eos).
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// Write the prompt logits to FILE.npy as float32 [batch, L, vocab], L the longest prompt:
+    /// row r's prompt fills its last prompt_len[r] positions, the positions before it (left
+    /// padding of a shorter prompt) are 0.
+    #[arg(long, value_name = "FILE")]
+    dump_logits: Option<PathBuf>,
+    /// Print the text as it is produced (segments of 16 tokens; one row, with a tokenizer or
+    /// a byte vocabulary). Default: on when stdout is a terminal and the tokens are text (a
+    /// tokenizer or a byte vocabulary). Streaming runs generate
+    /// once (compile included) and prints no throughput; use `bench` for figures.
+    #[arg(long, conflicts_with = "no_stream")]
+    stream: bool,
+    /// Never stream (print the rows at the end, with timings).
+    #[arg(long)]
+    no_stream: bool,
+    /// Continue from the state in FILE (written by --state-out; one row per prompt): the
+    /// prompt is fed after whatever made it, e.g. the next turn of a conversation.
+    #[arg(long, value_name = "FILE")]
+    state_in: Option<PathBuf>,
+    /// Write the state after the prompt and the generated tokens to FILE (safetensors), for
+    /// a later --state-in. With --state-in or --state-out, generate runs once (compile
+    /// included) and prints no throughput.
+    #[arg(long, value_name = "FILE")]
+    state_out: Option<PathBuf>,
+}
+
+/// Each row's tokens up to and including its first `eos`.
+pub(crate) fn cut_at_eos(rows: Vec<Vec<u32>>, eos: Option<u32>) -> Vec<Vec<u32>> {
+    rows.into_iter()
+        .map(|mut row| {
+            if let Some(end) = eos.and_then(|e| row.iter().position(|&t| t == e)) {
+                row.truncate(end + 1);
+            }
+            row
+        })
+        .collect()
+}
+
+/// One timed prefill and one timed generate, both already compiled.
+pub(crate) struct Timed {
+    pub(crate) prefill_s: f64,
+    pub(crate) generate_s: f64,
+    pub(crate) tokens: Vec<Vec<u32>>,
+}
+
+impl Timed {
+    /// Times one prefill and one generate.
+    pub(crate) fn run(l: &Loaded, options: &GenerateOptions) -> Result<Timed> {
+        let t = Instant::now();
+        drop(l.model.prefill(&l.prompts).context("prefill")?);
+        let prefill_s = seconds(t);
+        let t = Instant::now();
+        let tokens = l.model.generate(&l.prompts, options).context("generate")?;
+        let generate_s = seconds(t);
+        Ok(Timed {
+            prefill_s,
+            generate_s,
+            tokens: cut_at_eos(tokens, options.eos),
+        })
+    }
+
+    pub(crate) fn generated(&self) -> usize {
+        self.tokens.iter().map(Vec::len).sum()
+    }
+
+    pub(crate) fn decode_s(&self) -> Option<f64> {
+        Some(self.generate_s - self.prefill_s).filter(|&d| d > 0.0)
+    }
+
+    pub(crate) fn prefill_tps(&self, prompt_tokens: usize) -> f64 {
+        prompt_tokens as f64 / self.prefill_s
+    }
+
+    pub(crate) fn decode_tps(&self) -> Option<f64> {
+        self.decode_s().map(|d| self.generated() as f64 / d)
+    }
+
+    /// Milliseconds per decode step (the longest row's steps).
+    pub(crate) fn ms_per_token(&self) -> Option<f64> {
+        let steps = self.tokens.iter().map(Vec::len).max().unwrap_or(0).max(1);
+        self.decode_s().map(|d| 1e3 * d / steps as f64)
+    }
+}
+
+/// Runs generate and prefill once each (compiling them); returns the first generate's time and
+/// whether its program came from the disk cache.
+pub(crate) fn warm_up(l: &Loaded, options: &GenerateOptions) -> Result<(f64, bool)> {
+    let (batch, bucket) = l.shape();
+    progress(&format!(
+        "compiling and running generate ({batch} x {bucket} prompt positions, {} new tokens)",
+        options.max_new_tokens
+    ));
+    let before = l.client.cache_stats();
+    let t = Instant::now();
+    l.model.generate(&l.prompts, options).context("generate")?;
+    let first_s = seconds(t);
+    let cached = l.client.cache_stats().disk_hits > before.disk_hits;
+    progress("compiling and running prefill");
+    drop(l.model.prefill(&l.prompts).context("prefill")?);
+    Ok((first_s, cached))
+}
+
+/// `generate`.
+pub(crate) fn generate(a: GenerateArgs) -> Result<()> {
+    let l = load(&a.model, &a.prompt, &a.sampling, false)?;
+    let options = l.options.clone();
+    if a.state_in.is_some() || a.state_out.is_some() {
+        return generate_with_state(&l, &a, &options);
+    }
+    let terminal = std::io::stdout().is_terminal() && l.codec.is_text();
+    if a.stream || (terminal && !a.no_stream && l.prompts.len() == 1) {
+        return generate_streamed(&l, &options);
+    }
+    let (first_s, cached) = warm_up(&l, &options)?;
+    if let Some(path) = &a.dump_logits {
+        progress("prefill with the logits at every position");
+        let all = l
+            .model
+            .prefill_all_positions(&l.prompts)
+            .context("prefill")?;
+        dump_logits(path, &all)?;
+    }
+    let run = Timed::run(&l, &options)?;
+    let compile_s = first_s - run.generate_s;
+    let prompt_tokens = l.prompt_tokens();
+    let peak = peak_rss_mb();
+
+    print_rows(&l, &run.tokens)?;
+    let (batch, bucket) = l.shape();
+    println!("model     {}", l.description);
+    l.print_devices();
+    println!("prompt    {batch} row(s), {prompt_tokens} tokens in all (padded to {bucket})");
+    println!(
+        "compile   {compile_s:.2} s (first generate {first_s:.2} s - second {:.2} s; {})",
+        run.generate_s,
+        if cached {
+            "loaded from the compile cache"
+        } else {
+            "compiled"
+        }
+    );
+    println!(
+        "prefill   {prompt_tokens} tokens in {:.3} s: {:.1} tokens/s",
+        run.prefill_s,
+        run.prefill_tps(prompt_tokens)
+    );
+    match (run.decode_s(), run.decode_tps(), run.ms_per_token()) {
+        (Some(d), Some(tps), Some(ms)) => println!(
+            "decode    {} tokens in {d:.3} s: {tps:.1} tokens/s, {ms:.2} ms per step",
+            run.generated()
+        ),
+        _ => println!("decode    too fast to separate from the prefill"),
+    }
+    if let Some(mb) = peak {
+        println!("memory    peak RSS {mb:.0} MB");
+    }
+
+    if let Some(path) = &a.json {
+        let value = json!({
+            "tokens": run.tokens,
+            "prompt_len": l.prompts.iter().map(Vec::len).collect::<Vec<_>>(),
+            "prefill_tokens_per_s": run.prefill_tps(prompt_tokens),
+            "decode_tokens_per_s": run.decode_tps(),
+            "compile_s": compile_s,
+            "compile_from_cache": cached,
+            "compiles": l.client.cache_stats().compiles,
+            "cache_hits": cache_hits(&l.client),
+            "peak_rss_mb": peak,
+            "prefill_s": run.prefill_s,
+            "generate_s": run.generate_s,
+            "generated_tokens": run.generated(),
+            "max_new_tokens": options.max_new_tokens,
+            "model": l.description,
+            "devices": l.model.devices(),
+            "parallel": l.parallel_name(),
+            "weight_bytes_per_device": l.model.weight_bytes_per_device(),
+        });
+        write_json(path, &value)?;
+    }
+    Ok(())
+}
+
+/// Prints each row's new tokens, as quoted text when there is a tokenizer or a byte vocabulary.
+fn print_rows(l: &Loaded, rows: &[Vec<u32>]) -> Result<()> {
+    for (r, row) in rows.iter().enumerate() {
+        let text = l
+            .codec
+            .decode(row)
+            .with_context(|| format!("decoding row {r}"))?;
+        let shown = match text {
+            Some(text) => format!("{text:?}"),
+            None => ids_text(row),
+        };
+        println!("row {r:<5} {shown}");
+    }
+    Ok(())
+}
+
+/// Segment length of `generate --stream`.
+const STREAM_SEGMENT: usize = 16;
+
+/// `generate --stream`: prints each row's text (or ids) as its tokens arrive.
+fn generate_streamed(l: &Loaded, options: &GenerateOptions) -> Result<()> {
+    ensure!(
+        l.prompts.len() == 1,
+        "--stream prints one row; give one prompt (or --no-stream)"
+    );
+    progress("compiling and running prefill and the generate segment");
+    let t = Instant::now();
+    let mut all: Vec<u32> = Vec::new();
+    let mut printed = String::new();
+    let mut failure = None;
+    let mut out = std::io::stdout();
+    let tokens = l
+        .model
+        .generate_stream(&l.prompts, options, STREAM_SEGMENT, |fresh| {
+            all.extend(&fresh[0]);
+            let shown = match l.codec.decode_settled(&all) {
+                Ok(Some(text)) => text,
+                Ok(None) => ids_text(&all) + ",",
+                Err(e) => {
+                    failure = Some(e.context("decoding"));
+                    return false;
+                }
+            };
+            // Print what is new; a decode that rewrote earlier text waits for the next one.
+            if let Some(new) = shown.strip_prefix(printed.as_str()) {
+                print!("{new}");
+                let _ = out.flush();
+                printed = shown;
+            }
+            true
+        })
+        .context("generate")?;
+    if let Some(e) = failure {
+        println!();
+        return Err(e);
+    }
+    // What the last tokens settled (an incomplete UTF-8 tail is shown as U+FFFD now).
+    if let Some(text) = l.codec.decode(&all).context("decoding")? {
+        if let Some(new) = text.strip_prefix(printed.as_str()) {
+            print!("{new}");
+        }
+    }
+    println!();
+    let generated = cut_at_eos(tokens, options.eos)[0].len();
+    println!("model     {}", l.description);
+    println!(
+        "generate  {} prompt tokens and {generated} new in {:.2} s, streamed in segments of \
+         {STREAM_SEGMENT} (compile included)",
+        l.prompt_tokens(),
+        seconds(t)
+    );
+    Ok(())
+}
+
+/// `generate --state-in/--state-out`: one `generate_from` from the given state (or none),
+/// writing the state after it.
+fn generate_with_state(l: &Loaded, a: &GenerateArgs, options: &GenerateOptions) -> Result<()> {
+    let state = match &a.state_in {
+        Some(path) => Some(
+            Mamba2State::load(path, &l.client)
+                .with_context(|| format!("--state-in {}", path.display()))?,
+        ),
+        None => None,
+    };
+    progress("compiling and running generate from the state");
+    let t = Instant::now();
+    let (tokens, state) = l
+        .model
+        .generate_from(&l.prompts, state, options)
+        .context("generate")?;
+    let seconds_taken = seconds(t);
+    let tokens = cut_at_eos(tokens, options.eos);
+    print_rows(l, &tokens)?;
+    println!("model     {}", l.description);
+    println!(
+        "generate  {} prompt tokens and {} new in {seconds_taken:.2} s (compile included)",
+        l.prompt_tokens(),
+        tokens.iter().map(Vec::len).sum::<usize>()
+    );
+    if let Some(path) = &a.state_in {
+        println!("state     continued from {}", path.display());
+    }
+    if let Some(path) = &a.state_out {
+        state
+            .save(path)
+            .with_context(|| format!("--state-out {}", path.display()))?;
+        println!("state     written to {}", path.display());
+    }
+    if let Some(path) = &a.json {
+        write_json(path, &json!({ "tokens": tokens, "model": l.description }))?;
+    }
+    Ok(())
+}
+
+/// Writes the prompt logits as `[batch, longest prompt, vocab]` f32 (see `--dump-logits`).
+fn dump_logits(path: &Path, prefill: &Prefill) -> Result<()> {
+    let logits = prefill.logits.as_array::<f32>()?;
+    let logits = logits.as_standard_layout();
+    let data = logits.as_slice().context("logits are not contiguous")?;
+    let &[batch, bucket, vocab] = logits.shape() else {
+        bail!("prefill logits have shape {:?}", logits.shape());
+    };
+    let longest = prefill.prompt_len.iter().copied().max().unwrap_or(0);
+    let mut out = vec![0f32; batch * longest * vocab];
+    for (r, &len) in prefill.prompt_len.iter().enumerate() {
+        for p in longest - len..longest {
+            let src = (r * bucket + bucket - longest + p) * vocab;
+            let dst = (r * longest + p) * vocab;
+            out[dst..dst + vocab].copy_from_slice(&data[src..src + vocab]);
+        }
+    }
+    write_npy(path, &[batch, longest, vocab], &out)
+        .with_context(|| format!("writing {}", path.display()))
+}
+
+/// NumPy `.npy` version 1.0: magic, header length, a dict padded to a multiple of 64, data.
+fn write_npy(path: &Path, dims: &[usize], data: &[f32]) -> Result<()> {
+    let shape = match dims {
+        [d] => format!("({d},)"),
+        _ => format!(
+            "({})",
+            dims.iter()
+                .map(usize::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    };
+    let mut header = format!("{{'descr': '<f4', 'fortran_order': False, 'shape': {shape}, }}");
+    let unpadded = 10 + header.len() + 1;
+    header.push_str(&" ".repeat(unpadded.next_multiple_of(64) - unpadded));
+    header.push('\n');
+    let mut f = std::io::BufWriter::new(std::fs::File::create(path)?);
+    f.write_all(b"\x93NUMPY\x01\x00")?;
+    f.write_all(&u16::try_from(header.len())?.to_le_bytes())?;
+    f.write_all(header.as_bytes())?;
+    for x in data {
+        f.write_all(&x.to_le_bytes())?;
+    }
+    f.flush()?;
+    Ok(())
+}

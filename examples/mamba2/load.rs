@@ -1,0 +1,454 @@
+//! Which model (a checkpoint, the shipped byte-level model, or a random shape), its prompts and
+//! the generation options; [`load`] checks them all, then puts the model on the device.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, ensure, Context, Result};
+use clap::{Args, ValueEnum};
+use stablegraph::models::mamba2::{
+    GenerateOptions, LoadOptions, Mamba2, Mamba2Config, Mamba2Weights, Parallel, Sampling,
+};
+use stablegraph::runtime::Client;
+use stablegraph::DType;
+
+use crate::progress;
+use crate::text::{bytes_to_ids, Codec};
+
+/// The checkpoint shipped with the crate, relative to its root: the byte-level model the
+/// default `train` run makes.
+pub(crate) const SHIPPED_MODEL: &str = "models/mamba2-bytes";
+
+/// Which model, in which precision, on which plugin.
+#[derive(Args)]
+pub(crate) struct ModelArgs {
+    /// Checkpoint directory (HF or mamba_ssm): config.json, *.safetensors, and tokenizer.json
+    /// when present. Default: the byte-level model shipped in models/mamba2-bytes/ (for
+    /// `bench`: the 130M shape); without that directory, the 130M shape.
+    #[arg(long, value_name = "DIR", conflicts_with = "shape")]
+    pub(crate) model: Option<PathBuf>,
+    /// Run a model shape with seeded random weights instead of a checkpoint: `130m` is the
+    /// Mamba-2 130M shape (24 layers, 768 wide, vocab 50288).
+    #[arg(long, value_enum)]
+    pub(crate) shape: Option<Shape>,
+    /// Matrix dtype: bf16 keeps the matrices and their products in bf16, the rest in f32.
+    #[arg(long, value_enum, default_value_t = Precision::F32)]
+    pub(crate) dtype: Precision,
+    /// Seed of the random weights (with --shape, or when the 130M shape is the default).
+    #[arg(long, default_value_t = 0)]
+    pub(crate) weights_seed: u64,
+    /// PJRT plugin shared object (default: the XLA CPU plugin, resolved as the README says).
+    #[arg(long, value_name = "PATH")]
+    pub(crate) plugin: Option<PathBuf>,
+    /// How bf16 matrices enter their products: `on` as bf16 dots, `off` converted to f32 in
+    /// the program first, `auto` by platform and processor (see `Mamba2::bf16_dots`).
+    #[arg(long, value_enum, default_value_t = Bf16Dots::Auto)]
+    pub(crate) bf16_dots: Bf16Dots,
+    /// SSD chunk of the prefill (default: chosen per platform and prompt length, see
+    /// `Mamba2::prefill_chunk`); prompts are padded to a multiple of it.
+    #[arg(long, value_name = "N")]
+    pub(crate) prefill_chunk: Option<usize>,
+    /// Load a --model checkpoint even if some tensors hold NaN or infinite values (by default
+    /// it is refused, naming them); for debugging such weights.
+    #[arg(long)]
+    pub(crate) allow_nonfinite: bool,
+    /// Run every program over N devices as one SPMD program (on the CPU plugin, a client with
+    /// N devices); the split is --parallel's.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub(crate) devices: usize,
+    /// How the model is split over --devices: `heads` (tensor parallel: each device holds
+    /// 1/N of the heads and of the projections) or `batch` (data parallel: each device holds
+    /// every weight and 1/N of the rows). The head count, or the batch, must divide by N.
+    #[arg(long, value_enum, default_value_t = ParallelArg::Heads)]
+    pub(crate) parallel: ParallelArg,
+}
+
+/// A model shape with random weights.
+#[derive(Clone, Copy, ValueEnum)]
+pub(crate) enum Shape {
+    /// Mamba-2 130M: 24 layers, 768 wide, state 128, vocab 50288.
+    #[value(name = "130m")]
+    M130,
+}
+
+/// Where the weights come from.
+pub(crate) enum Source {
+    /// A checkpoint directory; `shipped` when it is the crate's default model.
+    Checkpoint { dir: PathBuf, shipped: bool },
+    /// A shape with seeded random weights.
+    Random(Shape),
+}
+
+impl ModelArgs {
+    /// The model these flags select: --model, else --shape, else (unless `random_default`)
+    /// the shipped checkpoint when the crate has it, else the 130M shape (saying so on stderr).
+    pub(crate) fn source(&self, random_default: bool) -> Source {
+        if let Some(dir) = &self.model {
+            return Source::Checkpoint {
+                dir: dir.clone(),
+                shipped: false,
+            };
+        }
+        if let Some(shape) = self.shape {
+            return Source::Random(shape);
+        }
+        if random_default {
+            return Source::Random(Shape::M130);
+        }
+        match shipped_model() {
+            Some(dir) => Source::Checkpoint { dir, shipped: true },
+            None => {
+                eprintln!(
+                    "mamba2: note: {SHIPPED_MODEL}/ is not in this checkout; running the 130M \
+                     shape with random weights (--shape 130m) instead"
+                );
+                Source::Random(Shape::M130)
+            }
+        }
+    }
+}
+
+/// The shipped checkpoint's directory, when this checkout has it (a config.json in it).
+pub(crate) fn shipped_model() -> Option<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join(SHIPPED_MODEL);
+    dir.join("config.json").is_file().then_some(dir)
+}
+
+/// The config of a checkpoint directory, checking that it is one.
+pub(crate) fn read_config(dir: &Path) -> Result<Mamba2Config> {
+    ensure!(dir.is_dir(), "--model {}: not a directory", dir.display());
+    Mamba2Config::from_file(dir.join("config.json"))
+        .with_context(|| format!("--model {}", dir.display()))
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub(crate) enum ParallelArg {
+    Heads,
+    Batch,
+}
+
+impl ParallelArg {
+    pub(crate) fn kind(self) -> Parallel {
+        match self {
+            ParallelArg::Heads => Parallel::Heads,
+            ParallelArg::Batch => Parallel::Batch,
+        }
+    }
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub(crate) enum Bf16Dots {
+    Auto,
+    On,
+    Off,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub(crate) enum Precision {
+    F32,
+    Bf16,
+}
+
+/// The prompts.
+#[derive(Args)]
+pub(crate) struct PromptArgs {
+    /// Prompt text, encoded with the model's tokenizer.json, or as its UTF-8 bytes for a model
+    /// with a 256-token vocabulary and no tokenizer (the shipped model).
+    #[arg(long, conflicts_with = "prompt_ids")]
+    pub(crate) prompt: Option<String>,
+    /// Prompt token ids, comma-separated; `;` separates the prompts of a batch: `1,2,3;4,5`.
+    /// Prompts of different lengths are left-padded and masked.
+    #[arg(long, value_name = "IDS")]
+    pub(crate) prompt_ids: Option<String>,
+    /// Length of the default prompt, used when neither --prompt nor --prompt-ids is given:
+    /// deterministic pseudo-random ids, or with a byte vocabulary the bytes of a fixed Rust
+    /// snippet (repeated to N bytes).
+    #[arg(long, default_value_t = 128, value_name = "N")]
+    pub(crate) prompt_len: usize,
+    /// Repeat the prompt (all of them, with --prompt-ids groups) N times: N times the rows.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub(crate) batch: usize,
+}
+
+/// Generation options.
+#[derive(Args)]
+pub(crate) struct SamplingArgs {
+    /// New tokens per row.
+    #[arg(long, default_value_t = 128, value_name = "N")]
+    pub(crate) max_new_tokens: usize,
+    /// Sampling temperature; absent or 0: greedy (--top-k, --top-p and --seed are then unused).
+    #[arg(long)]
+    pub(crate) temperature: Option<f32>,
+    /// Sample among the k most likely tokens only (0: all).
+    #[arg(long, default_value_t = 0, value_name = "K")]
+    pub(crate) top_k: usize,
+    /// Sample from the smallest set of tokens whose probability reaches P (1: all).
+    #[arg(long, default_value_t = 1.0, value_name = "P")]
+    pub(crate) top_p: f32,
+    /// Sampling seed.
+    #[arg(long, default_value_t = 0)]
+    pub(crate) seed: u64,
+    /// End-of-sequence token id: a row stops after emitting it.
+    #[arg(long, value_name = "ID")]
+    pub(crate) eos: Option<u32>,
+}
+
+/// A model on the device with its prompts.
+pub(crate) struct Loaded {
+    pub(crate) client: Client,
+    pub(crate) model: Mamba2,
+    /// How tokens become text.
+    pub(crate) codec: Codec,
+    pub(crate) prompts: Vec<Vec<u32>>,
+    pub(crate) options: GenerateOptions,
+    pub(crate) description: String,
+}
+
+impl Loaded {
+    /// With several devices, a line saying how the model is split and the weights per device.
+    pub(crate) fn print_devices(&self) {
+        if let Some(p) = self.model.parallel() {
+            println!(
+                "devices   {} ({}), weights {:.0} MB per device",
+                self.model.devices(),
+                p.name(),
+                self.model.weight_bytes_per_device() as f64 / 1e6
+            );
+        }
+    }
+
+    /// `"heads"`, `"batch"`, or null on one device.
+    pub(crate) fn parallel_name(&self) -> Option<&'static str> {
+        self.model.parallel().map(Parallel::name)
+    }
+
+    /// Real prompt tokens, all rows.
+    pub(crate) fn prompt_tokens(&self) -> usize {
+        self.prompts.iter().map(Vec::len).sum()
+    }
+
+    /// Rows and the prompt bucket they pad to.
+    pub(crate) fn shape(&self) -> (usize, usize) {
+        let longest = self.prompts.iter().map(Vec::len).max().unwrap_or(0);
+        let bucket = self.model.prompt_bucket(longest).unwrap_or(longest);
+        (self.prompts.len(), bucket)
+    }
+}
+
+/// Reads the config, tokenizer, prompts and options (checking them before anything slow), then
+/// creates the client and uploads the weights. `random_default`: without --model or --shape,
+/// run the 130M shape rather than the shipped model (what `bench` does).
+pub(crate) fn load(
+    m: &ModelArgs,
+    p: &PromptArgs,
+    s: &SamplingArgs,
+    random_default: bool,
+) -> Result<Loaded> {
+    let source = m.source(random_default);
+    let (config, codec) = match &source {
+        Source::Checkpoint { dir, .. } => {
+            let config = read_config(dir)?;
+            let codec = Codec::for_model(Some(dir), config.vocab_size)?;
+            (config, codec)
+        }
+        Source::Random(Shape::M130) => (Mamba2Config::mamba2_130m(), Codec::for_model(None, 0)?),
+    };
+    let vocab = config.vocab_size;
+    let options = s.options(vocab)?;
+    let prompts = match (&p.prompt, &p.prompt_ids) {
+        (Some(text), _) => vec![codec.encode(text)?],
+        (None, Some(ids)) => parse_prompt_ids(ids)?,
+        (None, None) => {
+            ensure!(p.prompt_len > 0, "--prompt-len must be at least 1");
+            match codec {
+                Codec::Bytes => vec![default_text_prompt(p.prompt_len)],
+                _ => vec![default_prompt(p.prompt_len, vocab)],
+            }
+        }
+    };
+    ensure!(p.batch > 0, "--batch must be at least 1");
+    let prompts: Vec<Vec<u32>> = (0..p.batch).flat_map(|_| prompts.clone()).collect();
+    ensure!(m.devices > 0, "--devices must be at least 1");
+    match m.parallel {
+        ParallelArg::Heads => ensure!(
+            config.num_heads.is_multiple_of(m.devices),
+            "--devices {} --parallel heads: the model's {} heads do not divide into {} equal parts",
+            m.devices,
+            config.num_heads,
+            m.devices
+        ),
+        ParallelArg::Batch => ensure!(
+            prompts.len().is_multiple_of(m.devices),
+            "--devices {} --parallel batch: {} rows do not divide into {} equal parts (set \
+             --batch or the prompts to a multiple of {})",
+            m.devices,
+            prompts.len(),
+            m.devices,
+            m.devices
+        ),
+    }
+    for (r, row) in prompts.iter().enumerate() {
+        if let Some(bad) = row.iter().find(|&&t| t as usize >= vocab) {
+            bail!("token id {bad} (prompt {r}) is outside the vocabulary of {vocab}");
+        }
+    }
+
+    progress("loading the PJRT plugin");
+    let client = match (&m.plugin, m.devices) {
+        (Some(path), _) => Client::from_plugin_path(path),
+        (None, 1) => Client::cpu(),
+        (None, n) => Client::cpu_with_devices(n),
+    }
+    .context("creating the PJRT client")?;
+    let dtype = match m.dtype {
+        Precision::F32 => DType::F32,
+        Precision::Bf16 => DType::BF16,
+    };
+    let (weights, source) = match &source {
+        Source::Checkpoint { dir, shipped } => {
+            progress(&format!("loading weights from {}", dir.display()));
+            let options = LoadOptions {
+                allow_nonfinite: m.allow_nonfinite,
+            };
+            let w = Mamba2Weights::load_with(dir, &config, dtype, &options).map_err(|e| {
+                let hint = if e.to_string().contains("NaN or infinite") {
+                    " (--allow-nonfinite loads it anyway)"
+                } else {
+                    ""
+                };
+                anyhow::Error::new(e).context(format!("--model {}{hint}", dir.display()))
+            })?;
+            let name = if *shipped {
+                format!("{SHIPPED_MODEL} (the shipped byte-level model)")
+            } else {
+                dir.display().to_string()
+            };
+            (w, name)
+        }
+        Source::Random(Shape::M130) => {
+            progress("drawing random weights for the 130M shape");
+            let w = Mamba2Weights::random(&config, dtype, m.weights_seed)?;
+            let source = format!("130M shape, random weights (seed {})", m.weights_seed);
+            (w, source)
+        }
+    };
+    let mut description = format!(
+        "{source}: {} layers, {} wide, vocab {}, {} matrices",
+        config.num_layers,
+        config.hidden_size,
+        config.vocab_size,
+        dtype.mlir_name()
+    );
+    if m.devices > 1 {
+        let how = match m.parallel {
+            ParallelArg::Heads => "heads",
+            ParallelArg::Batch => "batch",
+        };
+        description.push_str(&format!(", over {} devices by {how}", m.devices));
+    }
+    progress("uploading the weights");
+    let bf16_dots = match m.bf16_dots {
+        Bf16Dots::Auto => None,
+        Bf16Dots::On => Some(true),
+        Bf16Dots::Off => Some(false),
+    };
+    let model = Mamba2::new_parallel(&client, config, &weights, m.parallel.kind(), m.devices)?
+        .with_prefill_chunk(m.prefill_chunk)?
+        .with_bf16_dots(bf16_dots);
+    Ok(Loaded {
+        client,
+        model,
+        codec,
+        prompts,
+        options,
+        description,
+    })
+}
+
+/// Parses `1,2,3;4,5` into prompts.
+pub(crate) fn parse_prompt_ids(text: &str) -> Result<Vec<Vec<u32>>> {
+    text.split(';')
+        .map(|group| {
+            let ids = group
+                .split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(|s| {
+                    s.parse::<u32>()
+                        .with_context(|| format!("--prompt-ids: {s:?} is not a token id"))
+                })
+                .collect::<Result<Vec<u32>>>()?;
+            ensure!(!ids.is_empty(), "--prompt-ids: empty prompt in {text:?}");
+            Ok(ids)
+        })
+        .collect()
+}
+
+/// `len` deterministic pseudo-random ids below `vocab` (SplitMix64 from a fixed seed).
+fn default_prompt(len: usize, vocab: usize) -> Vec<u32> {
+    let mut state = 0x5EED_u64;
+    (0..len)
+        .map(|_| {
+            state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = state;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            ((z ^ (z >> 31)) % vocab as u64) as u32
+        })
+        .collect()
+}
+
+/// The default prompt of a byte-level model: this snippet's bytes, repeated to `len`.
+const DEFAULT_TEXT: &str = "use stablegraph::ops::{Graph, Tensor};\n\n\
+/// Builds the graph of one layer and returns its output.\n\
+fn build(g: &Graph, x: &Tensor) -> stablegraph::Result<Tensor> {\n    ";
+
+/// `len` bytes of [`DEFAULT_TEXT`] (repeated as needed) as byte-vocabulary ids.
+fn default_text_prompt(len: usize) -> Vec<u32> {
+    let bytes: Vec<u8> = DEFAULT_TEXT.bytes().cycle().take(len).collect();
+    bytes_to_ids(&bytes)
+}
+
+impl SamplingArgs {
+    /// The generation options, checked against a vocabulary of `vocab` tokens.
+    pub(crate) fn options(&self, vocab: usize) -> Result<GenerateOptions> {
+        ensure!(
+            self.max_new_tokens > 0,
+            "--max-new-tokens must be at least 1"
+        );
+        if let Some(e) = self.eos {
+            ensure!(
+                (e as usize) < vocab,
+                "--eos {e} is outside the vocabulary of {vocab}"
+            );
+        }
+        let sampling = match self.temperature {
+            None | Some(0.0) => Sampling::Greedy,
+            Some(temperature) => {
+                ensure!(
+                    temperature > 0.0 && temperature.is_finite(),
+                    "--temperature must be a positive number (or 0 for greedy)"
+                );
+                ensure!(
+                    self.top_p > 0.0 && self.top_p <= 1.0,
+                    "--top-p must be in (0, 1]"
+                );
+                ensure!(
+                    self.top_k <= vocab,
+                    "--top-k {} exceeds the vocabulary of {vocab}",
+                    self.top_k
+                );
+                Sampling::Sample {
+                    temperature,
+                    top_k: self.top_k,
+                    top_p: self.top_p,
+                    seed: self.seed,
+                }
+            }
+        };
+        Ok(GenerateOptions {
+            max_new_tokens: self.max_new_tokens,
+            sampling,
+            eos: self.eos,
+        })
+    }
+}

@@ -1,0 +1,375 @@
+//! `train`: a small byte-level Mamba-2 trained from scratch on local files with the library's
+//! [`Trainer`] (AdamW, the whole optimizer step in one compiled program), writing the
+//! checkpoint, the loss curve as CSV and as an SVG chart.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{bail, ensure, Context, Result};
+use clap::Args;
+use serde_json::json;
+use stablegraph::models::mamba2::{Mamba2Config, Mamba2Weights};
+use stablegraph::runtime::Client;
+use stablegraph::DType;
+
+use crate::data::{default_sources, eval_batches, unigram_entropy_bits, Data, Sampler};
+use crate::plot::loss_svg;
+use crate::text::BYTE_VOCAB;
+use crate::{peak_rss_mb, progress, seconds};
+use stablegraph::models::mamba2::Trainer;
+use stablegraph::optim::AdamW;
+
+/// The fixed shape of the trained model (`Mamba2Config::byte_level`), besides --layers and
+/// --d-model.
+const HEAD_DIM: usize = 32;
+const STATE_SIZE: usize = 32;
+const CONV_KERNEL: usize = 4;
+/// The SSD chunk of training: --seq-len must be a multiple of it.
+const CHUNK: usize = 64;
+/// `d_inner = EXPAND * d_model`.
+const EXPAND: usize = 2;
+/// At most this many batches of the validation windows per evaluation.
+const MAX_EVAL_BATCHES: usize = 8;
+/// A progress line every this many steps (and at every evaluation).
+const LOG_EVERY: usize = 10;
+/// Seed offsets: the weights use --seed itself, the batches these streams.
+const BATCH_STREAM: u64 = 0xDA7A_5EED;
+
+/// Shown after `train --help`.
+pub(crate) const AFTER_HELP: &str = "\
+Data: the files of --data (directories recursively, regular files only, hidden entries \
+skipped) are read as bytes in sorted path order and concatenated; the last 5% of those bytes \
+is held out for validation and never trained on. Each step trains on --batch windows of \
+--seq-len + 1 bytes at random offsets of the rest (seeded by --seed), predicting each byte \
+after the first. Validation loss is the mean over fixed, evenly spaced windows of the held-out \
+bytes (up to 8 batches), the same windows at every evaluation. Losses are printed in bits per \
+byte (nats / ln 2); the unigram entropy of the training bytes is what knowing only byte \
+frequencies achieves.\n\n\
+Model: vocab 256 (token = byte), head_dim 32, state 32, one B/C group, conv kernel 4, SSD \
+chunk 64 (--seq-len must be a multiple of it), expand 2, tied embeddings, no projection \
+biases, f32; the weights are Mamba2Weights::random(config, F32, --seed).\n\n\
+Optimizer: AdamW (beta1 0.9, beta2 0.95, eps 1e-8, weight decay 0.1, gradients clipped to \
+global norm 1). Learning rate: linear warm-up from --lr/W to --lr over the first \
+W = clamp(steps / 20, 1, 100) steps, then cosine decay to --lr / 10 at the last step. With \
+--micro-steps K, one program call runs K optimizer steps (all at the rate of the first).\n\n\
+Output (in --out): config.json and model.safetensors (an HF-format checkpoint that `generate \
+--model` and transformers' Mamba2ForCausalLM load), loss.csv (step,train_bpb,val_bpb; val_bpb \
+empty between evaluations) and loss.svg.";
+
+/// The flags of `train`.
+#[derive(Args)]
+pub(crate) struct TrainArgs {
+    /// Training text: files or directories, read as bytes (repeatable); the last 5% of the
+    /// concatenated bytes is held out for validation. Default: this crate's src/ tree and
+    /// README.md.
+    #[arg(long, value_name = "FILE|DIR")]
+    data: Vec<PathBuf>,
+    /// Number of Mamba-2 blocks.
+    #[arg(long, default_value_t = 4, value_name = "N")]
+    layers: usize,
+    /// Model width (a multiple of 16: 2 x d_model must divide into heads of 32).
+    #[arg(long, default_value_t = 128, value_name = "N")]
+    d_model: usize,
+    /// Bytes predicted per window (a multiple of the SSD chunk, 64); windows hold one more.
+    #[arg(long, default_value_t = 256, value_name = "N")]
+    seq_len: usize,
+    /// Windows per optimizer step.
+    #[arg(long, default_value_t = 8, value_name = "N")]
+    batch: usize,
+    /// Optimizer steps (a multiple of --micro-steps; 0 writes the initial model). The default
+    /// is meant to take about 10 minutes on a 2-core machine.
+    #[arg(long, default_value_t = 1200, value_name = "N")]
+    steps: usize,
+    /// Peak learning rate (see the schedule below).
+    #[arg(long, default_value_t = 3e-3, value_name = "LR")]
+    lr: f64,
+    /// Seed of the initial weights and of the batches.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Output directory (created if missing).
+    #[arg(long, default_value = "target/mamba2-train", value_name = "DIR")]
+    out: PathBuf,
+    /// Evaluate on the validation bytes every N steps (and after the last).
+    #[arg(long, default_value_t = 100, value_name = "N")]
+    eval_every: usize,
+    /// Optimizer steps per program call: fewer host round trips, one compiled program that
+    /// takes K batches at once.
+    #[arg(long, default_value_t = 1, value_name = "K")]
+    micro_steps: usize,
+    /// Print only a JSON summary on stdout at the end (progress goes to stderr): steps, final
+    /// train and validation bits per byte, unigram entropy, tokens/s, compile seconds, peak RSS.
+    #[arg(long)]
+    json: bool,
+    /// PJRT plugin shared object (default: the XLA CPU plugin).
+    #[arg(long, value_name = "PATH")]
+    plugin: Option<PathBuf>,
+}
+
+impl TrainArgs {
+    /// Checks the flags (before anything slow) and builds the model's config.
+    fn config(&self) -> Result<Mamba2Config> {
+        ensure!(self.layers > 0, "--layers must be at least 1");
+        ensure!(
+            self.d_model > 0 && (EXPAND * self.d_model).is_multiple_of(HEAD_DIM),
+            "--d-model {} must be a positive multiple of 16 (2 x d_model is split into heads \
+             of {HEAD_DIM})",
+            self.d_model
+        );
+        ensure!(
+            self.seq_len > 0 && self.seq_len.is_multiple_of(CHUNK),
+            "--seq-len {} is not a multiple of the SSD chunk ({CHUNK})",
+            self.seq_len
+        );
+        ensure!(self.batch > 0, "--batch must be at least 1");
+        ensure!(self.micro_steps > 0, "--micro-steps must be at least 1");
+        ensure!(
+            self.steps.is_multiple_of(self.micro_steps),
+            "--steps {} is not a multiple of --micro-steps {}",
+            self.steps,
+            self.micro_steps
+        );
+        ensure!(self.eval_every > 0, "--eval-every must be at least 1");
+        ensure!(
+            self.lr.is_finite() && self.lr > 0.0,
+            "--lr must be a positive number"
+        );
+        let config = Mamba2Config::byte_level(self.layers, self.d_model)?;
+        // The constants the help text and this module state, checked against the library's.
+        ensure!(
+            (
+                config.head_dim,
+                config.state_size,
+                config.conv_kernel,
+                config.chunk_size
+            ) == (HEAD_DIM, STATE_SIZE, CONV_KERNEL, CHUNK)
+                && config.vocab_size == BYTE_VOCAB
+                && config.tie_word_embeddings,
+            "Mamba2Config::byte_level changed its shape; update the train example's constants"
+        );
+        Ok(config)
+    }
+}
+
+/// The learning rate of optimizer step `step` (1-based) of `steps`: linear warm-up over
+/// `clamp(steps / 20, 1, 100)` steps to `peak`, then cosine decay to `peak / 10` at `steps`.
+pub(crate) fn learning_rate(peak: f64, step: usize, steps: usize) -> f64 {
+    let warmup = (steps / 20).clamp(1, 100);
+    if step <= warmup {
+        return peak * step as f64 / warmup as f64;
+    }
+    let progress = (step - warmup) as f64 / (steps - warmup).max(1) as f64;
+    let cosine = 0.5 * (1.0 + (std::f64::consts::PI * progress.min(1.0)).cos());
+    peak * (0.1 + 0.9 * cosine)
+}
+
+/// One row of loss.csv.
+struct Row {
+    step: usize,
+    train_bpb: f64,
+    val_bpb: Option<f64>,
+}
+
+/// `train`.
+pub(crate) fn train(a: TrainArgs) -> Result<()> {
+    let config = a.config()?;
+    // With --json, stdout holds the summary only.
+    let say = |line: String| {
+        if a.json {
+            eprintln!("{line}");
+        } else {
+            println!("{line}");
+        }
+    };
+    let sources = if a.data.is_empty() {
+        default_sources()
+    } else {
+        a.data.clone()
+    };
+    let data = Data::read(&sources)?;
+    let window = a.seq_len + 1;
+    data.check_window(window)?;
+    let entropy = unigram_entropy_bits(&data.train);
+    say(format!(
+        "data      {} files, {} bytes: {} to train on, {} held out (the last 5%)",
+        data.files.len(),
+        data.train.len() + data.val.len(),
+        data.train.len(),
+        data.val.len()
+    ));
+    say(format!(
+        "unigram   {entropy:.3} bits per byte (entropy of the training bytes' frequencies)"
+    ));
+
+    let weights = Mamba2Weights::random(&config, DType::F32, a.seed)?;
+    let parameters: usize = weights
+        .named()
+        .iter()
+        .map(|(_, w)| w.dims().iter().product::<usize>())
+        .sum();
+    say(format!(
+        "model     {} layers, {} wide, {} heads of {HEAD_DIM}, state {STATE_SIZE}, vocab 256 \
+         (bytes): {parameters} parameters, f32",
+        config.num_layers, config.hidden_size, config.num_heads
+    ));
+    say(format!(
+        "training  {} steps of {} x {} bytes, peak lr {}, {} step(s) per call",
+        a.steps, a.batch, a.seq_len, a.lr, a.micro_steps
+    ));
+
+    progress("loading the PJRT plugin");
+    let client = match &a.plugin {
+        Some(path) => Client::from_plugin_path(path),
+        None => Client::cpu(),
+    }
+    .context("creating the PJRT client")?;
+
+    let mut rows: Vec<Row> = Vec::new();
+    let mut compile_s = 0.0;
+    let mut train_s = 0.0;
+    let final_weights = if a.steps == 0 {
+        weights
+    } else {
+        let opt = AdamW {
+            lr: a.lr,
+            beta1: 0.9,
+            beta2: 0.95,
+            eps: 1e-8,
+            weight_decay: 0.1,
+            clip_norm: Some(1.0),
+        };
+        progress("compiling the training and evaluation programs");
+        let mut trainer = Trainer::new(
+            &client,
+            &config,
+            weights,
+            opt,
+            a.batch,
+            a.seq_len,
+            a.micro_steps,
+        )
+        .context("building the trainer")?;
+        compile_s = trainer.compile_seconds();
+        say(format!("compile   {compile_s:.2} s"));
+        let mut sampler = Sampler::new(&data.train, window, a.seed ^ BATCH_STREAM);
+        let evals = eval_batches(&data.val, window, a.batch, MAX_EVAL_BATCHES);
+        let evaluate = |trainer: &Trainer| -> Result<f64> {
+            let mut sum = 0.0;
+            for batch in &evals {
+                sum += f64::from(trainer.eval_loss(batch).context("evaluating")?);
+            }
+            Ok(sum / evals.len() as f64 / std::f64::consts::LN_2)
+        };
+        let k = a.micro_steps;
+        for call in 0..a.steps / k {
+            let first = call * k + 1;
+            let step = first + k - 1;
+            let lr = learning_rate(a.lr, first, a.steps);
+            let tokens = sampler.batch(k * a.batch);
+            let t = Instant::now();
+            let loss = trainer
+                .step(&tokens, lr)
+                .with_context(|| format!("training step {first}"))?;
+            train_s += seconds(t);
+            let train_bpb = f64::from(loss) / std::f64::consts::LN_2;
+            if !train_bpb.is_finite() {
+                bail!(
+                    "the training loss is {loss} at step {step}: training diverged (try a \
+                     lower --lr)"
+                );
+            }
+            let eval_now = step / a.eval_every > (first - 1) / a.eval_every || step == a.steps;
+            let val_bpb = if eval_now {
+                Some(evaluate(&trainer)?)
+            } else {
+                None
+            };
+            let tokens_per_s = (step * a.batch * a.seq_len) as f64 / train_s;
+            if eval_now || step.is_multiple_of(LOG_EVERY) || call == 0 {
+                let mut line = format!("step {step:>6}/{}  train {train_bpb:.3} bpb", a.steps);
+                if let Some(v) = val_bpb {
+                    let _ = write!(line, "  val {v:.3} bpb");
+                }
+                let _ = write!(line, "  lr {lr:.2e}  {tokens_per_s:.0} tokens/s");
+                say(line);
+            }
+            rows.push(Row {
+                step,
+                train_bpb,
+                val_bpb,
+            });
+        }
+        trainer.weights().context("reading the trained weights")?
+    };
+
+    final_weights
+        .save(&a.out, &config)
+        .with_context(|| format!("--out {}", a.out.display()))?;
+    let csv_path = a.out.join("loss.csv");
+    let mut csv = String::from("step,train_bpb,val_bpb\n");
+    for r in &rows {
+        let val = r.val_bpb.map(|v| format!("{v:.6}")).unwrap_or_default();
+        let _ = writeln!(csv, "{},{:.6},{val}", r.step, r.train_bpb);
+    }
+    std::fs::write(&csv_path, csv).with_context(|| format!("writing {}", csv_path.display()))?;
+    let svg_path = a.out.join("loss.svg");
+    let train_pts: Vec<(usize, f64)> = rows.iter().map(|r| (r.step, r.train_bpb)).collect();
+    let val_pts: Vec<(usize, f64)> = rows
+        .iter()
+        .filter_map(|r| r.val_bpb.map(|v| (r.step, v)))
+        .collect();
+    let title = format!(
+        "Byte-level Mamba-2 ({} layer{}, {} wide, {parameters} parameters): loss",
+        config.num_layers,
+        if config.num_layers == 1 { "" } else { "s" },
+        config.hidden_size
+    );
+    std::fs::write(&svg_path, loss_svg(&title, &train_pts, &val_pts, entropy))
+        .with_context(|| format!("writing {}", svg_path.display()))?;
+
+    let final_train = rows.last().map(|r| r.train_bpb);
+    let final_val = rows.iter().rev().find_map(|r| r.val_bpb);
+    let tokens_per_s = (a.steps > 0).then(|| (a.steps * a.batch * a.seq_len) as f64 / train_s);
+    let peak = peak_rss_mb();
+    say(format!(
+        "wrote     {}/config.json, model.safetensors, loss.csv, loss.svg",
+        a.out.display()
+    ));
+    if let Some(mb) = peak {
+        say(format!("memory    peak RSS {mb:.0} MB"));
+    }
+    if a.json {
+        let summary = json!({
+            "steps": a.steps,
+            "final_train_bpb": final_train,
+            "final_val_bpb": final_val,
+            "unigram_entropy_bpb": entropy,
+            "tokens_per_s": tokens_per_s,
+            "train_s": train_s,
+            "compile_s": compile_s,
+            "peak_rss_mb": peak,
+            "parameters": parameters,
+            "train_bytes": data.train.len(),
+            "val_bytes": data.val.len(),
+            "out": a.out.display().to_string(),
+        });
+        println!("{}", serde_json::to_string_pretty(&summary)?);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schedule_warms_up_then_decays_to_a_tenth() {
+        let peak = 3e-3;
+        assert!((learning_rate(peak, 1, 1000) - peak / 50.0).abs() < 1e-12);
+        assert!((learning_rate(peak, 50, 1000) - peak).abs() < 1e-12);
+        assert!((learning_rate(peak, 1000, 1000) - peak / 10.0).abs() < 1e-12);
+        let mid = learning_rate(peak, 525, 1000);
+        assert!((mid - peak * 0.55).abs() < 1e-9, "{mid}");
+        assert!((learning_rate(peak, 1, 1) - peak).abs() < 1e-12);
+    }
+}
