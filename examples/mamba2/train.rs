@@ -79,7 +79,7 @@ pub(crate) struct TrainArgs {
     batch: usize,
     /// Optimizer steps (a multiple of --micro-steps; 0 writes the initial model). The default
     /// is meant to take about 10 minutes on a 2-core machine.
-    #[arg(long, default_value_t = 1200, value_name = "N")]
+    #[arg(long, default_value_t = 1500, value_name = "N")]
     steps: usize,
     /// Peak learning rate (see the schedule below).
     #[arg(long, default_value_t = 3e-3, value_name = "LR")]
@@ -172,6 +172,7 @@ struct Row {
 
 /// `train`.
 pub(crate) fn train(a: TrainArgs) -> Result<()> {
+    let started = Instant::now();
     let config = a.config()?;
     // With --json, stdout holds the summary only.
     let say = |line: String| {
@@ -250,7 +251,7 @@ pub(crate) fn train(a: TrainArgs) -> Result<()> {
         )
         .context("building the trainer")?;
         compile_s = trainer.compile_seconds();
-        say(format!("compile   {compile_s:.2} s"));
+        say(format!("compile   {compile_s:.2} s (the training step)"));
         let mut sampler = Sampler::new(&data.train, window, a.seed ^ BATCH_STREAM);
         let evals = eval_batches(&data.val, window, a.batch, MAX_EVAL_BATCHES);
         let evaluate = |trainer: &Trainer| -> Result<f64> {
@@ -299,6 +300,8 @@ pub(crate) fn train(a: TrainArgs) -> Result<()> {
                 val_bpb,
             });
         }
+        // Now with the evaluation program's compile too.
+        compile_s = trainer.compile_seconds();
         trainer.weights().context("reading the trained weights")?
     };
 
@@ -331,6 +334,15 @@ pub(crate) fn train(a: TrainArgs) -> Result<()> {
     let final_val = rows.iter().rev().find_map(|r| r.val_bpb);
     let tokens_per_s = (a.steps > 0).then(|| (a.steps * a.batch * a.seq_len) as f64 / train_s);
     let peak = peak_rss_mb();
+    if let (Some(train_bpb), Some(val_bpb), Some(tps)) = (final_train, final_val, tokens_per_s) {
+        say(format!(
+            "done      {} steps in {:.1} s ({train_s:.1} s training at {tps:.0} tokens/s, \
+             {compile_s:.2} s compiling); final train {train_bpb:.3}, val {val_bpb:.3} bits per \
+             byte (unigram {entropy:.3})",
+            a.steps,
+            seconds(started)
+        ));
+    }
     say(format!(
         "wrote     {}/config.json, model.safetensors, loss.csv, loss.svg",
         a.out.display()
