@@ -134,8 +134,9 @@ impl Mamba2Weights<HostArray> {
     /// converted), with the metadata `{"format": "pt"}` that transformers looks for.
     ///
     /// Any structure of this shape may be written, not only weights: gradients, for example,
-    /// under the names of the weights they belong to. The file is written to a temporary name
-    /// beside `path` and renamed, so a failed write leaves no partial file under `path`. A
+    /// under the names of the weights they belong to. The file's directory is created if
+    /// missing; the file is written to a temporary name beside `path` and renamed, so a failed
+    /// write leaves no partial file under `path`. A
     /// tensor of a non-float dtype, or a failed write, is an error naming the tensor or path.
     pub fn save_tensors(&self, path: &Path) -> Result<()> {
         let mut data: Vec<(String, Vec<usize>, Vec<u8>)> = Vec::new();
