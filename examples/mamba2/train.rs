@@ -78,8 +78,8 @@ pub(crate) struct TrainArgs {
     #[arg(long, default_value_t = 8, value_name = "N")]
     batch: usize,
     /// Optimizer steps (a multiple of --micro-steps; 0 writes the initial model). The default
-    /// is meant to take about 10 minutes on a 2-core machine.
-    #[arg(long, default_value_t = 1500, value_name = "N")]
+    /// takes about 10 minutes on a 2-core machine.
+    #[arg(long, default_value_t = 2400, value_name = "N")]
     steps: usize,
     /// Peak learning rate (see the schedule below).
     #[arg(long, default_value_t = 3e-3, value_name = "LR")]
@@ -94,9 +94,9 @@ pub(crate) struct TrainArgs {
     #[arg(long, default_value_t = 100, value_name = "N")]
     eval_every: usize,
     /// Optimizer steps per program call: fewer host round trips, one compiled program that
-    /// takes K batches at once.
-    #[arg(long, default_value_t = 1, value_name = "K")]
-    micro_steps: usize,
+    /// takes K batches at once. Default: 4 when --steps is a multiple of 4, else 1.
+    #[arg(long, value_name = "K")]
+    micro_steps: Option<usize>,
     /// Print only a JSON summary on stdout at the end (progress goes to stderr): steps, final
     /// train and validation bits per byte, unigram entropy, tokens/s, compile seconds, peak RSS.
     #[arg(long)]
@@ -107,6 +107,13 @@ pub(crate) struct TrainArgs {
 }
 
 impl TrainArgs {
+    /// Optimizer steps per program call: `--micro-steps`, else 4 when it divides `--steps`
+    /// (four steps per call ran about 1.3x faster per step than one, measured), else 1.
+    fn micro_steps(&self) -> usize {
+        self.micro_steps
+            .unwrap_or(if self.steps.is_multiple_of(4) { 4 } else { 1 })
+    }
+
     /// Checks the flags (before anything slow) and builds the model's config.
     fn config(&self) -> Result<Mamba2Config> {
         ensure!(self.layers > 0, "--layers must be at least 1");
@@ -122,12 +129,12 @@ impl TrainArgs {
             self.seq_len
         );
         ensure!(self.batch > 0, "--batch must be at least 1");
-        ensure!(self.micro_steps > 0, "--micro-steps must be at least 1");
+        ensure!(self.micro_steps() > 0, "--micro-steps must be at least 1");
         ensure!(
-            self.steps.is_multiple_of(self.micro_steps),
+            self.steps.is_multiple_of(self.micro_steps()),
             "--steps {} is not a multiple of --micro-steps {}",
             self.steps,
-            self.micro_steps
+            self.micro_steps()
         );
         ensure!(self.eval_every > 0, "--eval-every must be at least 1");
         ensure!(
@@ -174,6 +181,7 @@ struct Row {
 pub(crate) fn train(a: TrainArgs) -> Result<()> {
     let started = Instant::now();
     let config = a.config()?;
+    with_huge_pages();
     // With --json, stdout holds the summary only.
     let say = |line: String| {
         if a.json {
@@ -215,7 +223,11 @@ pub(crate) fn train(a: TrainArgs) -> Result<()> {
     ));
     say(format!(
         "training  {} steps of {} x {} bytes, peak lr {}, {} step(s) per call",
-        a.steps, a.batch, a.seq_len, a.lr, a.micro_steps
+        a.steps,
+        a.batch,
+        a.seq_len,
+        a.lr,
+        a.micro_steps()
     ));
 
     progress("loading the PJRT plugin");
@@ -247,7 +259,7 @@ pub(crate) fn train(a: TrainArgs) -> Result<()> {
             opt,
             a.batch,
             a.seq_len,
-            a.micro_steps,
+            a.micro_steps(),
         )
         .context("building the trainer")?;
         compile_s = trainer.compile_seconds();
@@ -261,7 +273,7 @@ pub(crate) fn train(a: TrainArgs) -> Result<()> {
             }
             Ok(sum / evals.len() as f64 / std::f64::consts::LN_2)
         };
-        let k = a.micro_steps;
+        let k = a.micro_steps();
         for call in 0..a.steps / k {
             let first = call * k + 1;
             let step = first + k - 1;
@@ -383,5 +395,32 @@ mod tests {
         let mid = learning_rate(peak, 525, 1000);
         assert!((mid - peak * 0.55).abs() < 1e-9, "{mid}");
         assert!((learning_rate(peak, 1, 1) - peak).abs() < 1e-12);
+    }
+}
+
+/// The tunable that backs glibc malloc's large mappings with transparent huge pages.
+const HUGE_PAGES: &str = "glibc.malloc.hugetlb=1";
+
+/// XLA's CPU runtime maps each execution's temporaries afresh (about 300 MB per training step
+/// of the default shape: 77k page faults of 4 KiB per call). glibc's `hugetlb` tunable backs
+/// such mappings with transparent huge pages (about 1k faults), which made training steps about
+/// 1.4x faster here. glibc reads tunables when a process starts, so `train` runs itself again
+/// once with `GLIBC_TUNABLES` set, unless it is already set (to anything: set it empty to opt
+/// out). Where that fails it goes on as it is.
+fn with_huge_pages() {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::unix::process::CommandExt;
+        if std::env::var_os("GLIBC_TUNABLES").is_some() {
+            return;
+        }
+        let Ok(exe) = std::env::current_exe() else {
+            return;
+        };
+        // `exec` returns only on failure.
+        let _ = std::process::Command::new(exe)
+            .args(std::env::args_os().skip(1))
+            .env("GLIBC_TUNABLES", HUGE_PAGES)
+            .exec();
     }
 }
