@@ -322,6 +322,15 @@ fn gather_and_sort_rules_match_finite_differences() {
         |p| p[0].take(&p[1])?.exp(),
     );
     check(
+        "index_add",
+        vec![
+            arr(&mut rng, &[4, 2], -1.0, 1.0),
+            ints(&[3], vec![1, 3, 1]),
+            arr(&mut rng, &[3, 2], -1.0, 1.0),
+        ],
+        |p| p[0].index_add(&p[1], &p[2].exp()?)?.sin(),
+    );
+    check(
         "take_along_axis",
         vec![
             arr(&mut rng, &[3, 6], -1.0, 1.0),

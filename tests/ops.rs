@@ -2686,7 +2686,7 @@ fn tril_triu_masked_fill() {
 }
 
 #[test]
-fn take_and_one_hot() {
+fn take_index_add_and_one_hot() {
     let mut s = Suite::new("take_one_hot", 1801);
     for k in 0..30 {
         let dtype = any_dtype(&mut s.rng);
@@ -2714,6 +2714,52 @@ fn take_and_one_hot() {
         odims.extend_from_slice(&tdims[1..]);
         let want = gather(s.value(&table), &odims, &flat);
         s.check_formula(&table.take(&idx).unwrap(), Tol::Bits, want, Tol::Bits);
+    }
+    for k in 0..30 {
+        // index_add: each update row added at its clamped index, repeats adding up.
+        let dtype = [F32, F64, I32, I64, U8, U32][k % 6];
+        let mut tdims = shape(&mut s.rng, 1, 3);
+        tdims[0] = nz_dim(&mut s.rng);
+        let n = tdims[0] as i64;
+        let idims = shape(&mut s.rng, 0, 2);
+        let idx_dtype = [I32, I64, U32, U8, U64][k % 5];
+        s.case(format!(
+            "index_add {dtype}{tdims:?} by {idx_dtype}{idims:?}"
+        ));
+        let dist = if dtype.is_float() {
+            u(-2.0, 2.0)
+        } else {
+            Dist::Int(0, 9)
+        };
+        let table = s.param("t", dtype, &tdims, &dist);
+        let lo = if idx_dtype.is_unsigned() { 0 } else { -3 };
+        let idx = s.param("i", idx_dtype, &idims, &Dist::Int(lo, n + 3));
+        let mut udims = idims.clone();
+        udims.extend_from_slice(&tdims[1..]);
+        let upd = s.param("u", dtype, &udims, &dist);
+        let row: usize = tdims[1..].iter().product();
+        let mut want = s.value(&table).to_f64_vec();
+        let updates = s.value(&upd).to_f64_vec();
+        for (p, i) in s.value(&idx).to_f64_vec().into_iter().enumerate() {
+            let r = (i as i64).clamp(0, n - 1) as usize;
+            for j in 0..row {
+                want[r * row + j] += updates[p * row + j];
+            }
+        }
+        let tol = if dtype.is_float() {
+            Tol::Close {
+                rtol: 1e-5,
+                atol: 1e-6,
+            }
+        } else {
+            Tol::Exact
+        };
+        s.check_formula(
+            &table.index_add(&idx, &upd).unwrap(),
+            tol,
+            array_of(dtype, &tdims, &want),
+            tol,
+        );
     }
     for k in 0..20 {
         let idx_dtype = [I32, I64, U8, U32, U64][k % 5];

@@ -1,4 +1,4 @@
-//! Indexing by runtime values: `DynamicSlice`, `DynamicUpdateSlice`, `Take`.
+//! Indexing by runtime values: `DynamicSlice`, `DynamicUpdateSlice`, `Take`, `ScatterAdd`.
 
 use ndarray::{ArrayD, Dimension, IxDyn};
 
@@ -6,8 +6,10 @@ use super::shape::remap;
 use super::Ctx;
 use crate::array::{HostArray, HostElement};
 
+use super::scalar::Num;
 use crate::error::Result;
 use crate::with_host_array;
+use half::{bf16, f16};
 
 /// The elements of an integer array widened to `i128` (exact for every integer dtype), or `None`
 /// for `Pred` and floats.
@@ -103,6 +105,79 @@ pub(super) fn take(ctx: &Ctx) -> Result<HostArray> {
         src
     };
     Ok(with_host_array!(table, a => HostArray::from(remap(a, dims, source))))
+}
+
+/// `table` with each element of `updates` added (by `add`, in row-major order of the updates)
+/// at row `rows[i]` of the table, `i` the update's position in the indices' shape.
+fn scatter_rows<T: Copy>(
+    table: &ArrayD<T>,
+    rows: &ArrayD<usize>,
+    updates: &ArrayD<T>,
+    add: impl Fn(T, T) -> T,
+) -> ArrayD<T> {
+    let mut out = table.clone();
+    let k = rows.ndim();
+    for (index, &u) in updates.indexed_iter() {
+        let at = index.slice();
+        let mut target = Vec::with_capacity(out.ndim());
+        target.push(rows[IxDyn(&at[..k])]);
+        target.extend_from_slice(&at[k..]);
+        let t = &mut out[IxDyn(&target)];
+        *t = add(*t, u);
+    }
+    out
+}
+
+/// `ScatterAdd`: the table `inputs[0]` with the rows `inputs[2]` added at the integer indices
+/// `inputs[1]`, clamped to `[0, n - 1]`; integers wrap, f16 and bf16 round after each addition.
+pub(super) fn scatter_add(ctx: &Ctx) -> Result<HostArray> {
+    let args = ctx.args(3)?;
+    let (table, indices, updates) = (args[0], args[1], args[2]);
+    let (Some(&n), Some(rows)) = (table.dims().first(), int_array(indices)) else {
+        return Err(ctx.err(format!(
+            "cannot add {} at {} into {}",
+            updates.ty(),
+            indices.ty(),
+            table.ty()
+        )));
+    };
+    let last = (n as i128 - 1).max(0);
+    let rows = rows.mapv(|r| r.clamp(0, last) as usize);
+    let out = match (table, updates) {
+        (HostArray::U8(t), HostArray::U8(u)) => {
+            Some(HostArray::from(scatter_rows(t, &rows, u, Num::plus)))
+        }
+        (HostArray::U32(t), HostArray::U32(u)) => {
+            Some(HostArray::from(scatter_rows(t, &rows, u, Num::plus)))
+        }
+        (HostArray::U64(t), HostArray::U64(u)) => {
+            Some(HostArray::from(scatter_rows(t, &rows, u, Num::plus)))
+        }
+        (HostArray::I32(t), HostArray::I32(u)) => {
+            Some(HostArray::from(scatter_rows(t, &rows, u, Num::plus)))
+        }
+        (HostArray::I64(t), HostArray::I64(u)) => {
+            Some(HostArray::from(scatter_rows(t, &rows, u, Num::plus)))
+        }
+        (HostArray::F32(t), HostArray::F32(u)) => {
+            Some(HostArray::from(scatter_rows(t, &rows, u, Num::plus)))
+        }
+        (HostArray::F64(t), HostArray::F64(u)) => {
+            Some(HostArray::from(scatter_rows(t, &rows, u, Num::plus)))
+        }
+        (HostArray::F16(t), HostArray::F16(u)) => {
+            Some(HostArray::from(scatter_rows(t, &rows, u, |a, b| {
+                f16::from_f32(a.to_f32() + b.to_f32())
+            })))
+        }
+        (HostArray::BF16(t), HostArray::BF16(u)) => {
+            Some(HostArray::from(scatter_rows(t, &rows, u, |a, b| {
+                bf16::from_f32(a.to_f32() + b.to_f32())
+            })))
+        }
+        _ => None,
+    };
+    out.ok_or_else(|| ctx.err(format!("cannot add {} into {}", updates.ty(), table.ty())))
 }
 
 #[cfg(test)]

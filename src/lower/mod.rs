@@ -357,6 +357,7 @@ impl<'g> Lowering<'g> {
                 rhs_contract,
             } => self.dot_general(&n, [lhs_batch, rhs_batch], [lhs_contract, rhs_contract]),
             Op::Take => self.take(&n),
+            Op::ScatterAdd => self.scatter_add(&n),
             Op::ShardingConstraint { spec } => self.sharding_constraint(&n, spec),
             Op::AllReduce { kind, axes, mesh } => self.all_reduce(&n, *kind, axes, mesh),
             Op::AllGather {

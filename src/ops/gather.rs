@@ -23,6 +23,36 @@ impl Tensor {
         node(self.graph(), Op::Take, &[self, indices], "take", loc)
     }
 
+    /// `self` (a table `[n, rest...]`) with the rows of `updates` (shape `I ++ rest`) added at
+    /// the rows `indices` (integers of shape `I`) names; repeated indices add up. Indices are
+    /// clamped to `[0, n - 1]` as [`Tensor::take`]'s (whose gradient this is): JAX's
+    /// `x.at[indices].add(updates)` for in-range indices, torch's `index_add` along dimension 0.
+    ///
+    /// ```
+    /// # use stablegraph::{ops::Graph, DType, HostArray};
+    /// # fn main() -> stablegraph::Result<()> {
+    /// let g = Graph::new();
+    /// let counts = g.zeros(DType::F32, &[4])?;
+    /// let ids = g.parameter("ids", DType::I32, &[5])?;
+    /// let hist = counts.index_add(&ids, &g.ones(DType::F32, &[5])?)?;
+    /// g.set_outputs(&[&hist])?;
+    /// let out = g.evaluate(&[HostArray::from_vec(&[5], vec![1i32, 3, 1, 0, 1])?])?;
+    /// assert_eq!(out[0].to_f64_vec(), [1.0, 3.0, 0.0, 1.0]);
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[track_caller]
+    pub fn index_add(&self, indices: &Tensor, updates: &Tensor) -> Result<Tensor> {
+        let loc = Location::caller();
+        node(
+            self.graph(),
+            Op::ScatterAdd,
+            &[self, indices, updates],
+            "index_add",
+            loc,
+        )
+    }
+
     /// One-hot encoding of integer indices: shape `I ++ [depth]`, 1 where the last coordinate
     /// equals the index, else 0 (indices outside `[0, depth)` give all zeros).
     #[track_caller]

@@ -306,6 +306,12 @@ pub enum Op {
     /// Rows of the table `inputs[0]` (shape `[n, rest...]`) picked by the integer tensor
     /// `inputs[1]` (any shape `I`): output shape `I ++ rest`. Indices are clamped to `[0, n-1]`.
     Take,
+    /// `inputs[0]` (a table `[n, rest...]`, numbers, not `Pred`) with the rows `inputs[2]`
+    /// (shape `I ++ rest`) added at the rows the integer tensor `inputs[1]` (shape `I`) names:
+    /// `out[idx[i]] += updates[i]` for every position `i` of `I`, repeated indices adding up
+    /// (in an unspecified order). Indices are clamped to `[0, n-1]` as [`Op::Take`]'s, so this
+    /// is `Take`'s transpose.
+    ScatterAdd,
     /// An argument of the region the node belongs to (a loop's state inside its condition or
     /// body). Its position is its place in [`Region::args`]. No inputs.
     BlockArg,
@@ -433,6 +439,7 @@ impl Op {
             Op::Cumsum { .. } => "cumsum",
             Op::DotGeneral { .. } => "dot_general",
             Op::Take => "take",
+            Op::ScatterAdd => "scatter_add",
             Op::Sort { .. } => "sort",
             Op::BlockArg => "block_arg",
             Op::While { .. } => "while",

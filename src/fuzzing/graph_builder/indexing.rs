@@ -9,10 +9,10 @@ use crate::ops::Tensor;
 const INDEX_DTYPES: &[DType] = &[DType::I32, DType::I64, DType::U8, DType::U32, DType::U64];
 
 impl GraphBuilder<'_, '_, '_> {
-    /// A `take` (rows), `take_axis` or `take_along_axis` with random indices and axis, or a
-    /// one-hot encoding.
+    /// A `take` (rows), `take_axis` or `take_along_axis` with random indices and axis, a
+    /// one-hot encoding, or an `index_add` (a scatter-add of rows).
     pub(super) fn gather(&mut self, pool: &[Tensor], x: &Tensor) -> crate::Result<Tensor> {
-        match self.b.u8() % 6 {
+        match self.b.u8() % 7 {
             0 => {
                 let indices = self.partner(pool, x)?;
                 x.take(&indices)
@@ -26,6 +26,17 @@ impl GraphBuilder<'_, '_, '_> {
             2 | 3 => {
                 let indices = self.indices(pool, x)?;
                 x.take_along_axis(&indices, self.axis(x.rank()))
+            }
+            6 => {
+                // Indices from the pool or new ones; updates mostly of the right shape.
+                let indices = self.partner(pool, x)?;
+                let mut dims = indices.dims().to_vec();
+                dims.extend(x.dims().iter().skip(1));
+                if self.b.one_in(8) {
+                    dims.push(self.dim());
+                }
+                let updates = self.parameter(x.dtype(), &dims)?;
+                x.index_add(&indices, &updates)
             }
             _ => {
                 let indices = self.indices(pool, x)?;

@@ -43,10 +43,9 @@ fn bad_arg(op: &str, arg: &str, why: impl std::fmt::Display) -> Error {
 /// With `targets` = `inputs` shifted left, `weights` 1 but on the last position and `mask` 1,
 /// this is HF's `Mamba2ForCausalLM(input_ids, labels=input_ids).loss`. The logits are the
 /// model's f32 logits ([`block::head`]) and the log-softmax is the stable one
-/// ([`Tensor::log_softmax`]); the target's entry is picked with a one-hot product, whose
-/// gradient is as cheap as the logits (a gather's gradient would scatter through a one-hot of
-/// every table entry). Arguments of the wrong shape or dtype, weights that do not fit the
-/// config, or a config that [`Mamba2Config::validate`] rejects are an error naming them.
+/// ([`Tensor::log_softmax`]); the target's entry is picked with a one-hot product (as cheap
+/// as the logits, forward and backward, for a byte vocabulary). Arguments of the wrong shape
+/// or dtype, weights that do not fit the config, or a config that [`Mamba2Config::validate`] rejects are an error naming them.
 pub fn lm_loss(
     inputs: &Tensor,
     targets: &Tensor,

@@ -16,8 +16,9 @@
 //! or `min` reduction evenly between the tied elements; `clamp` passes the cotangent to `x`
 //! strictly inside `(lo, hi)` and to the bound it is clamped to otherwise; `floor`, `ceil`,
 //! `sign` and `round`-like ops have zero derivative; `sqrt`, `rsqrt`, `log` at 0 give
-//! infinities. `take` (a gather) sums the cotangents of repeated indices into the table
-//! through a one-hot product (memory: the indices' count times the table's rows).
+//! infinities. `take` (a gather) and `index_add` (a scatter-add, `ScatterAdd`) are each
+//! other's transpose: the table's cotangent is the rows' cotangents added where they were
+//! picked, and the updates' cotangent is the output's rows at the indices.
 //! Not differentiable (an error when a cotangent reaches them): `bitcast_convert` between
 //! floats, `shard_map` and the collectives, and a `while` loop that is not a `fori_loop`
 //! with constant bounds.

@@ -168,7 +168,18 @@ pub(super) fn vjp(s: &Step) -> Result<Vec<Option<Tensor>>> {
                 out[1] = Some(dot_operand(&ct, x(0), x(1).rank(), &swapped, Side::Rhs, s)?);
             }
         }
-        Op::Take => out[0] = Some(take(x(0), x(1), &s.ct(0)?, s)?),
+        Op::Take => {
+            // The transpose of a gather: the cotangent rows added where they were picked.
+            let zero = zeros_like(x(0))?;
+            out[0] = Some(zero.index_add(x(1), &s.ct(0)?)?);
+        }
+        Op::ScatterAdd => {
+            let ct = s.ct(0)?;
+            if s.want[2] {
+                out[2] = Some(ct.take(x(1))?);
+            }
+            out[0] = Some(ct);
+        }
         Op::Sort { axis, descending } => {
             // The permutation the sort applied, from sorting the keys with their positions;
             // sorting it back (with each cotangent alongside) undoes it.
@@ -487,28 +498,4 @@ fn dot_operand(
         perm[d] = nb + mine_free.len() + pos;
     }
     g.transpose_at(&perm, s.loc)
-}
-
-/// The cotangent of the table of `take`: each row the sum of the cotangents of the positions
-/// that picked it (indices clamped as the gather clamps them), through a one-hot product.
-fn take(table: &Tensor, indices: &Tensor, ct: &Tensor, s: &Step) -> Result<Tensor> {
-    let rows = table.dims()[0];
-    if rows == 0 {
-        return zeros_like(table);
-    }
-    let clamped = indices.clamped_indices(rows, s.loc)?;
-    let mut dims = indices.dims().to_vec();
-    dims.push(rows);
-    let classes = table.graph().iota(DType::I64, &dims, -1)?;
-    let one_hot = classes
-        .eq(&clamped.expand_dims(-1)?)?
-        .convert_at(table.dtype(), s.loc)?;
-    let ri = indices.rank();
-    let op = Op::DotGeneral {
-        lhs_batch: vec![],
-        rhs_batch: vec![],
-        lhs_contract: (0..ri).collect(),
-        rhs_contract: (0..ri).collect(),
-    };
-    node(table.graph(), op, &[&one_hot, ct], "grad", s.loc)
 }

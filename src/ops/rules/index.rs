@@ -2,7 +2,7 @@
 //! `DynamicUpdateSlice`, `Take`.
 
 use super::{arity, list, Rule};
-use crate::dtype::TensorType;
+use crate::dtype::{DType, TensorType};
 
 /// The start indices of a dynamic slice of `x`: one rank-0 integer per dimension, all of one
 /// dtype.
@@ -54,6 +54,28 @@ pub(super) fn dynamic_update_slice(operands: &[&TensorType]) -> Rule<TensorType>
 
 /// `Take`: a table of rank 1 or more with at least one row, and integer indices of any shape
 /// `I`; the table's dtype, shape `I ++ table[1..]`.
+pub(super) fn scatter_add(operands: &[&TensorType]) -> Rule<TensorType> {
+    let [table, indices, updates] = arity(operands)?;
+    if table.rank() == 0 || table.dims[0] == 0 || !indices.dtype.is_int() {
+        return Err(format!(
+            "scatter_add needs a table of rank >= 1 with rows and integer indices, got table \
+             {table} and indices {indices}"
+        ));
+    }
+    if table.dtype == DType::Pred {
+        return Err(format!("scatter_add adds numbers, not {table}"));
+    }
+    let mut dims = indices.dims.clone();
+    dims.extend_from_slice(&table.dims[1..]);
+    if updates.dtype != table.dtype || updates.dims != dims {
+        return Err(format!(
+            "the updates must be {} (the indices' shape, then the table's rows), got {updates}",
+            TensorType::new(table.dtype, &dims)
+        ));
+    }
+    Ok(table.clone())
+}
+
 pub(super) fn take(operands: &[&TensorType]) -> Rule<TensorType> {
     let [table, indices] = arity(operands)?;
     if table.rank() == 0 || table.dims[0] == 0 || !indices.dtype.is_int() {

@@ -106,6 +106,7 @@ fn dispatch(op: &Op, operands: &[&TensorType], target: Option<&TensorType>) -> R
             [lhs_contract, rhs_contract],
         )),
         Op::Take => one(index::take(operands)),
+        Op::ScatterAdd => one(index::scatter_add(operands)),
         Op::ShardingConstraint { .. } => match operands {
             [x] => Ok(vec![(*x).clone()]),
             _ => Err(format!("takes one operand, got {}", operands.len())),

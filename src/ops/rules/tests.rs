@@ -478,7 +478,53 @@ fn index_rules() {
         None,
         "with rows",
     );
-    rejects(Op::Take, &[t(DType::F32, &[]), idx], None, "rank >= 1");
+    rejects(
+        Op::Take,
+        &[t(DType::F32, &[]), idx.clone()],
+        None,
+        "rank >= 1",
+    );
+    // ScatterAdd: the table's type, updates of the indices' shape then the rows.
+    let table = t(DType::F32, &[7, 3]);
+    let upd = t(DType::F32, &[2, 4, 3]);
+    assert_eq!(
+        ok1(Op::ScatterAdd, &[table.clone(), idx.clone(), upd.clone()]),
+        table
+    );
+    rejects(
+        Op::ScatterAdd,
+        &[table.clone(), idx.clone(), t(DType::F32, &[2, 4])],
+        None,
+        "the updates must be f32[2, 4, 3]",
+    );
+    rejects(
+        Op::ScatterAdd,
+        &[table.clone(), idx.clone(), t(DType::F64, &[2, 4, 3])],
+        None,
+        "the updates must be",
+    );
+    rejects(
+        Op::ScatterAdd,
+        &[
+            t(DType::Pred, &[7, 3]),
+            idx.clone(),
+            t(DType::Pred, &[2, 4, 3]),
+        ],
+        None,
+        "adds numbers",
+    );
+    rejects(
+        Op::ScatterAdd,
+        &[table, t(DType::F32, &[2, 4]), upd],
+        None,
+        "integer indices",
+    );
+    rejects(
+        Op::ScatterAdd,
+        &[t(DType::F32, &[7])],
+        None,
+        "takes 3 operands",
+    );
 }
 
 #[test]
