@@ -74,7 +74,7 @@ pub fn random_graph(data: &[u8], client: Option<&Client>) {
 
 /// The gradient of the sum of the first float output with respect to every float parameter
 /// (none when the transformation refuses the graph: it must return `Err`, never panic).
-fn gradients(g: &Graph, outputs: &[Tensor]) -> Vec<Tensor> {
+pub(super) fn gradients(g: &Graph, outputs: &[Tensor]) -> Vec<Tensor> {
     let Some(y) = outputs.iter().find(|t| t.dtype().is_float()) else {
         return Vec::new();
     };

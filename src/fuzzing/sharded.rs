@@ -1,9 +1,10 @@
 //! The `sharded_graph` target: a `random_graph` graph laid out over a random mesh, with random
-//! partition specs on its parameters, outputs and sometimes an intermediate value; lowered,
-//! compiled as one SPMD program, run sharded, and checked against the interpreter.
+//! partition specs on its parameters, outputs and sometimes an intermediate value, and for half
+//! of them the gradient of the first float output as more outputs; lowered, compiled as one SPMD
+//! program, run sharded, and checked against the interpreter.
 
 use super::graph_builder::GraphBuilder;
-use super::graphs::{comparable, compare_outputs, compilable, inputs, runnable};
+use super::graphs::{comparable, compare_outputs, compilable, gradients, inputs, runnable};
 use super::Bytes;
 use crate::ops::{Graph, Tensor};
 use crate::runtime::{Client, ShardedBuffer};
@@ -71,7 +72,11 @@ pub fn sharded_graph(data: &[u8], client: Option<&Client>) {
         }
     }
     let count = 1 + b.below(3);
-    let outputs: Vec<&Tensor> = pool.iter().rev().take(count).collect();
+    let mut outputs: Vec<Tensor> = pool.iter().rev().take(count).cloned().collect();
+    if b.below(2) == 0 {
+        outputs.extend(gradients(&g, &outputs));
+    }
+    let outputs: Vec<&Tensor> = outputs.iter().collect();
     if outputs.is_empty() || g.set_outputs(&outputs).is_err() {
         return;
     }
