@@ -143,40 +143,30 @@ pub(super) fn scatter_add(ctx: &Ctx) -> Result<HostArray> {
     };
     let last = (n as i128 - 1).max(0);
     let rows = rows.mapv(|r| r.clamp(0, last) as usize);
-    let out = match (table, updates) {
-        (HostArray::U8(t), HostArray::U8(u)) => {
-            Some(HostArray::from(scatter_rows(t, &rows, u, Num::plus)))
-        }
-        (HostArray::U32(t), HostArray::U32(u)) => {
-            Some(HostArray::from(scatter_rows(t, &rows, u, Num::plus)))
-        }
-        (HostArray::U64(t), HostArray::U64(u)) => {
-            Some(HostArray::from(scatter_rows(t, &rows, u, Num::plus)))
-        }
-        (HostArray::I32(t), HostArray::I32(u)) => {
-            Some(HostArray::from(scatter_rows(t, &rows, u, Num::plus)))
-        }
-        (HostArray::I64(t), HostArray::I64(u)) => {
-            Some(HostArray::from(scatter_rows(t, &rows, u, Num::plus)))
-        }
-        (HostArray::F32(t), HostArray::F32(u)) => {
-            Some(HostArray::from(scatter_rows(t, &rows, u, Num::plus)))
-        }
-        (HostArray::F64(t), HostArray::F64(u)) => {
-            Some(HostArray::from(scatter_rows(t, &rows, u, Num::plus)))
-        }
-        (HostArray::F16(t), HostArray::F16(u)) => {
-            Some(HostArray::from(scatter_rows(t, &rows, u, |a, b| {
-                f16::from_f32(a.to_f32() + b.to_f32())
-            })))
-        }
-        (HostArray::BF16(t), HostArray::BF16(u)) => {
-            Some(HostArray::from(scatter_rows(t, &rows, u, |a, b| {
-                bf16::from_f32(a.to_f32() + b.to_f32())
-            })))
-        }
-        _ => None,
-    };
+    // Integers and f32/f64 add with `Num::plus`; f16 and bf16 in f32, rounded after each add.
+    macro_rules! scatter_each {
+        ($($v:ident),*) => {
+            match (table, updates) {
+                $((HostArray::$v(t), HostArray::$v(u)) => {
+                    Some(HostArray::from(scatter_rows(t, &rows, u, Num::plus)))
+                })*
+                (HostArray::F16(t), HostArray::F16(u)) => Some(HostArray::from(scatter_rows(
+                    t,
+                    &rows,
+                    u,
+                    |a, b| f16::from_f32(a.to_f32() + b.to_f32()),
+                ))),
+                (HostArray::BF16(t), HostArray::BF16(u)) => Some(HostArray::from(scatter_rows(
+                    t,
+                    &rows,
+                    u,
+                    |a, b| bf16::from_f32(a.to_f32() + b.to_f32()),
+                ))),
+                _ => None,
+            }
+        };
+    }
+    let out = scatter_each!(U8, U32, U64, I32, I64, F32, F64);
     out.ok_or_else(|| ctx.err(format!("cannot add {} into {}", updates.ty(), table.ty())))
 }
 

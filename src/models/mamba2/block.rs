@@ -8,6 +8,7 @@
 
 use super::config::Mamba2Config;
 use super::ssd::{groups_to_heads, ssd_chunked, ssd_step};
+use super::weights::named_differences;
 use super::weights::{layer_types, LayerWeights, Mamba2Weights};
 use crate::dtype::{DType, TensorType};
 use crate::error::{Error, Result};
@@ -48,22 +49,10 @@ fn shape_problems(
     want: Vec<(String, &TensorType)>,
     problems: &mut Vec<String>,
 ) {
-    for (name, ty) in &want {
-        match got.iter().find(|(n, _)| n == name) {
-            None => problems.push(format!("{prefix}{name} is missing")),
-            Some((_, t)) if t.dims() != ty.dims => problems.push(format!(
-                "{prefix}{name} is {}, expected shape {:?}",
-                t.ty(),
-                ty.dims
-            )),
-            Some(_) => {}
-        }
-    }
-    for (name, _) in &got {
-        if !want.iter().any(|(n, _)| n == name) {
-            problems.push(format!("{prefix}{name} is present, the config has none"));
-        }
-    }
+    let found = named_differences(&got, &want, |t, ty| {
+        (t.dims() != ty.dims).then(|| format!("is {}, expected shape {:?}", t.ty(), ty.dims))
+    });
+    problems.extend(found.into_iter().map(|p| format!("{prefix}{p}")));
 }
 
 /// Every tensor of `w` with its name, in [`LayerWeights::try_map`] order.

@@ -2,6 +2,7 @@
 //! streaming step, and whole-sequence generation (prefill plus a `while` loop of recurrent steps
 //! in one program).
 
+use super::weights::named_differences;
 use std::collections::HashMap;
 use std::sync::Mutex;
 
@@ -1095,20 +1096,9 @@ impl Mamba2 {
 fn check_weight_types(types: &Mamba2Weights<TensorType>, config: &Mamba2Config) -> Result<()> {
     let want = Mamba2Weights::<TensorType>::types(config, types.embedding.dtype)
         .map_err(|e| Error::InvalidArgument(format!("Mamba2::new: argument `weights`: {e}")))?;
-    let (got, want) = (types.named(), want.named());
-    let mut problems = Vec::new();
-    for (name, ty) in &want {
-        match got.iter().find(|(n, _)| n == name) {
-            None => problems.push(format!("{name} is missing")),
-            Some((_, t)) if t != ty => problems.push(format!("{name} is {t}, expected {ty}")),
-            Some(_) => {}
-        }
-    }
-    for (name, _) in &got {
-        if !want.iter().any(|(n, _)| n == name) {
-            problems.push(format!("{name} is present, the config has none"));
-        }
-    }
+    let problems = named_differences(&types.named(), &want.named(), |t, ty| {
+        (t != ty).then(|| format!("is {t}, expected {ty}"))
+    });
     if problems.is_empty() {
         Ok(())
     } else {

@@ -2,6 +2,7 @@
 //! `model.safetensors` under HF names, all f32, so that [`Mamba2Weights::load`] and HF's
 //! `Mamba2ForCausalLM.from_pretrained` both read them.
 
+use super::weights::named_differences;
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -191,21 +192,9 @@ impl Mamba2Weights<HostArray> {
             .into_iter()
             .map(|(k, a)| (k, a.dims().to_vec()))
             .collect();
-        let mut problems = Vec::new();
-        for (key, dims) in &want {
-            match have.iter().find(|(k, _)| k == key) {
-                None => problems.push(format!("{key} is missing")),
-                Some((_, d)) if d != dims => {
-                    problems.push(format!("{key} has shape {d:?}, expected {dims:?}"))
-                }
-                Some(_) => {}
-            }
-        }
-        for (key, _) in &have {
-            if !want.iter().any(|(k, _)| k == key) {
-                problems.push(format!("{key} is not a tensor of the config"));
-            }
-        }
+        let problems = named_differences(&have, &want, |d, dims| {
+            (d != dims).then(|| format!("has shape {d:?}, expected {dims:?}"))
+        });
         if problems.is_empty() {
             Ok(())
         } else {

@@ -7,6 +7,7 @@
 //! [`loss_and_grads`] computes the loss and every weight's gradient for a list of prompts, for
 //! inspection and comparison with other frameworks.
 
+use super::weights::named_differences;
 use std::sync::Mutex;
 use std::time::Instant;
 
@@ -123,20 +124,9 @@ fn checked_types(
         ));
     }
     let want = Mamba2Weights::<TensorType>::types(cfg, dtype)?;
-    let (got_named, want_named) = (got.named(), want.named());
-    let mut problems = Vec::new();
-    for (name, ty) in &want_named {
-        match got_named.iter().find(|(n, _)| n == name) {
-            None => problems.push(format!("{name} is missing")),
-            Some((_, t)) if t != ty => problems.push(format!("{name} is {t}, expected {ty}")),
-            Some(_) => {}
-        }
-    }
-    for (name, _) in &got_named {
-        if !want_named.iter().any(|(n, _)| n == name) {
-            problems.push(format!("{name} is present, the config has none"));
-        }
-    }
+    let problems = named_differences(&got.named(), &want.named(), |t, ty| {
+        (t != ty).then(|| format!("is {t}, expected {ty}"))
+    });
     if problems.is_empty() {
         Ok(got)
     } else {
@@ -584,21 +574,9 @@ impl Trainer {
         let want = self.types.named();
         let upload = |arg: &str, x: &Mamba2Weights<HostArray>| -> Result<Vec<Buffer>> {
             let got = x.named();
-            let mut problems = Vec::new();
-            for (name, ty) in &want {
-                match got.iter().find(|(n, _)| n == name) {
-                    None => problems.push(format!("{name} is missing")),
-                    Some((_, a)) if a.ty() != **ty => {
-                        problems.push(format!("{name} is {}, expected {ty}", a.ty()))
-                    }
-                    Some(_) => {}
-                }
-            }
-            for (name, _) in &got {
-                if !want.iter().any(|(n, _)| n == name) {
-                    problems.push(format!("{name} is present, the weights have none"));
-                }
-            }
+            let problems = named_differences(&got, &want, |a, ty| {
+                (a.ty() != **ty).then(|| format!("is {}, expected {ty}", a.ty()))
+            });
             if !problems.is_empty() {
                 return Err(bad_arg(
                     op,

@@ -165,6 +165,33 @@ pub(crate) fn layer_types(c: &Mamba2Config, matmul_dtype: DType) -> LayerWeights
     }
 }
 
+/// How the named values `got` differ from `want`, one message each: a name of `want` that `got`
+/// lacks ("is missing"), a name whose values `differ` (its description, such as "is f32[3],
+/// expected f32[4]"), and a name of `got` that `want` lacks; empty when they fit.
+pub(crate) fn named_differences<G, W>(
+    got: &[(String, G)],
+    want: &[(String, W)],
+    differ: impl Fn(&G, &W) -> Option<String>,
+) -> Vec<String> {
+    let mut problems = Vec::new();
+    for (name, w) in want {
+        match got.iter().find(|(n, _)| n == name) {
+            None => problems.push(format!("{name} is missing")),
+            Some((_, g)) => {
+                if let Some(why) = differ(g, w) {
+                    problems.push(format!("{name} {why}"));
+                }
+            }
+        }
+    }
+    for (name, _) in got {
+        if !want.iter().any(|(n, _)| n == name) {
+            problems.push(format!("{name} is present, the config has none"));
+        }
+    }
+    problems
+}
+
 /// Fails unless `dtype` is one the programs multiply in (F32 or BF16).
 pub(crate) fn check_matmul_dtype(dtype: DType) -> Result<()> {
     match dtype {

@@ -89,17 +89,19 @@ pub(super) fn while_vjp(
     let finals = g.fori_loop(0, trips as i64, &init, |k, ct| {
         let step = last.sub(k)?;
         let zero = g.scalar_i64(0)?;
-        let mut state: Vec<Tensor> = s.inputs.to_vec();
-        for (slot, &j) in stored.iter().enumerate() {
-            let stack = &stacks[slot];
+        let mut slices = Vec::with_capacity(stored.len());
+        for (stack, &j) in stacks.iter().zip(&stored) {
             let mut starts = vec![&step];
             starts.extend(std::iter::repeat_n(&zero, stack.rank() - 1));
             let mut sizes = vec![1];
             sizes.extend_from_slice(&stack.dims()[1..]);
-            state[j] = stack
-                .dynamic_slice(&starts, &sizes)?
-                .reshape_at(s.inputs[j].dims(), s.loc)?;
+            slices.push(
+                stack
+                    .dynamic_slice(&starts, &sizes)?
+                    .reshape_at(s.inputs[j].dims(), s.loc)?,
+            );
         }
+        let state = full_state(s, &stored, &slices);
         // Every state value as a value of this region.
         let state: Vec<Tensor> = state
             .iter()

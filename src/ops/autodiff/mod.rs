@@ -29,7 +29,7 @@ mod rules;
 use std::collections::HashMap;
 use std::panic::Location;
 
-use super::graph::{graph_error, Graph, Node, Op, Tensor, ValueId};
+use super::graph::{graph_error, Graph, Node, Op, Region, Tensor, ValueId};
 use super::util::{same_graph, Loc};
 use crate::error::Result;
 
@@ -174,8 +174,21 @@ pub(crate) fn backprop(
     wrt: &[Tensor],
     loc: Loc,
 ) -> Result<HashMap<ValueId, Tensor>> {
+    // The nodes as they are now, not copied; the nodes this adds are not in the snapshot.
+    g.with_structure(|nodes, regions| sweep(g, nodes, regions, outputs, cotangents, wrt, loc))
+}
+
+/// [`backprop`] over a snapshot of the graph's nodes and regions.
+fn sweep(
+    g: &Graph,
+    nodes: &[Node],
+    regions: &[Region],
+    outputs: &[Tensor],
+    cotangents: &[Tensor],
+    wrt: &[Tensor],
+    loc: Loc,
+) -> Result<HashMap<ValueId, Tensor>> {
     let region = g.current_region();
-    let (nodes, regions) = g.with_structure(|n, r| (n.to_vec(), r.to_vec()));
     let last = outputs.iter().map(|o| o.id().node).max().unwrap_or(0);
     // Which values depend on `wrt`: only their cotangents are needed.
     let mut active: std::collections::HashSet<ValueId> = wrt.iter().map(|w| w.id()).collect();
@@ -247,7 +260,7 @@ pub(crate) fn backprop(
             loc,
         };
         let grads = match &node.op {
-            Op::While { cond, body } => loops::while_vjp(g, &step, &nodes, &regions, *cond, *body)?,
+            Op::While { cond, body } => loops::while_vjp(g, &step, nodes, regions, *cond, *body)?,
             _ => rules::vjp(&step)?,
         };
         for ((id, grad), want) in node.inputs.iter().zip(grads).zip(&want) {

@@ -223,6 +223,7 @@ pub(super) fn vjp(s: &Step) -> Result<Vec<Option<Tensor>>> {
         // feeding a pad with interior padding (found by the sharded_graph fuzz target; see the
         // README's "Many devices").
         Op::ShardingConstraint { .. } => out[0] = Some(s.ct(0)?),
+        // `backprop` hands loops to `loops::while_vjp`, which needs the regions; never here.
         Op::While { .. } => return Err(s.not_differentiable("this loop")),
         Op::ShardMap { .. }
         | Op::AllReduce { .. }
