@@ -91,6 +91,7 @@ pub mod array;
 mod compiled;
 pub mod dtype;
 pub mod error;
+#[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod interp;
