@@ -5,19 +5,9 @@
 
 mod common;
 
-use common::{buffer_diff, client, max_abs};
+use common::{array_diff, buffer_diff, client, max_abs, tiny_mamba2, tiny_model};
 use stablegraph::models::mamba2::{GenerateOptions, Mamba2, Mamba2Config, Mamba2Weights, Sampling};
 use stablegraph::{DType, HostArray};
-
-fn config() -> Mamba2Config {
-    common::tiny_mamba2()
-}
-
-fn model(dtype: DType) -> Mamba2 {
-    let cfg = config();
-    let w = Mamba2Weights::random(&cfg, dtype, 7).unwrap();
-    Mamba2::new(&client(), cfg, &w).unwrap()
-}
 
 /// Row `r`'s logits at its last `n` positions of a left-padded prefill.
 fn row_logits(logits: &HostArray, r: usize, n: usize) -> Vec<f64> {
@@ -30,7 +20,7 @@ const PROMPT: [u32; 11] = [3, 17, 42, 5, 9, 60, 1, 33, 8, 21, 14];
 
 #[test]
 fn prefill_then_steps_equals_a_longer_prefill() {
-    let m = model(DType::F32);
+    let m = tiny_model(DType::F32);
     let (head, tail) = PROMPT.split_at(7);
     let full = m.prefill_all_positions(&[PROMPT.to_vec()]).unwrap();
     let part = m.prefill_all_positions(&[head.to_vec()]).unwrap();
@@ -54,7 +44,7 @@ fn prefill_then_steps_equals_a_longer_prefill() {
 
 #[test]
 fn generate_in_one_program_equals_the_step_api_and_batches_equal_rows_alone() {
-    let m = model(DType::F32);
+    let m = tiny_model(DType::F32);
     let short: Vec<u32> = vec![11, 2, 50];
     let prompts = vec![PROMPT.to_vec(), short.clone()];
     let options = GenerateOptions {
@@ -108,7 +98,7 @@ fn generate_in_one_program_equals_the_step_api_and_batches_equal_rows_alone() {
 
 #[test]
 fn the_generate_program_has_one_device_loop_and_no_sort() {
-    let m = model(DType::F32);
+    let m = tiny_model(DType::F32);
     let mut options = GenerateOptions {
         max_new_tokens: 8,
         sampling: Sampling::Greedy,
@@ -139,7 +129,7 @@ fn the_generate_program_has_one_device_loop_and_no_sort() {
 
 #[test]
 fn sampling_is_reproducible_and_respects_top_k() {
-    let m = model(DType::F32);
+    let m = tiny_model(DType::F32);
     let prompt = vec![PROMPT.to_vec()];
     let sample = |seed: u64, top_k: usize| GenerateOptions {
         max_new_tokens: 16,
@@ -200,7 +190,7 @@ fn sampling_is_reproducible_and_respects_top_k() {
 
 #[test]
 fn eos_stops_a_row() {
-    let m = model(DType::F32);
+    let m = tiny_model(DType::F32);
     let greedy = GenerateOptions {
         max_new_tokens: 10,
         sampling: Sampling::Greedy,
@@ -226,7 +216,7 @@ fn eos_stops_a_row() {
 
 #[test]
 fn bf16_logits_stay_close_to_f32() {
-    let f = model(DType::F32).prefill(&[PROMPT.to_vec()]).unwrap();
+    let f = tiny_model(DType::F32).prefill(&[PROMPT.to_vec()]).unwrap();
     let lf = f.logits.to_f64_vec();
     let scale = lf.iter().fold(0.0f64, |m, x| m.max(x.abs()));
     let options = GenerateOptions {
@@ -237,7 +227,7 @@ fn bf16_logits_stay_close_to_f32() {
     // bf16 dots, and bf16 matrices converted to f32 in the program.
     let mut drift = Vec::new();
     for dots in [true, false] {
-        let m = model(DType::BF16).with_bf16_dots(Some(dots));
+        let m = tiny_model(DType::BF16).with_bf16_dots(Some(dots));
         assert_eq!(m.bf16_dots(), dots);
         let [prefill, _, _] = m.stablehlo(1, 16, &options).unwrap();
         let bf16_dot = prefill
@@ -260,7 +250,7 @@ fn bf16_logits_stay_close_to_f32() {
 #[test]
 fn a_one_row_bf16_step_reads_the_bf16_matrices_in_f32() {
     // The reference: an f32 model whose matrices are the bf16 values (a dot program).
-    let cfg = config();
+    let cfg = tiny_mamba2();
     let wb = Mamba2Weights::random(&cfg, DType::BF16, 7).unwrap();
     let wf = wb
         .try_map(|_, a| {
@@ -296,7 +286,7 @@ fn a_one_row_bf16_step_reads_the_bf16_matrices_in_f32() {
         for t in [5u32, 40, 2] {
             let (lf, nf) = f.step(&vec![t; batch], sf).unwrap();
             let (lb, nb) = b.step(&vec![t; batch], sb).unwrap();
-            let d = max_abs(&lf.to_f64_vec(), &lb.to_f64_vec());
+            let d = array_diff(&lf, &lb);
             assert!(d < 1e-4, "batch {batch}, token {t}: logits differ by {d}");
             (sf, sb) = (nf, nb);
         }
@@ -305,7 +295,7 @@ fn a_one_row_bf16_step_reads_the_bf16_matrices_in_f32() {
 
 #[test]
 fn bf16_scan_stays_close_to_f32() {
-    let cfg = config();
+    let cfg = tiny_mamba2();
     let w = Mamba2Weights::random(&cfg, DType::F32, 7).unwrap();
     let bf16_scan = Mamba2Config {
         scan_dtype: DType::BF16,
@@ -323,10 +313,7 @@ fn bf16_scan_stays_close_to_f32() {
     );
     let (lf, lb) = (pf.logits.to_f64_vec(), pb.logits.to_f64_vec());
     let scale = lf.iter().fold(0.0f64, |m, x| m.max(x.abs()));
-    let (dp, ds) = (
-        max_abs(&lf, &lb),
-        max_abs(&sf.to_f64_vec(), &sb.to_f64_vec()),
-    );
+    let (dp, ds) = (max_abs(&lf, &lb), array_diff(&sf, &sb));
     eprintln!("bf16 scan vs f32: prefill {dp:.3e}, step {ds:.3e} (largest |logit| {scale:.3})");
     // The knob takes effect (the decays are rounded) but the logits stay close.
     assert!(dp > 0.0 && ds > 0.0, "scan_dtype had no effect");
@@ -340,7 +327,7 @@ fn bf16_scan_stays_close_to_f32() {
 fn new_sampling_values_and_shorter_runs_compile_nothing() {
     // A client of its own, so that the other tests' compiles do not count.
     let client = stablegraph::runtime::Client::cpu().unwrap();
-    let cfg = config();
+    let cfg = tiny_mamba2();
     let m = Mamba2::new(
         &client,
         cfg.clone(),
@@ -437,7 +424,7 @@ fn bucket(n: usize, chunk: usize) -> usize {
 
 #[test]
 fn prompt_buckets_are_powers_of_two_and_one_and_a_half_times_them() {
-    let m = model(DType::F32);
+    let m = tiny_model(DType::F32);
     // The tiny config's chunk is 8: prompts of 1 to 8 tokens take one chunk (the chunk covering
     // them, at least 16, capped at 8), longer ones 2, 3, 4, 6, 8, 12, ... chunks.
     for n in 1..=200 {
@@ -452,7 +439,7 @@ fn prompt_buckets_are_powers_of_two_and_one_and_a_half_times_them() {
 #[test]
 fn any_prefill_chunk_gives_the_same_model() {
     let prompts = vec![PROMPT.to_vec(), PROMPT[..5].to_vec()];
-    let m = model(DType::F32);
+    let m = tiny_model(DType::F32);
     // The automatic choice for an 11-token prompt on the CPU: the power of two covering it (16),
     // capped by the config's chunk (8).
     assert_eq!(m.prefill_chunk(PROMPT.len()), 8);
@@ -465,7 +452,9 @@ fn any_prefill_chunk_gives_the_same_model() {
     };
     let tokens = m.generate(&prompts, &greedy).unwrap();
     for chunk in [1, 2, 3, 5, 16] {
-        let m = model(DType::F32).with_prefill_chunk(Some(chunk)).unwrap();
+        let m = tiny_model(DType::F32)
+            .with_prefill_chunk(Some(chunk))
+            .unwrap();
         assert_eq!(
             m.prompt_bucket(PROMPT.len()),
             Some(bucket(PROMPT.len(), chunk))
@@ -491,7 +480,7 @@ fn any_prefill_chunk_gives_the_same_model() {
         );
     }
     for bad in [0, (1 << 16) + 1, 1 << 40] {
-        let e = model(DType::F32)
+        let e = tiny_model(DType::F32)
             .with_prefill_chunk(Some(bad))
             .unwrap_err()
             .to_string();

@@ -1,23 +1,24 @@
 //! The one harness of the integration tests: the shared clients, seeded random inputs
 //! ([`random`]), host arrays ([`arrays`]), the tolerance table and comparison ([`tol`]), the
-//! one-graph checker [`Suite`] ([`suite`]) and the tiny Mamba-2 shapes ([`configs`]).
+//! one-graph checker [`Suite`] ([`suite`]) and the tiny Mamba-2 shapes and models ([`mamba2`]).
 //!
 //! A test file uses it with `mod common;` (one in a folder, `tests/NAME/main.rs`, with
 //! `#[path = "../common/mod.rs"] mod common;`). Every binary compiles all of it and uses a part.
 #![allow(dead_code, unused_imports)]
 
 pub mod arrays;
-pub mod configs;
+pub mod mamba2;
 pub mod random;
 pub mod suite;
 pub mod tol;
 
 use std::sync::OnceLock;
 
-use stablegraph::runtime::{Buffer, Client, Executable, ShardedBuffer};
+use stablegraph::runtime::{Buffer, Client, CompileCache, Executable, ShardedBuffer};
+use stablegraph::HostArray;
 
 pub use arrays::*;
-pub use configs::*;
+pub use mamba2::*;
 pub use random::*;
 pub use suite::*;
 pub use tol::*;
@@ -36,6 +37,27 @@ pub fn client4() -> Client {
     CLIENT
         .get_or_init(|| Client::cpu_with_devices(4).expect("a 4-device CPU client"))
         .clone()
+}
+
+/// One CPU client per test binary with the on-disk compile cache off, for programs that would
+/// only fill the cache (random ones) or whose compiles a test counts.
+pub fn uncached_client() -> &'static Client {
+    static CLIENT: OnceLock<Client> = OnceLock::new();
+    CLIENT.get_or_init(|| {
+        let client = Client::cpu().expect("the CPU plugin must load for the tests");
+        client.set_compile_cache(CompileCache::disabled());
+        client
+    })
+}
+
+/// As [`uncached_client`], with 4 devices.
+pub fn uncached_client4() -> &'static Client {
+    static CLIENT: OnceLock<Client> = OnceLock::new();
+    CLIENT.get_or_init(|| {
+        let client = Client::cpu_with_devices(4).expect("a 4-device CPU client");
+        client.set_compile_cache(CompileCache::disabled());
+        client
+    })
 }
 
 /// Compiles `mlir`, panicking with the plugin's message on failure.
@@ -81,9 +103,13 @@ pub fn max_abs(a: &[f64], b: &[f64]) -> f64 {
         .fold(0.0, f64::max)
 }
 
+/// The largest absolute difference between two host arrays of one size.
+pub fn array_diff(a: &HostArray, b: &HostArray) -> f64 {
+    max_abs(&a.to_f64_vec(), &b.to_f64_vec())
+}
+
 /// The largest absolute difference between two device arrays of one shape (downloaded and
 /// gathered).
 pub fn buffer_diff(a: &ShardedBuffer, b: &ShardedBuffer) -> f64 {
-    let host = |b: &ShardedBuffer| b.to_host_array().unwrap().to_f64_vec();
-    max_abs(&host(a), &host(b))
+    array_diff(&a.to_host_array().unwrap(), &b.to_host_array().unwrap())
 }

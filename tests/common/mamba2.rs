@@ -1,9 +1,9 @@
-//! The tiny Mamba-2 shapes the model tests share.
+//! The tiny Mamba-2 shapes, models and state comparisons the model tests share.
 
-use stablegraph::models::mamba2::{Mamba2, Mamba2Config, Mamba2Weights};
+use stablegraph::models::mamba2::{Mamba2, Mamba2Config, Mamba2State, Mamba2Weights};
 use stablegraph::DType;
 
-use super::client;
+use super::{buffer_diff, client};
 
 /// A tiny Mamba-2 shape for model tests: 2 layers, 32 wide, 8 heads in 2 groups, chunk 8,
 /// vocabulary 64, untied head.
@@ -48,4 +48,13 @@ pub fn tiny_model(dtype: DType) -> Mamba2 {
     let cfg = tiny_mamba2();
     let w = Mamba2Weights::random(&cfg, dtype, 7).unwrap();
     Mamba2::new(&client(), cfg, &w).unwrap()
+}
+
+/// The largest difference between two states (every layer's conv and SSM state).
+pub fn state_diff(a: &Mamba2State, b: &Mamba2State) -> f64 {
+    a.layers
+        .iter()
+        .zip(&b.layers)
+        .map(|(x, y)| buffer_diff(&x.conv, &y.conv).max(buffer_diff(&x.ssm, &y.ssm)))
+        .fold(0.0, f64::max)
 }
