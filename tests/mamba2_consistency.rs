@@ -47,11 +47,7 @@ fn generate_in_one_program_equals_the_step_api_and_batches_equal_rows_alone() {
     let m = tiny_model(DType::F32);
     let short: Vec<u32> = vec![11, 2, 50];
     let prompts = vec![PROMPT.to_vec(), short.clone()];
-    let options = GenerateOptions {
-        max_new_tokens: 12,
-        sampling: Sampling::Greedy,
-        eos: None,
-    };
+    let options = common::greedy(12);
     let batched = m.generate(&prompts, &options).unwrap();
     for (r, p) in prompts.iter().enumerate() {
         // The same prompt alone.
@@ -153,11 +149,7 @@ fn sampling_is_reproducible_and_respects_top_k() {
         "another seed"
     );
     // With top_k = 1 sampling is greedy.
-    let greedy = GenerateOptions {
-        max_new_tokens: 16,
-        sampling: Sampling::Greedy,
-        eos: None,
-    };
+    let greedy = common::greedy(16);
     assert_eq!(
         m.generate(&prompt, &sample(3, 1)).unwrap(),
         m.generate(&prompt, &greedy).unwrap()
@@ -191,11 +183,7 @@ fn sampling_is_reproducible_and_respects_top_k() {
 #[test]
 fn eos_stops_a_row() {
     let m = tiny_model(DType::F32);
-    let greedy = GenerateOptions {
-        max_new_tokens: 10,
-        sampling: Sampling::Greedy,
-        eos: None,
-    };
+    let greedy = common::greedy(10);
     let free = m.generate(&[PROMPT.to_vec()], &greedy).unwrap()[0].clone();
     // Make the third generated token the EOS: the row repeats it from there on.
     let eos = free[2];
@@ -219,11 +207,7 @@ fn bf16_logits_stay_close_to_f32() {
     let f = tiny_model(DType::F32).prefill(&[PROMPT.to_vec()]).unwrap();
     let lf = f.logits.to_f64_vec();
     let scale = lf.iter().fold(0.0f64, |m, x| m.max(x.abs()));
-    let options = GenerateOptions {
-        max_new_tokens: 4,
-        sampling: Sampling::Greedy,
-        eos: None,
-    };
+    let options = common::greedy(4);
     // bf16 dots, and bf16 matrices converted to f32 in the program.
     let mut drift = Vec::new();
     for dots in [true, false] {
@@ -264,11 +248,7 @@ fn a_one_row_bf16_step_reads_the_bf16_matrices_in_f32() {
         .with_bf16_dots(Some(false));
     // Batch 1: no dot and no converted copy; the products are f32 multiply-reduce over the
     // bf16 matrices. Batch 2: the converted copies and dots.
-    let options = GenerateOptions {
-        max_new_tokens: 4,
-        sampling: Sampling::Greedy,
-        eos: None,
-    };
+    let options = common::greedy(4);
     let dots = |m: &Mamba2, batch: usize| {
         let [_, step, _] = m.stablehlo(batch, 16, &options).unwrap();
         step.matches("stablehlo.dot_general").count()
@@ -445,11 +425,7 @@ fn any_prefill_chunk_gives_the_same_model() {
     assert_eq!(m.prefill_chunk(PROMPT.len()), 8);
     assert_eq!(m.prompt_bucket(PROMPT.len()), Some(16));
     let want = m.prefill_all_positions(&prompts).unwrap();
-    let greedy = GenerateOptions {
-        max_new_tokens: 6,
-        sampling: Sampling::Greedy,
-        eos: None,
-    };
+    let greedy = common::greedy(6);
     let tokens = m.generate(&prompts, &greedy).unwrap();
     for chunk in [1, 2, 3, 5, 16] {
         let m = tiny_model(DType::F32)

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 
 use common::client;
 use safetensors::SafeTensors;
-use stablegraph::models::mamba2::{GenerateOptions, Mamba2, Mamba2Config, Mamba2Weights, Sampling};
+use stablegraph::models::mamba2::{Mamba2, Mamba2Config, Mamba2Weights};
 use stablegraph::DType;
 
 struct Cases {
@@ -168,11 +168,7 @@ fn check_config(name: &str) {
         }
 
         // 32 greedy tokens in one program.
-        let options = GenerateOptions {
-            max_new_tokens: gdims[1],
-            sampling: Sampling::Greedy,
-            eos: None,
-        };
+        let options = common::greedy(gdims[1]);
         let tokens = model.generate(&rows, &options).unwrap();
         for (r, row) in tokens.iter().enumerate() {
             let want: Vec<u32> = greedy[r * gdims[1]..(r + 1) * gdims[1]]

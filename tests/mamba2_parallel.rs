@@ -54,11 +54,7 @@ fn check(groups: usize, parallel: Parallel, devices: usize, full: bool) {
     assert!(d < 1e-5, "{what}: step logits differ by {d}");
     assert!(state_diff(&sa, &sb) < 1e-5, "{what}: step state");
 
-    let greedy = GenerateOptions {
-        max_new_tokens: 12,
-        sampling: Sampling::Greedy,
-        eos: None,
-    };
+    let greedy = common::greedy(12);
     assert_eq!(
         one.generate(&p, &greedy).unwrap(),
         many.generate(&p, &greedy).unwrap(),

@@ -4,17 +4,9 @@
 
 mod common;
 
-use common::{array_diff, client, state_diff, tiny_mamba2, tiny_model};
+use common::{array_diff, client, greedy, state_diff, tiny_mamba2, tiny_model};
 use stablegraph::models::mamba2::{GenerateOptions, Mamba2, Mamba2State, Mamba2Weights, Sampling};
 use stablegraph::DType;
-
-fn greedy(n: usize) -> GenerateOptions {
-    GenerateOptions {
-        max_new_tokens: n,
-        sampling: Sampling::Greedy,
-        eos: None,
-    }
-}
 
 fn joined(a: &[Vec<u32>], b: &[Vec<u32>]) -> Vec<Vec<u32>> {
     a.iter()

@@ -1,6 +1,8 @@
 //! The tiny Mamba-2 shapes, models and state comparisons the model tests share.
 
-use stablegraph::models::mamba2::{Mamba2, Mamba2Config, Mamba2State, Mamba2Weights};
+use stablegraph::models::mamba2::{
+    GenerateOptions, Mamba2, Mamba2Config, Mamba2State, Mamba2Weights, Sampling,
+};
 use stablegraph::DType;
 
 use super::{buffer_diff, client};
@@ -57,4 +59,13 @@ pub fn state_diff(a: &Mamba2State, b: &Mamba2State) -> f64 {
         .zip(&b.layers)
         .map(|(x, y)| buffer_diff(&x.conv, &y.conv).max(buffer_diff(&x.ssm, &y.ssm)))
         .fold(0.0, f64::max)
+}
+
+/// Greedy generation of `n` tokens, with no end token.
+pub fn greedy(n: usize) -> GenerateOptions {
+    GenerateOptions {
+        max_new_tokens: n,
+        sampling: Sampling::Greedy,
+        eos: None,
+    }
 }

@@ -800,11 +800,7 @@ fn model_entry_points_check_their_arguments() {
         let w = Mamba2Weights::random(&tiny(), DType::F32, 0)?;
         Mamba2::new(&common::client(), tiny(), &w)
     };
-    let greedy = GenerateOptions {
-        max_new_tokens: 4,
-        sampling: Sampling::Greedy,
-        eos: None,
-    };
+    let greedy = common::greedy(4);
     let mut cases = Vec::new();
     cases.push(case(
         "Mamba2Weights::random: f16 matrices",
@@ -1065,11 +1061,7 @@ fn a_model_refuses_bad_prompts_and_states() {
     assert_err(m.prefill(&[vec![1, v]]), &["outside the vocabulary"]);
     assert!(m.prefill(&[]).is_err());
     assert!(m.prefill(&[vec![]]).is_err());
-    let none = GenerateOptions {
-        max_new_tokens: 0,
-        sampling: Sampling::Greedy,
-        eos: None,
-    };
+    let none = common::greedy(0);
     assert_eq!(
         m.generate(&[vec![1], vec![2, 3]], &none).unwrap(),
         vec![Vec::<u32>::new(); 2]
