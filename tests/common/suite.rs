@@ -163,9 +163,24 @@ impl Suite {
         i
     }
 
+    /// Both results must equal `want` (computed here) and each other exactly (floats by value).
+    pub fn check_exact(&mut self, t: &Tensor, want: HostArray) -> usize {
+        self.check_formula(t, Tol::Exact, want, Tol::Exact)
+    }
+
+    /// Both results must have the bits of `want` (computed here) and of each other.
+    pub fn check_bits(&mut self, t: &Tensor, want: HostArray) -> usize {
+        self.check_formula(t, Tol::Bits, want, Tol::Bits)
+    }
+
     /// As [`Suite::check`], and both results must also match the row-major values `want`
-    /// (computed here in f64) within `ftol`; `label` names the check in reports.
-    pub fn check_values(
+    /// (computed here in f64) within the output dtype's tolerance; `label` names the check.
+    pub fn check_values(&mut self, label: impl Into<String>, t: &Tensor, want: Vec<f64>) {
+        self.check_values_tol(label, t, want, tol(t.dtype()));
+    }
+
+    /// As [`Suite::check_values`], within `ftol` of `want`.
+    pub fn check_values_tol(
         &mut self,
         label: impl Into<String>,
         t: &Tensor,

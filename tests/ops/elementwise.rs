@@ -554,7 +554,7 @@ fn operators_every_operand_form() {
                 })
                 .collect();
             let want = array_of(dtype, &dims, &want);
-            s.check_formula(&f(&a, &b).unwrap(), Tol::Exact, want, Tol::Exact);
+            s.check_exact(&f(&a, &b).unwrap(), want);
         }
     }
     // Integer numbers keep every bit: 2^60 + 1 does not round through an f64.
@@ -568,7 +568,7 @@ fn operators_every_operand_form() {
         .map(|&x| x as i64 + big)
         .collect();
     let want = HostArray::from_vec(&[3], want).unwrap();
-    s.check_formula(&(&a + big).unwrap(), Tol::Exact, want, Tol::Exact);
+    s.check_exact(&(&a + big).unwrap(), want);
     s.case("u64 * 3 + 2^63");
     let u = s.param("u", U64, &[3], &Dist::Int(0, 5));
     let want: Vec<u64> = s
@@ -579,7 +579,7 @@ fn operators_every_operand_form() {
         .collect();
     let want = HostArray::from_vec(&[3], want).unwrap();
     let y = ((&u * 3).unwrap() + (1u64 << 63)).unwrap();
-    s.check_formula(&y, Tol::Exact, want, Tol::Exact);
+    s.check_exact(&y, want);
     s.run();
 }
 
@@ -658,10 +658,10 @@ fn clamp_propagates_nan() {
         let hi = s.input("hi", array_of(dtype, &[4], &[1.0, 1.0, nan, -2.0]));
         let want = array_of(dtype, &[4], &[nan, nan, nan, nan]);
         let y = x.clamp(&lo, &hi).unwrap();
-        s.check_formula(&y, Tol::Exact, want, Tol::Exact);
+        s.check_exact(&y, want);
         let want = array_of(dtype, &[4], &[nan, 0.5, 0.5, nan]);
         let y = x.clamp(-1.0, 1.0).unwrap();
-        s.check_formula(&y, Tol::Exact, want, Tol::Exact);
+        s.check_exact(&y, want);
     }
     s.run();
 }
@@ -818,7 +818,7 @@ fn bitcast_same_size_pairs() {
                     let v = s.value(&x).clone();
                     let want =
                         HostArray::from_bytes(&TensorType::new(dst, &dims), &v.to_bytes()).unwrap();
-                    s.check_formula(&x.bitcast(dst).unwrap(), Tol::Bits, want, Tol::Bits);
+                    s.check_bits(&x.bitcast(dst).unwrap(), want);
                 }
             }
         }
@@ -827,6 +827,6 @@ fn bitcast_same_size_pairs() {
     let x = s.param("x", U32, &[16], &Dist::Bits);
     let v = s.value(&x).clone();
     let y = x.bitcast(F32).unwrap().bitcast(U32).unwrap();
-    s.check_formula(&y, Tol::Exact, v, Tol::Exact);
+    s.check_exact(&y, v);
     s.run();
 }

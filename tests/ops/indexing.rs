@@ -56,28 +56,18 @@ fn huge_unsigned_indices_clamp_high() {
     let x = s.input("x", array_of(F32, &[5], &[0.0, 1.0, 2.0, 3.0, 4.0]));
     let i = s.input("i", HostArray::scalar(u32::MAX));
     let want = array_of(F32, &[2], &[3.0, 4.0]);
-    s.check_formula(
-        &x.dynamic_slice(&[&i], &[2]).unwrap(),
-        Tol::Exact,
-        want,
-        Tol::Exact,
-    );
+    s.check_exact(&x.dynamic_slice(&[&i], &[2]).unwrap(), want);
     s.case("dynamic_slice with u64 index 2^63");
     let j = s.input("j", HostArray::scalar(1u64 << 63));
     let want = array_of(F32, &[2], &[3.0, 4.0]);
-    s.check_formula(
-        &x.dynamic_slice(&[&j], &[2]).unwrap(),
-        Tol::Exact,
-        want,
-        Tol::Exact,
-    );
+    s.check_exact(&x.dynamic_slice(&[&j], &[2]).unwrap(), want);
     s.case("take with u32 index 0xFFFFFFFF and u64 index 2^63");
     let t = s.input("t", HostArray::from_vec(&[2], vec![u32::MAX, 1]).unwrap());
     let want = array_of(F32, &[2], &[4.0, 1.0]);
-    s.check_formula(&x.take(&t).unwrap(), Tol::Exact, want, Tol::Exact);
+    s.check_exact(&x.take(&t).unwrap(), want);
     let t = s.input("w", HostArray::from_vec(&[2], vec![1u64 << 63, 2]).unwrap());
     let want = array_of(F32, &[2], &[4.0, 2.0]);
-    s.check_formula(&x.take(&t).unwrap(), Tol::Exact, want, Tol::Exact);
+    s.check_exact(&x.take(&t).unwrap(), want);
     s.run();
 }
 
@@ -118,7 +108,7 @@ fn tril_triu_masked_fill() {
                     x.triu(offset)
                 }
                 .unwrap();
-                s.check_formula(&y, Tol::Bits, want, Tol::Bits);
+                s.check_bits(&y, want);
             }
         }
         let (rows, cols) = (dim(&mut s.rng), dim(&mut s.rng));
@@ -139,18 +129,8 @@ fn tril_triu_masked_fill() {
                 ))
             })
             .collect();
-        s.check_formula(
-            &lm,
-            Tol::Exact,
-            array_of(Pred, &[rows, cols], &lw),
-            Tol::Exact,
-        );
-        s.check_formula(
-            &um,
-            Tol::Exact,
-            array_of(Pred, &[rows, cols], &uw),
-            Tol::Exact,
-        );
+        s.check_exact(&lm, array_of(Pred, &[rows, cols], &lw));
+        s.check_exact(&um, array_of(Pred, &[rows, cols], &uw));
     }
     for k in 0..20 {
         let dtype = NUMERIC[k % NUMERIC.len()];
@@ -182,12 +162,7 @@ fn tril_triu_masked_fill() {
             .map(|i| if mv[i % 3] != 0.0 { vv } else { xv[i] })
             .collect();
         let want = array_of(dtype, &[2, 3], &want);
-        s.check_formula(
-            &x.masked_fill(&m, &v).unwrap(),
-            Tol::Exact,
-            want,
-            Tol::Exact,
-        );
+        s.check_exact(&x.masked_fill(&m, &v).unwrap(), want);
     }
     s.run();
 }
@@ -220,7 +195,7 @@ fn take_index_add_and_one_hot() {
         let mut odims = idims.clone();
         odims.extend_from_slice(&tdims[1..]);
         let want = gather(s.value(&table), &odims, &flat);
-        s.check_formula(&table.take(&idx).unwrap(), Tol::Bits, want, Tol::Bits);
+        s.check_bits(&table.take(&idx).unwrap(), want);
     }
     for k in 0..30 {
         // index_add: each update row added at its clamped index, repeats adding up.
@@ -287,7 +262,7 @@ fn take_index_add_and_one_hot() {
         let mut odims = idims.clone();
         odims.push(depth);
         let y = idx.one_hot(depth, out).unwrap();
-        s.check_formula(&y, Tol::Exact, array_of(out, &odims, &want), Tol::Exact);
+        s.check_exact(&y, array_of(out, &odims, &want));
     }
     s.run();
 }
@@ -346,7 +321,7 @@ fn take_along_axis_and_take_axis() {
         assert_eq!(y.dims(), odims.as_slice());
         let label =
             format!("take_along_axis {dtype}{tdims:?} by {idtype}{idims:?} axis {axis_arg}");
-        c.check_values(label, &y, want, Tol::Exact);
+        c.check_values_tol(label, &y, want, Tol::Exact);
     }
     for k in 0..20 {
         let tdims = c.nonempty_shape(1, 3);
@@ -374,7 +349,7 @@ fn take_along_axis_and_take_axis() {
             .collect();
         let y = t.take_axis(&i, axis as isize).unwrap();
         assert_eq!(y.dims(), odims.as_slice());
-        c.check_values(
+        c.check_values_tol(
             format!("take_axis {tdims:?} by {idtype}{idims:?} axis {axis}"),
             &y,
             want,
@@ -387,7 +362,7 @@ fn take_along_axis_and_take_axis() {
         "i",
         HostArray::from_vec(&[2, 1], vec![u64::MAX, 1u64]).unwrap(),
     );
-    c.check_values(
+    c.check_values_tol(
         "take_along_axis u64::MAX",
         &t.take_along_axis(&i, 1).unwrap(),
         vec![tv[2], tv[4]],

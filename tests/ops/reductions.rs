@@ -185,7 +185,7 @@ fn argmax_argmin() {
                 x.argmin_as(a, index)
             };
             let want = array_of(index, &out_dims, &want);
-            s.check_formula(&y.unwrap(), Tol::Exact, want, Tol::Exact);
+            s.check_exact(&y.unwrap(), want);
         }
     }
     s.run();
@@ -251,7 +251,7 @@ fn cumsum_every_mode() {
         let v = s.value(&x).to_f64_vec();
         let want: Vec<f64> = (0..12).map(|i| v[i - i % 4..=i].iter().sum()).collect();
         let want = array_of(dtype, &dims, &want);
-        s.check_formula(&x.cumsum(-1).unwrap(), Tol::Exact, want, Tol::Exact);
+        s.check_exact(&x.cumsum(-1).unwrap(), want);
     }
     s.run();
 }
@@ -329,15 +329,10 @@ fn sort_and_top_k() {
         } else {
             SortOrder::Ascending
         };
-        s.check_formula(
-            &x.sort(a, order).unwrap(),
-            Tol::Bits,
-            want.clone(),
-            Tol::Bits,
-        );
+        s.check_bits(&x.sort(a, order).unwrap(), want.clone());
         let (v, i) = x.sort_with_indices(a, order).unwrap();
-        s.check_formula(&v, Tol::Bits, want, Tol::Bits);
-        s.check_formula(&i, Tol::Exact, array_of(I64, &dims, &widx), Tol::Exact);
+        s.check_bits(&v, want);
+        s.check_exact(&i, array_of(I64, &dims, &widx));
     }
     for k in 0..27 {
         let dtype = NUMERIC[k % NUMERIC.len()];
@@ -368,8 +363,8 @@ fn sort_and_top_k() {
         let want = gather(&sorted, &odims, &flat);
         let widx: Vec<f64> = flat.iter().map(|&f| sidx[f]).collect();
         let (v, i) = x.top_k(kk).unwrap();
-        s.check_formula(&v, Tol::Bits, want, Tol::Bits);
-        s.check_formula(&i, Tol::Exact, array_of(I64, &odims, &widx), Tol::Exact);
+        s.check_bits(&v, want);
+        s.check_exact(&i, array_of(I64, &odims, &widx));
     }
     s.run();
 }

@@ -23,7 +23,7 @@ fn constants_of_every_dtype() {
             };
             let v = random_array(&mut s.rng, dtype, &dims, &d);
             let c = s.g.constant(&v).unwrap();
-            s.check_formula(&c, Tol::Bits, v, Tol::Bits);
+            s.check_bits(&c, v);
         }
     }
     // Constants used by an op (not only returned).
@@ -56,27 +56,17 @@ fn full_zeros_ones_scalar() {
             let n: usize = dims.iter().product();
             let want = array_of(dtype, &dims, &vec![v; n]);
             let t = s.g.full(v, dtype, &dims).unwrap();
-            s.check_formula(&t, Tol::Bits, want, Tol::Bits);
+            s.check_bits(&t, want);
         }
         let dims = shape(&mut s.rng, 0, 3);
         let n: usize = dims.iter().product();
         s.case(format!("zeros/ones/scalar {dtype}{dims:?}"));
         let z = s.g.zeros(dtype, &dims).unwrap();
-        s.check_formula(
-            &z,
-            Tol::Bits,
-            array_of(dtype, &dims, &vec![0.0; n]),
-            Tol::Bits,
-        );
+        s.check_bits(&z, array_of(dtype, &dims, &vec![0.0; n]));
         let o = s.g.ones(dtype, &dims).unwrap();
-        s.check_formula(
-            &o,
-            Tol::Bits,
-            array_of(dtype, &dims, &vec![1.0; n]),
-            Tol::Bits,
-        );
+        s.check_bits(&o, array_of(dtype, &dims, &vec![1.0; n]));
         let one = s.g.scalar(1.0, dtype).unwrap();
-        s.check_formula(&one, Tol::Bits, array_of(dtype, &[], &[1.0]), Tol::Bits);
+        s.check_bits(&one, array_of(dtype, &[], &[1.0]));
     }
     s.run();
 }
@@ -97,7 +87,7 @@ fn iota_over_every_dim() {
                 let t = s.g.iota(dtype, &dims, axis).unwrap();
                 let n: usize = dims.iter().product();
                 let want: Vec<f64> = (0..n).map(|i| unravel(i, &dims)[d] as f64).collect();
-                s.check_formula(&t, Tol::Exact, array_of(dtype, &dims, &want), Tol::Exact);
+                s.check_exact(&t, array_of(dtype, &dims, &want));
             }
         }
     }
@@ -351,7 +341,7 @@ fn split_and_chunk() {
         for (p, &n) in parts.iter().zip(&sizes) {
             assert_eq!(p.dims(), &[4, n, 3]);
             let want = slice_ref(&xv, &dims, 1, at, at + n);
-            c.check_values(
+            c.check_values_tol(
                 format!("split {dtype} [{at}, {})", at + n),
                 p,
                 want,
@@ -366,7 +356,7 @@ fn split_and_chunk() {
             assert_eq!(parts.len(), n);
             for (k, p) in parts.iter().enumerate() {
                 let want = slice_ref(&xv, &dims, a, k * len, (k + 1) * len);
-                c.check_values(
+                c.check_values_tol(
                     format!("chunk {dtype} axis {axis} into {n}: {k}"),
                     p,
                     want,
