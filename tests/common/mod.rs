@@ -12,6 +12,8 @@ pub mod random;
 pub mod suite;
 pub mod tol;
 
+use std::collections::HashMap;
+use std::path::Path;
 use std::sync::OnceLock;
 
 use stablegraph::runtime::{Buffer, Client, CompileCache, Executable, ShardedBuffer};
@@ -112,4 +114,46 @@ pub fn array_diff(a: &HostArray, b: &HostArray) -> f64 {
 /// gathered).
 pub fn buffer_diff(a: &ShardedBuffer, b: &ShardedBuffer) -> f64 {
     array_diff(&a.to_host_array().unwrap(), &b.to_host_array().unwrap())
+}
+
+/// One tensor of a safetensors file, its values widened to f64 (exact for f32 and for integers
+/// below 2^53).
+pub struct Stored {
+    pub dtype: safetensors::Dtype,
+    pub shape: Vec<usize>,
+    pub values: Vec<f64>,
+}
+
+/// The f32 and i64 tensors of a safetensors file by name, decoded here from their
+/// little-endian bytes, independently of the library's loader.
+pub fn read_safetensors(path: &Path) -> HashMap<String, Stored> {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    st.tensors()
+        .into_iter()
+        .map(|(name, t)| {
+            let values = match t.dtype() {
+                safetensors::Dtype::F32 => t
+                    .data()
+                    .chunks_exact(4)
+                    .map(|c| f64::from(f32::from_le_bytes(c.try_into().unwrap())))
+                    .collect(),
+                safetensors::Dtype::I64 => t
+                    .data()
+                    .chunks_exact(8)
+                    .map(|c| i64::from_le_bytes(c.try_into().unwrap()) as f64)
+                    .collect(),
+                other => panic!("{name}: {other:?} is not read by the tests"),
+            };
+            let shape = t.shape().to_vec();
+            (
+                name,
+                Stored {
+                    dtype: t.dtype(),
+                    shape,
+                    values,
+                },
+            )
+        })
+        .collect()
 }
