@@ -1,8 +1,10 @@
-//! The one harness of the integration tests: the shared clients, seeded random inputs
-//! ([`random`]), host arrays ([`arrays`]), the tolerance table and comparison ([`tol`]), the
-//! one-graph checker [`Suite`] ([`suite`]) and the tiny Mamba-2 shapes and models ([`mamba2`]).
+//! The one harness of the integration tests: the shared clients (one or four devices, with or
+//! without the on-disk compile cache), seeded random inputs ([`random`]), host arrays
+//! ([`arrays`]), the tolerance table and the comparison with a report ([`tol`]), the one-graph
+//! checker [`Suite`] ([`suite`]), the tiny Mamba-2 shapes and models ([`mamba2`]), and a
+//! safetensors reader for fixtures.
 //!
-//! A test file uses it with `mod common;` (one in a folder, `tests/NAME/main.rs`, with
+//! A test file uses it with `mod common;` (a binary in a folder, `tests/NAME/main.rs`, with
 //! `#[path = "../common/mod.rs"] mod common;`). Every binary compiles all of it and uses a part.
 #![allow(dead_code, unused_imports)]
 

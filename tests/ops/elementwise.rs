@@ -192,15 +192,21 @@ fn binary_float() {
         }
         for dtype in FLOATS {
             s.case(format!("{name} {dtype} specials"));
-            let n = SPECIALS.len();
-            let xs: Vec<f64> = (0..n * n).map(|i| SPECIALS[i / n]).collect();
-            let ys: Vec<f64> = (0..n * n).map(|i| SPECIALS[i % n]).collect();
-            let a = s.input("x", array_of(dtype, &[n, n], &xs));
-            let b = s.input("y", array_of(dtype, &[n, n], &ys));
+            let (a, b) = specials_grid(&mut s, dtype);
             s.check(&f(&a, &b).unwrap());
         }
     }
     s.run();
+}
+
+/// Two parameters of `dtype` that pair every special value with every other: `x[i, j] =
+/// SPECIALS[i]`, `y[i, j] = SPECIALS[j]`.
+fn specials_grid(s: &mut Suite, dtype: DType) -> (Tensor, Tensor) {
+    let n = SPECIALS.len();
+    let xs: Vec<f64> = (0..n * n).map(|i| SPECIALS[i / n]).collect();
+    let ys: Vec<f64> = (0..n * n).map(|i| SPECIALS[i % n]).collect();
+    let a = s.input("x", array_of(dtype, &[n, n], &xs));
+    (a, s.input("y", array_of(dtype, &[n, n], &ys)))
 }
 
 /// `pow` and `rem` on specials: C's `pow`/`fmod` conventions (`pow(x, 0) = 1`, `pow(1, y) = 1`,
@@ -214,11 +220,7 @@ fn float_specials_pow_and_rem() {
         }
         for dtype in FLOATS {
             s.case(format!("{name} {dtype} specials"));
-            let n = SPECIALS.len();
-            let xs: Vec<f64> = (0..n * n).map(|i| SPECIALS[i / n]).collect();
-            let ys: Vec<f64> = (0..n * n).map(|i| SPECIALS[i % n]).collect();
-            let a = s.input("x", array_of(dtype, &[n, n], &xs));
-            let b = s.input("y", array_of(dtype, &[n, n], &ys));
+            let (a, b) = specials_grid(&mut s, dtype);
             s.check(&f(&a, &b).unwrap());
         }
     }
