@@ -8,8 +8,8 @@
 //! - [`no_panic`]: no public function panics on bad input (wrong ranks, huge sizes, mismatched
 //!   configs, models and checkpoints), whatever it is given.
 //!
-//! Errors that need a fixture of their own stay beside it: checkpoints (`mamba2_weights`), the
-//! trainer (`mamba2_train`), several devices (`sharding`, `collectives`, `mamba2_parallel`),
+//! Errors that need a fixture of their own stay beside it: checkpoints (`mamba2/weights`), the
+//! trainer (`mamba2/train`), several devices (`sharding`, `collectives`, `mamba2/parallel`),
 //! plugin installation (`install`) and the command line (`cli`).
 
 #[path = "../common/mod.rs"]

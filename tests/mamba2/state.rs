@@ -2,7 +2,7 @@
 //! the tokens generated after it), `generate_from` hands back the state after what it emitted,
 //! and states survive a safetensors round trip.
 
-mod common;
+use crate::common;
 
 use common::{array_diff, client, greedy, state_diff, tiny_mamba2, tiny_model};
 use stablegraph::models::mamba2::{GenerateOptions, Mamba2, Mamba2State, Mamba2Weights, Sampling};

@@ -2,7 +2,7 @@
 //! logits, its gradients against central finite differences, and the trainer (memorisation,
 //! micro steps in one program equal to single steps, donation, errors).
 
-mod common;
+use crate::common;
 
 use stablegraph::models::mamba2::block;
 use stablegraph::models::mamba2::train::{decays, lm_loss, loss_and_grads, Trainer};
@@ -516,7 +516,7 @@ fn training_refuses_bad_input_by_name() {
 }
 
 /// Throughput of the training step on the small byte-level shape (`cargo test --release --test
-/// mamba2_train -- --ignored --nocapture`): compile seconds and tokens per second, with one
+/// mamba2 train:: -- --ignored --nocapture`): compile seconds and tokens per second, with one
 /// and with four optimizer steps per program. Try it also with
 /// `GLIBC_TUNABLES=glibc.malloc.hugetlb=1` (see [`Trainer`]'s docs).
 #[test]

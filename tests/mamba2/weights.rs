@@ -2,7 +2,7 @@
 //! schemes, tied or not), the one error that lists every problem, random initialisation and
 //! the upload to a device.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 

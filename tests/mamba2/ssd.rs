@@ -1,7 +1,7 @@
 //! The chunked SSD equals the naive recurrence, on random inputs, in the interpreter and on the
 //! device; the groups-to-heads mapping and segsum follow their definitions.
 
-mod common;
+use crate::common;
 
 use common::{array_diff, client, Rng};
 use stablegraph::models::mamba2::ssd::{groups_to_heads, segsum, ssd_chunked, ssd_recurrent};

@@ -2,7 +2,7 @@
 //! every program's results against the same model on one device (the reference: one device
 //! runs the unsharded program that the fixtures check against HF transformers).
 
-mod common;
+use crate::common;
 
 use common::{array_diff, client4, state_diff, tiny_mamba2};
 use stablegraph::models::mamba2::{

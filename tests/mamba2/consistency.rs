@@ -3,7 +3,7 @@
 //! equals its prompt alone; sampling is reproducible and respects top-k; EOS stops a row; the
 //! generate program has exactly one while loop; bf16 logits stay close to f32.
 
-mod common;
+use crate::common;
 
 use common::{array_diff, buffer_diff, client, max_abs, tiny_mamba2, tiny_model};
 use stablegraph::models::mamba2::{GenerateOptions, Mamba2, Mamba2Config, Mamba2Weights, Sampling};

@@ -4,7 +4,7 @@
 //! a prompt shorter than a chunk, one of exactly two chunks, one not a multiple of the chunk, a
 //! batch of two, a left-padded batch, and n_groups = 2; plus the step API against HF's decode.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
