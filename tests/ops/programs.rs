@@ -5,13 +5,6 @@
 
 use super::*;
 
-/// The tolerance the three user programs are held to against plain Rust: f32 through a few
-/// dozen operations, each rounding to 6e-8 relative.
-const PROGRAM: Tol = Tol::Close {
-    rtol: 1e-5,
-    atol: 1e-5,
-};
-
 /// Many ops chained in one graph (a small Mamba-like block), with outputs of many dtypes: the
 /// executable's output types equal the inferred types, and PJRT agrees with the interpreter.
 #[test]
@@ -215,7 +208,7 @@ fn gpt2_block() {
         .collect();
     let mlp = add_row(&matmul_ref(&m, &w_projv, t, 4 * d, d), &b_projv);
     let want: Vec<f64> = x1.iter().zip(&mlp).map(|(a, b)| a + b).collect();
-    c.check_values_tol("gpt2 block", &out, want, PROGRAM);
+    c.check_values("gpt2 block", &out, want);
     c.run();
 }
 
@@ -269,7 +262,7 @@ fn mamba1_selective_scan() {
             want.push(y * silu_ref(zv[t * d + i]));
         }
     }
-    c.check_values_tol("mamba1 selective scan", &out, want, PROGRAM);
+    c.check_values("mamba1 selective scan", &out, want);
     c.run();
 }
 
@@ -305,8 +298,8 @@ fn mlp_cross_entropy() {
         .map(|i| -logp_want[i * classes + labelsv[i] as usize])
         .sum::<f64>()
         / batch as f64;
-    c.check_values_tol("mlp log-probabilities", &logp, logp_want, PROGRAM);
-    c.check_values_tol("mlp cross-entropy", &loss, vec![loss_want], PROGRAM);
+    c.check_values("mlp log-probabilities", &logp, logp_want);
+    c.check_values("mlp cross-entropy", &loss, vec![loss_want]);
     c.run();
 }
 
