@@ -5,11 +5,13 @@
 //! The example binary is built first with `cargo build --example mamba2` (a no-op when fresh),
 //! in the profile and target directory of this test binary.
 
-use std::collections::HashMap;
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 
+use common::read_safetensors;
 use serde_json::Value;
 
 /// The example binary, built on first use.
@@ -121,31 +123,6 @@ fn errors_are_one_line() {
     assert!(text(&run(cases[3]).stderr).contains("token id 100"));
 }
 
-/// Tensors of the tiny fixture's `cases.safetensors` as f64, with their shapes.
-fn fixture_cases() -> HashMap<String, (Vec<usize>, Vec<f64>)> {
-    let bytes = std::fs::read(Path::new(TINY).join("cases.safetensors")).unwrap();
-    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
-    st.tensors()
-        .into_iter()
-        .map(|(name, view)| {
-            let data = match view.dtype() {
-                safetensors::Dtype::I64 => view
-                    .data()
-                    .chunks_exact(8)
-                    .map(|c| i64::from_le_bytes(c.try_into().unwrap()) as f64)
-                    .collect(),
-                safetensors::Dtype::F32 => view
-                    .data()
-                    .chunks_exact(4)
-                    .map(|c| f64::from(f32::from_le_bytes(c.try_into().unwrap())))
-                    .collect(),
-                _ => Vec::new(),
-            };
-            (name, (view.shape().to_vec(), data))
-        })
-        .collect()
-}
-
 /// Reads a `.npy` v1.0 float32 file: its shape and data, checking header, alignment and size.
 fn read_npy(path: &Path) -> (Vec<usize>, Vec<f32>) {
     let bytes = std::fs::read(path).unwrap();
@@ -175,9 +152,12 @@ fn read_npy(path: &Path) -> (Vec<usize>, Vec<f32>) {
 #[test]
 fn generate_writes_json_and_logits_matching_transformers() {
     // Case 4 of the fixtures: a batch of two prompts, 12 and 5 tokens (HF left-padded them).
-    let cases = fixture_cases();
-    let (idims, ids) = &cases["case4.input_ids"];
-    let (_, mask) = &cases["case4.attention_mask"];
+    let cases = read_safetensors(&Path::new(TINY).join("cases.safetensors"));
+    let (idims, ids) = (
+        &cases["case4.input_ids"].shape,
+        &cases["case4.input_ids"].values,
+    );
+    let mask = &cases["case4.attention_mask"].values;
     let rows: Vec<Vec<u32>> = (0..idims[0])
         .map(|r| {
             (0..idims[1])
@@ -231,7 +211,7 @@ fn generate_writes_json_and_logits_matching_transformers() {
     let programs = json["compiles"].as_u64().unwrap() + json["cache_hits"].as_u64().unwrap();
     assert_eq!(programs, 3, "{json}");
     // The new tokens are HF's greedy continuation.
-    let (gdims, greedy) = &cases["case4.greedy"];
+    let (gdims, greedy) = (&cases["case4.greedy"].shape, &cases["case4.greedy"].values);
     let tokens = json["tokens"].as_array().unwrap();
     assert_eq!(tokens.len(), 2);
     for (r, row) in tokens.iter().enumerate() {
@@ -248,7 +228,7 @@ fn generate_writes_json_and_logits_matching_transformers() {
     let (shape, logits) = read_npy(&npy_path);
     let vocab = 100;
     assert_eq!(shape, [2, 12, vocab]);
-    let (ldims, hf) = &cases["case4.logits"];
+    let (ldims, hf) = (&cases["case4.logits"].shape, &cases["case4.logits"].values);
     assert_eq!(ldims[1], 12);
     for (r, row) in rows.iter().enumerate() {
         for p in 0..12 {
@@ -685,24 +665,6 @@ fn training_text() -> String {
         .collect()
 }
 
-/// Reads the tensors of a safetensors file: name to (shape, f32 values).
-fn read_tensors(path: &Path) -> HashMap<String, (Vec<usize>, Vec<f32>)> {
-    let bytes = std::fs::read(path).unwrap();
-    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
-    st.tensors()
-        .into_iter()
-        .map(|(name, view)| {
-            assert_eq!(view.dtype(), safetensors::Dtype::F32, "{name}");
-            let values = view
-                .data()
-                .chunks_exact(4)
-                .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
-                .collect();
-            (name, (view.shape().to_vec(), values))
-        })
-        .collect()
-}
-
 /// `train` on tiny settings writes a checkpoint that `generate` runs with a text prompt (the
 /// byte vocabulary), the loss curve as CSV and SVG, and a JSON summary; `grad` on that
 /// checkpoint writes one finite gradient per weight under the checkpoint's names, and its loss
@@ -847,21 +809,21 @@ fn train_then_generate_and_grad_on_the_checkpoint() {
         grad_json.to_str().unwrap(),
     ]);
     assert!(stdout.contains("loss"), "{stdout}");
-    let weights = read_tensors(&out.join("model.safetensors"));
-    let grads = read_tensors(&grads_path);
+    let weights = read_safetensors(&out.join("model.safetensors"));
+    let grads = read_safetensors(&grads_path);
     let mut names: Vec<&String> = grads.keys().collect();
     names.sort();
     let mut want_names: Vec<&String> = weights.keys().collect();
     want_names.sort();
     assert_eq!(names, want_names);
-    for (name, (dims, values)) in &grads {
-        assert_eq!(dims, &weights[name].0, "{name}");
-        assert!(values.iter().all(|v| v.is_finite()), "{name}");
+    for (name, g) in &grads {
+        assert_eq!(g.dtype, safetensors::Dtype::F32, "{name}");
+        assert_eq!(weights[name].dtype, safetensors::Dtype::F32, "{name}");
+        assert_eq!(g.shape, weights[name].shape, "{name}");
+        assert!(g.values.iter().all(|v| v.is_finite()), "{name}");
     }
-    assert!(grads["backbone.embeddings.weight"]
-        .1
-        .iter()
-        .any(|&v| v != 0.0));
+    let embedding = &grads["backbone.embeddings.weight"];
+    assert!(embedding.values.iter().any(|&v| v != 0.0));
 
     // Its loss is the mean next-token cross-entropy of the prompt's logits from generate.
     let npy = dir.join("logits.npy");

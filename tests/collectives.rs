@@ -4,20 +4,9 @@
 
 mod common;
 
-use std::sync::OnceLock;
-
-use common::Rng;
+use common::{client4, Rng};
 use stablegraph::ops::{Graph, ReduceKind, Tensor};
-use stablegraph::runtime::Client;
 use stablegraph::{DType, HostArray, Mesh, PartitionSpec, Result};
-
-/// One 4-device CPU client per test binary.
-fn client4() -> Client {
-    static CLIENT: OnceLock<Client> = OnceLock::new();
-    CLIENT
-        .get_or_init(|| Client::cpu_with_devices(4).unwrap())
-        .clone()
-}
 
 fn p(dims: &[Option<&str>]) -> PartitionSpec {
     PartitionSpec::new(dims.iter().copied())

@@ -3,12 +3,14 @@
 //! every input a fuzzer ever crashed on (`tests/fuzz_regressions/<target>/`) is replayed.
 //! Each entry point checks its own properties and panics on a violation.
 
+mod common;
+
 use std::path::Path;
-use std::sync::OnceLock;
 
 use stablegraph::fuzzing;
 use stablegraph::rng::SplitMix64;
-use stablegraph::runtime::{Client, CompileCache};
+
+use common::{uncached_client as client, uncached_client4 as client4};
 
 /// Runs `target` on `count` random streams of up to `max_len` bytes (seeded by `seed`).
 fn random_streams(seed: u64, count: usize, max_len: usize, mut target: impl FnMut(usize, &[u8])) {
@@ -77,16 +79,6 @@ fn compile_options() {
     random_streams(5, 5000, 64, |_, d| fuzzing::compile_options(d));
 }
 
-/// One CPU client for the test process, with the on-disk compile cache off.
-fn client() -> &'static Client {
-    static CLIENT: OnceLock<Client> = OnceLock::new();
-    CLIENT.get_or_init(|| {
-        let client = Client::cpu().expect("the CPU plugin");
-        client.set_compile_cache(CompileCache::disabled());
-        client
-    })
-}
-
 #[test]
 fn random_graph() {
     replay("random_graph", |d| fuzzing::random_graph(d, Some(client())));
@@ -96,18 +88,6 @@ fn random_graph() {
     });
 }
 
-/// One four-device CPU client for the sharded targets, with the on-disk compile cache off.
-fn client4() -> &'static Client {
-    static CLIENT: OnceLock<Client> = OnceLock::new();
-    CLIENT.get_or_init(|| {
-        let client = Client::cpu_with_devices(4).expect("a four-device CPU client");
-        client.set_compile_cache(CompileCache::disabled());
-        client
-    })
-}
-
-/// 300 random graphs over random meshes, each compiled as an SPMD program (about 20 graphs a
-/// second in a debug build: sharded programs are small), run, and checked.
 #[test]
 fn sharded_graph() {
     replay("sharded_graph", |d| {

@@ -7,12 +7,8 @@ mod common;
 use std::sync::Barrier;
 
 use common::{client, rss_kb};
-use stablegraph::models::mamba2::{GenerateOptions, Mamba2, Mamba2Config, Mamba2Weights, Sampling};
+use stablegraph::models::mamba2::{GenerateOptions, Mamba2, Mamba2Weights, Sampling};
 use stablegraph::DType;
-
-fn config() -> Mamba2Config {
-    common::tiny_mamba2()
-}
 
 /// Each thread's settings: greedy, greedy with an end token, and two kinds of sampling.
 fn settings(thread: usize) -> GenerateOptions {
@@ -57,7 +53,7 @@ fn four_threads_share_one_model_and_memory_stays_flat() {
     const THREADS: usize = 4;
     const CALLS: usize = 50;
     const WARM: usize = 12;
-    let cfg = config();
+    let cfg = common::tiny_mamba2();
     let weights = Mamba2Weights::random(&cfg, DType::F32, 3).unwrap();
     let model = Mamba2::new(&client(), cfg, &weights).unwrap();
 

@@ -8,7 +8,7 @@ mod common;
 use std::time::Instant;
 
 use common::{client, max_abs};
-use stablegraph::models::mamba2::{GenerateOptions, Mamba2, Mamba2Config, Mamba2Weights, Sampling};
+use stablegraph::models::mamba2::{Mamba2, Mamba2Config, Mamba2Weights};
 use stablegraph::runtime::CompileCache;
 use stablegraph::DType;
 
@@ -25,11 +25,7 @@ fn mamba2_130m_end_to_end() {
     eprintln!("random weights + upload: {:.2?}", t.elapsed());
 
     let prompt: Vec<u32> = (0..128).map(|i| (i * 7919 % 50000) as u32).collect();
-    let options = GenerateOptions {
-        max_new_tokens: 32,
-        sampling: Sampling::Greedy,
-        eos: None,
-    };
+    let options = common::greedy(32);
     let t = Instant::now();
     let first = model
         .generate(std::slice::from_ref(&prompt), &options)
@@ -76,11 +72,7 @@ fn mamba2_130m_over_four_devices_matches_one() {
                 .collect()
         })
         .collect();
-    let options = GenerateOptions {
-        max_new_tokens: 16,
-        sampling: Sampling::Greedy,
-        eos: None,
-    };
+    let options = common::greedy(16);
     let logits = one.prefill(&prompts).unwrap().logits.to_f64_vec();
     let tokens = one.generate(&prompts, &options).unwrap();
     for parallel in [Parallel::Heads, Parallel::Batch] {

@@ -1,12 +1,31 @@
-//! Helpers shared by the integration tests.
-#![allow(dead_code)]
+//! The one harness of the integration tests: the shared clients (one or four devices, with or
+//! without the on-disk compile cache), seeded random inputs ([`random`]), host arrays
+//! ([`arrays`]), the tolerance table and the comparison with a report ([`tol`]), the one-graph
+//! checker [`Suite`] ([`suite`]), the tiny Mamba-2 shapes and models ([`mamba2`]), and a
+//! safetensors reader for fixtures.
+//!
+//! A test file uses it with `mod common;` (a binary in a folder, `tests/NAME/main.rs`, with
+//! `#[path = "../common/mod.rs"] mod common;`). Every binary compiles all of it and uses a part.
+#![allow(dead_code, unused_imports)]
 
+pub mod arrays;
+pub mod mamba2;
+pub mod random;
+pub mod suite;
+pub mod tol;
+
+use std::collections::HashMap;
+use std::path::Path;
 use std::sync::OnceLock;
 
-use stablegraph::models::mamba2::Mamba2Config;
-use stablegraph::rng::SplitMix64;
-use stablegraph::runtime::{Buffer, Client, Executable, ShardedBuffer};
-use stablegraph::DType;
+use stablegraph::runtime::{Buffer, Client, CompileCache, Executable, ShardedBuffer};
+use stablegraph::HostArray;
+
+pub use arrays::*;
+pub use mamba2::*;
+pub use random::*;
+pub use suite::*;
+pub use tol::*;
 
 /// One CPU client per test binary (the plugin is resolved, and fetched on first use, as for users).
 pub fn client() -> Client {
@@ -14,6 +33,35 @@ pub fn client() -> Client {
     CLIENT
         .get_or_init(|| Client::cpu().expect("the CPU plugin must load for the tests"))
         .clone()
+}
+
+/// One 4-device CPU client per test binary, for programs over several devices.
+pub fn client4() -> Client {
+    static CLIENT: OnceLock<Client> = OnceLock::new();
+    CLIENT
+        .get_or_init(|| Client::cpu_with_devices(4).expect("a 4-device CPU client"))
+        .clone()
+}
+
+/// One CPU client per test binary with the on-disk compile cache off, for programs that would
+/// only fill the cache (random ones) or whose compiles a test counts.
+pub fn uncached_client() -> &'static Client {
+    static CLIENT: OnceLock<Client> = OnceLock::new();
+    CLIENT.get_or_init(|| {
+        let client = Client::cpu().expect("the CPU plugin must load for the tests");
+        client.set_compile_cache(CompileCache::disabled());
+        client
+    })
+}
+
+/// As [`uncached_client`], with 4 devices.
+pub fn uncached_client4() -> &'static Client {
+    static CLIENT: OnceLock<Client> = OnceLock::new();
+    CLIENT.get_or_init(|| {
+        let client = Client::cpu_with_devices(4).expect("a 4-device CPU client");
+        client.set_compile_cache(CompileCache::disabled());
+        client
+    })
 }
 
 /// Compiles `mlir`, panicking with the plugin's message on failure.
@@ -26,57 +74,6 @@ pub fn compile(mlir: &str) -> Executable {
 /// Uploads an f32 array.
 pub fn f32_buffer(data: &[f32], dims: &[usize]) -> Buffer {
     client().buffer_from_slice(data, dims).unwrap()
-}
-
-/// The crate's SplitMix64 with the helpers tests use, so tests need no RNG crate and are
-/// reproducible.
-pub struct Rng(SplitMix64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Self {
-        Rng(SplitMix64::new(seed))
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        self.0.next_u64()
-    }
-
-    /// Uniform in [lo, hi).
-    pub fn uniform(&mut self, lo: f64, hi: f64) -> f64 {
-        self.0.uniform(lo, hi)
-    }
-
-    pub fn f32s(&mut self, n: usize, lo: f64, hi: f64) -> Vec<f32> {
-        (0..n).map(|_| self.uniform(lo, hi) as f32).collect()
-    }
-
-    /// Uniform in `0..n` (`n > 0`).
-    pub fn below(&mut self, n: usize) -> usize {
-        (self.next_u64() % n as u64) as usize
-    }
-
-    /// Uniform integer in `lo..=hi`.
-    pub fn int(&mut self, lo: i64, hi: i64) -> i64 {
-        lo + (self.next_u64() % (hi - lo + 1) as u64) as i64
-    }
-
-    /// True with probability `p`.
-    pub fn chance(&mut self, p: f64) -> bool {
-        self.uniform(0.0, 1.0) < p
-    }
-
-    /// One element of `items` (non-empty), uniformly.
-    pub fn pick<T: Clone>(&mut self, items: &[T]) -> T {
-        items[self.below(items.len())].clone()
-    }
-
-    /// Shuffles `items` in place (Fisher-Yates).
-    pub fn shuffle<T>(&mut self, items: &mut [T]) {
-        for i in (1..items.len()).rev() {
-            let j = self.below(i + 1);
-            items.swap(i, j);
-        }
-    }
 }
 
 /// Asserts `got` and `want` agree elementwise within `rtol * |want| + atol`.
@@ -101,31 +98,6 @@ pub fn rss_kb() -> u64 {
         .expect("VmRSS in /proc/self/status")
 }
 
-/// A tiny Mamba-2 shape for model tests: 2 layers, 32 wide, 8 heads in 2 groups, chunk 8,
-/// vocabulary 64.
-pub fn tiny_mamba2() -> Mamba2Config {
-    Mamba2Config {
-        hidden_size: 32,
-        num_layers: 2,
-        state_size: 8,
-        head_dim: 8,
-        num_heads: 8,
-        n_groups: 2,
-        conv_kernel: 4,
-        chunk_size: 8,
-        vocab_size: 64,
-        time_step_limit: (0.0, f64::INFINITY),
-        norm_eps: 1e-5,
-        residual_in_fp32: true,
-        tie_word_embeddings: false,
-        use_bias: false,
-        use_conv_bias: true,
-        norm_before_gate: false,
-        time_step_init: (1e-3, 1e-1, 1e-4),
-        scan_dtype: DType::F32,
-    }
-}
-
 /// The largest absolute difference between two equally long slices.
 pub fn max_abs(a: &[f64], b: &[f64]) -> f64 {
     assert_eq!(a.len(), b.len());
@@ -135,9 +107,55 @@ pub fn max_abs(a: &[f64], b: &[f64]) -> f64 {
         .fold(0.0, f64::max)
 }
 
+/// The largest absolute difference between two host arrays of one size.
+pub fn array_diff(a: &HostArray, b: &HostArray) -> f64 {
+    max_abs(&a.to_f64_vec(), &b.to_f64_vec())
+}
+
 /// The largest absolute difference between two device arrays of one shape (downloaded and
 /// gathered).
 pub fn buffer_diff(a: &ShardedBuffer, b: &ShardedBuffer) -> f64 {
-    let host = |b: &ShardedBuffer| b.to_host_array().unwrap().to_f64_vec();
-    max_abs(&host(a), &host(b))
+    array_diff(&a.to_host_array().unwrap(), &b.to_host_array().unwrap())
+}
+
+/// One tensor of a safetensors file, its values widened to f64 (exact for f32 and for integers
+/// below 2^53).
+pub struct Stored {
+    pub dtype: safetensors::Dtype,
+    pub shape: Vec<usize>,
+    pub values: Vec<f64>,
+}
+
+/// The f32 and i64 tensors of a safetensors file by name, decoded here from their
+/// little-endian bytes, independently of the library's loader.
+pub fn read_safetensors(path: &Path) -> HashMap<String, Stored> {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    st.tensors()
+        .into_iter()
+        .map(|(name, t)| {
+            let values = match t.dtype() {
+                safetensors::Dtype::F32 => t
+                    .data()
+                    .chunks_exact(4)
+                    .map(|c| f64::from(f32::from_le_bytes(c.try_into().unwrap())))
+                    .collect(),
+                safetensors::Dtype::I64 => t
+                    .data()
+                    .chunks_exact(8)
+                    .map(|c| i64::from_le_bytes(c.try_into().unwrap()) as f64)
+                    .collect(),
+                other => panic!("{name}: {other:?} is not read by the tests"),
+            };
+            let shape = t.shape().to_vec();
+            (
+                name,
+                Stored {
+                    dtype: t.dtype(),
+                    shape,
+                    values,
+                },
+            )
+        })
+        .collect()
 }

@@ -2,34 +2,11 @@
 //! the tokens generated after it), `generate_from` hands back the state after what it emitted,
 //! and states survive a safetensors round trip.
 
-mod common;
+use crate::common;
 
-use common::{buffer_diff, client, max_abs, tiny_mamba2};
+use common::{array_diff, client, greedy, state_diff, tiny_mamba2, tiny_model};
 use stablegraph::models::mamba2::{GenerateOptions, Mamba2, Mamba2State, Mamba2Weights, Sampling};
 use stablegraph::DType;
-
-fn model() -> Mamba2 {
-    let cfg = tiny_mamba2();
-    let w = Mamba2Weights::random(&cfg, DType::F32, 7).unwrap();
-    Mamba2::new(&client(), cfg, &w).unwrap()
-}
-
-/// The largest difference between two states.
-fn state_diff(a: &Mamba2State, b: &Mamba2State) -> f64 {
-    a.layers
-        .iter()
-        .zip(&b.layers)
-        .map(|(x, y)| buffer_diff(&x.conv, &y.conv).max(buffer_diff(&x.ssm, &y.ssm)))
-        .fold(0.0, f64::max)
-}
-
-fn greedy(n: usize) -> GenerateOptions {
-    GenerateOptions {
-        max_new_tokens: n,
-        sampling: Sampling::Greedy,
-        eos: None,
-    }
-}
 
 fn joined(a: &[Vec<u32>], b: &[Vec<u32>]) -> Vec<Vec<u32>> {
     a.iter()
@@ -55,11 +32,11 @@ fn a_prompt_in_pieces_equals_the_whole_prompt() {
     let (a, b) = pieces();
     let whole = joined(&a, &b);
     for chunk in [None, Some(2), Some(5)] {
-        let m = model().with_prefill_chunk(chunk).unwrap();
+        let m = tiny_model(DType::F32).with_prefill_chunk(chunk).unwrap();
         let first = m.prefill(&a).unwrap();
         let second = m.prefill_from(&b, first.state).unwrap();
         let want = m.prefill(&whole).unwrap();
-        let d = max_abs(&second.logits.to_f64_vec(), &want.logits.to_f64_vec());
+        let d = array_diff(&second.logits, &want.logits);
         assert!(d < 1e-5, "chunk {chunk:?}: last logits differ by {d}");
         let d = state_diff(&second.state, &want.state);
         assert!(d < 1e-5, "chunk {chunk:?}: states differ by {d}");
@@ -85,7 +62,7 @@ fn a_prompt_in_pieces_equals_the_whole_prompt() {
 #[test]
 fn generate_from_returns_the_state_after_what_it_emitted() {
     let (a, c) = pieces();
-    let m = model();
+    let m = tiny_model(DType::F32);
     let free = m.generate(&a, &greedy(5)).unwrap();
     // Row 1 stops at its third token; row 0 runs to the end (unless it meets the same token).
     let eos = free[1][2];
@@ -114,7 +91,7 @@ fn generate_from_returns_the_state_after_what_it_emitted() {
 #[test]
 fn states_survive_a_file() {
     let (a, b) = pieces();
-    let m = model();
+    let m = tiny_model(DType::F32);
     let dir = std::env::temp_dir().join(format!("stablegraph-state-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("state.safetensors");
@@ -149,7 +126,7 @@ fn states_survive_a_file() {
 #[test]
 fn streamed_generation_equals_one_program() {
     let (a, _) = pieces();
-    let m = model();
+    let m = tiny_model(DType::F32);
     let free = m.generate(&a, &greedy(9)).unwrap();
     let sampled = GenerateOptions {
         max_new_tokens: 9,
@@ -209,6 +186,6 @@ fn a_kernel_of_one_continues_too() {
     let first = m.prefill(&a).unwrap();
     let second = m.prefill_from(&b, first.state).unwrap();
     let want = m.prefill(&joined(&a, &b)).unwrap();
-    let d = max_abs(&second.logits.to_f64_vec(), &want.logits.to_f64_vec());
+    let d = array_diff(&second.logits, &want.logits);
     assert!(d < 1e-5, "last logits differ by {d}");
 }

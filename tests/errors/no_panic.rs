@@ -3,6 +3,7 @@
 //! the bad argument (a panic or an `Ok` is a failure naming the case). All cases run, and every
 //! failure is reported at once.
 
+use super::*;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use stablegraph::ops::Graph;
@@ -219,8 +220,6 @@ fn graph_builders_refuse_overflowing_sizes() {
 
 // ---- models::mamba2 ---------------------------------------------------------------------------
 
-mod common;
-
 use stablegraph::models::mamba2::block::{self, LayerState};
 use stablegraph::models::mamba2::ssd;
 use stablegraph::models::mamba2::{
@@ -229,29 +228,9 @@ use stablegraph::models::mamba2::{
 use stablegraph::ops::Tensor;
 use stablegraph::TensorType;
 
-/// A tiny valid config: hidden 16, 2 layers, state 4, head_dim 8, 4 heads in 2 groups, conv 4,
-/// chunk 8, vocab 24.
+/// A tiny valid config (`common::micro_mamba2`).
 fn tiny() -> Mamba2Config {
-    Mamba2Config {
-        hidden_size: 16,
-        num_layers: 2,
-        state_size: 4,
-        head_dim: 8,
-        num_heads: 4,
-        n_groups: 2,
-        conv_kernel: 4,
-        chunk_size: 8,
-        vocab_size: 24,
-        time_step_limit: (0.0, f64::INFINITY),
-        norm_eps: 1e-5,
-        residual_in_fp32: true,
-        tie_word_embeddings: true,
-        use_bias: false,
-        use_conv_bias: true,
-        norm_before_gate: false,
-        time_step_init: (1e-3, 1e-1, 1e-4),
-        scan_dtype: DType::F32,
-    }
+    common::micro_mamba2()
 }
 
 /// `tiny()` changed by `f`.
@@ -821,11 +800,7 @@ fn model_entry_points_check_their_arguments() {
         let w = Mamba2Weights::random(&tiny(), DType::F32, 0)?;
         Mamba2::new(&common::client(), tiny(), &w)
     };
-    let greedy = GenerateOptions {
-        max_new_tokens: 4,
-        sampling: Sampling::Greedy,
-        eos: None,
-    };
+    let greedy = common::greedy(4);
     let mut cases = Vec::new();
     cases.push(case(
         "Mamba2Weights::random: f16 matrices",
@@ -1075,4 +1050,25 @@ fn training_entry_points_check_their_arguments() {
         },
     ));
     check(cases);
+}
+
+/// A model refuses tokens outside its vocabulary, empty batches and prompts, and a state of
+/// another batch size; generating no tokens is not an error.
+#[test]
+fn a_model_refuses_bad_prompts_and_states() {
+    let m = common::tiny_model(DType::F32);
+    let v = m.config().vocab_size as u32;
+    assert_err(m.prefill(&[vec![1, v]]), &["outside the vocabulary"]);
+    assert!(m.prefill(&[]).is_err());
+    assert!(m.prefill(&[vec![]]).is_err());
+    let none = common::greedy(0);
+    assert_eq!(
+        m.generate(&[vec![1], vec![2, 3]], &none).unwrap(),
+        vec![Vec::<u32>::new(); 2]
+    );
+    let pre = m.prefill(&[vec![1, 2]]).unwrap();
+    assert!(
+        m.step(&[1, 2], pre.state).is_err(),
+        "batch of 2 against a state of 1"
+    );
 }

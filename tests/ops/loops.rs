@@ -1,39 +1,22 @@
-//! Loops (`while_loop`, `fori_loop`) compiled through the PJRT CPU plugin and compared with the
-//! reference interpreter, and where cheap with the same computation done by a host loop here.
-//!
-//! Each test builds one graph, compiles it once and runs it on one or more inputs. Integers,
-//! pred and random bits must agree exactly; floats agree within `1e-5` relative (+ `1e-6`
-//! absolute) unless the arithmetic is exact, where they must agree bit for bit.
+//! Loops (`while_loop`, `fori_loop`, `scan`) compiled through the PJRT CPU plugin and compared
+//! with the reference interpreter, and where cheap with the same computation done by a host
+//! loop here.
 
-mod common;
+use super::*;
+use stablegraph::ops::{Carry, Op};
+use stablegraph::CompiledGraph;
 
-use common::client;
-use half::bf16;
-use stablegraph::ops::{Carry, Graph, Op, Tensor};
-use stablegraph::{CompiledGraph, DType, HostArray, Result};
-
-use DType::{Pred, BF16, F32, F64, I32, I64, U32};
-
-fn arr<T: stablegraph::array::HostElement>(dims: &[usize], data: Vec<T>) -> HostArray {
-    HostArray::from_vec(dims, data).unwrap()
-}
-
-fn vals<T: stablegraph::array::HostElement>(a: &HostArray) -> Vec<T> {
-    a.as_array::<T>().unwrap().iter().copied().collect()
-}
-
-fn compile(g: &Graph) -> CompiledGraph {
+/// Compiles `g`, panicking with the module text on failure.
+fn compile_graph(g: &Graph) -> CompiledGraph {
     g.compile(&client()).unwrap_or_else(|e| {
-        panic!(
-            "{e}\n--- module ---\n{}",
-            g.to_stablehlo().unwrap_or_default()
-        )
+        let text = g.to_stablehlo().unwrap_or_default();
+        panic!("{e}\n--- module ---\n{text}")
     })
 }
 
 /// Runs `inputs` through the compiled program and the interpreter and checks that they agree:
-/// exactly when `rtol` is 0 (bit for bit for floats) or for non-float outputs, else within
-/// `rtol * |x| + rtol / 10`. Returns the device's outputs.
+/// byte for byte when `rtol` is 0 or for non-float outputs, else within `rtol * |x| + rtol / 10`.
+/// Returns the device's outputs.
 fn agree(exe: &CompiledGraph, g: &Graph, inputs: &[HostArray], rtol: f64) -> Vec<HostArray> {
     let dev = exe.run(inputs).unwrap();
     let host = g.evaluate(inputs).unwrap();
@@ -42,20 +25,19 @@ fn agree(exe: &CompiledGraph, g: &Graph, inputs: &[HostArray], rtol: f64) -> Vec
         assert_eq!(d.ty(), h.ty(), "output {k}");
         if rtol == 0.0 || !d.dtype().is_float() {
             assert_eq!(d.to_bytes(), h.to_bytes(), "output {k}: {d:?} vs {h:?}");
-            continue;
-        }
-        for (i, (a, b)) in d.to_f64_vec().iter().zip(h.to_f64_vec()).enumerate() {
-            assert!(
-                (a - b).abs() <= rtol * b.abs() + rtol / 10.0,
-                "output {k}[{i}]: device {a}, interpreter {b}"
-            );
+        } else {
+            let t = Tol::Close {
+                rtol,
+                atol: rtol / 10.0,
+            };
+            assert_matches(d, h, t, &format!("output {k}, device vs interpreter"));
         }
     }
     dev
 }
 
 fn assert_near(got: &[f32], want: &[f32], rtol: f32) {
-    common::assert_close(got, want, rtol, rtol / 10.0);
+    assert_close(got, want, rtol, rtol / 10.0);
 }
 
 /// The `While` nodes of `g`.
@@ -94,7 +76,7 @@ fn golden_text_of_a_tiny_loop() -> Result<()> {
 }
 "#;
     assert_eq!(g.to_stablehlo()?, want);
-    let exe = compile(&g);
+    let exe = compile_graph(&g);
     let out = agree(&exe, &g, &[arr(&[2], vec![1.5f32, -3.0])], 0.0);
     assert_eq!(vals::<f32>(&out[0]), vec![12.0, -24.0]);
     Ok(())
@@ -115,7 +97,7 @@ fn fori_runs_a_thousand_steps() -> Result<()> {
     g.set_outputs(&[&x_out, &s_out])?;
     let text = g.to_stablehlo()?;
     assert_eq!(text.matches("stablehlo.while").count(), 1, "{text}");
-    let exe = compile(&g);
+    let exe = compile_graph(&g);
 
     let x0 = vec![1.0f32, -2.0, 100.0, 0.0];
     let out = agree(
@@ -164,7 +146,7 @@ fn while_stops_on_data() -> Result<()> {
         |(x, k)| Ok((x.add(&a.div(x)?)?.mul(0.5)?, k.add(1)?)),
     )?;
     g.set_outputs(&[&last, &steps, &root, &iters])?;
-    let exe = compile(&g);
+    let exe = compile_graph(&g);
 
     let collatz = |mut n: i64| {
         let mut steps = 0i32;
@@ -219,7 +201,7 @@ fn nested_loops_capture_through_both_levels() -> Result<()> {
     assert_eq!(text.matches("\"stablehlo.while\"").count(), 2, "{text}");
     // The inner loop's lines sit two levels deeper than the outer loop's.
     assert!(text.contains("\n        stablehlo.return"), "{text}");
-    let exe = compile(&g);
+    let exe = compile_graph(&g);
 
     let w0 = [1.0f32, -2.0, 0.5];
     let out = agree(&exe, &g, &[arr(&[3], w0.to_vec())], 0.0);
@@ -253,7 +235,7 @@ fn mixed_dtype_carry() -> Result<()> {
         |(f, n, p, b)| Ok((f.mul(1.5)?, n.add(1)?, p.not()?, b.add(0.5)?)),
     )?;
     g.set_outputs(&[&f, &n, &p, &b])?;
-    let exe = compile(&g);
+    let exe = compile_graph(&g);
     let b0 = [1.0f32, -2.0, 0.25];
     for steps in [0i32, 1, 7] {
         let out = agree(
@@ -298,7 +280,7 @@ fn loop_writes_each_step_into_a_buffer() -> Result<()> {
         Ok((next.reshape(&[D as isize])?, buf))
     })?;
     g.set_outputs(&[&h, &buf])?;
-    let exe = compile(&g);
+    let exe = compile_graph(&g);
 
     let mut rng = common::Rng::new(11);
     let h0 = rng.f32s(D, -1.0, 1.0);
@@ -335,7 +317,7 @@ fn loop_threads_a_random_key() -> Result<()> {
         Ok((bits.narrow(0, 4, 2)?, acc, u))
     })?;
     g.set_outputs(&[&key, &acc, &last])?;
-    let exe = compile(&g);
+    let exe = compile_graph(&g);
     let mut keys = Vec::new();
     for k in [[0u32, 0], [42, 7], [u32::MAX, 1]] {
         let out = agree(&exe, &g, &[arr(&[2], k.to_vec())], 0.0);
@@ -358,7 +340,7 @@ fn zero_iteration_loops_return_the_init() -> Result<()> {
     let c = g.while_loop(&x, |x| x.sum_all()?.gt(1e30), |x| x.mul(2.0))?;
     let d = g.fori_loop(&lo, &lo, &x, |i, x| x.add(&i.astype(F32)?))?;
     g.set_outputs(&[&a, &b, &c, &d])?;
-    let exe = compile(&g);
+    let exe = compile_graph(&g);
     let x0 = vec![1.5f32, f32::NAN, -0.0];
     let out = agree(
         &exe,
@@ -385,7 +367,7 @@ fn tensor_bounds() -> Result<()> {
         Ok((s.add(i)?, x.add(&i.astype(F32)?)?))
     })?;
     g.set_outputs(&[&sum, &x])?;
-    let exe = compile(&g);
+    let exe = compile_graph(&g);
     for (lo, hi) in [
         (0i32, 10i32),
         (-3, 4),
@@ -458,7 +440,7 @@ fn captured_values_line_up_in_the_state() -> Result<()> {
     };
     assert_eq!(regions[body].results[2], regions[body].args[2]);
 
-    let exe = compile(&g);
+    let exe = compile_graph(&g);
     let x0 = vec![0.5f32, -1.0, 0.25];
     let out = agree(
         &exe,
@@ -567,7 +549,7 @@ fn carry_kinds() -> Result<()> {
         &s.history[0],
         &s.history[1],
     ])?;
-    let exe = compile(&g);
+    let exe = compile_graph(&g);
     let out = agree(&exe, &g, &[arr(&[2], vec![1.0f32, -1.0])], 0.0);
     let f = |k: usize| vals::<f32>(&out[k]);
     assert_eq!(out[0], HostArray::scalar(8i32));
@@ -618,7 +600,7 @@ fn unusual_nesting_and_captures() -> Result<()> {
         acc.add(&inner)
     })?;
     g.set_outputs(&[&acc, &n, &y, &held, &from_outside])?;
-    let exe = compile(&g);
+    let exe = compile_graph(&g);
     let x0 = [1.0f32, 0.5];
     let out = agree(
         &exe,
@@ -648,4 +630,118 @@ fn unusual_nesting_and_captures() -> Result<()> {
     assert_eq!(vals::<f32>(&out[3]), x0.to_vec());
     assert_eq!(vals::<f32>(&out[4]), vec![16.0, 8.0]);
     Ok(())
+}
+
+// ---- scan ---------------------------------------------------------------------------------------
+
+#[test]
+fn scan_threads_the_carry_and_stacks_outputs() {
+    let mut c = Suite::new("scan", 17);
+    let (t, d) = (7, 3);
+    // h_t = a_t * h_{t-1} + b_t, total_t = total_{t-1} + sum(h_t); ys = (h_t, total_t).
+    let (a, av) = c.uniform(F64, &[t, d], -1.0, 1.0);
+    let (b, bv) = c.uniform(F64, &[t, d], -1.0, 1.0);
+    let (h0, h0v) = c.uniform(F64, &[d], -1.0, 1.0);
+    let total0 = c.g.scalar(0.0, F64).unwrap();
+    let ((h, total), (hs, totals)) =
+        c.g.scan(&(h0, total0), &(a, b), |(h, total), (a, b)| {
+            let h = a.mul(h)?.add(b)?;
+            let total = total.add(&h.sum_all()?)?;
+            Ok(((h.clone(), total.clone()), (h, total)))
+        })
+        .unwrap();
+    assert_eq!((hs.dims(), totals.dims()), (&[t, d][..], &[t][..]));
+    let (mut hv, mut tot) = (h0v, 0.0);
+    let (mut hs_want, mut totals_want) = (Vec::new(), Vec::new());
+    for s in 0..t {
+        for j in 0..d {
+            hv[j] = av[s * d + j] * hv[j] + bv[s * d + j];
+        }
+        tot += hv.iter().sum::<f64>();
+        hs_want.extend_from_slice(&hv);
+        totals_want.push(tot);
+    }
+    c.check_values("scan final h", &h, hv);
+    c.check_values("scan final total", &total, vec![tot]);
+    c.check_values("scan stacked h", &hs, hs_want);
+    c.check_values("scan stacked totals", &totals, totals_want);
+
+    // A value from outside the loop (a weight) used in the body; h_t = tanh(W h_{t-1} + x_t).
+    let (w, wv) = c.uniform(F32, &[d, d], -1.0, 1.0);
+    let (xs, xv) = c.uniform(F32, &[5, d], -1.0, 1.0);
+    let h0 = c.g.zeros(F32, &[d]).unwrap();
+    let (_, ys) =
+        c.g.scan(&h0, &xs, |h, x| {
+            let h = w.matmul(h)?.add(x)?.tanh()?;
+            Ok((h.clone(), h))
+        })
+        .unwrap();
+    let mut h = vec![0.0; d];
+    let mut want = Vec::new();
+    for s in 0..5 {
+        let wh = matmul_ref(&wv, &h, d, d, 1);
+        h = (0..d).map(|j| (wh[j] + xv[s * d + j]).tanh()).collect();
+        want.extend_from_slice(&h);
+    }
+    c.check_values("scan with a captured weight", &ys, want);
+
+    // Nested: an outer scan over rows, an inner scan over each row's entries (a running sum),
+    // so the stacked result is the cumulative sum along axis 1.
+    let (m, mv) = c.uniform(F32, &[3, 4], -1.0, 1.0);
+    let zero = c.g.scalar(0.0, F32).unwrap();
+    let (_, sums) =
+        c.g.scan(&zero, &m, |z, row| {
+            let (_, running) = row.graph().scan(&z.mul(0.0)?, row, |s, x| {
+                let s = s.add(x)?;
+                Ok((s.clone(), s))
+            })?;
+            Ok((z.clone(), running))
+        })
+        .unwrap();
+    let want: Vec<f64> = (0..12)
+        .map(|i| (i - i % 4..=i).map(|j| mv[j]).sum())
+        .collect();
+    c.check_values("nested scan (cumsum)", &sums, want);
+
+    // Zero steps: the carry is the initial one and the stacked outputs are empty.
+    let (xs, _) = c.uniform(F32, &[0, 2], 0.0, 1.0);
+    let (h0, h0v) = c.uniform(F32, &[2], -1.0, 1.0);
+    let (h, ys) =
+        c.g.scan(&h0, &xs, |h, x| {
+            let h = h.add(x)?;
+            Ok((h.clone(), vec![h.clone(), h.sum_all()?]))
+        })
+        .unwrap();
+    assert_eq!((ys[0].dims(), ys[1].dims()), (&[0, 2][..], &[0][..]));
+    c.check_values_tol("scan of 0 steps: carry", &h, h0v, Tol::Exact);
+    c.check_values_tol("scan of 0 steps: ys", &ys[0], vec![], Tol::Exact);
+    c.run();
+}
+
+#[test]
+fn fori_loop_with_scalar_i64_start() {
+    // The pattern `scan` replaces, with the integer zero it needed.
+    let mut c = Suite::new("fori_loop_i64", 18);
+    let (x, xv) = c.uniform(F32, &[3], -1.0, 1.0);
+    let buf = c.g.zeros(F32, &[4, 3]).unwrap();
+    let (_, buf) =
+        c.g.fori_loop(0, 4, &(x, buf), |i, (x, buf)| {
+            let x = x.mul(2.0)?;
+            let zero = i.graph().scalar_i64(0)?;
+            let buf = buf.dynamic_update_slice(&x.expand_dims(0)?, &[i, &zero])?;
+            Ok((x, buf))
+        })
+        .unwrap();
+    let want: Vec<f64> = (1..=4)
+        .flat_map(|k| xv.iter().map(move |v| v * 2f64.powi(k)))
+        .collect();
+    c.check_values("fori_loop rows", &buf, want);
+    let big = c.g.scalar_i64(i64::MAX - 1).unwrap();
+    c.check_values_tol(
+        "scalar_i64 exact",
+        &big,
+        vec![(i64::MAX - 1) as f64],
+        Tol::Exact,
+    );
+    c.run();
 }

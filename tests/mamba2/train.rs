@@ -2,7 +2,7 @@
 //! logits, its gradients against central finite differences, and the trainer (memorisation,
 //! micro steps in one program equal to single steps, donation, errors).
 
-mod common;
+use crate::common;
 
 use stablegraph::models::mamba2::block;
 use stablegraph::models::mamba2::train::{decays, lm_loss, loss_and_grads, Trainer};
@@ -10,11 +10,6 @@ use stablegraph::models::mamba2::{Mamba2, Mamba2Config, Mamba2Weights};
 use stablegraph::ops::Graph;
 use stablegraph::optim::AdamW;
 use stablegraph::{CompiledGraph, DType, HostArray, TensorType};
-
-/// The shared tiny shape (2 layers, 2 groups, chunk 8, vocab 64), with an untied head.
-fn cfg() -> Mamba2Config {
-    common::tiny_mamba2()
-}
 
 /// The tiny shape with one layer, for the trainer's tests (half the compile time).
 fn cfg1() -> Mamba2Config {
@@ -102,7 +97,7 @@ fn run_loss(program: &CompiledGraph, w: &Mamba2Weights<HostArray>, rest: &[HostA
 
 #[test]
 fn loss_equals_a_host_cross_entropy_of_the_prefill_logits() {
-    let cfg = cfg();
+    let cfg = common::tiny_mamba2();
     let w = weights(&cfg, 1);
     let model = Mamba2::new(&common::client(), cfg.clone(), &w).unwrap();
     let mut rng = common::Rng::new(3);
@@ -143,7 +138,7 @@ fn gradients_match_central_differences() {
         let cfg = Mamba2Config {
             tie_word_embeddings: tied,
             use_bias: true,
-            ..cfg()
+            ..common::tiny_mamba2()
         };
         let w = weights(&cfg, 5);
         let mut rng = common::Rng::new(11);
@@ -380,14 +375,14 @@ fn micro_steps_in_one_donating_program_equal_single_steps() {
     assert_eq!(looped.steps_done(), single.steps_done());
     let (a, b) = (single.weights().unwrap(), looped.weights().unwrap());
     for ((name, x), (_, y)) in a.named().into_iter().zip(b.named()) {
-        let d = common::max_abs(&x.to_f64_vec(), &y.to_f64_vec());
+        let d = common::array_diff(x, y);
         assert!(d < 1e-5, "{name}: micro steps differ by {d}");
     }
     let (ma, va) = single.moments().unwrap();
     let (mb, vb) = looped.moments().unwrap();
     for (x, y) in [(ma, mb), (va, vb)] {
         for ((name, x), (_, y)) in x.named().into_iter().zip(y.named()) {
-            let d = common::max_abs(&x.to_f64_vec(), &y.to_f64_vec());
+            let d = common::array_diff(x, y);
             assert!(d < 1e-5, "moment of {name}: micro steps differ by {d}");
         }
     }
@@ -521,7 +516,7 @@ fn training_refuses_bad_input_by_name() {
 }
 
 /// Throughput of the training step on the small byte-level shape (`cargo test --release --test
-/// mamba2_train -- --ignored --nocapture`): compile seconds and tokens per second, with one
+/// mamba2 train:: -- --ignored --nocapture`): compile seconds and tokens per second, with one
 /// and with four optimizer steps per program. Try it also with
 /// `GLIBC_TUNABLES=glibc.malloc.hugetlb=1` (see [`Trainer`]'s docs).
 #[test]

@@ -2,7 +2,7 @@
 //! schemes, tied or not), the one error that lists every problem, random initialisation and
 //! the upload to a device.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 
@@ -12,27 +12,14 @@ use safetensors::Dtype;
 use stablegraph::models::mamba2::{LoadOptions, Mamba2Config, Mamba2Weights};
 use stablegraph::{DType, HostArray, TensorType};
 
-/// A tiny config: hidden 16, 2 layers, state 4, head_dim 8 (4 heads), vocab 24.
+/// `common::micro_mamba2` (hidden 16, 2 layers, state 4, 4 heads, vocab 24) with these options.
 fn config(tied: bool, bias: bool, conv_bias: bool, n_groups: usize) -> Mamba2Config {
     Mamba2Config {
-        hidden_size: 16,
-        num_layers: 2,
-        state_size: 4,
-        head_dim: 8,
-        num_heads: 4,
-        n_groups,
-        conv_kernel: 4,
-        chunk_size: 8,
-        vocab_size: 24,
-        time_step_limit: (0.0, f64::INFINITY),
-        norm_eps: 1e-5,
-        residual_in_fp32: true,
         tie_word_embeddings: tied,
         use_bias: bias,
         use_conv_bias: conv_bias,
-        norm_before_gate: false,
-        time_step_init: (1e-3, 1e-1, 1e-4),
-        scan_dtype: DType::F32,
+        n_groups,
+        ..common::micro_mamba2()
     }
 }
 

@@ -1,25 +1,12 @@
 //! The chunked SSD equals the naive recurrence, on random inputs, in the interpreter and on the
 //! device; the groups-to-heads mapping and segsum follow their definitions.
 
-mod common;
+use crate::common;
 
-use common::{client, Rng};
+use common::{array_diff, client, Rng};
 use stablegraph::models::mamba2::ssd::{groups_to_heads, segsum, ssd_chunked, ssd_recurrent};
 use stablegraph::ops::Graph;
 use stablegraph::{DType, HostArray};
-
-fn random(rng: &mut Rng, dims: &[usize], lo: f64, hi: f64) -> HostArray {
-    let n = dims.iter().product();
-    HostArray::from_vec(dims, rng.f32s(n, lo, hi)).unwrap()
-}
-
-fn max_abs_diff(a: &HostArray, b: &HostArray) -> f64 {
-    a.to_f64_vec()
-        .iter()
-        .zip(b.to_f64_vec())
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f64::max)
-}
 
 #[test]
 fn chunked_ssd_equals_the_recurrence() {
@@ -37,25 +24,25 @@ fn chunked_ssd_equals_the_recurrence() {
 
     let mut rng = Rng::new(11);
     let inputs = [
-        random(&mut rng, &[bs, len, h, p], -1.0, 1.0),
-        random(&mut rng, &[bs, len, h], 0.01, 0.3),
-        random(&mut rng, &[h], -2.0, -0.5),
-        random(&mut rng, &[bs, len, h, n], -1.0, 1.0),
-        random(&mut rng, &[bs, len, h, n], -1.0, 1.0),
-        random(&mut rng, &[bs, h, p, n], -1.0, 1.0),
+        rng.array(DType::F32, &[bs, len, h, p], -1.0, 1.0),
+        rng.array(DType::F32, &[bs, len, h], 0.01, 0.3),
+        rng.array(DType::F32, &[h], -2.0, -0.5),
+        rng.array(DType::F32, &[bs, len, h, n], -1.0, 1.0),
+        rng.array(DType::F32, &[bs, len, h, n], -1.0, 1.0),
+        rng.array(DType::F32, &[bs, h, p, n], -1.0, 1.0),
     ];
     let reference = g.evaluate(&inputs).unwrap();
     let device = g.compile(&client()).unwrap().run(&inputs).unwrap();
     for out in [&reference, &device] {
-        let dy = max_abs_diff(&out[0], &out[2]);
-        let ds = max_abs_diff(&out[1], &out[3]);
+        let dy = array_diff(&out[0], &out[2]);
+        let ds = array_diff(&out[1], &out[3]);
         assert!(
             dy < 1e-5 && ds < 1e-5,
             "chunked vs recurrent: y {dy:e}, state {ds:e}"
         );
     }
-    assert!(max_abs_diff(&reference[0], &device[0]) < 1e-5);
-    assert!(max_abs_diff(&reference[1], &device[1]) < 1e-5);
+    assert!(array_diff(&reference[0], &device[0]) < 1e-5);
+    assert!(array_diff(&reference[1], &device[1]) < 1e-5);
 }
 
 #[test]

@@ -2,24 +2,13 @@
 //! every program's results against the same model on one device (the reference: one device
 //! runs the unsharded program that the fixtures check against HF transformers).
 
-mod common;
+use crate::common;
 
-use std::sync::OnceLock;
-
-use common::{buffer_diff, max_abs, tiny_mamba2};
+use common::{array_diff, client4, state_diff, tiny_mamba2};
 use stablegraph::models::mamba2::{
-    GenerateOptions, Mamba2, Mamba2Config, Mamba2State, Mamba2Weights, Parallel, Sampling,
+    GenerateOptions, Mamba2, Mamba2Config, Mamba2Weights, Parallel, Sampling,
 };
-use stablegraph::runtime::Client;
 use stablegraph::DType;
-
-/// A CPU client with 4 devices, shared by the tests.
-fn client4() -> Client {
-    static CLIENT: OnceLock<Client> = OnceLock::new();
-    CLIENT
-        .get_or_init(|| Client::cpu_with_devices(4).unwrap())
-        .clone()
-}
 
 /// The tiny config with `groups` groups (G = 1 or 2).
 fn config(groups: usize) -> Mamba2Config {
@@ -46,14 +35,6 @@ fn prompts() -> Vec<Vec<u32>> {
     ]
 }
 
-fn state_diff(a: &Mamba2State, b: &Mamba2State) -> f64 {
-    a.layers
-        .iter()
-        .zip(&b.layers)
-        .map(|(x, y)| buffer_diff(&x.conv, &y.conv).max(buffer_diff(&x.ssm, &y.ssm)))
-        .fold(0.0, f64::max)
-}
-
 /// Prefill, step and greedy generate (with `full`: also sampled, a stream and a continued
 /// state): the model over `devices` devices against one device.
 fn check(groups: usize, parallel: Parallel, devices: usize, full: bool) {
@@ -61,7 +42,7 @@ fn check(groups: usize, parallel: Parallel, devices: usize, full: bool) {
     let (one, many) = models(&config(groups), parallel, devices);
     let p = prompts();
     let (a, b) = (one.prefill(&p).unwrap(), many.prefill(&p).unwrap());
-    let d = max_abs(&a.logits.to_f64_vec(), &b.logits.to_f64_vec());
+    let d = array_diff(&a.logits, &b.logits);
     assert!(d < 1e-5, "{what}: prefill logits differ by {d}");
     assert!(
         state_diff(&a.state, &b.state) < 1e-5,
@@ -69,15 +50,11 @@ fn check(groups: usize, parallel: Parallel, devices: usize, full: bool) {
     );
     let (la, sa) = one.step(&[1, 2, 3, 4], a.state).unwrap();
     let (lb, sb) = many.step(&[1, 2, 3, 4], b.state).unwrap();
-    let d = max_abs(&la.to_f64_vec(), &lb.to_f64_vec());
+    let d = array_diff(&la, &lb);
     assert!(d < 1e-5, "{what}: step logits differ by {d}");
     assert!(state_diff(&sa, &sb) < 1e-5, "{what}: step state");
 
-    let greedy = GenerateOptions {
-        max_new_tokens: 12,
-        sampling: Sampling::Greedy,
-        eos: None,
-    };
+    let greedy = common::greedy(12);
     assert_eq!(
         one.generate(&p, &greedy).unwrap(),
         many.generate(&p, &greedy).unwrap(),

@@ -3,21 +3,11 @@
 //! equals its prompt alone; sampling is reproducible and respects top-k; EOS stops a row; the
 //! generate program has exactly one while loop; bf16 logits stay close to f32.
 
-mod common;
+use crate::common;
 
-use common::{buffer_diff, client, max_abs};
+use common::{array_diff, buffer_diff, client, max_abs, tiny_mamba2, tiny_model};
 use stablegraph::models::mamba2::{GenerateOptions, Mamba2, Mamba2Config, Mamba2Weights, Sampling};
 use stablegraph::{DType, HostArray};
-
-fn config() -> Mamba2Config {
-    common::tiny_mamba2()
-}
-
-fn model(dtype: DType) -> Mamba2 {
-    let cfg = config();
-    let w = Mamba2Weights::random(&cfg, dtype, 7).unwrap();
-    Mamba2::new(&client(), cfg, &w).unwrap()
-}
 
 /// Row `r`'s logits at its last `n` positions of a left-padded prefill.
 fn row_logits(logits: &HostArray, r: usize, n: usize) -> Vec<f64> {
@@ -30,7 +20,7 @@ const PROMPT: [u32; 11] = [3, 17, 42, 5, 9, 60, 1, 33, 8, 21, 14];
 
 #[test]
 fn prefill_then_steps_equals_a_longer_prefill() {
-    let m = model(DType::F32);
+    let m = tiny_model(DType::F32);
     let (head, tail) = PROMPT.split_at(7);
     let full = m.prefill_all_positions(&[PROMPT.to_vec()]).unwrap();
     let part = m.prefill_all_positions(&[head.to_vec()]).unwrap();
@@ -54,14 +44,10 @@ fn prefill_then_steps_equals_a_longer_prefill() {
 
 #[test]
 fn generate_in_one_program_equals_the_step_api_and_batches_equal_rows_alone() {
-    let m = model(DType::F32);
+    let m = tiny_model(DType::F32);
     let short: Vec<u32> = vec![11, 2, 50];
     let prompts = vec![PROMPT.to_vec(), short.clone()];
-    let options = GenerateOptions {
-        max_new_tokens: 12,
-        sampling: Sampling::Greedy,
-        eos: None,
-    };
+    let options = common::greedy(12);
     let batched = m.generate(&prompts, &options).unwrap();
     for (r, p) in prompts.iter().enumerate() {
         // The same prompt alone.
@@ -108,7 +94,7 @@ fn generate_in_one_program_equals_the_step_api_and_batches_equal_rows_alone() {
 
 #[test]
 fn the_generate_program_has_one_device_loop_and_no_sort() {
-    let m = model(DType::F32);
+    let m = tiny_model(DType::F32);
     let mut options = GenerateOptions {
         max_new_tokens: 8,
         sampling: Sampling::Greedy,
@@ -139,7 +125,7 @@ fn the_generate_program_has_one_device_loop_and_no_sort() {
 
 #[test]
 fn sampling_is_reproducible_and_respects_top_k() {
-    let m = model(DType::F32);
+    let m = tiny_model(DType::F32);
     let prompt = vec![PROMPT.to_vec()];
     let sample = |seed: u64, top_k: usize| GenerateOptions {
         max_new_tokens: 16,
@@ -163,11 +149,7 @@ fn sampling_is_reproducible_and_respects_top_k() {
         "another seed"
     );
     // With top_k = 1 sampling is greedy.
-    let greedy = GenerateOptions {
-        max_new_tokens: 16,
-        sampling: Sampling::Greedy,
-        eos: None,
-    };
+    let greedy = common::greedy(16);
     assert_eq!(
         m.generate(&prompt, &sample(3, 1)).unwrap(),
         m.generate(&prompt, &greedy).unwrap()
@@ -200,12 +182,8 @@ fn sampling_is_reproducible_and_respects_top_k() {
 
 #[test]
 fn eos_stops_a_row() {
-    let m = model(DType::F32);
-    let greedy = GenerateOptions {
-        max_new_tokens: 10,
-        sampling: Sampling::Greedy,
-        eos: None,
-    };
+    let m = tiny_model(DType::F32);
+    let greedy = common::greedy(10);
     let free = m.generate(&[PROMPT.to_vec()], &greedy).unwrap()[0].clone();
     // Make the third generated token the EOS: the row repeats it from there on.
     let eos = free[2];
@@ -225,46 +203,15 @@ fn eos_stops_a_row() {
 }
 
 #[test]
-fn bad_input_is_an_error() {
-    let m = model(DType::F32);
-    let v = m.config().vocab_size as u32;
-    assert!(m
-        .prefill(&[vec![1, v]])
-        .unwrap_err()
-        .to_string()
-        .contains("outside the vocabulary"));
-    assert!(m.prefill(&[]).is_err());
-    assert!(m.prefill(&[vec![]]).is_err());
-    let none = GenerateOptions {
-        max_new_tokens: 0,
-        sampling: Sampling::Greedy,
-        eos: None,
-    };
-    assert_eq!(
-        m.generate(&[vec![1], vec![2, 3]], &none).unwrap(),
-        vec![Vec::<u32>::new(); 2]
-    );
-    let pre = m.prefill(&[vec![1, 2]]).unwrap();
-    assert!(
-        m.step(&[1, 2], pre.state).is_err(),
-        "batch of 2 against a state of 1"
-    );
-}
-
-#[test]
 fn bf16_logits_stay_close_to_f32() {
-    let f = model(DType::F32).prefill(&[PROMPT.to_vec()]).unwrap();
+    let f = tiny_model(DType::F32).prefill(&[PROMPT.to_vec()]).unwrap();
     let lf = f.logits.to_f64_vec();
     let scale = lf.iter().fold(0.0f64, |m, x| m.max(x.abs()));
-    let options = GenerateOptions {
-        max_new_tokens: 4,
-        sampling: Sampling::Greedy,
-        eos: None,
-    };
+    let options = common::greedy(4);
     // bf16 dots, and bf16 matrices converted to f32 in the program.
     let mut drift = Vec::new();
     for dots in [true, false] {
-        let m = model(DType::BF16).with_bf16_dots(Some(dots));
+        let m = tiny_model(DType::BF16).with_bf16_dots(Some(dots));
         assert_eq!(m.bf16_dots(), dots);
         let [prefill, _, _] = m.stablehlo(1, 16, &options).unwrap();
         let bf16_dot = prefill
@@ -287,7 +234,7 @@ fn bf16_logits_stay_close_to_f32() {
 #[test]
 fn a_one_row_bf16_step_reads_the_bf16_matrices_in_f32() {
     // The reference: an f32 model whose matrices are the bf16 values (a dot program).
-    let cfg = config();
+    let cfg = tiny_mamba2();
     let wb = Mamba2Weights::random(&cfg, DType::BF16, 7).unwrap();
     let wf = wb
         .try_map(|_, a| {
@@ -301,11 +248,7 @@ fn a_one_row_bf16_step_reads_the_bf16_matrices_in_f32() {
         .with_bf16_dots(Some(false));
     // Batch 1: no dot and no converted copy; the products are f32 multiply-reduce over the
     // bf16 matrices. Batch 2: the converted copies and dots.
-    let options = GenerateOptions {
-        max_new_tokens: 4,
-        sampling: Sampling::Greedy,
-        eos: None,
-    };
+    let options = common::greedy(4);
     let dots = |m: &Mamba2, batch: usize| {
         let [_, step, _] = m.stablehlo(batch, 16, &options).unwrap();
         step.matches("stablehlo.dot_general").count()
@@ -323,7 +266,7 @@ fn a_one_row_bf16_step_reads_the_bf16_matrices_in_f32() {
         for t in [5u32, 40, 2] {
             let (lf, nf) = f.step(&vec![t; batch], sf).unwrap();
             let (lb, nb) = b.step(&vec![t; batch], sb).unwrap();
-            let d = max_abs(&lf.to_f64_vec(), &lb.to_f64_vec());
+            let d = array_diff(&lf, &lb);
             assert!(d < 1e-4, "batch {batch}, token {t}: logits differ by {d}");
             (sf, sb) = (nf, nb);
         }
@@ -332,7 +275,7 @@ fn a_one_row_bf16_step_reads_the_bf16_matrices_in_f32() {
 
 #[test]
 fn bf16_scan_stays_close_to_f32() {
-    let cfg = config();
+    let cfg = tiny_mamba2();
     let w = Mamba2Weights::random(&cfg, DType::F32, 7).unwrap();
     let bf16_scan = Mamba2Config {
         scan_dtype: DType::BF16,
@@ -350,10 +293,7 @@ fn bf16_scan_stays_close_to_f32() {
     );
     let (lf, lb) = (pf.logits.to_f64_vec(), pb.logits.to_f64_vec());
     let scale = lf.iter().fold(0.0f64, |m, x| m.max(x.abs()));
-    let (dp, ds) = (
-        max_abs(&lf, &lb),
-        max_abs(&sf.to_f64_vec(), &sb.to_f64_vec()),
-    );
+    let (dp, ds) = (max_abs(&lf, &lb), array_diff(&sf, &sb));
     eprintln!("bf16 scan vs f32: prefill {dp:.3e}, step {ds:.3e} (largest |logit| {scale:.3})");
     // The knob takes effect (the decays are rounded) but the logits stay close.
     assert!(dp > 0.0 && ds > 0.0, "scan_dtype had no effect");
@@ -367,7 +307,7 @@ fn bf16_scan_stays_close_to_f32() {
 fn new_sampling_values_and_shorter_runs_compile_nothing() {
     // A client of its own, so that the other tests' compiles do not count.
     let client = stablegraph::runtime::Client::cpu().unwrap();
-    let cfg = config();
+    let cfg = tiny_mamba2();
     let m = Mamba2::new(
         &client,
         cfg.clone(),
@@ -464,7 +404,7 @@ fn bucket(n: usize, chunk: usize) -> usize {
 
 #[test]
 fn prompt_buckets_are_powers_of_two_and_one_and_a_half_times_them() {
-    let m = model(DType::F32);
+    let m = tiny_model(DType::F32);
     // The tiny config's chunk is 8: prompts of 1 to 8 tokens take one chunk (the chunk covering
     // them, at least 16, capped at 8), longer ones 2, 3, 4, 6, 8, 12, ... chunks.
     for n in 1..=200 {
@@ -479,20 +419,18 @@ fn prompt_buckets_are_powers_of_two_and_one_and_a_half_times_them() {
 #[test]
 fn any_prefill_chunk_gives_the_same_model() {
     let prompts = vec![PROMPT.to_vec(), PROMPT[..5].to_vec()];
-    let m = model(DType::F32);
+    let m = tiny_model(DType::F32);
     // The automatic choice for an 11-token prompt on the CPU: the power of two covering it (16),
     // capped by the config's chunk (8).
     assert_eq!(m.prefill_chunk(PROMPT.len()), 8);
     assert_eq!(m.prompt_bucket(PROMPT.len()), Some(16));
     let want = m.prefill_all_positions(&prompts).unwrap();
-    let greedy = GenerateOptions {
-        max_new_tokens: 6,
-        sampling: Sampling::Greedy,
-        eos: None,
-    };
+    let greedy = common::greedy(6);
     let tokens = m.generate(&prompts, &greedy).unwrap();
     for chunk in [1, 2, 3, 5, 16] {
-        let m = model(DType::F32).with_prefill_chunk(Some(chunk)).unwrap();
+        let m = tiny_model(DType::F32)
+            .with_prefill_chunk(Some(chunk))
+            .unwrap();
         assert_eq!(
             m.prompt_bucket(PROMPT.len()),
             Some(bucket(PROMPT.len(), chunk))
@@ -518,7 +456,7 @@ fn any_prefill_chunk_gives_the_same_model() {
         );
     }
     for bad in [0, (1 << 16) + 1, 1 << 40] {
-        let e = model(DType::F32)
+        let e = tiny_model(DType::F32)
             .with_prefill_chunk(Some(bad))
             .unwrap_err()
             .to_string();

@@ -1,8 +1,13 @@
 //! Every shape rule rejects bad operands with an `Error::Graph` that names the op, the operand
-//! types and the caller's line; nothing panics.
+//! types and the caller's line; nothing panics. Then the composites (softmax, the norms, split,
+//! take_along_axis, scan, ...), gradients and AdamW, whose errors say what was wrong.
 
+use super::assert_err;
 use stablegraph::ops::{CumsumOptions, Graph, SortOrder, Tensor};
-use stablegraph::{DType, Error};
+use stablegraph::optim::{global_norm, AdamW};
+use stablegraph::{DType, Error, Result};
+
+use DType::{F32, F64, I32};
 
 /// Asserts `$e` is a graph error for `$op` raised from this file within a few lines of the macro
 /// call, whose message contains every needle.
@@ -13,7 +18,7 @@ macro_rules! expect_err {
             Err(Error::Graph { op, message, location }) => {
                 assert_eq!(op, $op, "{message}");
                 let (file, rest) = location.split_once(':').expect("file:line:col");
-                assert!(file.ends_with("graph_errors.rs"), "{location}");
+                assert!(file.ends_with("errors/graph.rs"), "{location}");
                 let at: u32 = rest.split(':').next().unwrap().parse().unwrap();
                 assert!((line..line + 6).contains(&at), "reported line {at}, macro at {line}");
                 $( assert!(message.contains($needle), "message {message:?} lacks {:?}", $needle); )*
@@ -557,4 +562,162 @@ fn operators_with_numbers() {
     // Different dtypes are still an error through the operators.
     expect_err!(&u + &i, "add", "dtypes");
     expect_err!(u.clone() % i.clone(), "rem", "u8[3]", "i64[3]");
+}
+
+// ---- composites ---------------------------------------------------------------------------------
+
+#[test]
+fn bad_arguments_are_errors_that_say_what_was_wrong() {
+    let g = Graph::new();
+    let x = g.parameter("x", F32, &[4, 8]).unwrap();
+    let n = g.parameter("n", I32, &[4, 8]).unwrap();
+    let w5 = g.parameter("w5", F32, &[5]).unwrap();
+    let w64 = g.parameter("w64", F64, &[8]).unwrap();
+    let idx = g.parameter("idx", I32, &[4, 2]).unwrap();
+    let idx3 = g.parameter("idx3", I32, &[3, 2]).unwrap();
+    let empty = g.parameter("empty", F32, &[4, 0]).unwrap();
+    let xs = g.parameter("xs", F32, &[5, 8]).unwrap();
+    let ys = g.parameter("ys", F32, &[6, 8]).unwrap();
+    let s = g.parameter("s", F32, &[]).unwrap();
+    let other = Graph::new().parameter("o", F32, &[4, 8]).unwrap();
+    let zero_len = g.parameter("zero_len", F32, &[0]).unwrap();
+    assert_err(x.softmax(2), &["axis 2 is out of range"]);
+    assert_err(n.softmax(-1), &["softmax needs a float"]);
+    assert_err(x.log_softmax(-3), &["axis -3 is out of range"]);
+    assert_err(x.layer_norm(&[], None, None, 1e-5), &["at least one axis"]);
+    assert_err(x.layer_norm(&[1, -1], None, None, 1e-5), &["given twice"]);
+    assert_err(
+        x.layer_norm(&[-1], Some(&w5), None, 1e-5),
+        &["weight f32[5]"],
+    );
+    assert_err(
+        x.layer_norm(&[-1], None, Some(&w64), 1e-5),
+        &["bias f64[8]"],
+    );
+    assert_err(x.layer_norm(&[-1], None, None, -1.0), &["eps"]);
+    assert_err(
+        x.layer_norm(&[-1], Some(&other), None, 1e-5),
+        &["belongs to graph"],
+    );
+    assert_err(n.rms_norm(&[-1], None, 1e-6), &["rms_norm needs a float"]);
+    assert_err(x.rms_norm(&[-1], None, f64::NAN), &["eps"]);
+    assert_err(n.erf(), &["erf needs a float"]);
+    assert_err(n.gelu_exact(), &["gelu_exact needs a float"]);
+    assert_err(n.var(&[0]), &["var needs a float"]);
+    assert_err(x.std(&[5]), &["axis 5 is out of range"]);
+    assert_err(n.mean_all(), &["mean_all needs a float"]);
+    assert_err(x.split(1, &[3, 4]), &["add up to 7"]);
+    assert_err(x.split(1, &[usize::MAX, 9]), &["add up to"]);
+    assert_err(x.split(2, &[8]), &["axis 2 is out of range"]);
+    assert_err(x.chunk(1, 3), &["3 equal chunks"]);
+    assert_err(x.chunk(0, 0), &["0 equal chunks"]);
+    assert_err(zero_len.chunk(0, usize::MAX), &["more than the 65536"]);
+    assert_err(x.take_along_axis(&x, 1), &["integers"]);
+    assert_err(x.take_along_axis(&n.sum(&[0]).unwrap(), 1), &["rank"]);
+    assert_err(
+        x.take_along_axis(&idx3, 1),
+        &["dimension 0 does not broadcast"],
+    );
+    assert_err(empty.take_along_axis(&idx, 1), &["axis 1 is empty"]);
+    assert_err(x.take_along_axis(&idx, 2), &["axis 2 is out of range"]);
+    assert_err(x.take_axis(&x, 0), &["integers"]);
+    assert_err(empty.take_axis(&idx, 1), &["axis 1 of f32[4, 0] is empty"]);
+    assert_err(x.take_axis(&other, 0), &["belongs to graph"]);
+    // scan: no inputs, unequal lengths, a rank-0 input, a carry that changes type.
+    let step = |h: &Tensor, x: &Tensor| -> Result<(Tensor, Tensor)> { Ok((h.add(x)?, h.clone())) };
+    let h0 = g.zeros(F32, &[8]).unwrap();
+    let none: Vec<Tensor> = Vec::new();
+    let r = g.scan(&h0, &none, |h, _| Ok((h.clone(), h.clone())));
+    assert_err(r, &["at least one input"]);
+    let r = g.scan(&h0, &(xs.clone(), ys.clone()), |h, (x, _)| step(h, x));
+    assert_err(r, &["f32[5, 8], f32[6, 8]"]);
+    assert_err(g.scan(&h0, &s, |h, x| step(h, x)), &["leading axis"]);
+    let r = g.scan(&(h0.clone(), h0.clone()), &xs, |(h, k), x| {
+        Ok(((h.add(x)?, k.sum_all()?), x.clone()))
+    });
+    assert_err(
+        r,
+        &["scan", "carry component 1 changes from f32[8] to f32[]"],
+    );
+    assert_err(
+        g.scan(&h0, &other, |h, x| step(h, x)),
+        &["belongs to graph"],
+    );
+    // The graph is still usable after the failed builds.
+    let (_, ys) = g.scan(&h0, &xs, |h, x| step(h, x)).unwrap();
+    g.set_outputs(&[&ys]).unwrap();
+    g.to_stablehlo().unwrap();
+}
+
+// ---- gradients and the optimizer ---------------------------------------------------------------
+
+#[test]
+fn what_is_not_differentiable_is_an_error() {
+    let g = Graph::new();
+    let x = g.parameter("x", F32, &[3]).unwrap();
+    let i = g.parameter("i", I32, &[3]).unwrap();
+    let loss = x.sum_all().unwrap();
+    assert_err(loss.grad(&[&i]), &["only float values have gradients"]);
+    assert_err(x.grad(&[&x]), &["rank-0 float"]);
+    // A data-dependent exit.
+    let h = g
+        .while_loop(&x, |h| h.sum_all()?.lt(10.0), |h| h.mul(2.0))
+        .unwrap();
+    let r = h.sum_all().unwrap().grad(&[&x]);
+    assert_err(r, &["fori_loop with constant bounds"]);
+    // Reinterpreted float bits.
+    let y = x.bitcast(I32).unwrap().bitcast(F32).unwrap();
+    let ok = y.sum_all().unwrap().grad(&[&x]);
+    assert!(ok.is_ok(), "through an integer the flow stops, no error");
+    let through_bits = || {
+        x.astype(DType::F16)?
+            .bitcast(DType::BF16)?
+            .astype(F32)?
+            .sum_all()
+    };
+    assert_err(through_bits().unwrap().grad(&[&x]), &["not differentiable"]);
+    // A cotangent of the wrong type.
+    let c = g.zeros(F32, &[2]).unwrap();
+    assert_err(g.vjp(&[&x], &[&c], &[&x]), &["cotangent"]);
+    // A value of another graph.
+    let other = Graph::new().parameter("z", F32, &[]).unwrap();
+    assert!(other.grad(&[&x]).is_err());
+}
+
+#[test]
+fn adamw_refuses_mismatched_arguments_by_name() {
+    let g = Graph::new();
+    let p = g.parameter("p", F32, &[2, 3]).unwrap();
+    let q = [g.parameter("q", F32, &[4]).unwrap()];
+    let step = g.parameter("step", I32, &[]).unwrap();
+    let opt = AdamW::default();
+    let one = [p.clone()];
+    let r = opt.update(&one, &[], &one, &one, &[true], &step, None);
+    assert_err(r, &["grads has 0 entries but params has 1"]);
+    let r = opt.update(&one, &one, &one, &one, &[], &step, None);
+    assert_err(r, &["decay has 0 entries"]);
+    let r = opt.update(&one, &q, &one, &one, &[true], &step, None);
+    assert_err(
+        r,
+        &["grads[0] is f32[4], expected the type of params[0], f32[2, 3]"],
+    );
+    let r = opt.update(&one, &one, &one, &one, &[true], &p, None);
+    assert_err(r, &["step is"]);
+    let r = opt.update(&one, &one, &one, &one, &[true], &step, Some(&step));
+    assert_err(r, &["lr is"]);
+    let ids = [g.parameter("ids", I32, &[3]).unwrap()];
+    let r = opt.update(&ids, &ids, &ids, &ids, &[false], &step, None);
+    assert_err(r, &["params[0] is", "float"]);
+    let bad = AdamW {
+        beta2: 1.0,
+        ..AdamW::default()
+    };
+    let r = bad.update(&one, &one, &one, &one, &[true], &step, None);
+    assert_err(r, &["beta2 = 1 must be in [0, 1)"]);
+    let bad = AdamW {
+        clip_norm: Some(0.0),
+        ..AdamW::default()
+    };
+    assert_err(bad.validate(), &["clip_norm"]);
+    assert!(global_norm(&[]).is_err());
 }

@@ -4,51 +4,17 @@
 //! a prompt shorter than a chunk, one of exactly two chunks, one not a multiple of the chunk, a
 //! batch of two, a left-padded batch, and n_groups = 2; plus the step API against HF's decode.
 
-mod common;
+use crate::common;
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 
-use common::client;
-use safetensors::SafeTensors;
-use stablegraph::models::mamba2::{GenerateOptions, Mamba2, Mamba2Config, Mamba2Weights, Sampling};
+use common::{client, max_abs, read_safetensors, Stored};
+use stablegraph::models::mamba2::{Mamba2, Mamba2Config, Mamba2Weights};
 use stablegraph::DType;
 
-struct Cases {
-    bytes: Vec<u8>,
-}
-
-impl Cases {
-    fn f32s(&self, name: &str) -> (Vec<usize>, Vec<f32>) {
-        let st = SafeTensors::deserialize(&self.bytes).unwrap();
-        let t = st.tensor(name).unwrap_or_else(|e| panic!("{name}: {e}"));
-        assert_eq!(t.dtype(), safetensors::Dtype::F32, "{name}");
-        let v = t
-            .data()
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect();
-        (t.shape().to_vec(), v)
-    }
-
-    fn i64s(&self, name: &str) -> (Vec<usize>, Vec<i64>) {
-        let st = SafeTensors::deserialize(&self.bytes).unwrap();
-        let t = st.tensor(name).unwrap_or_else(|e| panic!("{name}: {e}"));
-        assert_eq!(t.dtype(), safetensors::Dtype::I64, "{name}");
-        let v = t
-            .data()
-            .chunks_exact(8)
-            .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
-            .collect();
-        (t.shape().to_vec(), v)
-    }
-
-    fn has(&self, name: &str) -> bool {
-        SafeTensors::deserialize(&self.bytes)
-            .unwrap()
-            .names()
-            .contains(&name)
-    }
-}
+/// The cases of a fixture: `case{k}.<what>` tensors by name.
+type Cases = HashMap<String, Stored>;
 
 fn fixture(name: &str) -> (Mamba2, Cases) {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -57,30 +23,21 @@ fn fixture(name: &str) -> (Mamba2, Cases) {
     let config = Mamba2Config::from_file(dir.join("config.json")).unwrap();
     let weights = Mamba2Weights::load(&dir, &config, DType::F32).unwrap();
     let model = Mamba2::new(&client(), config, &weights).unwrap();
-    let bytes = std::fs::read(dir.join("cases.safetensors")).unwrap();
-    (model, Cases { bytes })
-}
-
-fn max_abs(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f32::max)
+    (model, read_safetensors(&dir.join("cases.safetensors")))
 }
 
 /// The real tokens of each row (the attention mask's ones), in order.
 fn prompts(cases: &Cases, k: usize) -> Vec<Vec<u32>> {
-    let (dims, ids) = cases.i64s(&format!("case{k}.input_ids"));
-    let mask = if cases.has(&format!("case{k}.attention_mask")) {
-        cases.i64s(&format!("case{k}.attention_mask")).1
-    } else {
-        vec![1; ids.len()]
+    let ids = &cases[&format!("case{k}.input_ids")];
+    let (dims, ids) = (&ids.shape, &ids.values);
+    let mask = match cases.get(&format!("case{k}.attention_mask")) {
+        Some(m) => m.values.clone(),
+        None => vec![1.0; ids.len()],
     };
     (0..dims[0])
         .map(|r| {
             (0..dims[1])
-                .filter(|&t| mask[r * dims[1] + t] == 1)
+                .filter(|&t| mask[r * dims[1] + t] == 1.0)
                 .map(|t| ids[r * dims[1] + t] as u32)
                 .collect()
         })
@@ -92,7 +49,7 @@ fn check_config(name: &str) {
     let cfg = model.config().clone();
     let vocab = cfg.vocab_size;
     let mut k = 0;
-    while cases.has(&format!("case{k}.input_ids")) {
+    while cases.contains_key(&format!("case{k}.input_ids")) {
         let rows = prompts(&cases, k);
         let pre = model.prefill_all_positions(&rows).unwrap();
         // The default prefill returns the last position of the same (what generate runs).
@@ -112,17 +69,16 @@ fn check_config(name: &str) {
         }
 
         // Logits at every real position.
-        let (ldims, want) = cases.f32s(&format!("case{k}.logits"));
+        let logits = &cases[&format!("case{k}.logits")];
+        let (ldims, want) = (&logits.shape, &logits.values);
         let got = pre.logits.to_f64_vec();
         let (t_hf, t_ours) = (ldims[1], pre.logits.dims()[1]);
         for (r, row) in rows.iter().enumerate() {
             let n = row.len();
             for j in 0..n {
-                let ours: Vec<f32> = (0..vocab)
-                    .map(|v| got[(r * t_ours + t_ours - n + j) * vocab + v] as f32)
-                    .collect();
+                let ours = &got[(r * t_ours + t_ours - n + j) * vocab..][..vocab];
                 let hf = &want[(r * t_hf + t_hf - n + j) * vocab..][..vocab];
-                let d = max_abs(&ours, hf);
+                let d = max_abs(ours, hf);
                 assert!(
                     d < 1e-4,
                     "{name} case {k} row {r} position {j}: logits differ by {d}"
@@ -132,10 +88,12 @@ fn check_config(name: &str) {
 
         // Final states.
         for (l, state) in pre.state.layers.iter().enumerate() {
-            let (_, ssm) = cases.f32s(&format!("case{k}.ssm_state.L{l}"));
-            let (_, conv) = cases.f32s(&format!("case{k}.conv_state.L{l}"));
-            let d_ssm = max_abs(&state.ssm.to_vec::<f32>().unwrap(), &ssm);
-            let d_conv = max_abs(&state.conv.to_vec::<f32>().unwrap(), &conv);
+            let ssm = &cases[&format!("case{k}.ssm_state.L{l}")].values;
+            let conv = &cases[&format!("case{k}.conv_state.L{l}")].values;
+            let (ssm_got, conv_got) = (state.ssm.to_vec::<f32>(), state.conv.to_vec::<f32>());
+            let f64s = |v: Vec<f32>| v.into_iter().map(f64::from).collect::<Vec<_>>();
+            let d_ssm = max_abs(&f64s(ssm_got.unwrap()), ssm);
+            let d_conv = max_abs(&f64s(conv_got.unwrap()), conv);
             assert!(
                 d_ssm < 1e-4,
                 "{name} case {k} layer {l}: ssm state differs by {d_ssm}"
@@ -147,8 +105,10 @@ fn check_config(name: &str) {
         }
 
         // The step API reproduces HF's decode logits, token by token.
-        let (gdims, greedy) = cases.i64s(&format!("case{k}.greedy"));
-        let (ddims, decode) = cases.f32s(&format!("case{k}.decode_logits"));
+        let greedy = &cases[&format!("case{k}.greedy")];
+        let (gdims, greedy) = (&greedy.shape, &greedy.values);
+        let decode = &cases[&format!("case{k}.decode_logits")];
+        let (ddims, decode) = (&decode.shape, &decode.values);
         let mut state = pre.state;
         for s in 1..ddims[1] {
             let tokens: Vec<u32> = (0..gdims[0])
@@ -156,7 +116,7 @@ fn check_config(name: &str) {
                 .collect();
             let (logits, next) = model.step(&tokens, state).unwrap();
             state = next;
-            let got: Vec<f32> = logits.to_f64_vec().iter().map(|&v| v as f32).collect();
+            let got = logits.to_f64_vec();
             for r in 0..gdims[0] {
                 let hf = &decode[(r * ddims[1] + s) * vocab..][..vocab];
                 let d = max_abs(&got[r * vocab..(r + 1) * vocab], hf);
@@ -168,11 +128,7 @@ fn check_config(name: &str) {
         }
 
         // 32 greedy tokens in one program.
-        let options = GenerateOptions {
-            max_new_tokens: gdims[1],
-            sampling: Sampling::Greedy,
-            eos: None,
-        };
+        let options = common::greedy(gdims[1]);
         let tokens = model.generate(&rows, &options).unwrap();
         for (r, row) in tokens.iter().enumerate() {
             let want: Vec<u32> = greedy[r * gdims[1]..(r + 1) * gdims[1]]
