@@ -32,7 +32,6 @@ const ALLOWED: &[(&str, &str)] = &[
     ("src/ops/autodiff/loops.rs", "while_vjp"),
     ("src/ops/autodiff/rules.rs", "vjp"),
     ("src/ops/collectives.rs", "Graph::shard_map"),
-    ("src/ops/graph.rs", "FILE"),
     ("src/ops/linalg.rs", "Tensor::einsum"),
     ("src/ops/regions.rs", "check_while"),
     ("src/ops/rules/collectives.rs", "check_shard_map"),

@@ -12,9 +12,12 @@
 use std::panic::Location;
 
 use super::control::RegionGuard;
-use super::graph::{graph_error, Graph, Op, ReduceKind, Tensor, ValueId};
+use super::graph::{graph_error, Graph};
+use super::ir::ValueId;
+use super::op::{Op, ReduceKind};
 use super::rules::{block_type, global_type};
 use super::sharding::message;
+use super::tensor::Tensor;
 use super::util::{self, same_graph, Loc};
 use crate::dtype::TensorType;
 use crate::error::Result;

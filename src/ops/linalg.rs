@@ -7,7 +7,9 @@
 
 use std::panic::Location;
 
-use super::graph::{graph_error, Op, Tensor};
+use super::graph::graph_error;
+use super::op::Op;
+use super::tensor::Tensor;
 use super::util::{axes, node, same_graph, types, Loc};
 use crate::error::Result;
 

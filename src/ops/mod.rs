@@ -43,9 +43,11 @@ mod conv;
 mod elementwise;
 mod gather;
 mod graph;
+mod ir;
 pub(crate) mod linalg;
 mod mask;
 mod nn;
+mod op;
 mod operators;
 mod random;
 mod reduce;
@@ -56,18 +58,20 @@ mod sharding;
 mod sort;
 mod split;
 mod stats;
+mod tensor;
 mod util;
 mod walk;
 
 pub use control::{Bound, Carry};
 pub use elementwise::{Number, Operand};
-pub use graph::{
-    ArgKind, BinaryOp, Comparison, Graph, Node, Op, ReduceKind, Region, Tensor, UnaryOp, ValueId,
-};
+pub use graph::Graph;
+pub use ir::{Node, Region, ValueId};
+pub use op::{ArgKind, BinaryOp, Comparison, Op, ReduceKind, UnaryOp};
 pub use reduce::CumsumOptions;
 #[cfg(test)]
 pub(crate) use regions::malformed::cases as malformed_loops;
 pub use sharding::GraphShardings;
 pub use sort::SortOrder;
 pub use stats::VarOptions;
+pub use tensor::Tensor;
 pub(crate) use walk::live_nodes;

@@ -3,7 +3,8 @@
 //! interpreter reject a malformed `While` for the same reasons (each wraps the message in its
 //! own error).
 
-use super::graph::{Node, Op, Region};
+use super::ir::{Node, Region};
+use super::op::Op;
 use super::rules::value_type;
 use crate::dtype::{DType, TensorType};
 
@@ -130,7 +131,9 @@ pub(crate) fn check_while(
 /// reject with an error (never a panic). Each graph has one parameter `x: f32[2]`.
 #[cfg(test)]
 pub(crate) mod malformed {
-    use super::super::graph::{Graph, Op, Tensor};
+    use super::super::graph::Graph;
+    use super::super::op::Op;
+    use super::super::tensor::Tensor;
     use crate::dtype::{DType, TensorType};
 
     fn f32x2() -> TensorType {

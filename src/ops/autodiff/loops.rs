@@ -13,10 +13,11 @@ use std::collections::HashMap;
 use super::{backprop, Step, OP};
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::ops::graph::{
-    graph_error, BinaryOp, Comparison, Graph, Node, Op, Region, Tensor, ValueId,
-};
+use crate::ops::graph::{graph_error, Graph};
+use crate::ops::ir::{Node, Region, ValueId};
+use crate::ops::op::{BinaryOp, Comparison, Op};
 use crate::ops::rules::takes_target;
+use crate::ops::tensor::Tensor;
 use crate::ops::util::nodes as make_nodes;
 
 /// The operands' cotangents of the `while` node of `s` (condition region `cond`, body region

@@ -29,7 +29,10 @@ mod rules;
 use std::collections::HashMap;
 use std::panic::Location;
 
-use super::graph::{graph_error, Graph, Node, Op, Region, Tensor, ValueId};
+use super::graph::{graph_error, Graph};
+use super::ir::{Node, Region, ValueId};
+use super::op::Op;
+use super::tensor::Tensor;
 use super::util::{same_graph, Loc};
 use crate::error::Result;
 

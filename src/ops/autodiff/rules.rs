@@ -5,7 +5,8 @@
 use super::Step;
 use crate::dtype::{DType, TensorType};
 use crate::error::Result;
-use crate::ops::graph::{BinaryOp, Op, ReduceKind, Tensor, UnaryOp};
+use crate::ops::op::{BinaryOp, Op, ReduceKind, UnaryOp};
+use crate::ops::tensor::Tensor;
 use crate::ops::util::{node, typed_node};
 
 /// The operands' cotangents of the node of `s`.

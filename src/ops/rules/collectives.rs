@@ -3,7 +3,8 @@
 
 use super::{arity, value_type, Rule};
 use crate::dtype::{DType, TensorType};
-use crate::ops::graph::{Node, Op, Region};
+use crate::ops::ir::{Node, Region};
+use crate::ops::op::Op;
 use crate::sharding::{Mesh, PartitionSpec, Sharding};
 
 /// The size of mesh axis `axis`, or a message naming the mesh's axes.

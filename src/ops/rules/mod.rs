@@ -23,7 +23,8 @@ mod linalg;
 mod reduce;
 mod shape;
 
-use super::graph::{Node, Op, Region, ValueId};
+use super::ir::{Node, Region, ValueId};
+use super::op::Op;
 use super::regions::check_while;
 use crate::dtype::TensorType;
 pub(crate) use collectives::{block_type, check_shard_map, global_type};
