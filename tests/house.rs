@@ -30,7 +30,6 @@ const ALLOWED: &[(&str, &str)] = &[
     ("src/fuzzing.rs", "FILE"),
     ("src/fuzzing/sharded.rs", "sharded_graph"),
     ("src/ops/autodiff/loops.rs", "while_vjp"),
-    ("src/ops/autodiff/rules.rs", "vjp"),
     ("src/ops/collectives.rs", "Graph::shard_map"),
     ("src/ops/linalg.rs", "Tensor::einsum"),
     ("src/ops/regions.rs", "check_while"),

@@ -1,11 +1,23 @@
-//! Rules of the collectives (`AllReduce`, `AllGather`, `ReduceScatter`, `AllToAll`,
-//! `AxisIndex`) and of the region op they live in, `ShardMap` ([`check_shard_map`]).
+//! Rules of the primitives about devices: `ShardingConstraint` (a layout hint), the
+//! collectives (`AllReduce`, `AllGather`, `ReduceScatter`, `AllToAll`, `AxisIndex`) and the
+//! region op they live in, `ShardMap` ([`check_shard_map`]). Their type rules first, then
+//! their VJP rules.
 
 use super::{arity, value_type, Rule};
 use crate::dtype::{DType, TensorType};
+use crate::error::Result;
+use crate::ops::autodiff::{Cotangents, Step};
 use crate::ops::ir::{Node, Region};
 use crate::ops::op::Op;
 use crate::sharding::{Mesh, PartitionSpec, Sharding};
+
+/// `ShardingConstraint`: one operand, whose type it keeps.
+pub(super) fn sharding_constraint(operands: &[&TensorType]) -> Rule<TensorType> {
+    match operands {
+        [x] => Ok((*x).clone()),
+        _ => Err(format!("takes one operand, got {}", operands.len())),
+    }
+}
 
 /// The size of mesh axis `axis`, or a message naming the mesh's axes.
 fn axis_size(mesh: &Mesh, axis: &str) -> Rule<usize> {
@@ -269,4 +281,21 @@ pub(crate) fn check_shard_map(nodes: &[Node], regions: &[Region], index: usize) 
         }
     }
     Ok(body)
+}
+
+// VJP rules.
+
+/// `ShardingConstraint`: the identity, without constraining the cotangent too (as JAX does):
+/// XLA's partitioner computed wrong values for a program with such a constraint on a constant
+/// cotangent feeding a pad with interior padding (found by the sharded_graph fuzz target; see
+/// the README's "Many devices").
+pub(super) fn sharding_constraint_vjp(s: &Step) -> Result<Cotangents> {
+    let mut out = s.none();
+    out[0] = Some(s.ct(0)?);
+    Ok(out)
+}
+
+/// `ShardMap` and the collectives: not differentiable (yet), an error naming the op.
+pub(super) fn collective_vjp(s: &Step) -> Result<Cotangents> {
+    Err(s.not_differentiable("a shard_map or collective"))
 }
