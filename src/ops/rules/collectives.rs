@@ -216,6 +216,21 @@ pub(crate) fn check_shard_map(nodes: &[Node], regions: &[Region], index: usize) 
             node.region
         ));
     }
+    check_block_args(nodes, node, region, body, mesh, in_specs)?;
+    check_block_results(nodes, node, region, body, mesh, out_specs)?;
+    Ok(body)
+}
+
+/// The arguments of a shard_map's body region `body`: one distinct `BlockArg` of the region per
+/// input of `node`, of the type of that input's block under its spec.
+fn check_block_args(
+    nodes: &[Node],
+    node: &Node,
+    region: &Region,
+    body: usize,
+    mesh: &Mesh,
+    in_specs: &[PartitionSpec],
+) -> Rule<()> {
     if region.args.len() != node.inputs.len() {
         return Err(format!(
             "the body region {body} takes {} arguments, the shard_map has {} inputs",
@@ -252,6 +267,19 @@ pub(crate) fn check_shard_map(nodes: &[Node], regions: &[Region], index: usize) 
             ));
         }
     }
+    Ok(())
+}
+
+/// The results of a shard_map's body region `body`: one value of the region per output of
+/// `node`, whose block makes up that output under its spec.
+fn check_block_results(
+    nodes: &[Node],
+    node: &Node,
+    region: &Region,
+    body: usize,
+    mesh: &Mesh,
+    out_specs: &[PartitionSpec],
+) -> Rule<()> {
     if region.results.len() != node.outputs.len() {
         return Err(format!(
             "the body returns {} values, the shard_map has {} outputs",
@@ -280,7 +308,7 @@ pub(crate) fn check_shard_map(nodes: &[Node], regions: &[Region], index: usize) 
             ));
         }
     }
-    Ok(body)
+    Ok(())
 }
 
 // VJP rules.
