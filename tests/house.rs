@@ -30,7 +30,6 @@ const ALLOWED: &[(&str, &str)] = &[
     ("src/fuzzing.rs", "FILE"),
     ("src/fuzzing/sharded.rs", "sharded_graph"),
     ("src/ops/linalg.rs", "Tensor::einsum"),
-    ("src/ops/regions.rs", "check_while"),
     (
         "src/runtime/executable.rs",
         "Executable::execute_partitioned",
