@@ -2,9 +2,9 @@
 //! [`BinaryOp`], [`Comparison`], [`ReduceKind`], [`ArgKind`]).
 //!
 //! Every node of a graph is one primitive with precise semantics, written down here once in the
-//! variant's doc comment; the rule (`rules/`), the lowering (`crate::lower`), the reference
-//! interpreter (`crate::interp`) and the VJP rule (`autodiff/rules/`) each implement exactly
-//! these. Composites (softplus, einsum, tril, ...) are built from primitives by the builders.
+//! variant's doc comment; its type rule and VJP rule (`rules/`), the lowering (`crate::lower`)
+//! and the reference interpreter (`crate::interp`) each implement exactly these. Composites
+//! (softplus, einsum, tril, ...) are built from primitives by the builders.
 
 /// Elementwise functions of one operand; the output has the operand's type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
