@@ -6,6 +6,8 @@
 use super::graph_builder::GraphBuilder;
 use super::graphs::{comparable, compare_outputs, compilable, gradients, inputs, runnable};
 use super::Bytes;
+use crate::array::HostArray;
+use crate::compiled::CompiledGraph;
 use crate::ops::{Graph, Tensor};
 use crate::runtime::{Client, ShardedBuffer};
 use crate::sharding::{Mesh, PartitionSpec};
@@ -53,24 +55,7 @@ pub fn sharded_graph(data: &[u8], client: Option<&Client>) {
         Err(e) => panic!("mesh {axes:?}: {e}"),
     };
     g.set_mesh(&mesh);
-    for p in &parameters {
-        if b.bool() {
-            let spec = random_spec(&mut b, &mesh, p.dims());
-            if let Err(e) = g.shard_parameter(p, &spec) {
-                panic!("{spec} on parameter {}: {e}", p.ty());
-            }
-        }
-    }
-    if b.one_in(3) {
-        if let Some(last) = pool.last() {
-            let spec = random_spec(&mut b, &mesh, last.dims());
-            match last.with_sharding_constraint(&spec) {
-                Ok(t) => pool.push(t),
-                // A value made inside a loop body may not be used out here.
-                Err(e) => assert!(e.to_string().contains("inside a loop"), "{spec}: {e}"),
-            }
-        }
-    }
+    lay_out(&mut b, &g, &mesh, &parameters, &mut pool);
     let count = 1 + b.below(3);
     let mut outputs: Vec<Tensor> = pool.iter().rev().take(count).cloned().collect();
     if b.below(2) == 0 {
@@ -116,6 +101,43 @@ pub fn sharded_graph(data: &[u8], client: Option<&Client>) {
     let Ok(gathered) = on_device else {
         return;
     };
+    check_run_sharded(client, &program, &mesh, &inputs, &gathered, &text);
+}
+
+/// Lays out some of `parameters` by random specs over `mesh` and, sometimes, adds a sharding
+/// constraint on the last value of `pool` (pushing the constrained value).
+fn lay_out(b: &mut Bytes, g: &Graph, mesh: &Mesh, parameters: &[Tensor], pool: &mut Vec<Tensor>) {
+    for p in parameters {
+        if b.bool() {
+            let spec = random_spec(b, mesh, p.dims());
+            if let Err(e) = g.shard_parameter(p, &spec) {
+                panic!("{spec} on parameter {}: {e}", p.ty());
+            }
+        }
+    }
+    if b.one_in(3) {
+        if let Some(last) = pool.last() {
+            let spec = random_spec(b, mesh, last.dims());
+            match last.with_sharding_constraint(&spec) {
+                Ok(t) => pool.push(t),
+                // A value made inside a loop body may not be used out here.
+                Err(e) => assert!(e.to_string().contains("inside a loop"), "{spec}: {e}"),
+            }
+        }
+    }
+}
+
+/// `program`'s [`crate::CompiledGraph::run_sharded`] on `inputs` (uploaded as the program lays
+/// them out) gives outputs laid out as it says, on the devices of `mesh`, that download to the
+/// bytes of `gathered` (what `run` gave); `text` is the program, for messages.
+fn check_run_sharded(
+    client: &Client,
+    program: &CompiledGraph,
+    mesh: &Mesh,
+    inputs: &[HostArray],
+    gathered: &[HostArray],
+    text: &str,
+) {
     let uploaded = inputs
         .iter()
         .zip(program.input_shardings())
@@ -133,7 +155,7 @@ pub fn sharded_graph(data: &[u8], client: Option<&Client>) {
     assert_eq!(sharded.len(), gathered.len(), "{text}");
     for (k, ((s, want), layout)) in sharded
         .iter()
-        .zip(&gathered)
+        .zip(gathered)
         .zip(program.output_shardings())
         .enumerate()
     {

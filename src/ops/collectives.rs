@@ -12,9 +12,12 @@
 use std::panic::Location;
 
 use super::control::RegionGuard;
-use super::graph::{graph_error, Graph, Op, ReduceKind, Tensor, ValueId};
+use super::graph::{graph_error, Graph};
+use super::ir::ValueId;
+use super::op::{Op, ReduceKind};
 use super::rules::{block_type, global_type};
 use super::sharding::message;
+use super::tensor::Tensor;
 use super::util::{self, same_graph, Loc};
 use crate::dtype::TensorType;
 use crate::error::Result;
@@ -40,38 +43,7 @@ impl Graph {
     ) -> Result<Vec<Tensor>> {
         let loc = Location::caller();
         let op = "shard_map";
-        let Some(mesh) = self.mesh() else {
-            return Err(graph_error(
-                op,
-                "the graph has no mesh: call Graph::set_mesh first",
-                loc,
-            ));
-        };
-        if self.manual_mesh().is_some() {
-            return Err(graph_error(
-                op,
-                "a shard_map cannot be nested in another shard_map's body",
-                loc,
-            ));
-        }
-        same_graph(self, inputs, op, loc)?;
-        if in_specs.len() != inputs.len() {
-            return Err(graph_error(
-                op,
-                format!("{} inputs but {} in_specs", inputs.len(), in_specs.len()),
-                loc,
-            ));
-        }
-        let mut blocks = Vec::with_capacity(inputs.len());
-        for (k, (t, spec)) in inputs.iter().zip(in_specs).enumerate() {
-            let block = block_type(&mesh, spec, t.ty())
-                .map_err(|m| graph_error(op, format!("input {k}: {m}"), loc))?;
-            blocks.push(block);
-        }
-        for (k, spec) in out_specs.iter().enumerate() {
-            crate::sharding::Sharding::new(&mesh, spec)
-                .map_err(|e| graph_error(op, format!("out spec {k}: {}", message(e)), loc))?;
-        }
+        let (mesh, blocks) = self.shard_map_blocks(inputs, in_specs, out_specs, loc)?;
         let input_ids = inputs
             .iter()
             .map(|t| self.resolve(t.id(), op, loc))
@@ -117,19 +89,7 @@ impl Graph {
             (region, (results, inputs, specs))
         };
         let (results, inputs, specs) = results;
-        let mut out_types: Vec<TensorType> = Vec::with_capacity(results.len());
-        for (k, (r, spec)) in results.iter().zip(out_specs).enumerate() {
-            let ty = global_type(&mesh, spec, r.ty())
-                .map_err(|m| graph_error(op, format!("output {k}: {m}"), loc))?;
-            if ty.byte_size().is_none() {
-                return Err(graph_error(
-                    op,
-                    format!("{ty} is too large to address"),
-                    loc,
-                ));
-            }
-            out_types.push(ty);
-        }
+        let out_types = global_types(&mesh, &results, out_specs, loc)?;
         self.push(
             Op::ShardMap {
                 body: region,
@@ -140,6 +100,52 @@ impl Graph {
             inputs,
             out_types,
         )
+    }
+
+    /// The checks of a `shard_map` before its body is built: the graph's mesh (an error when
+    /// there is none or the call is inside another shard_map body), inputs of this graph, one
+    /// valid spec per input and valid out specs. Returns the mesh and each input's block type.
+    fn shard_map_blocks(
+        &self,
+        inputs: &[&Tensor],
+        in_specs: &[PartitionSpec],
+        out_specs: &[PartitionSpec],
+        loc: Loc,
+    ) -> Result<(Mesh, Vec<TensorType>)> {
+        let op = "shard_map";
+        let Some(mesh) = self.mesh() else {
+            return Err(graph_error(
+                op,
+                "the graph has no mesh: call Graph::set_mesh first",
+                loc,
+            ));
+        };
+        if self.manual_mesh().is_some() {
+            return Err(graph_error(
+                op,
+                "a shard_map cannot be nested in another shard_map's body",
+                loc,
+            ));
+        }
+        same_graph(self, inputs, op, loc)?;
+        if in_specs.len() != inputs.len() {
+            return Err(graph_error(
+                op,
+                format!("{} inputs but {} in_specs", inputs.len(), in_specs.len()),
+                loc,
+            ));
+        }
+        let mut blocks = Vec::with_capacity(inputs.len());
+        for (k, (t, spec)) in inputs.iter().zip(in_specs).enumerate() {
+            let block = block_type(&mesh, spec, t.ty())
+                .map_err(|m| graph_error(op, format!("input {k}: {m}"), loc))?;
+            blocks.push(block);
+        }
+        for (k, spec) in out_specs.iter().enumerate() {
+            crate::sharding::Sharding::new(&mesh, spec)
+                .map_err(|e| graph_error(op, format!("out spec {k}: {}", message(e)), loc))?;
+        }
+        Ok((mesh, blocks))
     }
 
     /// The mesh of the innermost shard_map body around the current region, if any.
@@ -268,4 +274,28 @@ impl Tensor {
         };
         util::node(self.graph(), op, &[self], "all_to_all", loc)
     }
+}
+
+/// The global types a `shard_map`'s body `results` make up over `mesh` as `out_specs` say, each
+/// small enough to address.
+fn global_types(
+    mesh: &Mesh,
+    results: &[Tensor],
+    out_specs: &[PartitionSpec],
+    loc: Loc,
+) -> Result<Vec<TensorType>> {
+    let mut out_types: Vec<TensorType> = Vec::with_capacity(results.len());
+    for (k, (r, spec)) in results.iter().zip(out_specs).enumerate() {
+        let ty = global_type(mesh, spec, r.ty())
+            .map_err(|m| graph_error("shard_map", format!("output {k}: {m}"), loc))?;
+        if ty.byte_size().is_none() {
+            return Err(graph_error(
+                "shard_map",
+                format!("{ty} is too large to address"),
+                loc,
+            ));
+        }
+        out_types.push(ty);
+    }
+    Ok(out_types)
 }

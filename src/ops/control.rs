@@ -13,7 +13,10 @@
 
 use std::panic::Location;
 
-use super::graph::{graph_error, Graph, Op, Tensor, ValueId};
+use super::graph::{graph_error, Graph};
+use super::ir::ValueId;
+use super::op::Op;
+use super::tensor::Tensor;
 use super::util::{same_graph, Loc};
 use crate::dtype::{DType, TensorType};
 use crate::error::Result;

@@ -2,7 +2,8 @@
 
 use std::panic::Location;
 
-use super::graph::{graph_error, Tensor};
+use super::graph::graph_error;
+use super::tensor::Tensor;
 use super::util::same_graph;
 use crate::error::Result;
 

@@ -4,7 +4,9 @@
 
 use std::panic::Location;
 
-use super::graph::{graph_error, BinaryOp, Comparison, Graph, Op, Tensor, UnaryOp};
+use super::graph::{graph_error, Graph};
+use super::op::{BinaryOp, Comparison, Op, UnaryOp};
+use super::tensor::Tensor;
 use super::util::{int_scalar_bytes, node, same_graph, scalar_bytes, typed_node, types, Loc};
 use crate::array::{HostArray, HostElement};
 use crate::dtype::{DType, TensorType};

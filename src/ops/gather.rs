@@ -9,7 +9,9 @@
 
 use std::panic::Location;
 
-use super::graph::{graph_error, Op, Tensor};
+use super::graph::graph_error;
+use super::op::Op;
+use super::tensor::Tensor;
 use super::util::{axis, node, same_graph, Loc};
 use crate::dtype::DType;
 use crate::error::Result;

@@ -7,7 +7,9 @@
 
 use std::panic::Location;
 
-use super::graph::{graph_error, Op, Tensor};
+use super::graph::graph_error;
+use super::op::Op;
+use super::tensor::Tensor;
 use super::util::{axes, node, same_graph, types, Loc};
 use crate::error::Result;
 
@@ -157,6 +159,124 @@ struct Term {
     idx: Vec<char>,
 }
 
+/// Each operand has one index per dimension and the first operand's dtype, and an index has
+/// one size wherever it occurs.
+fn check_terms(operands: &[&Tensor], s: &Spec) -> std::result::Result<(), String> {
+    let mut sizes: Vec<(char, usize)> = Vec::new();
+    for (i, (t, idx)) in operands.iter().zip(&s.inputs).enumerate() {
+        if idx.len() != t.rank() {
+            return Err(format!(
+                "operand {i} has rank {} but its term '{}' has {} indices",
+                t.rank(),
+                idx.iter().collect::<String>(),
+                idx.len()
+            ));
+        }
+        if t.dtype() != operands[0].dtype() {
+            return Err("operands need one dtype".into());
+        }
+        for (c, &d) in idx.iter().zip(t.dims()) {
+            match sizes.iter().find(|(k, _)| k == c) {
+                Some((_, e)) if *e != d => {
+                    return Err(format!("index '{c}' has sizes {e} and {d}"))
+                }
+                Some(_) => {}
+                None => sizes.push((*c, d)),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The operands as terms, each summed over the indices private to it and absent from the
+/// output.
+fn sum_private(operands: &[&Tensor], s: &Spec) -> Result<Vec<Term>> {
+    let mut terms: Vec<Term> = Vec::new();
+    for (i, (t, idx)) in operands.iter().zip(&s.inputs).enumerate() {
+        let private: Vec<isize> = idx
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| {
+                !s.output.contains(c)
+                    && !s
+                        .inputs
+                        .iter()
+                        .enumerate()
+                        .any(|(j, o)| j != i && o.contains(c))
+            })
+            .map(|(k, _)| k as isize)
+            .collect();
+        let (t, idx) = if private.is_empty() {
+            ((*t).clone(), idx.clone())
+        } else {
+            let kept = idx
+                .iter()
+                .enumerate()
+                .filter(|(k, _)| !private.contains(&(*k as isize)))
+                .map(|(_, c)| *c)
+                .collect();
+            (t.sum(&private)?, kept)
+        };
+        terms.push(Term { t, idx });
+    }
+    Ok(terms)
+}
+
+impl Term {
+    /// This term times `next` (one `dot_general`): the indices both share are batch dimensions
+    /// where `later` (the indices of the terms still to come and of the output) needs them and
+    /// contracted where it does not; then the indices of the product that `later` does not name
+    /// are summed out.
+    fn contract(self, next: &Term, later: &[char], loc: Loc) -> Result<Term> {
+        let shared: Vec<char> = self
+            .idx
+            .iter()
+            .copied()
+            .filter(|c| next.idx.contains(c))
+            .collect();
+        let batch: Vec<char> = shared
+            .iter()
+            .copied()
+            .filter(|c| later.contains(c))
+            .collect();
+        let contract: Vec<char> = shared
+            .iter()
+            .copied()
+            .filter(|c| !later.contains(c))
+            .collect();
+        let pos = |idx: &[char], c: char| idx.iter().position(|d| *d == c).unwrap_or(0);
+        let lb: Vec<usize> = batch.iter().map(|&c| pos(&self.idx, c)).collect();
+        let rb: Vec<usize> = batch.iter().map(|&c| pos(&next.idx, c)).collect();
+        let lc: Vec<usize> = contract.iter().map(|&c| pos(&self.idx, c)).collect();
+        let rc: Vec<usize> = contract.iter().map(|&c| pos(&next.idx, c)).collect();
+        let t = self.t.dot_general_at(&next.t, &lb, &rb, &lc, &rc, loc)?;
+        let mut idx = batch.clone();
+        idx.extend(self.idx.iter().filter(|c| !shared.contains(c)));
+        idx.extend(next.idx.iter().filter(|c| !shared.contains(c)));
+        // An index in both operands but needed nowhere later was contracted; one private to
+        // the new product and absent later is summed out here.
+        let dead: Vec<isize> = idx
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| !later.contains(c))
+            .map(|(k, _)| k as isize)
+            .collect();
+        if dead.is_empty() {
+            return Ok(Term { t, idx });
+        }
+        let kept = idx
+            .iter()
+            .enumerate()
+            .filter(|(k, _)| !dead.contains(&(*k as isize)))
+            .map(|(_, c)| *c)
+            .collect();
+        Ok(Term {
+            t: t.sum(&dead)?,
+            idx: kept,
+        })
+    }
+}
+
 impl Tensor {
     /// Einstein summation over `operands`, e.g. `"bclhn,bcshn->bclhs"`. Indices are ASCII
     /// letters; the output part may be omitted (then it is the indices that occur once, sorted).
@@ -177,60 +297,8 @@ impl Tensor {
             )
         };
         let s = parse_spec(spec, operands.len()).map_err(&bad)?;
-        let mut sizes: Vec<(char, usize)> = Vec::new();
-        for (i, (t, idx)) in operands.iter().zip(&s.inputs).enumerate() {
-            if idx.len() != t.rank() {
-                return Err(bad(format!(
-                    "operand {i} has rank {} but its term '{}' has {} indices",
-                    t.rank(),
-                    idx.iter().collect::<String>(),
-                    idx.len()
-                )));
-            }
-            if t.dtype() != first.dtype() {
-                return Err(bad("operands need one dtype".into()));
-            }
-            for (c, &d) in idx.iter().zip(t.dims()) {
-                match sizes.iter().find(|(k, _)| k == c) {
-                    Some((_, e)) if *e != d => {
-                        return Err(bad(format!("index '{c}' has sizes {e} and {d}")))
-                    }
-                    Some(_) => {}
-                    None => sizes.push((*c, d)),
-                }
-            }
-        }
-
-        // Sum out indices private to one operand and absent from the output.
-        let mut terms: Vec<Term> = Vec::new();
-        for (i, (t, idx)) in operands.iter().zip(&s.inputs).enumerate() {
-            let private: Vec<isize> = idx
-                .iter()
-                .enumerate()
-                .filter(|(_, c)| {
-                    !s.output.contains(c)
-                        && !s
-                            .inputs
-                            .iter()
-                            .enumerate()
-                            .any(|(j, o)| j != i && o.contains(c))
-                })
-                .map(|(k, _)| k as isize)
-                .collect();
-            let (t, idx) = if private.is_empty() {
-                ((*t).clone(), idx.clone())
-            } else {
-                let kept = idx
-                    .iter()
-                    .enumerate()
-                    .filter(|(k, _)| !private.contains(&(*k as isize)))
-                    .map(|(_, c)| *c)
-                    .collect();
-                (t.sum(&private)?, kept)
-            };
-            terms.push(Term { t, idx });
-        }
-
+        check_terms(operands, &s).map_err(&bad)?;
+        let mut terms = sum_private(operands, &s)?;
         // Contract left to right.
         let mut acc = terms.remove(0);
         for (k, next) in terms.iter().enumerate() {
@@ -239,54 +307,7 @@ impl Tensor {
                 .flat_map(|t| t.idx.iter().copied())
                 .chain(s.output.iter().copied())
                 .collect();
-            let shared: Vec<char> = acc
-                .idx
-                .iter()
-                .copied()
-                .filter(|c| next.idx.contains(c))
-                .collect();
-            let batch: Vec<char> = shared
-                .iter()
-                .copied()
-                .filter(|c| later.contains(c))
-                .collect();
-            let contract: Vec<char> = shared
-                .iter()
-                .copied()
-                .filter(|c| !later.contains(c))
-                .collect();
-            let pos = |idx: &[char], c: char| idx.iter().position(|d| *d == c).unwrap_or(0);
-            let lb: Vec<usize> = batch.iter().map(|&c| pos(&acc.idx, c)).collect();
-            let rb: Vec<usize> = batch.iter().map(|&c| pos(&next.idx, c)).collect();
-            let lc: Vec<usize> = contract.iter().map(|&c| pos(&acc.idx, c)).collect();
-            let rc: Vec<usize> = contract.iter().map(|&c| pos(&next.idx, c)).collect();
-            let t = acc.t.dot_general_at(&next.t, &lb, &rb, &lc, &rc, loc)?;
-            let mut idx = batch.clone();
-            idx.extend(acc.idx.iter().filter(|c| !shared.contains(c)));
-            idx.extend(next.idx.iter().filter(|c| !shared.contains(c)));
-            // An index in both operands but needed nowhere later was contracted; one private to
-            // the new product and absent later is summed out below.
-            acc = Term { t, idx };
-            let dead: Vec<isize> = acc
-                .idx
-                .iter()
-                .enumerate()
-                .filter(|(_, c)| !later.contains(c))
-                .map(|(k, _)| k as isize)
-                .collect();
-            if !dead.is_empty() {
-                let kept = acc
-                    .idx
-                    .iter()
-                    .enumerate()
-                    .filter(|(k, _)| !dead.contains(&(*k as isize)))
-                    .map(|(_, c)| *c)
-                    .collect();
-                acc = Term {
-                    t: acc.t.sum(&dead)?,
-                    idx: kept,
-                };
-            }
+            acc = acc.contract(next, &later, loc)?;
         }
 
         // Indices left that the output does not name (single-operand sum-outs were done above).

@@ -3,7 +3,8 @@
 use std::panic::Location;
 
 use super::elementwise::Operand;
-use super::graph::{graph_error, Graph, Tensor};
+use super::graph::{graph_error, Graph};
+use super::tensor::Tensor;
 use super::util::Loc;
 use crate::dtype::DType;
 use crate::error::Result;

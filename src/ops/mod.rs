@@ -25,16 +25,20 @@
 //! - Numbers stand for tensors wherever an [`Operand`] is taken, and take the other operand's
 //!   dtype.
 //!
-//! Each primitive's rule (which operands it accepts, what types it gives) is written once, in
-//! `rules` (by family, as the interpreter and the lowering are split); the builders create
-//! nodes through it and record its types on the node. `walk` is what every reader of a finished
-//! graph starts with: the live nodes per region, after checking the graph's structure and every
-//! live node against its rule, so that the lowering and the interpreter trust the recorded types.
+//! The primitive set is [`Op`] (in `op`), the IR readers see ([`Node`], [`Region`],
+//! [`ValueId`]) is `ir`, the graph under construction is `graph` and the [`Tensor`] handle is
+//! `tensor`. Each primitive's type rule (which operands it accepts, what types it gives) and its
+//! VJP rule (its operands' cotangents) are written once, side by side, in `rules` (by family, as
+//! the interpreter and the lowering are split); the builders create nodes through the type rule
+//! and record its types on the node, and `autodiff` asks the VJP rule. `walk` is what every
+//! reader of a finished graph starts with: the live nodes per region, after checking the graph's
+//! structure and every live node against its rule, so that the lowering and the interpreter
+//! trust the recorded types.
 //!
-//! A new primitive takes: its [`Op`] variant (in `graph`) and its rule (in `rules`, with an arm
-//! in its dispatch) plus the builder that makes it; its emitter in [`crate::lower`]; its
-//! evaluation in [`crate::interp`]. Then tests: the rule's cases, a lowering compiled and run,
-//! and the interpreter against a formula.
+//! A new primitive takes: its [`Op`] variant and its `Op::name` arm (in `op`); its type rule and
+//! VJP rule (in `rules/<family>.rs`, each with an arm in `rules/mod.rs`); the builder that makes
+//! it; its emitter and dispatch arm in [`crate::lower`]; its evaluation and dispatch arm in
+//! [`crate::interp`]. ARCHITECTURE.md lists each place, with tests.
 
 mod autodiff;
 mod collectives;
@@ -43,9 +47,11 @@ mod conv;
 mod elementwise;
 mod gather;
 mod graph;
+mod ir;
 pub(crate) mod linalg;
 mod mask;
 mod nn;
+mod op;
 mod operators;
 mod random;
 mod reduce;
@@ -56,18 +62,20 @@ mod sharding;
 mod sort;
 mod split;
 mod stats;
+mod tensor;
 mod util;
 mod walk;
 
 pub use control::{Bound, Carry};
 pub use elementwise::{Number, Operand};
-pub use graph::{
-    ArgKind, BinaryOp, Comparison, Graph, Node, Op, ReduceKind, Region, Tensor, UnaryOp, ValueId,
-};
+pub use graph::Graph;
+pub use ir::{Node, Region, ValueId};
+pub use op::{ArgKind, BinaryOp, Comparison, Op, ReduceKind, UnaryOp};
 pub use reduce::CumsumOptions;
 #[cfg(test)]
 pub(crate) use regions::malformed::cases as malformed_loops;
 pub use sharding::GraphShardings;
 pub use sort::SortOrder;
 pub use stats::VarOptions;
+pub use tensor::Tensor;
 pub(crate) use walk::live_nodes;

@@ -6,8 +6,9 @@
 
 use std::panic::Location;
 
-use super::graph::{graph_error, Tensor};
+use super::graph::graph_error;
 use super::stats::{compute_dtype, need_float};
+use super::tensor::Tensor;
 use super::util::{axis, same_graph, Loc};
 use crate::dtype::DType;
 use crate::error::Result;

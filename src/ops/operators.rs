@@ -13,7 +13,7 @@ use std::ops::{Add, Div, Mul, Neg, Rem, Sub};
 use std::panic::Location;
 
 use super::elementwise::{Number, Operand};
-use super::graph::Tensor;
+use super::tensor::Tensor;
 use crate::error::Result;
 
 /// One operator impl: `$lhs $trait $rhs` evaluates `$body` with the operands bound to `$l` and

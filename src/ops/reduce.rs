@@ -6,8 +6,9 @@
 
 use std::panic::Location;
 
-use super::graph::{ArgKind, Op, ReduceKind, Tensor};
+use super::op::{ArgKind, Op, ReduceKind};
 use super::stats::need_float;
+use super::tensor::Tensor;
 use super::util::{axes, axis, check, node, typed_node, Loc};
 use crate::dtype::{DType, TensorType};
 use crate::error::Result;

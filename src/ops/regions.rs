@@ -3,7 +3,8 @@
 //! interpreter reject a malformed `While` for the same reasons (each wraps the message in its
 //! own error).
 
-use super::graph::{Node, Op, Region};
+use super::ir::{Node, Region};
+use super::op::Op;
 use super::rules::value_type;
 use crate::dtype::{DType, TensorType};
 
@@ -48,53 +49,78 @@ pub(crate) fn check_while(
         return Err(format!("the condition and the body are both region {cond}"));
     }
     for (what, r) in [("condition", cond), ("body", body)] {
-        let region = regions
-            .get(r)
-            .ok_or_else(|| format!("the {what} region {r} does not exist"))?;
-        if region.parent != Some(node.region) {
+        check_loop_region(nodes, regions, node, what, r, &state)?;
+    }
+    check_loop_results(nodes, regions, cond, body, &state)?;
+    Ok((cond, body))
+}
+
+/// Region `r`, the loop `node`'s condition or body (`what`), nested directly in the node's
+/// region, with one distinct `BlockArg` of its own per state value (of its type) and results
+/// defined in itself.
+fn check_loop_region(
+    nodes: &[Node],
+    regions: &[Region],
+    node: &Node,
+    what: &str,
+    r: usize,
+    state: &[&TensorType],
+) -> Result<(), String> {
+    let region = regions
+        .get(r)
+        .ok_or_else(|| format!("the {what} region {r} does not exist"))?;
+    if region.parent != Some(node.region) {
+        return Err(format!(
+            "the {what} region {r} is not nested in region {}, where the loop is",
+            node.region
+        ));
+    }
+    if region.args.len() != state.len() {
+        return Err(format!(
+            "the {what} region {r} takes {} arguments, the state has {}",
+            region.args.len(),
+            state.len()
+        ));
+    }
+    for (k, (&a, ty)) in region.args.iter().zip(state).enumerate() {
+        let arg = nodes.get(a.node).filter(|n| {
+            matches!(n.op, Op::BlockArg) && n.region == r && a.output == 0 && n.outputs.len() == 1
+        });
+        if arg.is_none() || region.args[..k].contains(&a) {
             return Err(format!(
-                "the {what} region {r} is not nested in region {}, where the loop is",
-                node.region
+                "argument {k} of the {what} region {r} is {}#{}, not a distinct block \
+                 argument of that region",
+                a.node, a.output
             ));
         }
-        if region.args.len() != state.len() {
+        let got = value_type(nodes, a)?;
+        if got != *ty {
             return Err(format!(
-                "the {what} region {r} takes {} arguments, the state has {}",
-                region.args.len(),
-                state.len()
+                "argument {k} of the {what} region {r} is {got}, state value {k} is {ty}"
             ));
-        }
-        for (k, (&a, ty)) in region.args.iter().zip(&state).enumerate() {
-            let arg = nodes.get(a.node).filter(|n| {
-                matches!(n.op, Op::BlockArg)
-                    && n.region == r
-                    && a.output == 0
-                    && n.outputs.len() == 1
-            });
-            if arg.is_none() || region.args[..k].contains(&a) {
-                return Err(format!(
-                    "argument {k} of the {what} region {r} is {}#{}, not a distinct block \
-                     argument of that region",
-                    a.node, a.output
-                ));
-            }
-            let got = value_type(nodes, a)?;
-            if got != *ty {
-                return Err(format!(
-                    "argument {k} of the {what} region {r} is {got}, state value {k} is {ty}"
-                ));
-            }
-        }
-        for (k, &v) in region.results.iter().enumerate() {
-            value_type(nodes, v)?;
-            if nodes[v.node].region != r {
-                return Err(format!(
-                    "result {k} of the {what} region {r} is {}#{}, which is defined in region {}",
-                    v.node, v.output, nodes[v.node].region
-                ));
-            }
         }
     }
+    for (k, &v) in region.results.iter().enumerate() {
+        value_type(nodes, v)?;
+        if nodes[v.node].region != r {
+            return Err(format!(
+                "result {k} of the {what} region {r} is {}#{}, which is defined in region {}",
+                v.node, v.output, nodes[v.node].region
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// What a loop's regions return: one rank-0 `Pred` from `cond`, a next state of the state's
+/// types from `body`.
+fn check_loop_results(
+    nodes: &[Node],
+    regions: &[Region],
+    cond: usize,
+    body: usize,
+    state: &[&TensorType],
+) -> Result<(), String> {
     let cond_results = &regions[cond].results;
     let pred = TensorType::new(DType::Pred, &[]);
     if cond_results.len() != 1 || value_type(nodes, cond_results[0])? != &pred {
@@ -115,7 +141,7 @@ pub(crate) fn check_while(
             state.len()
         ));
     }
-    for (k, (&v, ty)) in body_results.iter().zip(&state).enumerate() {
+    for (k, (&v, ty)) in body_results.iter().zip(state).enumerate() {
         let got = value_type(nodes, v)?;
         if got != *ty {
             return Err(format!(
@@ -123,14 +149,16 @@ pub(crate) fn check_while(
             ));
         }
     }
-    Ok((cond, body))
+    Ok(())
 }
 
 /// Malformed loops, built by hand below the DSL, that the lowering and the interpreter must both
 /// reject with an error (never a panic). Each graph has one parameter `x: f32[2]`.
 #[cfg(test)]
 pub(crate) mod malformed {
-    use super::super::graph::{Graph, Op, Tensor};
+    use super::super::graph::Graph;
+    use super::super::op::Op;
+    use super::super::tensor::Tensor;
     use crate::dtype::{DType, TensorType};
 
     fn f32x2() -> TensorType {

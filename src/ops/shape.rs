@@ -4,7 +4,9 @@
 use std::panic::Location;
 
 use super::elementwise::Operand;
-use super::graph::{graph_error, Op, Tensor};
+use super::graph::graph_error;
+use super::op::Op;
+use super::tensor::Tensor;
 use super::util::{axes, axis, node, same_graph, typed_node, Loc};
 use crate::dtype::TensorType;
 use crate::error::Result;

@@ -10,7 +10,9 @@
 
 use std::panic::Location;
 
-use super::graph::{graph_error, Graph, Op, Tensor};
+use super::graph::{graph_error, Graph};
+use super::op::Op;
+use super::tensor::Tensor;
 use super::util;
 use crate::error::{Error, Result};
 use crate::sharding::{check_spec, Mesh, PartitionSpec, Sharding};

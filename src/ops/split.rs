@@ -3,7 +3,8 @@
 
 use std::panic::Location;
 
-use super::graph::{graph_error, Tensor};
+use super::graph::graph_error;
+use super::tensor::Tensor;
 use super::util::{axis, Loc};
 use crate::error::Result;
 

@@ -4,8 +4,10 @@ use std::panic::Location;
 
 use half::{bf16, f16};
 
-use super::graph::{graph_error, Graph, Op, Tensor};
+use super::graph::{graph_error, Graph};
+use super::op::Op;
 use super::rules;
+use super::tensor::Tensor;
 use crate::dtype::{DType, TensorType};
 use crate::error::Result;
 

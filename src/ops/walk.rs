@@ -4,7 +4,8 @@
 //! The lowering and the interpreter (and later transformations) call [`live_nodes`] and then
 //! trust what it checked; each wraps its message in its own error kind.
 
-use super::graph::{Node, Op, Region, ValueId};
+use super::ir::{Node, Region, ValueId};
+use super::op::Op;
 use super::regions::check_while;
 use super::rules::{check_node, check_shard_map, value_type};
 

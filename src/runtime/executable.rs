@@ -587,35 +587,12 @@ impl Executable {
         // PJRT took the donated arguments when it launched the execution (their memory is gone
         // whether or not the computation then succeeds).
         if options.donate {
-            for list in args {
-                for &d in self.donated_inputs() {
-                    if let Some(a) = list.get(d) {
-                        a.mark_donated();
-                    }
-                }
-            }
+            self.mark_donated(args);
         }
         // Take ownership of every output before anything can fail, so each is destroyed once.
-        let owned: Vec<Vec<Result<Buffer>>> = outputs
-            .iter()
-            .zip(devices)
-            .map(|(list, &device)| {
-                list.iter()
-                    .map(|&raw| {
-                        if raw.is_null() {
-                            Err(Error::InvalidArgument(
-                                "the plugin returned fewer outputs than the program declares"
-                                    .into(),
-                            ))
-                        } else {
-                            // SAFETY: a new, live output buffer of this client on `device`,
-                            // owned from here on.
-                            unsafe { Buffer::from_raw(client, raw, device) }
-                        }
-                    })
-                    .collect()
-            })
-            .collect();
+        // SAFETY: the output lists the launch just filled: new buffers of this client (or null
+        // where the plugin gave fewer), one list per device of `devices`, in order.
+        let owned = unsafe { own_outputs(client, &outputs, devices) };
         let mut first_error = None;
         for &event in &complete {
             // SAFETY: each device's completion event (or null), ours to destroy, awaited once.
@@ -631,6 +608,49 @@ impl Executable {
             .map(|list| list.into_iter().collect())
             .collect()
     }
+
+    /// Marks the arguments in donated positions of every device's list as donated.
+    fn mark_donated(&self, args: &[Vec<&Buffer>]) {
+        for list in args {
+            for &d in self.donated_inputs() {
+                if let Some(a) = list.get(d) {
+                    a.mark_donated();
+                }
+            }
+        }
+    }
+}
+
+/// Each device's outputs as owned buffers: `outputs[i]` from the device `devices[i]`, a null
+/// pointer an error (the plugin returned fewer outputs than the program declares).
+///
+/// # Safety
+/// Every non-null pointer of `outputs` must be a new, live buffer of `client` on its device,
+/// whose ownership passes to the result (each is destroyed exactly once, by its `Buffer`).
+unsafe fn own_outputs(
+    client: &Client,
+    outputs: &[Vec<*mut ffi::PJRT_Buffer>],
+    devices: &[usize],
+) -> Vec<Vec<Result<Buffer>>> {
+    outputs
+        .iter()
+        .zip(devices)
+        .map(|(list, &device)| {
+            list.iter()
+                .map(|&raw| {
+                    if raw.is_null() {
+                        Err(Error::InvalidArgument(
+                            "the plugin returned fewer outputs than the program declares".into(),
+                        ))
+                    } else {
+                        // SAFETY: a new, live output buffer of this client on `device`, owned
+                        // from here on (the caller's promise).
+                        unsafe { Buffer::from_raw(client, raw, device) }
+                    }
+                })
+                .collect()
+        })
+        .collect()
 }
 
 impl Executable {

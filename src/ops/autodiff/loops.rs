@@ -13,10 +13,11 @@ use std::collections::HashMap;
 use super::{backprop, Step, OP};
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::ops::graph::{
-    graph_error, BinaryOp, Comparison, Graph, Node, Op, Region, Tensor, ValueId,
-};
+use crate::ops::graph::{graph_error, Graph};
+use crate::ops::ir::{Node, Region, ValueId};
+use crate::ops::op::{BinaryOp, Comparison, Op};
 use crate::ops::rules::takes_target;
+use crate::ops::tensor::Tensor;
 use crate::ops::util::nodes as make_nodes;
 
 /// The operands' cotangents of the `while` node of `s` (condition region `cond`, body region
@@ -57,41 +58,101 @@ pub(super) fn while_vjp(
     if trips == 0 {
         return Ok((0..n).map(|j| float[j].then(|| cts[j].clone())).collect());
     }
-    let stored: Vec<usize> = (0..n).filter(|&j| !invariant[j]).collect();
-
-    // 1. The forward loop again, stacking the state each step starts from.
-    let mut carry: Vec<Tensor> = stored.iter().map(|&j| s.inputs[j].clone()).collect();
-    for &j in &stored {
-        let t = &s.inputs[j];
-        let mut dims = vec![trips];
-        dims.extend_from_slice(t.dims());
-        carry.push(g.zeros(t.dtype(), &dims)?);
-    }
-    let m = stored.len();
-    let stacks = g.fori_loop(0, trips as i64, &carry, |k, c| {
-        let state = full_state(s, &stored, &c[..m]);
-        let next = replay(g, all, regions, body, &state, s)?;
-        let zero = g.scalar_i64(0)?;
-        let mut out: Vec<Tensor> = stored.iter().map(|&j| next[j].clone()).collect();
-        for (slot, stack) in c[m..].iter().enumerate() {
-            let mut starts = vec![k];
-            starts.extend(std::iter::repeat_n(&zero, stack.rank() - 1));
-            out.push(stack.dynamic_update_slice(&c[slot].expand_dims(0)?, &starts)?);
-        }
-        Ok(out)
-    })?;
-    let stacks: Vec<Tensor> = stacks[m..].to_vec();
-
-    // 2. Backward over the steps, carrying the cotangent of every float state component.
+    let replay = Replay {
+        g,
+        s,
+        all,
+        regions,
+        body,
+        stored: (0..n).filter(|&j| !invariant[j]).collect(),
+        trips,
+    };
+    let stacks = replay.stack_states()?;
     let carried: Vec<usize> = (0..n).filter(|&j| float[j]).collect();
     let init: Vec<Tensor> = carried.iter().map(|&j| cts[j].clone()).collect();
-    let last = g.scalar_i64(trips as i64 - 1)?;
-    let finals = g.fori_loop(0, trips as i64, &init, |k, ct| {
-        let step = last.sub(k)?;
+    let finals = replay.backward(&stacks, &carried, init)?;
+    let mut out = vec![None; n];
+    for (slot, &j) in carried.iter().enumerate() {
+        out[j] = Some(finals[slot].clone());
+    }
+    Ok(out)
+}
+
+/// A loop being differentiated: its node's step `s`, the graph's nodes and regions, its body,
+/// the state components the body changes (`stored`) and its trip count.
+struct Replay<'a, 'b> {
+    g: &'a Graph,
+    s: &'a Step<'b>,
+    all: &'a [Node],
+    regions: &'a [Region],
+    body: usize,
+    stored: Vec<usize>,
+    trips: usize,
+}
+
+impl Replay<'_, '_> {
+    /// The forward loop again, stacking the state each step starts from: one `[trips, ...]`
+    /// stack per stored component.
+    fn stack_states(&self) -> Result<Vec<Tensor>> {
+        let (g, s, stored, trips) = (self.g, self.s, &self.stored, self.trips);
+        let mut carry: Vec<Tensor> = stored.iter().map(|&j| s.inputs[j].clone()).collect();
+        for &j in stored {
+            let t = &s.inputs[j];
+            let mut dims = vec![trips];
+            dims.extend_from_slice(t.dims());
+            carry.push(g.zeros(t.dtype(), &dims)?);
+        }
+        let m = stored.len();
+        let stacks = g.fori_loop(0, trips as i64, &carry, |k, c| {
+            let state = full_state(s, stored, &c[..m]);
+            let next = replay(g, self.all, self.regions, self.body, &state, s)?;
+            let zero = g.scalar_i64(0)?;
+            let mut out: Vec<Tensor> = stored.iter().map(|&j| next[j].clone()).collect();
+            for (slot, stack) in c[m..].iter().enumerate() {
+                let mut starts = vec![k];
+                starts.extend(std::iter::repeat_n(&zero, stack.rank() - 1));
+                out.push(stack.dynamic_update_slice(&c[slot].expand_dims(0)?, &starts)?);
+            }
+            Ok(out)
+        })?;
+        Ok(stacks[m..].to_vec())
+    }
+
+    /// Backward over the steps, carrying the cotangent of every float state component
+    /// (`carried`, starting from `init`): at step `t`, the body rebuilt on the stored state and
+    /// the cotangent pulled through it. Returns the cotangents of the initial state.
+    fn backward(
+        &self,
+        stacks: &[Tensor],
+        carried: &[usize],
+        init: Vec<Tensor>,
+    ) -> Result<Vec<Tensor>> {
+        let (g, s, trips) = (self.g, self.s, self.trips);
+        let last = g.scalar_i64(trips as i64 - 1)?;
+        g.fori_loop(0, trips as i64, &init, |k, ct| {
+            let step = last.sub(k)?;
+            let state = self.stored_state(stacks, &step)?;
+            let next = replay(g, self.all, self.regions, self.body, &state, s)?;
+            let outs: Vec<Tensor> = carried.iter().map(|&j| next[j].clone()).collect();
+            let wrt: Vec<Tensor> = carried.iter().map(|&j| state[j].clone()).collect();
+            let adjoints = backprop(g, &outs, ct, &wrt, s.loc)?;
+            wrt.iter()
+                .map(|w| match adjoints.get(&w.id()) {
+                    Some(a) => Ok(a.clone()),
+                    None => g.zeros(w.dtype(), w.dims()),
+                })
+                .collect()
+        })
+    }
+
+    /// The state step `step` started from, read from the stacks, every value as a value of
+    /// the region being built.
+    fn stored_state(&self, stacks: &[Tensor], step: &Tensor) -> Result<Vec<Tensor>> {
+        let (g, s) = (self.g, self.s);
         let zero = g.scalar_i64(0)?;
-        let mut slices = Vec::with_capacity(stored.len());
-        for (stack, &j) in stacks.iter().zip(&stored) {
-            let mut starts = vec![&step];
+        let mut slices = Vec::with_capacity(self.stored.len());
+        for (stack, &j) in stacks.iter().zip(&self.stored) {
+            let mut starts = vec![step];
             starts.extend(std::iter::repeat_n(&zero, stack.rank() - 1));
             let mut sizes = vec![1];
             sizes.extend_from_slice(&stack.dims()[1..]);
@@ -101,32 +162,15 @@ pub(super) fn while_vjp(
                     .reshape_at(s.inputs[j].dims(), s.loc)?,
             );
         }
-        let state = full_state(s, &stored, &slices);
-        // Every state value as a value of this region.
-        let state: Vec<Tensor> = state
+        full_state(s, &self.stored, &slices)
             .iter()
             .map(|t| {
                 let id = g.resolve(t.id(), OP, s.loc)?;
                 g.tensor(id)
                     .ok_or_else(|| graph_error(OP, "internal: lost a value", s.loc))
             })
-            .collect::<Result<_>>()?;
-        let next = replay(g, all, regions, body, &state, s)?;
-        let outs: Vec<Tensor> = carried.iter().map(|&j| next[j].clone()).collect();
-        let wrt: Vec<Tensor> = carried.iter().map(|&j| state[j].clone()).collect();
-        let adjoints = backprop(g, &outs, ct, &wrt, s.loc)?;
-        wrt.iter()
-            .map(|w| match adjoints.get(&w.id()) {
-                Some(a) => Ok(a.clone()),
-                None => g.zeros(w.dtype(), w.dims()),
-            })
             .collect()
-    })?;
-    let mut out = vec![None; n];
-    for (slot, &j) in carried.iter().enumerate() {
-        out[j] = Some(finals[slot].clone());
     }
-    Ok(out)
 }
 
 /// The whole state of the loop of `s`: the stored components from `values`, the invariant

@@ -5,8 +5,9 @@
 //!
 //! The transformation walks the nodes of the current region (the program, or the loop body
 //! being built) from the outputs back to the requested values, and asks each primitive's
-//! **VJP rule** (`rules.rs` for the straight-line primitives, `loops.rs` for `while`) for the
-//! cotangents of its operands. Only float values carry cotangents: integer, pred and index
+//! **VJP rule** for the cotangents of its operands: a straight-line primitive's sits beside its
+//! type rule, in its family's file of `ops/rules/` (dispatched by `rules::vjp`); `while`'s is
+//! `loops.rs`. Only float values carry cotangents: integer, pred and index
 //! values stop the flow (their contribution is zero, as JAX's `float0`), and asking for the
 //! gradient with respect to one is an error. Values defined outside the current region are
 //! constants of it.
@@ -24,12 +25,14 @@
 //! with constant bounds.
 
 mod loops;
-mod rules;
 
 use std::collections::HashMap;
 use std::panic::Location;
 
-use super::graph::{graph_error, Graph, Node, Op, Region, Tensor, ValueId};
+use super::graph::{graph_error, Graph};
+use super::ir::{Node, Region, ValueId};
+use super::op::Op;
+use super::tensor::Tensor;
 use super::util::{same_graph, Loc};
 use crate::error::Result;
 
@@ -261,7 +264,7 @@ fn sweep(
         };
         let grads = match &node.op {
             Op::While { cond, body } => loops::while_vjp(g, &step, nodes, regions, *cond, *body)?,
-            _ => rules::vjp(&step)?,
+            _ => super::rules::vjp(&step)?,
         };
         for ((id, grad), want) in node.inputs.iter().zip(grads).zip(&want) {
             if let (Some(grad), true) = (grad, want) {
@@ -271,6 +274,9 @@ fn sweep(
     }
     Ok(adjoints)
 }
+
+/// The cotangents of a node's operands, one per operand: `None` where zero or not asked for.
+pub(crate) type Cotangents = Vec<Option<Tensor>>;
 
 /// One node's reverse step: the node, handles on its operands and results, the cotangents of
 /// its results (`None` for zero) and which operands need one.
@@ -295,6 +301,11 @@ impl Step<'_> {
         }
     }
 
+    /// No cotangent for any operand (the start of every VJP rule's answer).
+    pub(crate) fn none(&self) -> Cotangents {
+        vec![None; self.inputs.len()]
+    }
+
     /// An error of this step: `what` is not differentiable.
     pub(crate) fn not_differentiable(&self, what: &str) -> crate::error::Error {
         graph_error(
@@ -303,6 +314,16 @@ impl Step<'_> {
             self.loc,
         )
     }
+}
+
+/// A rank-0 constant of `like`'s dtype, for VJP rules.
+pub(crate) fn scalar(like: &Tensor, value: f64, s: &Step) -> Result<Tensor> {
+    like.graph().full_at(value, like.dtype(), &[], s.loc)
+}
+
+/// Zeros of `t`'s type, for VJP rules.
+pub(crate) fn zeros_like(t: &Tensor) -> Result<Tensor> {
+    t.graph().zeros(t.dtype(), t.dims())
 }
 
 /// Adds `ct` to the cotangent of `id`.

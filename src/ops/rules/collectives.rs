@@ -1,10 +1,23 @@
-//! Rules of the collectives (`AllReduce`, `AllGather`, `ReduceScatter`, `AllToAll`,
-//! `AxisIndex`) and of the region op they live in, `ShardMap` ([`check_shard_map`]).
+//! Rules of the primitives about devices: `ShardingConstraint` (a layout hint), the
+//! collectives (`AllReduce`, `AllGather`, `ReduceScatter`, `AllToAll`, `AxisIndex`) and the
+//! region op they live in, `ShardMap` ([`check_shard_map`]). Their type rules first, then
+//! their VJP rules.
 
 use super::{arity, value_type, Rule};
 use crate::dtype::{DType, TensorType};
-use crate::ops::graph::{Node, Op, Region};
+use crate::error::Result;
+use crate::ops::autodiff::{Cotangents, Step};
+use crate::ops::ir::{Node, Region};
+use crate::ops::op::Op;
 use crate::sharding::{Mesh, PartitionSpec, Sharding};
+
+/// `ShardingConstraint`: one operand, whose type it keeps.
+pub(super) fn sharding_constraint(operands: &[&TensorType]) -> Rule<TensorType> {
+    match operands {
+        [x] => Ok((*x).clone()),
+        _ => Err(format!("takes one operand, got {}", operands.len())),
+    }
+}
 
 /// The size of mesh axis `axis`, or a message naming the mesh's axes.
 fn axis_size(mesh: &Mesh, axis: &str) -> Rule<usize> {
@@ -203,6 +216,21 @@ pub(crate) fn check_shard_map(nodes: &[Node], regions: &[Region], index: usize) 
             node.region
         ));
     }
+    check_block_args(nodes, node, region, body, mesh, in_specs)?;
+    check_block_results(nodes, node, region, body, mesh, out_specs)?;
+    Ok(body)
+}
+
+/// The arguments of a shard_map's body region `body`: one distinct `BlockArg` of the region per
+/// input of `node`, of the type of that input's block under its spec.
+fn check_block_args(
+    nodes: &[Node],
+    node: &Node,
+    region: &Region,
+    body: usize,
+    mesh: &Mesh,
+    in_specs: &[PartitionSpec],
+) -> Rule<()> {
     if region.args.len() != node.inputs.len() {
         return Err(format!(
             "the body region {body} takes {} arguments, the shard_map has {} inputs",
@@ -239,6 +267,19 @@ pub(crate) fn check_shard_map(nodes: &[Node], regions: &[Region], index: usize) 
             ));
         }
     }
+    Ok(())
+}
+
+/// The results of a shard_map's body region `body`: one value of the region per output of
+/// `node`, whose block makes up that output under its spec.
+fn check_block_results(
+    nodes: &[Node],
+    node: &Node,
+    region: &Region,
+    body: usize,
+    mesh: &Mesh,
+    out_specs: &[PartitionSpec],
+) -> Rule<()> {
     if region.results.len() != node.outputs.len() {
         return Err(format!(
             "the body returns {} values, the shard_map has {} outputs",
@@ -267,5 +308,22 @@ pub(crate) fn check_shard_map(nodes: &[Node], regions: &[Region], index: usize) 
             ));
         }
     }
-    Ok(body)
+    Ok(())
+}
+
+// VJP rules.
+
+/// `ShardingConstraint`: the identity, without constraining the cotangent too (as JAX does):
+/// XLA's partitioner computed wrong values for a program with such a constraint on a constant
+/// cotangent feeding a pad with interior padding (found by the sharded_graph fuzz target; see
+/// the README's "Many devices").
+pub(super) fn sharding_constraint_vjp(s: &Step) -> Result<Cotangents> {
+    let mut out = s.none();
+    out[0] = Some(s.ct(0)?);
+    Ok(out)
+}
+
+/// `ShardMap` and the collectives: not differentiable (yet), an error naming the op.
+pub(super) fn collective_vjp(s: &Step) -> Result<Cotangents> {
+    Err(s.not_differentiable("a shard_map or collective"))
 }

@@ -1,8 +1,11 @@
 //! Rules of the primitives that index by runtime values: `DynamicSlice`,
-//! `DynamicUpdateSlice`, `Take`.
+//! `DynamicUpdateSlice`, `Take`, `ScatterAdd`. Their type rules first, then their VJP rules.
 
 use super::{arity, list, Rule};
 use crate::dtype::{DType, TensorType};
+use crate::error::Result;
+use crate::ops::autodiff::{zeros_like, Cotangents, Step};
+use crate::ops::Tensor;
 
 /// The start indices of a dynamic slice of `x`: one rank-0 integer per dimension, all of one
 /// dtype.
@@ -52,8 +55,8 @@ pub(super) fn dynamic_update_slice(operands: &[&TensorType]) -> Rule<TensorType>
     Ok((*x).clone())
 }
 
-/// `Take`: a table of rank 1 or more with at least one row, and integer indices of any shape
-/// `I`; the table's dtype, shape `I ++ table[1..]`.
+/// `ScatterAdd`: a number table of rank 1 or more with at least one row, integer indices of any
+/// shape `I`, and updates of the table's dtype and shape `I ++ table[1..]`; the table's type.
 pub(super) fn scatter_add(operands: &[&TensorType]) -> Rule<TensorType> {
     let [table, indices, updates] = arity(operands)?;
     if table.rank() == 0 || table.dims[0] == 0 || !indices.dtype.is_int() {
@@ -76,6 +79,8 @@ pub(super) fn scatter_add(operands: &[&TensorType]) -> Rule<TensorType> {
     Ok(table.clone())
 }
 
+/// `Take`: a table of rank 1 or more with at least one row, and integer indices of any shape
+/// `I`; the table's dtype, shape `I ++ table[1..]`.
 pub(super) fn take(operands: &[&TensorType]) -> Rule<TensorType> {
     let [table, indices] = arity(operands)?;
     if table.rank() == 0 || table.dims[0] == 0 || !indices.dtype.is_int() {
@@ -87,4 +92,50 @@ pub(super) fn take(operands: &[&TensorType]) -> Rule<TensorType> {
     let mut dims = indices.dims.clone();
     dims.extend_from_slice(&table.dims[1..]);
     Ok(TensorType::new(table.dtype, &dims))
+}
+
+// VJP rules: each is the transpose of the indexing, at the same (clamped) indices; the
+// indices themselves get none.
+
+/// `DynamicSlice`: the cotangent written into zeros at the window.
+pub(super) fn dynamic_slice_vjp(s: &Step) -> Result<Cotangents> {
+    let starts: Vec<&Tensor> = s.inputs[1..].iter().collect();
+    let zero = zeros_like(&s.inputs[0])?;
+    let mut out = s.none();
+    out[0] = Some(zero.dynamic_update_slice(&s.ct(0)?, &starts)?);
+    Ok(out)
+}
+
+/// `DynamicUpdateSlice`: the operand's cotangent with the window zeroed; the update's, the
+/// window of the cotangent.
+pub(super) fn dynamic_update_slice_vjp(s: &Step) -> Result<Cotangents> {
+    let ct = s.ct(0)?;
+    let starts: Vec<&Tensor> = s.inputs[2..].iter().collect();
+    let mut out = s.none();
+    if s.want[0] {
+        out[0] = Some(ct.dynamic_update_slice(&zeros_like(&s.inputs[1])?, &starts)?);
+    }
+    if s.want[1] {
+        out[1] = Some(ct.dynamic_slice(&starts, s.inputs[1].dims())?);
+    }
+    Ok(out)
+}
+
+/// `Take`: the transpose of a gather, the cotangent rows added where they were picked.
+pub(super) fn take_vjp(s: &Step) -> Result<Cotangents> {
+    let zero = zeros_like(&s.inputs[0])?;
+    let mut out = s.none();
+    out[0] = Some(zero.index_add(&s.inputs[1], &s.ct(0)?)?);
+    Ok(out)
+}
+
+/// `ScatterAdd`: the table's cotangent passes through; the updates', its rows at the indices.
+pub(super) fn scatter_add_vjp(s: &Step) -> Result<Cotangents> {
+    let ct = s.ct(0)?;
+    let mut out = s.none();
+    if s.want[2] {
+        out[2] = Some(ct.take(&s.inputs[1])?);
+    }
+    out[0] = Some(ct);
+    Ok(out)
 }

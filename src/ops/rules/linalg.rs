@@ -1,7 +1,11 @@
-//! The rule of `DotGeneral`.
+//! The rules of `DotGeneral`: its type rule, then its VJP rule.
 
 use super::{arity, list, Rule};
 use crate::dtype::{DType, TensorType};
+use crate::error::Result;
+use crate::ops::autodiff::{Cotangents, Step};
+use crate::ops::util::node;
+use crate::ops::{Op, Tensor};
 
 /// `DotGeneral`: two operands of one numeric dtype; `batch` and `contract` are `[lhs, rhs]`
 /// axis lists that pair up, every listed axis in range and used once per operand, paired axes
@@ -58,4 +62,110 @@ pub(super) fn dot_general(
     dims.extend(free(lhs, 0));
     dims.extend(free(rhs, 1));
     Ok(TensorType::new(lhs.dtype, &dims))
+}
+
+/// Dimension numbers of a `dot_general`, as one operand sees them (`lb`/`lc` its own).
+struct Dims<'a> {
+    lb: &'a [usize],
+    rb: &'a [usize],
+    lc: &'a [usize],
+    rc: &'a [usize],
+}
+
+/// Which operand a cotangent is for.
+#[derive(PartialEq)]
+enum Side {
+    Lhs,
+    Rhs,
+}
+
+/// `DotGeneral`: each operand's cotangent is a `dot_general` of the cotangent with the other
+/// operand, transposed into the operand's dimension order. `batch` and `contract` are
+/// `[lhs, rhs]` as in the type rule.
+pub(super) fn dot_general_vjp(
+    s: &Step,
+    batch: [&Vec<usize>; 2],
+    contract: [&Vec<usize>; 2],
+) -> Result<Cotangents> {
+    let (lhs, rhs) = (&s.inputs[0], &s.inputs[1]);
+    let ct = s.ct(0)?;
+    let mut out = s.none();
+    if s.want[0] {
+        let dn = Dims {
+            lb: batch[0],
+            rb: batch[1],
+            lc: contract[0],
+            rc: contract[1],
+        };
+        out[0] = Some(dot_operand(&ct, rhs, lhs.rank(), &dn, Side::Lhs, s)?);
+    }
+    if s.want[1] {
+        let swapped = Dims {
+            lb: batch[1],
+            rb: batch[0],
+            lc: contract[1],
+            rc: contract[0],
+        };
+        out[1] = Some(dot_operand(&ct, lhs, rhs.rank(), &swapped, Side::Rhs, s)?);
+    }
+    Ok(out)
+}
+
+/// The cotangent of one operand (`side`, of rank `rank`; `dn` written from its point of view,
+/// `other` the other operand) of `out = dot_general(lhs, rhs)`, whose dimensions are
+/// `[batch, lhs free, rhs free]`.
+fn dot_operand(
+    ct: &Tensor,
+    other: &Tensor,
+    rank: usize,
+    dn: &Dims,
+    side: Side,
+    s: &Step,
+) -> Result<Tensor> {
+    let nb = dn.lb.len();
+    let free = |r: usize, b: &[usize], c: &[usize]| -> Vec<usize> {
+        (0..r)
+            .filter(|d| !b.contains(d) && !c.contains(d))
+            .collect()
+    };
+    let mine_free = free(rank, dn.lb, dn.lc);
+    let other_free = free(other.rank(), dn.rb, dn.rc);
+    // Where the other operand's free dimensions sit in `ct`.
+    let other_at: Vec<usize> = match side {
+        Side::Lhs => (nb + mine_free.len()..nb + mine_free.len() + other_free.len()).collect(),
+        Side::Rhs => (nb..nb + other_free.len()).collect(),
+    };
+    let mine_at: Vec<usize> = match side {
+        Side::Lhs => (nb..nb + mine_free.len()).collect(),
+        Side::Rhs => (nb + other_free.len()..nb + other_free.len() + mine_free.len()).collect(),
+    };
+    // g = dot_general(ct, other): batch with batch, ct's other-free with other's free dims.
+    // Its dimensions: [batch, my free (from ct, in order), other's contracting dims in the
+    // other's order].
+    let op = Op::DotGeneral {
+        lhs_batch: (0..nb).collect(),
+        rhs_batch: dn.rb.to_vec(),
+        lhs_contract: other_at,
+        rhs_contract: other_free,
+    };
+    let g = node(ct.graph(), op, &[ct, other], "grad", s.loc)?;
+    // ct's remaining dims after removing batch and contracted: exactly `mine_at`, in order.
+    debug_assert_eq!(mine_at.len(), mine_free.len());
+    let mut other_contract_sorted: Vec<usize> = dn.rc.to_vec();
+    other_contract_sorted.sort_unstable();
+    let mut perm = vec![0; rank];
+    for (k, &d) in dn.lb.iter().enumerate() {
+        perm[d] = k;
+    }
+    for (j, &d) in mine_free.iter().enumerate() {
+        perm[d] = nb + j;
+    }
+    for (k, &d) in dn.lc.iter().enumerate() {
+        let pos = other_contract_sorted
+            .iter()
+            .position(|&r| r == dn.rc[k])
+            .unwrap_or(0);
+        perm[d] = nb + mine_free.len() + pos;
+    }
+    g.transpose_at(&perm, s.loc)
 }

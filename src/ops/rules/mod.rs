@@ -1,7 +1,12 @@
-//! One rule per primitive: from an [`Op`] and its operands' types, the types of its results, or
-//! a message saying what does not fit.
+//! Two rules per primitive, side by side in the file of its family: its **type rule** (from an
+//! [`Op`] and its operands' types, the types of its results, or a message saying what does not
+//! fit), and its **VJP rule** (from the cotangents of its results, those of its operands, built
+//! with the ordinary builders; see `super::autodiff`). [`dispatch`] and [`vjp`] each match
+//! every primitive, so a new [`Op`] does not compile without both. `While` is the exception:
+//! its regions are checked by [`check_while`] (`super::regions`) and it is differentiated by
+//! `super::autodiff::loops`.
 //!
-//! The rules are the only place that knows which operands a primitive accepts and what it
+//! The type rules are the only place that knows which operands a primitive accepts and what it
 //! gives. The builders call them through [`super::util::node`] and record the result in
 //! [`Node::outputs`]; the lowering and the interpreter read those recorded types, and reach
 //! the rules again only through [`check_node`] (from [`super::walk::live_nodes`]) to reject a
@@ -23,9 +28,12 @@ mod linalg;
 mod reduce;
 mod shape;
 
-use super::graph::{Node, Op, Region, ValueId};
+use super::autodiff::{Cotangents, Step};
+use super::ir::{Node, Region, ValueId};
+use super::op::Op;
 use super::regions::check_while;
 use crate::dtype::TensorType;
+use crate::error::Result;
 pub(crate) use collectives::{block_type, check_shard_map, global_type};
 
 /// A rule's verdict: the result types, or why the operands do not fit.
@@ -59,6 +67,7 @@ pub(crate) fn infer(op: &Op, operands: &[&TensorType], target: Option<&TensorTyp
     Ok(outputs)
 }
 
+/// The type rule of `op` (see [`infer`]): one arm per primitive, calling its family's rule.
 fn dispatch(op: &Op, operands: &[&TensorType], target: Option<&TensorType>) -> Rule {
     let one = |r: Rule<TensorType>| r.map(|t| vec![t]);
     match op {
@@ -107,10 +116,7 @@ fn dispatch(op: &Op, operands: &[&TensorType], target: Option<&TensorType>) -> R
         )),
         Op::Take => one(index::take(operands)),
         Op::ScatterAdd => one(index::scatter_add(operands)),
-        Op::ShardingConstraint { .. } => match operands {
-            [x] => Ok(vec![(*x).clone()]),
-            _ => Err(format!("takes one operand, got {}", operands.len())),
-        },
+        Op::ShardingConstraint { .. } => one(collectives::sharding_constraint(operands)),
         Op::AllReduce { axes, mesh, .. } => one(collectives::all_reduce(operands, axes, mesh)),
         Op::AllGather {
             axis,
@@ -144,6 +150,55 @@ fn dispatch(op: &Op, operands: &[&TensorType], target: Option<&TensorType>) -> R
             }
             Ok(operands.iter().map(|&t| t.clone()).collect())
         }
+    }
+}
+
+/// The VJP rule of the node of `s` (any primitive but `While`): its operands' cotangents from
+/// its results', one arm per primitive, calling its family's rule.
+pub(crate) fn vjp(s: &Step) -> Result<Cotangents> {
+    match &s.node.op {
+        Op::Parameter { .. } | Op::Constant { .. } | Op::Iota { .. } | Op::BlockArg => Ok(s.none()),
+        Op::Unary(op) => elementwise::unary_vjp(s, *op),
+        Op::Binary(op) => elementwise::binary_vjp(s, *op),
+        // Pred and index results: no cotangent ever reaches them.
+        Op::Compare(_) | Op::ArgReduce { .. } => Ok(s.none()),
+        Op::Select => elementwise::select_vjp(s),
+        Op::Clamp => elementwise::clamp_vjp(s),
+        Op::Convert => elementwise::convert_vjp(s),
+        Op::BitcastConvert => elementwise::bitcast_convert_vjp(s),
+        Op::BroadcastInDim { dims } => shape::broadcast_in_dim_vjp(s, dims),
+        Op::Reshape => shape::reshape_vjp(s),
+        Op::Transpose { perm } => shape::transpose_vjp(s, perm),
+        Op::Slice { start, stride, .. } => shape::slice_vjp(s, start, stride),
+        Op::DynamicSlice { .. } => index::dynamic_slice_vjp(s),
+        Op::DynamicUpdateSlice => index::dynamic_update_slice_vjp(s),
+        Op::Concatenate { axis } => shape::concatenate_vjp(s, *axis),
+        Op::Pad {
+            low,
+            high,
+            interior,
+        } => shape::pad_vjp(s, low, high, interior),
+        Op::Reverse { axes } => shape::reverse_vjp(s, axes),
+        Op::Reduce { kind, axes } => reduce::reduce_vjp(s, *kind, axes),
+        Op::Cumsum { axis } => reduce::cumsum_vjp(s, *axis),
+        Op::DotGeneral {
+            lhs_batch,
+            rhs_batch,
+            lhs_contract,
+            rhs_contract,
+        } => linalg::dot_general_vjp(s, [lhs_batch, rhs_batch], [lhs_contract, rhs_contract]),
+        Op::Take => index::take_vjp(s),
+        Op::ScatterAdd => index::scatter_add_vjp(s),
+        Op::Sort { axis, descending } => reduce::sort_vjp(s, *axis, *descending),
+        Op::ShardingConstraint { .. } => collectives::sharding_constraint_vjp(s),
+        // `backprop` hands loops to `autodiff::loops::while_vjp`, which needs the regions.
+        Op::While { .. } => Err(s.not_differentiable("this loop")),
+        Op::ShardMap { .. }
+        | Op::AllReduce { .. }
+        | Op::AllGather { .. }
+        | Op::ReduceScatter { .. }
+        | Op::AllToAll { .. }
+        | Op::AxisIndex { .. } => collectives::collective_vjp(s),
     }
 }
 

@@ -1,10 +1,13 @@
 //! Rules of the reductions and scans along axes: `Reduce`, `ArgReduce`, `Cumsum`, `Sort`.
-//! None is defined for pred (convert to a number first).
+//! None is defined for pred (convert to a number first). Their type rules first, then their
+//! VJP rules.
 
 use super::{arity, list, Rule};
 use crate::dtype::{DType, TensorType};
-use crate::ops::util::scalar_bytes;
-use crate::ops::ReduceKind;
+use crate::error::Result;
+use crate::ops::autodiff::{Cotangents, Step};
+use crate::ops::util::{node, nodes, scalar_bytes, typed_node};
+use crate::ops::{Op, ReduceKind, Tensor};
 
 /// `axis` names a dimension of `x`.
 fn check_axis(axis: usize, x: &TensorType) -> Rule<()> {
@@ -40,7 +43,8 @@ pub(super) fn reduce(
     Ok(TensorType::new(x.dtype, &kept))
 }
 
-/// `ArgReduce`: a number tensor with a non-empty `axis`, which leaves the shape; `i64`.
+/// `ArgReduce`: a number tensor with a non-empty `axis`, which leaves the shape; the requested
+/// integer dtype, which must hold every index along the axis.
 pub(super) fn arg_reduce(
     operands: &[&TensorType],
     axis: usize,
@@ -95,4 +99,116 @@ pub(super) fn sort(operands: &[&TensorType], axis: usize) -> Rule {
         ));
     }
     Ok(operands.iter().map(|&t| t.clone()).collect())
+}
+
+// VJP rules. `ArgReduce` has none: its integer result carries no cotangent.
+
+/// `t` (reduced over `axes` of a tensor of `full`'s type) broadcast back to `full`'s shape.
+fn rebroadcast(t: &Tensor, full: &Tensor, axes: &[usize], s: &Step) -> Result<Tensor> {
+    let kept: Vec<usize> = (0..full.rank()).filter(|d| !axes.contains(d)).collect();
+    typed_node(
+        t.graph(),
+        Op::BroadcastInDim { dims: kept },
+        &[t],
+        TensorType::new(t.dtype(), full.dims()),
+        "grad",
+        s.loc,
+    )
+}
+
+/// `t` reduced by `kind` over `axes`, a node of the gradient.
+fn reduce_over(t: &Tensor, kind: ReduceKind, axes: &[usize], s: &Step) -> Result<Tensor> {
+    let op = Op::Reduce {
+        kind,
+        axes: axes.to_vec(),
+    };
+    node(t.graph(), op, &[t], "grad", s.loc)
+}
+
+/// `Reduce`: the cotangent of `x` for `y = reduce(kind, x, axes)`: broadcast back for a sum,
+/// times the product of the others for a product, shared evenly among the elements equal to
+/// the extreme for a maximum or minimum.
+pub(super) fn reduce_vjp(s: &Step, kind: ReduceKind, axes: &[usize]) -> Result<Cotangents> {
+    let (x, y, ct) = (&s.inputs[0], &s.outputs[0], &s.ct(0)?);
+    let ct_b = rebroadcast(ct, x, axes, s)?;
+    let dx = match kind {
+        ReduceKind::Sum => ct_b,
+        ReduceKind::Prod => ct_b.mul(&product_of_others(s, axes)?)?,
+        ReduceKind::Max | ReduceKind::Min => {
+            let hit = x
+                .eq(&rebroadcast(y, x, axes, s)?)?
+                .convert_at(x.dtype(), s.loc)?;
+            let count = rebroadcast(&reduce_over(&hit, ReduceKind::Sum, axes, s)?, x, axes, s)?;
+            ct_b.mul(&hit)?.div(&count)?
+        }
+    };
+    let mut out = s.none();
+    out[0] = Some(dx);
+    Ok(out)
+}
+
+/// For `y = prod(x, axes)`, each element's product of the others along `axes`: `y / x` where
+/// no element is zero; with one zero, the product of the non-zero elements at the zero and 0
+/// elsewhere; with more, 0.
+fn product_of_others(s: &Step, axes: &[usize]) -> Result<Tensor> {
+    let (x, y) = (&s.inputs[0], &s.outputs[0]);
+    let is_zero = x.eq(0.0)?;
+    let zeros = reduce_over(
+        &is_zero.convert_at(x.dtype(), s.loc)?,
+        ReduceKind::Sum,
+        axes,
+        s,
+    )?;
+    let nonzero = is_zero.select(1.0, x)?;
+    let prod_nonzero = reduce_over(&nonzero, ReduceKind::Prod, axes, s)?;
+    let zeros_b = rebroadcast(&zeros, x, axes, s)?;
+    let y_b = rebroadcast(y, x, axes, s)?;
+    let p_b = rebroadcast(&prod_nonzero, x, axes, s)?;
+    let none = y_b.div(&nonzero)?;
+    let one = is_zero.select(&p_b, 0.0)?;
+    zeros_b
+        .eq(0.0)?
+        .select(&none, &zeros_b.eq(1.0)?.select(&one, 0.0)?)
+}
+
+/// `Cumsum`: the running sum of the cotangent from last to first.
+pub(super) fn cumsum_vjp(s: &Step, axis: usize) -> Result<Cotangents> {
+    let ct = s.ct(0)?;
+    let mut out = s.none();
+    out[0] = Some(
+        ct.reverse_at(&[axis], s.loc)?
+            .cumsum(axis as isize)?
+            .reverse_at(&[axis], s.loc)?,
+    );
+    Ok(out)
+}
+
+/// `Sort`: the permutation the sort applied, from sorting the keys with their positions;
+/// sorting it back (with each result's cotangent alongside) undoes it.
+pub(super) fn sort_vjp(s: &Step, axis: usize, descending: bool) -> Result<Cotangents> {
+    let keys = &s.inputs[0];
+    let positions = keys.graph().iota(DType::I32, keys.dims(), axis as isize)?;
+    let op = Op::Sort { axis, descending };
+    let perm = nodes(keys.graph(), op, &[keys, &positions], None, "grad", s.loc)?.remove(1);
+    let back = Op::Sort {
+        axis,
+        descending: false,
+    };
+    let mut out = s.none();
+    for (k, slot) in out.iter_mut().enumerate() {
+        if s.want[k] && s.cts[k].is_some() {
+            let ct = s.ct(k)?;
+            let restored = nodes(
+                keys.graph(),
+                back.clone(),
+                &[&perm, &ct],
+                None,
+                "grad",
+                s.loc,
+            )?
+            .remove(1);
+            *slot = Some(restored);
+        }
+    }
+    Ok(out)
 }

@@ -1,8 +1,13 @@
 //! Rules of the data-movement primitives: `Constant`, `Iota`, `BroadcastInDim`, `Reshape`,
-//! `Transpose`, `Slice`, `Concatenate`, `Pad`, `Reverse`.
+//! `Transpose`, `Slice`, `Concatenate`, `Pad`, `Reverse`. Their type rules first, then their
+//! VJP rules.
 
 use super::{arity, list, Rule};
 use crate::dtype::{DType, TensorType};
+use crate::error::Result;
+use crate::ops::autodiff::{scalar, Cotangents, Step};
+use crate::ops::util::node;
+use crate::ops::{Op, ReduceKind};
 
 /// `Constant`: no operands; `data` holds every element's bytes or one element's (a splat).
 pub(super) fn constant(operands: &[&TensorType], data: &[u8], ty: TensorType) -> Rule<TensorType> {
@@ -182,4 +187,123 @@ pub(super) fn reverse(operands: &[&TensorType], axes: &[usize]) -> Rule<TensorTy
         return Err(format!("axes {axes:?} are not distinct dimensions of {x}"));
     }
     Ok(x.clone())
+}
+
+// VJP rules: each moves the cotangent back to where the operand's elements were. `Constant`
+// and `Iota` have no operands.
+
+/// `BroadcastInDim`: the cotangent summed back to the operand's type, over the new dimensions
+/// and over the stretched size-1 ones.
+pub(super) fn broadcast_in_dim_vjp(s: &Step, dims: &[usize]) -> Result<Cotangents> {
+    let ct = s.ct(0)?;
+    let operand = s.inputs[0].ty();
+    let mut summed: Vec<usize> = (0..ct.rank()).filter(|d| !dims.contains(d)).collect();
+    for (i, &d) in dims.iter().enumerate() {
+        if operand.dims[i] == 1 && ct.dims()[d] != 1 {
+            summed.push(d);
+        }
+    }
+    summed.sort_unstable();
+    let reduced = if summed.is_empty() {
+        ct.clone()
+    } else {
+        let op = Op::Reduce {
+            kind: ReduceKind::Sum,
+            axes: summed,
+        };
+        node(ct.graph(), op, &[&ct], "grad", s.loc)?
+    };
+    let mut out = s.none();
+    out[0] = Some(reduced.reshape_at(&operand.dims, s.loc)?);
+    Ok(out)
+}
+
+/// `Reshape`: the cotangent reshaped back.
+pub(super) fn reshape_vjp(s: &Step) -> Result<Cotangents> {
+    let mut out = s.none();
+    out[0] = Some(s.ct(0)?.reshape_at(s.inputs[0].dims(), s.loc)?);
+    Ok(out)
+}
+
+/// `Transpose`: the cotangent transposed by the inverse permutation.
+pub(super) fn transpose_vjp(s: &Step, perm: &[usize]) -> Result<Cotangents> {
+    let mut inverse = vec![0; perm.len()];
+    for (i, &p) in perm.iter().enumerate() {
+        inverse[p] = i;
+    }
+    let mut out = s.none();
+    out[0] = Some(s.ct(0)?.transpose_at(&inverse, s.loc)?);
+    Ok(out)
+}
+
+/// `Slice`: the cotangent padded with zeros back to the operand's shape (edges before and
+/// after, `stride - 1` between the picked elements).
+pub(super) fn slice_vjp(s: &Step, start: &[usize], stride: &[usize]) -> Result<Cotangents> {
+    let ct = s.ct(0)?;
+    let dims = s.inputs[0].dims();
+    let mut high = Vec::with_capacity(dims.len());
+    for d in 0..dims.len() {
+        let (st, n) = (start[d], ct.dims()[d]);
+        let end = if n == 0 {
+            st
+        } else {
+            st + (n - 1) * stride[d] + 1
+        };
+        high.push((dims[d] - end) as i64);
+    }
+    let low: Vec<i64> = start.iter().map(|&v| v as i64).collect();
+    let interior: Vec<usize> = stride.iter().map(|&v| v - 1).collect();
+    let zero = scalar(&ct, 0.0, s)?;
+    let mut out = s.none();
+    out[0] = Some(ct.pad_with_at(&zero, &low, &high, &interior, s.loc)?);
+    Ok(out)
+}
+
+/// `Concatenate`: each operand's part of the cotangent, sliced along `axis`.
+pub(super) fn concatenate_vjp(s: &Step, axis: usize) -> Result<Cotangents> {
+    let ct = s.ct(0)?;
+    let mut out = s.none();
+    let mut at = 0;
+    for (k, t) in s.inputs.iter().enumerate() {
+        let len = t.dims()[axis];
+        if s.want[k] {
+            let mut start = vec![0; ct.rank()];
+            let mut limit = ct.dims().to_vec();
+            start[axis] = at;
+            limit[axis] = at + len;
+            out[k] = Some(ct.slice_all_at(&start, &limit, &vec![1; ct.rank()], s.loc)?);
+        }
+        at += len;
+    }
+    Ok(out)
+}
+
+/// `Pad`: the operand's cotangent undoes the edges (cropping what was added, zero-filling what
+/// was cropped), then keeps every `(interior + 1)`-th element; the padding value's is the sum
+/// of the rest.
+pub(super) fn pad_vjp(
+    s: &Step,
+    low: &[i64],
+    high: &[i64],
+    interior: &[usize],
+) -> Result<Cotangents> {
+    let ct = s.ct(0)?;
+    let zero = scalar(&ct, 0.0, s)?;
+    let neg = |v: &[i64]| v.iter().map(|&a| -a).collect::<Vec<i64>>();
+    let unpadded = ct.pad_with_at(&zero, &neg(low), &neg(high), &vec![0; ct.rank()], s.loc)?;
+    let stride: Vec<usize> = interior.iter().map(|&i| i + 1).collect();
+    let operand = unpadded.slice_all_at(&vec![0; ct.rank()], unpadded.dims(), &stride, s.loc)?;
+    let mut out = s.none();
+    if s.want[1] {
+        out[1] = Some(ct.sum_all()?.sub(&operand.sum_all()?)?);
+    }
+    out[0] = Some(operand);
+    Ok(out)
+}
+
+/// `Reverse`: the cotangent reversed along the same axes.
+pub(super) fn reverse_vjp(s: &Step, axes: &[usize]) -> Result<Cotangents> {
+    let mut out = s.none();
+    out[0] = Some(s.ct(0)?.reverse_at(axes, s.loc)?);
+    Ok(out)
 }
