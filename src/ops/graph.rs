@@ -243,7 +243,7 @@ impl Graph {
                 }
                 None => {
                     return Err(Error::InvalidArgument(format!(
-                        "parameter {p} ({:?}, {}) is donated but no output of that type is left                          to reuse its buffer",
+                        "parameter {p} ({:?}, {}) is donated but no output of that type is left to reuse its buffer",
                         names[p], params[p]
                     )))
                 }

@@ -6,8 +6,10 @@
 //! and the reference interpreter (`crate::interp`) each implement exactly these. Composites
 //! (softplus, einsum, tril, ...) are built from primitives by the builders.
 
-/// Elementwise functions of one operand; the output has the operand's type.
+/// Elementwise functions of one operand; the output has the operand's type. Like [`Op`], it grows
+/// with the library (`#[non_exhaustive]`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum UnaryOp {
     /// `-x` (wrapping for integers).
     Neg,
@@ -43,8 +45,10 @@ pub enum UnaryOp {
     Not,
 }
 
-/// Elementwise functions of two operands of the same type; the output has that type.
+/// Elementwise functions of two operands of the same type; the output has that type. Like [`Op`],
+/// it grows with the library (`#[non_exhaustive]`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum BinaryOp {
     /// `a + b` (wrapping for integers).
     Add,
