@@ -8,7 +8,9 @@ mod common;
 use std::time::Instant;
 
 use common::{client, max_abs};
-use stablegraph::models::mamba2::{GenerateOptions, Mamba2, Mamba2Config, Mamba2Weights, Sampling};
+use stablegraph::models::mamba2::{
+    GenerateOptions, Mamba2, Mamba2Config, Mamba2Weights, Penalties, Sampling,
+};
 use stablegraph::runtime::CompileCache;
 use stablegraph::DType;
 
@@ -29,6 +31,7 @@ fn mamba2_130m_end_to_end() {
         max_new_tokens: 32,
         sampling: Sampling::Greedy,
         eos: None,
+        penalties: Penalties::NONE,
     };
     let t = Instant::now();
     let first = model
@@ -80,6 +83,7 @@ fn mamba2_130m_over_four_devices_matches_one() {
         max_new_tokens: 16,
         sampling: Sampling::Greedy,
         eos: None,
+        penalties: Penalties::NONE,
     };
     let logits = one.prefill(&prompts).unwrap().logits.to_f64_vec();
     let tokens = one.generate(&prompts, &options).unwrap();

@@ -6,7 +6,9 @@
 mod common;
 
 use common::{buffer_diff, client, max_abs};
-use stablegraph::models::mamba2::{GenerateOptions, Mamba2, Mamba2Config, Mamba2Weights, Sampling};
+use stablegraph::models::mamba2::{
+    GenerateOptions, Mamba2, Mamba2Config, Mamba2Weights, Penalties, Sampling,
+};
 use stablegraph::{DType, HostArray};
 
 fn config() -> Mamba2Config {
@@ -61,6 +63,7 @@ fn generate_in_one_program_equals_the_step_api_and_batches_equal_rows_alone() {
         max_new_tokens: 12,
         sampling: Sampling::Greedy,
         eos: None,
+        penalties: Penalties::NONE,
     };
     let batched = m.generate(&prompts, &options).unwrap();
     for (r, p) in prompts.iter().enumerate() {
@@ -113,6 +116,7 @@ fn the_generate_program_has_one_device_loop_and_no_sort() {
         max_new_tokens: 8,
         sampling: Sampling::Greedy,
         eos: Some(0),
+        penalties: Penalties::NONE,
     };
     let [prefill, step, generate] = m.stablehlo(2, 16, &options).unwrap();
     assert_eq!(generate.matches("stablehlo.while").count(), 1, "{generate}");
@@ -150,6 +154,7 @@ fn sampling_is_reproducible_and_respects_top_k() {
             seed,
         },
         eos: None,
+        penalties: Penalties::NONE,
     };
     let a = m.generate(&prompt, &sample(1, 0)).unwrap();
     assert_eq!(
@@ -167,6 +172,7 @@ fn sampling_is_reproducible_and_respects_top_k() {
         max_new_tokens: 16,
         sampling: Sampling::Greedy,
         eos: None,
+        penalties: Penalties::NONE,
     };
     assert_eq!(
         m.generate(&prompt, &sample(3, 1)).unwrap(),
@@ -205,6 +211,7 @@ fn eos_stops_a_row() {
         max_new_tokens: 10,
         sampling: Sampling::Greedy,
         eos: None,
+        penalties: Penalties::NONE,
     };
     let free = m.generate(&[PROMPT.to_vec()], &greedy).unwrap()[0].clone();
     // Make the third generated token the EOS: the row repeats it from there on.
@@ -239,6 +246,7 @@ fn bad_input_is_an_error() {
         max_new_tokens: 0,
         sampling: Sampling::Greedy,
         eos: None,
+        penalties: Penalties::NONE,
     };
     assert_eq!(
         m.generate(&[vec![1], vec![2, 3]], &none).unwrap(),
@@ -260,6 +268,7 @@ fn bf16_logits_stay_close_to_f32() {
         max_new_tokens: 4,
         sampling: Sampling::Greedy,
         eos: None,
+        penalties: Penalties::NONE,
     };
     // bf16 dots, and bf16 matrices converted to f32 in the program.
     let mut drift = Vec::new();
@@ -305,6 +314,7 @@ fn a_one_row_bf16_step_reads_the_bf16_matrices_in_f32() {
         max_new_tokens: 4,
         sampling: Sampling::Greedy,
         eos: None,
+        penalties: Penalties::NONE,
     };
     let dots = |m: &Mamba2, batch: usize| {
         let [_, step, _] = m.stablehlo(batch, 16, &options).unwrap();
@@ -385,6 +395,7 @@ fn new_sampling_values_and_shorter_runs_compile_nothing() {
         max_new_tokens: 12,
         sampling: sample(0.8, 10, 0.9, 1),
         eos: None,
+        penalties: Penalties::NONE,
     };
     let long = m.generate(&prompt, &first).unwrap();
     let greedy = GenerateOptions {
@@ -422,6 +433,7 @@ fn new_sampling_values_and_shorter_runs_compile_nothing() {
             max_new_tokens: n,
             sampling,
             eos,
+            penalties: Penalties::NONE,
         };
         let tokens = m.generate(&prompt, &options).unwrap();
         assert_eq!(tokens[0].len(), n, "{options:?}");
@@ -489,6 +501,7 @@ fn any_prefill_chunk_gives_the_same_model() {
         max_new_tokens: 6,
         sampling: Sampling::Greedy,
         eos: None,
+        penalties: Penalties::NONE,
     };
     let tokens = m.generate(&prompts, &greedy).unwrap();
     for chunk in [1, 2, 3, 5, 16] {

@@ -10,7 +10,9 @@ use std::path::PathBuf;
 
 use common::client;
 use safetensors::SafeTensors;
-use stablegraph::models::mamba2::{GenerateOptions, Mamba2, Mamba2Config, Mamba2Weights, Sampling};
+use stablegraph::models::mamba2::{
+    GenerateOptions, Mamba2, Mamba2Config, Mamba2Weights, Penalties, Sampling,
+};
 use stablegraph::DType;
 
 struct Cases {
@@ -172,6 +174,7 @@ fn check_config(name: &str) {
             max_new_tokens: gdims[1],
             sampling: Sampling::Greedy,
             eos: None,
+            penalties: Penalties::NONE,
         };
         let tokens = model.generate(&rows, &options).unwrap();
         for (r, row) in tokens.iter().enumerate() {

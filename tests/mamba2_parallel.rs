@@ -8,7 +8,8 @@ use std::sync::OnceLock;
 
 use common::{buffer_diff, max_abs, tiny_mamba2};
 use stablegraph::models::mamba2::{
-    GenerateOptions, Mamba2, Mamba2Config, Mamba2State, Mamba2Weights, Parallel, Sampling,
+    GenerateOptions, Mamba2, Mamba2Config, Mamba2State, Mamba2Weights, Parallel, Penalties,
+    Sampling,
 };
 use stablegraph::runtime::Client;
 use stablegraph::DType;
@@ -77,6 +78,7 @@ fn check(groups: usize, parallel: Parallel, devices: usize, full: bool) {
         max_new_tokens: 12,
         sampling: Sampling::Greedy,
         eos: None,
+        penalties: Penalties::NONE,
     };
     assert_eq!(
         one.generate(&p, &greedy).unwrap(),

@@ -5,7 +5,9 @@
 mod common;
 
 use common::{buffer_diff, client, max_abs, tiny_mamba2};
-use stablegraph::models::mamba2::{GenerateOptions, Mamba2, Mamba2State, Mamba2Weights, Sampling};
+use stablegraph::models::mamba2::{
+    GenerateOptions, Mamba2, Mamba2State, Mamba2Weights, Penalties, Sampling,
+};
 use stablegraph::DType;
 
 fn model() -> Mamba2 {
@@ -28,6 +30,7 @@ fn greedy(n: usize) -> GenerateOptions {
         max_new_tokens: n,
         sampling: Sampling::Greedy,
         eos: None,
+        penalties: Penalties::NONE,
     }
 }
 
@@ -73,6 +76,7 @@ fn a_prompt_in_pieces_equals_the_whole_prompt() {
                 seed: 3,
             },
             eos: None,
+            penalties: Penalties::NONE,
         };
         for options in [greedy(7), sampled] {
             let first = m.prefill(&a).unwrap();
@@ -160,6 +164,7 @@ fn streamed_generation_equals_one_program() {
             seed: 5,
         },
         eos: None,
+        penalties: Penalties::NONE,
     };
     let with_eos = GenerateOptions {
         eos: Some(free[1][3]),

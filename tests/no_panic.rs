@@ -224,7 +224,7 @@ mod common;
 use stablegraph::models::mamba2::block::{self, LayerState};
 use stablegraph::models::mamba2::ssd;
 use stablegraph::models::mamba2::{
-    GenerateOptions, Mamba2, Mamba2Config, Mamba2State, Mamba2Weights, Sampling,
+    GenerateOptions, Mamba2, Mamba2Config, Mamba2State, Mamba2Weights, Penalties, Sampling,
 };
 use stablegraph::ops::Tensor;
 use stablegraph::TensorType;
@@ -825,6 +825,7 @@ fn model_entry_points_check_their_arguments() {
         max_new_tokens: 4,
         sampling: Sampling::Greedy,
         eos: None,
+        penalties: Penalties::NONE,
     };
     let mut cases = Vec::new();
     cases.push(case(

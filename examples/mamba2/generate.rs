@@ -7,7 +7,7 @@ use std::time::Instant;
 use anyhow::{bail, ensure, Context, Result};
 use clap::Args;
 use serde_json::json;
-use stablegraph::models::mamba2::{GenerateOptions, Mamba2State, Prefill};
+use stablegraph::models::mamba2::{GenerateOptions, Mamba2State, Prefill, Sampling};
 
 use crate::load::{load, Loaded, ModelArgs, PromptArgs, SamplingArgs};
 use crate::{cache_hits, ids_text, peak_rss_mb, progress, seconds, write_json};
@@ -155,6 +155,7 @@ pub(crate) fn generate(a: GenerateArgs) -> Result<()> {
     print_rows(&l, &run.tokens)?;
     let (batch, bucket) = l.shape();
     println!("model     {}", l.description);
+    println!("settings  {}", describe_settings(&l));
     l.print_devices();
     println!("prompt    {batch} row(s), {prompt_tokens} tokens in all (padded to {bucket})");
     println!(
@@ -201,6 +202,7 @@ pub(crate) fn generate(a: GenerateArgs) -> Result<()> {
             "devices": l.model.devices(),
             "parallel": l.parallel_name(),
             "weight_bytes_per_device": l.model.weight_bytes_per_device(),
+            "settings": settings_json(&l),
         });
         write_json(path, &value)?;
     }
@@ -272,6 +274,7 @@ fn generate_streamed(l: &Loaded, options: &GenerateOptions) -> Result<()> {
     println!();
     let generated = cut_at_eos(tokens, options.eos)[0].len();
     println!("model     {}", l.description);
+    println!("settings  {}", describe_settings(l));
     println!(
         "generate  {} prompt tokens and {generated} new in {:.2} s, streamed in segments of \
          {STREAM_SEGMENT} (compile included)",
@@ -301,6 +304,7 @@ fn generate_with_state(l: &Loaded, a: &GenerateArgs, options: &GenerateOptions) 
     let tokens = cut_at_eos(tokens, options.eos);
     print_rows(l, &tokens)?;
     println!("model     {}", l.description);
+    println!("settings  {}", describe_settings(l));
     println!(
         "generate  {} prompt tokens and {} new in {seconds_taken:.2} s (compile included)",
         l.prompt_tokens(),
@@ -316,9 +320,80 @@ fn generate_with_state(l: &Loaded, a: &GenerateArgs, options: &GenerateOptions) 
         println!("state     written to {}", path.display());
     }
     if let Some(path) = &a.json {
-        write_json(path, &json!({ "tokens": tokens, "model": l.description }))?;
+        let value = json!({
+            "tokens": tokens,
+            "model": l.description,
+            "settings": settings_json(l),
+        });
+        write_json(path, &value)?;
     }
     Ok(())
+}
+
+/// The sampling and penalty settings in words, and where their defaults came from.
+pub(crate) fn describe_settings(l: &Loaded) -> String {
+    let o = &l.options;
+    let mut text = match o.sampling {
+        Sampling::Greedy => "greedy".to_string(),
+        Sampling::Sample {
+            temperature,
+            top_k,
+            top_p,
+            seed,
+        } => format!(
+            "sampled at temperature {temperature}, top-k {top_k}, top-p {top_p}, seed {seed}"
+        ),
+    };
+    let p = &o.penalties;
+    if p.is_off() {
+        text.push_str(", no penalties");
+    } else {
+        let window = match p.repeat_last_n {
+            None => "the whole context".to_string(),
+            Some(n) => format!("the last {n} tokens"),
+        };
+        text.push_str(&format!(
+            "; repeat penalty {}, presence {}, frequency {} over {window}; no repeated {}-grams",
+            p.repetition_penalty, p.presence_penalty, p.frequency_penalty, p.no_repeat_ngram_size
+        ));
+    }
+    if let Some(path) = &l.settings_from {
+        text.push_str(&format!(" (defaults from {})", path.display()));
+    }
+    text
+}
+
+/// The settings used, as JSON (`sampling`, `penalties`, `generation_config`: the file whose
+/// defaults they took, or null).
+pub(crate) fn settings_json(l: &Loaded) -> serde_json::Value {
+    let o = &l.options;
+    let sampling = match o.sampling {
+        Sampling::Greedy => json!({ "mode": "greedy" }),
+        Sampling::Sample {
+            temperature,
+            top_k,
+            top_p,
+            seed,
+        } => json!({
+            "mode": "sample",
+            "temperature": temperature,
+            "top_k": top_k,
+            "top_p": top_p,
+            "seed": seed,
+        }),
+    };
+    let p = &o.penalties;
+    json!({
+        "sampling": sampling,
+        "penalties": {
+            "repetition_penalty": p.repetition_penalty,
+            "presence_penalty": p.presence_penalty,
+            "frequency_penalty": p.frequency_penalty,
+            "repeat_last_n": p.repeat_last_n,
+            "no_repeat_ngram_size": p.no_repeat_ngram_size,
+        },
+        "generation_config": l.settings_from.as_ref().map(|p| p.display().to_string()),
+    })
 }
 
 /// Writes the prompt logits as `[batch, longest prompt, vocab]` f32 (see `--dump-logits`).
