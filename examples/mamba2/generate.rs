@@ -340,25 +340,36 @@ pub(crate) fn describe_settings(l: &Loaded) -> String {
             top_k,
             top_p,
             seed,
-        } => format!(
-            "sampled at temperature {temperature}, top-k {top_k}, top-p {top_p}, seed {seed}"
-        ),
+        } => {
+            format!("sampled: temperature {temperature}, top-k {top_k}, top-p {top_p}, seed {seed}")
+        }
     };
     let p = &o.penalties;
-    if p.is_off() {
-        text.push_str(", no penalties");
-    } else {
-        let window = match p.repeat_last_n {
-            None => "the whole context".to_string(),
-            Some(n) => format!("the last {n} tokens"),
-        };
-        text.push_str(&format!(
-            "; repeat penalty {}, presence {}, frequency {} over {window}; no repeated {}-grams",
-            p.repetition_penalty, p.presence_penalty, p.frequency_penalty, p.no_repeat_ngram_size
-        ));
+    let mut on = Vec::new();
+    if p.repetition_penalty != 1.0 {
+        on.push(format!("repeat penalty {}", p.repetition_penalty));
     }
+    if p.presence_penalty != 0.0 {
+        on.push(format!("presence penalty {}", p.presence_penalty));
+    }
+    if p.frequency_penalty != 0.0 {
+        on.push(format!("frequency penalty {}", p.frequency_penalty));
+    }
+    if let (false, Some(n)) = (on.is_empty(), p.repeat_last_n) {
+        on.push(format!("over the last {n} tokens"));
+    }
+    if p.no_repeat_ngram_size > 0 {
+        on.push(format!("no repeated {}-grams", p.no_repeat_ngram_size));
+    }
+    if on.is_empty() {
+        on.push("no penalties".into());
+    }
+    text = format!("{text}; {}", on.join(", "));
     if let Some(path) = &l.settings_from {
-        text.push_str(&format!(" (defaults from {})", path.display()));
+        let shown = path
+            .strip_prefix(env!("CARGO_MANIFEST_DIR"))
+            .unwrap_or(path);
+        text.push_str(&format!(" (defaults from {})", shown.display()));
     }
     text
 }
@@ -376,9 +387,9 @@ pub(crate) fn settings_json(l: &Loaded) -> serde_json::Value {
             seed,
         } => json!({
             "mode": "sample",
-            "temperature": temperature,
+            "temperature": short(temperature),
             "top_k": top_k,
-            "top_p": top_p,
+            "top_p": short(top_p),
             "seed": seed,
         }),
     };
@@ -386,14 +397,19 @@ pub(crate) fn settings_json(l: &Loaded) -> serde_json::Value {
     json!({
         "sampling": sampling,
         "penalties": {
-            "repetition_penalty": p.repetition_penalty,
-            "presence_penalty": p.presence_penalty,
-            "frequency_penalty": p.frequency_penalty,
+            "repetition_penalty": short(p.repetition_penalty),
+            "presence_penalty": short(p.presence_penalty),
+            "frequency_penalty": short(p.frequency_penalty),
             "repeat_last_n": p.repeat_last_n,
             "no_repeat_ngram_size": p.no_repeat_ngram_size,
         },
         "generation_config": l.settings_from.as_ref().map(|p| p.display().to_string()),
     })
+}
+
+/// An f32 as the f64 of its shortest decimal form (0.6, not 0.6000000238418579).
+fn short(x: f32) -> f64 {
+    x.to_string().parse().unwrap_or(f64::from(x))
 }
 
 /// Writes the prompt logits as `[batch, longest prompt, vocab]` f32 (see `--dump-logits`).

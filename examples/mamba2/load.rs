@@ -197,15 +197,15 @@ pub(crate) struct SamplingArgs {
     /// Repetition penalty (transformers' repetition_penalty): the logit of a token in the
     /// --repeat-last-n window is divided by P if positive, multiplied by P if negative (1: off,
     /// > 1 discourages repeats). Default: the generation config's repetition_penalty, else 1.
-    #[arg(long, value_name = "P")]
+    #[arg(long, allow_negative_numbers = true, value_name = "P")]
     pub(crate) repeat_penalty: Option<f32>,
     /// Subtracted once from the logit of each token in the window (0: off). Default: the
     /// generation config's presence_penalty, else 0.
-    #[arg(long, value_name = "X")]
+    #[arg(long, allow_negative_numbers = true, value_name = "X")]
     pub(crate) presence_penalty: Option<f32>,
     /// Subtracted from the logit of each token in the window once per occurrence (0: off).
     /// Default: the generation config's frequency_penalty, else 0.
-    #[arg(long, value_name = "X")]
+    #[arg(long, allow_negative_numbers = true, value_name = "X")]
     pub(crate) frequency_penalty: Option<f32>,
     /// The window of the three penalties above: the last N tokens of the context (prompt and
     /// generated; 0: none, so they do nothing), -1: the whole context. Default: the generation
