@@ -706,3 +706,44 @@ fn bad_generation_configs_are_errors_naming_the_key() {
         "{e}"
     );
 }
+
+#[test]
+fn penalties_are_a_separate_program_variant() {
+    let m = tiny();
+    let text = |penalties: Penalties, sampling: Sampling| {
+        let options = GenerateOptions {
+            sampling,
+            ..greedy(8, penalties)
+        };
+        m.stablehlo(2, 16, &options).unwrap()[2].clone()
+    };
+    let sample = Sampling::Sample {
+        temperature: 0.8,
+        top_k: 10,
+        top_p: 0.9,
+        seed: 1,
+    };
+    let on = Penalties {
+        repetition_penalty: 1.1,
+        ..Penalties::NONE
+    };
+    // A window alone changes no logit: the program is the one without penalties.
+    let window_only = Penalties {
+        repeat_last_n: Some(5),
+        ..Penalties::NONE
+    };
+    for sampling in [Sampling::Greedy, sample] {
+        let off = text(Penalties::NONE, sampling);
+        assert_eq!(text(window_only, sampling), off);
+        assert!(!off.contains("stablehlo.scatter"));
+        let penalized = text(on, sampling);
+        assert_ne!(penalized, off);
+        // Still one device loop for the tokens (greedy); two scatter-adds per pick (counts
+        // and bans); nothing sorted.
+        if sampling == Sampling::Greedy {
+            assert_eq!(penalized.matches("stablehlo.while").count(), 1);
+        }
+        assert!(penalized.contains("stablehlo.scatter"));
+        assert!(!penalized.contains("stablehlo.sort"));
+    }
+}

@@ -180,7 +180,8 @@ pub(crate) struct SamplingArgs {
     pub(crate) max_new_tokens: usize,
     /// Sampling temperature. 0: greedy, and the model's generation_config.json is not read
     /// (only the flags given apply). Default: the model's generation_config.json (the shipped
-    /// model's samples), else greedy.
+    /// model has one, which samples with penalties), else greedy. Penalties apply to greedy
+    /// and sampled decoding alike, before the temperature.
     #[arg(long, value_name = "T")]
     pub(crate) temperature: Option<f32>,
     /// Sample among the k most likely tokens only (0: all). Default: the generation config's
