@@ -747,3 +747,29 @@ fn penalties_are_a_separate_program_variant() {
         assert!(!penalized.contains("stablehlo.sort"));
     }
 }
+
+#[test]
+fn penalties_over_two_devices_equal_one() {
+    use stablegraph::models::mamba2::Parallel;
+    let client = stablegraph::runtime::Client::cpu_with_devices(2).unwrap();
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mamba2/tiny");
+    let config = Mamba2Config::from_file(dir.join("config.json")).unwrap();
+    let weights = Mamba2Weights::load(&dir, &config, DType::F32).unwrap();
+    let one = Mamba2::new(&client, config.clone(), &weights).unwrap();
+    let mut prompts = prompts();
+    prompts.push(vec![9, 9, 8, 9, 9]);
+    let options = greedy(12, penalty_cases()[5]);
+    let want = one.generate(&prompts, &options).unwrap();
+    for parallel in [Parallel::Heads, Parallel::Batch] {
+        let two = Mamba2::new_parallel(&client, config.clone(), &weights, parallel, 2).unwrap();
+        assert_eq!(
+            two.generate(&prompts, &options).unwrap(),
+            want,
+            "{parallel:?}"
+        );
+        let streamed = two
+            .generate_stream(&prompts, &options, 5, |_| true)
+            .unwrap();
+        assert_eq!(streamed, want, "{parallel:?} streamed");
+    }
+}

@@ -61,7 +61,11 @@ impl Mamba2 {
         let longest = prompts.iter().map(Vec::len).max().unwrap_or(1);
         let bucket = self.prompt_bucket(longest).unwrap_or(longest);
         let width = bucket + generate_capacity(options.max_new_tokens);
-        let key_id = format!("segment b{batch} k{segment} w{width} {v:?}");
+        // The history's width matters only to the program with penalties.
+        let key_id = match v.penalties {
+            true => format!("segment b{batch} k{segment} w{width} {v:?}"),
+            false => format!("segment b{batch} k{segment} {v:?}"),
+        };
         let program = self.program(&key_id, || self.segment_graph(batch, segment, v, width))?;
         let done = HostArray::from_vec(&[batch], vec![false; batch])?;
         let key = HostArray::from_vec(&[2], options.sampling.key().to_vec())?;
