@@ -20,7 +20,9 @@ pub struct GenerateOptions {
     /// A row stops at this token (it is emitted; later positions repeat it).
     pub eos: Option<u32>,
     /// Penalties on tokens the context (the prompt and the tokens generated) already holds,
-    /// applied before the token is picked, greedy or sampled ([`Penalties::NONE`]: none).
+    /// applied before the token is picked, greedy or sampled ([`Penalties::NONE`]: none). When
+    /// generation continues from a state ([`Mamba2::generate_from`]), the context is this
+    /// call's prompt and tokens: what made the state is not part of it.
     pub penalties: Penalties,
 }
 
