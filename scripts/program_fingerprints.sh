@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Fingerprints of the Mamba-2 programs: runs a fixed set of `mamba2` CLI commands (generate in its
 # greedy, sampled, streamed, batched, stateful and two-device forms; grad; a short train; emit of
-# the shipped model and of the 130M shape, f32 and bf16) with a fresh compile cache, and prints
+# the shipped model and of the 130M shape, f32 and bf16; every setting explicit, so that the
+# shipped model's generation_config.json changes nothing) with a fresh compile cache, and prints
 # the SHA-256 of every StableHLO text compiled (the compile cache's key hashes the text) or
 # emitted. Two commits whose outputs are equal compile the same programs, byte for byte:
 #
@@ -28,7 +29,8 @@ run() {
 }
 greedy=(--temperature 0 --no-stream)
 run generate "${greedy[@]}"
-run generate --temperature 0.8 --top-k 50 --top-p 0.9 --seed 1 --no-stream
+# Penalties off explicitly: the shipped model's generation_config.json would add its own.
+run generate --temperature 0.8 --top-k 50 --top-p 0.9 --seed 1 --repeat-penalty 1 --no-repeat-ngram-size 0 --no-stream
 run generate --temperature 0 --stream --max-new-tokens 40
 run generate "${greedy[@]}" --batch 2 --prompt-len 100
 run generate "${greedy[@]}" --max-new-tokens 16 --state-out "$work/state.safetensors"
@@ -36,7 +38,7 @@ run generate "${greedy[@]}" --max-new-tokens 16 --state-in "$work/state.safetens
 run generate "${greedy[@]}" --devices 2
 run grad --prompt "fn main() { println!(\"hello\"); }" --dump-grads "$work/grads.safetensors"
 run train --steps 4 --eval-every 4 --out "$work/train"
-run emit --out-dir "$work/emit/bytes"
+run emit --temperature 0 --out-dir "$work/emit/bytes"
 run emit --shape 130m --out-dir "$work/emit/130m"
 run emit --shape 130m --dtype bf16 --out-dir "$work/emit/130m-bf16"
 echo "# compiled programs (compile-cache keys: SHA-256 over the plugin's identity, the text and the options)"

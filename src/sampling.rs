@@ -21,6 +21,16 @@
 //! with `sum(w[..j]) <= u * sum(w)`, found bit by bit too (17 rounds for a vocabulary below
 //! 2^17). Each kept token is drawn with its softmax probability, up to the f32 rounding of the
 //! sums.
+//!
+//! Penalties on tokens the context already holds ([`Penalties`], [`penalize`]) change the
+//! logits before either. A checkpoint's `generation_config.json` ([`GenerationConfig`]) says
+//! which settings it is meant to be run with.
+
+mod generation_config;
+mod penalties;
+
+pub use generation_config::GenerationConfig;
+pub use penalties::{penalize, Penalties, PenaltySettings, TokenHistory, MAX_NO_REPEAT_NGRAM_SIZE};
 
 use crate::array::HostArray;
 use crate::dtype::DType;

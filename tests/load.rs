@@ -7,7 +7,7 @@ mod common;
 use std::sync::Barrier;
 
 use common::{client, rss_kb};
-use stablegraph::models::mamba2::{GenerateOptions, Mamba2, Mamba2Weights, Sampling};
+use stablegraph::models::mamba2::{GenerateOptions, Mamba2, Mamba2Weights, Penalties, Sampling};
 use stablegraph::DType;
 
 /// Each thread's settings: greedy, greedy with an end token, and two kinds of sampling.
@@ -31,6 +31,7 @@ fn settings(thread: usize) -> GenerateOptions {
         max_new_tokens: 6,
         sampling,
         eos: (thread == 1).then_some(7),
+        penalties: Penalties::NONE,
     }
 }
 

@@ -4,7 +4,9 @@
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use stablegraph::models::mamba2::{GenerateOptions, Mamba2, Mamba2Config, Mamba2Weights, Sampling};
+use stablegraph::models::mamba2::{
+    GenerateOptions, Mamba2, Mamba2Config, Mamba2Weights, Penalties, Sampling,
+};
 use stablegraph::runtime::Client;
 use stablegraph::{DType, HostArray};
 
@@ -25,6 +27,7 @@ pub fn greedy(max_new_tokens: usize) -> GenerateOptions {
         max_new_tokens,
         sampling: Sampling::Greedy,
         eos: None,
+        penalties: Penalties::NONE,
     }
 }
 

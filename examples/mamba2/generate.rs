@@ -7,7 +7,7 @@ use std::time::Instant;
 use anyhow::{bail, ensure, Context, Result};
 use clap::Args;
 use serde_json::json;
-use stablegraph::models::mamba2::{GenerateOptions, Mamba2State, Prefill};
+use stablegraph::models::mamba2::{GenerateOptions, Mamba2State, Prefill, Sampling};
 
 use crate::load::{load, Loaded, ModelArgs, PromptArgs, SamplingArgs};
 use crate::{cache_hits, ids_text, peak_rss_mb, progress, seconds, write_json};
@@ -155,6 +155,7 @@ pub(crate) fn generate(a: GenerateArgs) -> Result<()> {
     print_rows(&l, &run.tokens)?;
     let (batch, bucket) = l.shape();
     println!("model     {}", l.description);
+    println!("settings  {}", describe_settings(&l));
     l.print_devices();
     println!("prompt    {batch} row(s), {prompt_tokens} tokens in all (padded to {bucket})");
     println!(
@@ -201,6 +202,7 @@ pub(crate) fn generate(a: GenerateArgs) -> Result<()> {
             "devices": l.model.devices(),
             "parallel": l.parallel_name(),
             "weight_bytes_per_device": l.model.weight_bytes_per_device(),
+            "settings": settings_json(&l),
         });
         write_json(path, &value)?;
     }
@@ -272,6 +274,7 @@ fn generate_streamed(l: &Loaded, options: &GenerateOptions) -> Result<()> {
     println!();
     let generated = cut_at_eos(tokens, options.eos)[0].len();
     println!("model     {}", l.description);
+    println!("settings  {}", describe_settings(l));
     println!(
         "generate  {} prompt tokens and {generated} new in {:.2} s, streamed in segments of \
          {STREAM_SEGMENT} (compile included)",
@@ -301,6 +304,7 @@ fn generate_with_state(l: &Loaded, a: &GenerateArgs, options: &GenerateOptions) 
     let tokens = cut_at_eos(tokens, options.eos);
     print_rows(l, &tokens)?;
     println!("model     {}", l.description);
+    println!("settings  {}", describe_settings(l));
     println!(
         "generate  {} prompt tokens and {} new in {seconds_taken:.2} s (compile included)",
         l.prompt_tokens(),
@@ -316,9 +320,96 @@ fn generate_with_state(l: &Loaded, a: &GenerateArgs, options: &GenerateOptions) 
         println!("state     written to {}", path.display());
     }
     if let Some(path) = &a.json {
-        write_json(path, &json!({ "tokens": tokens, "model": l.description }))?;
+        let value = json!({
+            "tokens": tokens,
+            "model": l.description,
+            "settings": settings_json(l),
+        });
+        write_json(path, &value)?;
     }
     Ok(())
+}
+
+/// The sampling and penalty settings in words, and where their defaults came from.
+pub(crate) fn describe_settings(l: &Loaded) -> String {
+    let o = &l.options;
+    let mut text = match o.sampling {
+        Sampling::Greedy => "greedy".to_string(),
+        Sampling::Sample {
+            temperature,
+            top_k,
+            top_p,
+            seed,
+        } => {
+            format!("sampled: temperature {temperature}, top-k {top_k}, top-p {top_p}, seed {seed}")
+        }
+    };
+    let p = &o.penalties;
+    let mut on = Vec::new();
+    if p.repetition_penalty != 1.0 {
+        on.push(format!("repeat penalty {}", p.repetition_penalty));
+    }
+    if p.presence_penalty != 0.0 {
+        on.push(format!("presence penalty {}", p.presence_penalty));
+    }
+    if p.frequency_penalty != 0.0 {
+        on.push(format!("frequency penalty {}", p.frequency_penalty));
+    }
+    if let (false, Some(n)) = (on.is_empty(), p.repeat_last_n) {
+        on.push(format!("over the last {n} tokens"));
+    }
+    if p.no_repeat_ngram_size > 0 {
+        on.push(format!("no repeated {}-grams", p.no_repeat_ngram_size));
+    }
+    if on.is_empty() {
+        on.push("no penalties".into());
+    }
+    text = format!("{text}; {}", on.join(", "));
+    if let Some(path) = &l.settings_from {
+        let shown = path
+            .strip_prefix(env!("CARGO_MANIFEST_DIR"))
+            .unwrap_or(path);
+        text.push_str(&format!(" (defaults from {})", shown.display()));
+    }
+    text
+}
+
+/// The settings used, as JSON (`sampling`, `penalties`, `generation_config`: the file whose
+/// defaults they took, or null).
+pub(crate) fn settings_json(l: &Loaded) -> serde_json::Value {
+    let o = &l.options;
+    let sampling = match o.sampling {
+        Sampling::Greedy => json!({ "mode": "greedy" }),
+        Sampling::Sample {
+            temperature,
+            top_k,
+            top_p,
+            seed,
+        } => json!({
+            "mode": "sample",
+            "temperature": short(temperature),
+            "top_k": top_k,
+            "top_p": short(top_p),
+            "seed": seed,
+        }),
+    };
+    let p = &o.penalties;
+    json!({
+        "sampling": sampling,
+        "penalties": {
+            "repetition_penalty": short(p.repetition_penalty),
+            "presence_penalty": short(p.presence_penalty),
+            "frequency_penalty": short(p.frequency_penalty),
+            "repeat_last_n": p.repeat_last_n,
+            "no_repeat_ngram_size": p.no_repeat_ngram_size,
+        },
+        "generation_config": l.settings_from.as_ref().map(|p| p.display().to_string()),
+    })
+}
+
+/// An f32 as the f64 of its shortest decimal form (0.6, not 0.6000000238418579).
+fn short(x: f32) -> f64 {
+    x.to_string().parse().unwrap_or(f64::from(x))
 }
 
 /// Writes the prompt logits as `[batch, longest prompt, vocab]` f32 (see `--dump-logits`).

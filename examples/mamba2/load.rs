@@ -6,10 +6,12 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, ensure, Context, Result};
 use clap::{Args, ValueEnum};
 use stablegraph::models::mamba2::{
-    GenerateOptions, LoadOptions, Mamba2, Mamba2Config, Mamba2Weights, Parallel, Sampling,
+    GenerateOptions, LoadOptions, Mamba2, Mamba2Config, Mamba2Weights, Parallel, Penalties,
+    Sampling,
 };
 use stablegraph::runtime::Client;
-use stablegraph::DType;
+use stablegraph::sampling::GenerationConfig;
+use stablegraph::{DType, HostArray};
 
 use crate::progress;
 use crate::text::{bytes_to_ids, Codec};
@@ -169,24 +171,53 @@ pub(crate) struct PromptArgs {
     pub(crate) batch: usize,
 }
 
-/// Generation options.
+/// Generation options. Sampling and penalty settings not given as flags come from the model's
+/// generation_config.json when it has one (see [`SamplingArgs::options`]).
 #[derive(Args)]
 pub(crate) struct SamplingArgs {
     /// New tokens per row.
     #[arg(long, default_value_t = 128, value_name = "N")]
     pub(crate) max_new_tokens: usize,
-    /// Sampling temperature; absent or 0: greedy (--top-k, --top-p and --seed are then unused).
-    #[arg(long)]
+    /// Sampling temperature. 0: greedy, and the model's generation_config.json is not read
+    /// (only the flags given apply). Default: the model's generation_config.json (the shipped
+    /// model has one, which samples with penalties), else greedy. Penalties apply to greedy
+    /// and sampled decoding alike, before the temperature.
+    #[arg(long, value_name = "T")]
     pub(crate) temperature: Option<f32>,
-    /// Sample among the k most likely tokens only (0: all).
-    #[arg(long, default_value_t = 0, value_name = "K")]
-    pub(crate) top_k: usize,
-    /// Sample from the smallest set of tokens whose probability reaches P (1: all).
-    #[arg(long, default_value_t = 1.0, value_name = "P")]
-    pub(crate) top_p: f32,
-    /// Sampling seed.
+    /// Sample among the k most likely tokens only (0: all). Default: the generation config's
+    /// top_k, else 0.
+    #[arg(long, value_name = "K")]
+    pub(crate) top_k: Option<usize>,
+    /// Sample from the smallest set of tokens whose probability reaches P (1: all). Default:
+    /// the generation config's top_p, else 1.
+    #[arg(long, value_name = "P")]
+    pub(crate) top_p: Option<f32>,
+    /// Sampling seed (fixed, so that sampled output is reproducible).
     #[arg(long, default_value_t = 0)]
     pub(crate) seed: u64,
+    /// Repetition penalty (transformers' repetition_penalty): the logit of a token in the
+    /// --repeat-last-n window is divided by P if positive, multiplied by P if negative (1: off,
+    /// > 1 discourages repeats). Default: the generation config's repetition_penalty, else 1.
+    #[arg(long, allow_negative_numbers = true, value_name = "P")]
+    pub(crate) repeat_penalty: Option<f32>,
+    /// Subtracted once from the logit of each token in the window (0: off). Default: the
+    /// generation config's presence_penalty, else 0.
+    #[arg(long, allow_negative_numbers = true, value_name = "X")]
+    pub(crate) presence_penalty: Option<f32>,
+    /// Subtracted from the logit of each token in the window once per occurrence (0: off).
+    /// Default: the generation config's frequency_penalty, else 0.
+    #[arg(long, allow_negative_numbers = true, value_name = "X")]
+    pub(crate) frequency_penalty: Option<f32>,
+    /// The window of the three penalties above: the last N tokens of the context (prompt and
+    /// generated; 0: none, so they do nothing), -1: the whole context. Default: the generation
+    /// config's repeat_last_n, else -1.
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub(crate) repeat_last_n: Option<i64>,
+    /// Ban every token that would repeat an n-gram of this size already in the context
+    /// (transformers' no_repeat_ngram_size; 0: off). Default: the generation config's
+    /// no_repeat_ngram_size, else 0.
+    #[arg(long, value_name = "N")]
+    pub(crate) no_repeat_ngram_size: Option<usize>,
     /// End-of-sequence token id: a row stops after emitting it.
     #[arg(long, value_name = "ID")]
     pub(crate) eos: Option<u32>,
@@ -200,6 +231,8 @@ pub(crate) struct Loaded {
     pub(crate) codec: Codec,
     pub(crate) prompts: Vec<Vec<u32>>,
     pub(crate) options: GenerateOptions,
+    /// The generation_config.json whose defaults the options took, if any.
+    pub(crate) settings_from: Option<PathBuf>,
     pub(crate) description: String,
 }
 
@@ -253,20 +286,8 @@ pub(crate) fn load(
         Source::Random(Shape::M130) => (Mamba2Config::mamba2_130m(), Codec::for_model(None, 0)?),
     };
     let vocab = config.vocab_size;
-    let options = s.options(vocab)?;
-    let prompts = match (&p.prompt, &p.prompt_ids) {
-        (Some(text), _) => vec![codec.encode(text)?],
-        (None, Some(ids)) => parse_prompt_ids(ids)?,
-        (None, None) => {
-            ensure!(p.prompt_len > 0, "--prompt-len must be at least 1");
-            match codec {
-                Codec::Bytes => vec![default_text_prompt(p.prompt_len)],
-                _ => vec![default_prompt(p.prompt_len, vocab)],
-            }
-        }
-    };
-    ensure!(p.batch > 0, "--batch must be at least 1");
-    let prompts: Vec<Vec<u32>> = (0..p.batch).flat_map(|_| prompts.clone()).collect();
+    let (options, settings_from) = s.options_for(&source, vocab)?;
+    let prompts = p.prompts(&codec, vocab)?;
     ensure!(m.devices > 0, "--devices must be at least 1");
     match m.parallel {
         ParallelArg::Heads => ensure!(
@@ -286,11 +307,6 @@ pub(crate) fn load(
             m.devices
         ),
     }
-    for (r, row) in prompts.iter().enumerate() {
-        if let Some(bad) = row.iter().find(|&&t| t as usize >= vocab) {
-            bail!("token id {bad} (prompt {r}) is outside the vocabulary of {vocab}");
-        }
-    }
 
     progress("loading the PJRT plugin");
     let client = match (&m.plugin, m.devices) {
@@ -303,34 +319,7 @@ pub(crate) fn load(
         Precision::F32 => DType::F32,
         Precision::Bf16 => DType::BF16,
     };
-    let (weights, source) = match &source {
-        Source::Checkpoint { dir, shipped } => {
-            progress(&format!("loading weights from {}", dir.display()));
-            let options = LoadOptions {
-                allow_nonfinite: m.allow_nonfinite,
-            };
-            let w = Mamba2Weights::load_with(dir, &config, dtype, &options).map_err(|e| {
-                let hint = if e.to_string().contains("NaN or infinite") {
-                    " (--allow-nonfinite loads it anyway)"
-                } else {
-                    ""
-                };
-                anyhow::Error::new(e).context(format!("--model {}{hint}", dir.display()))
-            })?;
-            let name = if *shipped {
-                format!("{SHIPPED_MODEL} (the shipped byte-level model)")
-            } else {
-                dir.display().to_string()
-            };
-            (w, name)
-        }
-        Source::Random(Shape::M130) => {
-            progress("drawing random weights for the 130M shape");
-            let w = Mamba2Weights::random(&config, dtype, m.weights_seed)?;
-            let source = format!("130M shape, random weights (seed {})", m.weights_seed);
-            (w, source)
-        }
-    };
+    let (weights, source) = load_weights(m, &source, &config, dtype)?;
     let mut description = format!(
         "{source}: {} layers, {} wide, vocab {}, {} matrices",
         config.num_layers,
@@ -360,8 +349,82 @@ pub(crate) fn load(
         codec,
         prompts,
         options,
+        settings_from,
         description,
     })
+}
+
+impl PromptArgs {
+    /// The prompts these flags give (--batch copies of them), as token ids below `vocab`.
+    fn prompts(&self, codec: &Codec, vocab: usize) -> Result<Vec<Vec<u32>>> {
+        let prompts = match (&self.prompt, &self.prompt_ids) {
+            (Some(text), _) => vec![codec.encode(text)?],
+            (None, Some(ids)) => parse_prompt_ids(ids)?,
+            (None, None) => {
+                ensure!(self.prompt_len > 0, "--prompt-len must be at least 1");
+                match codec {
+                    Codec::Bytes => vec![default_text_prompt(self.prompt_len)],
+                    _ => vec![default_prompt(self.prompt_len, vocab)],
+                }
+            }
+        };
+        ensure!(self.batch > 0, "--batch must be at least 1");
+        let prompts: Vec<Vec<u32>> = (0..self.batch).flat_map(|_| prompts.clone()).collect();
+        for (r, row) in prompts.iter().enumerate() {
+            if let Some(bad) = row.iter().find(|&&t| t as usize >= vocab) {
+                bail!("token id {bad} (prompt {r}) is outside the vocabulary of {vocab}");
+            }
+        }
+        Ok(prompts)
+    }
+}
+
+/// The weights `source` names, and its name for the description.
+fn load_weights(
+    m: &ModelArgs,
+    source: &Source,
+    config: &Mamba2Config,
+    dtype: DType,
+) -> Result<(Mamba2Weights<HostArray>, String)> {
+    Ok(match source {
+        Source::Checkpoint { dir, shipped } => {
+            progress(&format!("loading weights from {}", dir.display()));
+            let options = LoadOptions {
+                allow_nonfinite: m.allow_nonfinite,
+            };
+            let w = Mamba2Weights::load_with(dir, config, dtype, &options).map_err(|e| {
+                let hint = if e.to_string().contains("NaN or infinite") {
+                    " (--allow-nonfinite loads it anyway)"
+                } else {
+                    ""
+                };
+                anyhow::Error::new(e).context(format!("--model {}{hint}", dir.display()))
+            })?;
+            let name = if *shipped {
+                format!("{SHIPPED_MODEL} (the shipped byte-level model)")
+            } else {
+                dir.display().to_string()
+            };
+            (w, name)
+        }
+        Source::Random(Shape::M130) => {
+            progress("drawing random weights for the 130M shape");
+            let w = Mamba2Weights::random(config, dtype, m.weights_seed)?;
+            let source = format!("130M shape, random weights (seed {})", m.weights_seed);
+            (w, source)
+        }
+    })
+}
+
+/// The generation_config.json of a checkpoint directory, when it has one.
+fn read_generation_config(dir: &Path) -> Result<Option<(PathBuf, GenerationConfig)>> {
+    let path = dir.join("generation_config.json");
+    if !path.is_file() {
+        return Ok(None);
+    }
+    let config =
+        GenerationConfig::from_file(&path).with_context(|| format!("--model {}", dir.display()))?;
+    Ok(Some((path, config)))
 }
 
 /// Parses `1,2,3;4,5` into prompts.
@@ -409,8 +472,33 @@ fn default_text_prompt(len: usize) -> Vec<u32> {
 }
 
 impl SamplingArgs {
-    /// The generation options, checked against a vocabulary of `vocab` tokens.
-    pub(crate) fn options(&self, vocab: usize) -> Result<GenerateOptions> {
+    /// The generation options for a model from `source` with `vocab` tokens (see
+    /// [`SamplingArgs::options`]), and the generation_config.json they took defaults from:
+    /// the checkpoint's, when it has one and --temperature is not 0.
+    fn options_for(
+        &self,
+        source: &Source,
+        vocab: usize,
+    ) -> Result<(GenerateOptions, Option<PathBuf>)> {
+        let config = match source {
+            Source::Checkpoint { dir, .. } => read_generation_config(dir)?,
+            Source::Random(_) => None,
+        };
+        let options = self.options(vocab, config.as_ref().map(|(_, c)| c))?;
+        let from = config
+            .filter(|_| self.temperature != Some(0.0))
+            .map(|(path, _)| path);
+        Ok((options, from))
+    }
+
+    /// The generation options, checked against a vocabulary of `vocab` tokens: the flags
+    /// given, then `config` (the model's generation_config.json) for those not given, then
+    /// greedy without penalties. `--temperature 0` is greedy and ignores `config`.
+    pub(crate) fn options(
+        &self,
+        vocab: usize,
+        config: Option<&GenerationConfig>,
+    ) -> Result<GenerateOptions> {
         ensure!(
             self.max_new_tokens > 0,
             "--max-new-tokens must be at least 1"
@@ -421,26 +509,42 @@ impl SamplingArgs {
                 "--eos {e} is outside the vocabulary of {vocab}"
             );
         }
-        let sampling = match self.temperature {
-            None | Some(0.0) => Sampling::Greedy,
+        let config = match self.temperature {
+            Some(0.0) => None,
+            _ => config,
+        };
+        let from_config = config.map(|c| c.sampling(self.seed, vocab));
+        let (temperature, top_k, top_p) = match (self.temperature, from_config) {
+            (Some(0.0), _) | (None, None | Some(Sampling::Greedy)) => (None, 0, 1.0),
+            (Some(t), None | Some(Sampling::Greedy)) => (Some(t), 0, 1.0),
+            (
+                t,
+                Some(Sampling::Sample {
+                    temperature,
+                    top_k,
+                    top_p,
+                    ..
+                }),
+            ) => (Some(t.unwrap_or(temperature)), top_k, top_p),
+        };
+        let sampling = match temperature {
+            None => Sampling::Greedy,
             Some(temperature) => {
                 ensure!(
                     temperature > 0.0 && temperature.is_finite(),
                     "--temperature must be a positive number (or 0 for greedy)"
                 );
+                let top_p = self.top_p.unwrap_or(top_p);
+                ensure!(top_p > 0.0 && top_p <= 1.0, "--top-p must be in (0, 1]");
+                let top_k = self.top_k.unwrap_or(top_k);
                 ensure!(
-                    self.top_p > 0.0 && self.top_p <= 1.0,
-                    "--top-p must be in (0, 1]"
-                );
-                ensure!(
-                    self.top_k <= vocab,
-                    "--top-k {} exceeds the vocabulary of {vocab}",
-                    self.top_k
+                    top_k <= vocab,
+                    "--top-k {top_k} exceeds the vocabulary of {vocab}"
                 );
                 Sampling::Sample {
                     temperature,
-                    top_k: self.top_k,
-                    top_p: self.top_p,
+                    top_k,
+                    top_p,
                     seed: self.seed,
                 }
             }
@@ -449,6 +553,40 @@ impl SamplingArgs {
             max_new_tokens: self.max_new_tokens,
             sampling,
             eos: self.eos,
+            penalties: self.penalties(config)?,
         })
+    }
+
+    /// The penalties: the flags given, then `config`'s, then none.
+    fn penalties(&self, config: Option<&GenerationConfig>) -> Result<Penalties> {
+        let base = config.map_or(Penalties::NONE, GenerationConfig::penalties);
+        let repeat_last_n = match self.repeat_last_n {
+            None => base.repeat_last_n,
+            Some(-1) => None,
+            Some(n) => Some(usize::try_from(n).map_err(|_| {
+                anyhow::anyhow!(
+                    "--repeat-last-n {n}: expected a count >= 0, or -1 for the whole context"
+                )
+            })?),
+        };
+        let penalties = Penalties {
+            repetition_penalty: self.repeat_penalty.unwrap_or(base.repetition_penalty),
+            presence_penalty: self.presence_penalty.unwrap_or(base.presence_penalty),
+            frequency_penalty: self.frequency_penalty.unwrap_or(base.frequency_penalty),
+            repeat_last_n,
+            no_repeat_ngram_size: self
+                .no_repeat_ngram_size
+                .unwrap_or(base.no_repeat_ngram_size),
+        };
+        penalties.check().map_err(|e| {
+            let flag = match e.to_string() {
+                m if m.contains("repetition_penalty") => "--repeat-penalty",
+                m if m.contains("presence_penalty") => "--presence-penalty",
+                m if m.contains("frequency_penalty") => "--frequency-penalty",
+                _ => "--no-repeat-ngram-size",
+            };
+            anyhow::Error::new(e).context(flag)
+        })?;
+        Ok(penalties)
     }
 }

@@ -1,7 +1,7 @@
 //! The tiny Mamba-2 shapes, models and state comparisons the model tests share.
 
 use stablegraph::models::mamba2::{
-    GenerateOptions, Mamba2, Mamba2Config, Mamba2State, Mamba2Weights, Sampling,
+    GenerateOptions, Mamba2, Mamba2Config, Mamba2State, Mamba2Weights, Penalties, Sampling,
 };
 use stablegraph::DType;
 
@@ -67,5 +67,6 @@ pub fn greedy(n: usize) -> GenerateOptions {
         max_new_tokens: n,
         sampling: Sampling::Greedy,
         eos: None,
+        penalties: Penalties::NONE,
     }
 }

@@ -6,7 +6,9 @@
 use crate::common;
 
 use common::{array_diff, buffer_diff, client, max_abs, tiny_mamba2, tiny_model};
-use stablegraph::models::mamba2::{GenerateOptions, Mamba2, Mamba2Config, Mamba2Weights, Sampling};
+use stablegraph::models::mamba2::{
+    GenerateOptions, Mamba2, Mamba2Config, Mamba2Weights, Penalties, Sampling,
+};
 use stablegraph::{DType, HostArray};
 
 /// Row `r`'s logits at its last `n` positions of a left-padded prefill.
@@ -99,6 +101,7 @@ fn the_generate_program_has_one_device_loop_and_no_sort() {
         max_new_tokens: 8,
         sampling: Sampling::Greedy,
         eos: Some(0),
+        penalties: Penalties::NONE,
     };
     let [prefill, step, generate] = m.stablehlo(2, 16, &options).unwrap();
     assert_eq!(generate.matches("stablehlo.while").count(), 1, "{generate}");
@@ -136,6 +139,7 @@ fn sampling_is_reproducible_and_respects_top_k() {
             seed,
         },
         eos: None,
+        penalties: Penalties::NONE,
     };
     let a = m.generate(&prompt, &sample(1, 0)).unwrap();
     assert_eq!(
@@ -325,6 +329,7 @@ fn new_sampling_values_and_shorter_runs_compile_nothing() {
         max_new_tokens: 12,
         sampling: sample(0.8, 10, 0.9, 1),
         eos: None,
+        penalties: Penalties::NONE,
     };
     let long = m.generate(&prompt, &first).unwrap();
     let greedy = GenerateOptions {
@@ -362,6 +367,7 @@ fn new_sampling_values_and_shorter_runs_compile_nothing() {
             max_new_tokens: n,
             sampling,
             eos,
+            penalties: Penalties::NONE,
         };
         let tokens = m.generate(&prompt, &options).unwrap();
         assert_eq!(tokens[0].len(), n, "{options:?}");

@@ -5,7 +5,9 @@
 use crate::common;
 
 use common::{array_diff, client, greedy, state_diff, tiny_mamba2, tiny_model};
-use stablegraph::models::mamba2::{GenerateOptions, Mamba2, Mamba2State, Mamba2Weights, Sampling};
+use stablegraph::models::mamba2::{
+    GenerateOptions, Mamba2, Mamba2State, Mamba2Weights, Penalties, Sampling,
+};
 use stablegraph::DType;
 
 fn joined(a: &[Vec<u32>], b: &[Vec<u32>]) -> Vec<Vec<u32>> {
@@ -50,6 +52,7 @@ fn a_prompt_in_pieces_equals_the_whole_prompt() {
                 seed: 3,
             },
             eos: None,
+            penalties: Penalties::NONE,
         };
         for options in [greedy(7), sampled] {
             let first = m.prefill(&a).unwrap();
@@ -137,6 +140,7 @@ fn streamed_generation_equals_one_program() {
             seed: 5,
         },
         eos: None,
+        penalties: Penalties::NONE,
     };
     let with_eos = GenerateOptions {
         eos: Some(free[1][3]),

@@ -7,6 +7,8 @@
 pub mod block;
 pub(crate) mod checkpoint;
 mod config;
+mod decode;
+mod generate;
 mod model;
 mod parallel;
 mod save;
@@ -15,14 +17,13 @@ mod state;
 pub mod train;
 mod weights;
 
-/// Re-exported from [`crate::sampling`], where it lives.
-pub use crate::sampling::Sampling;
+/// Re-exported from [`crate::sampling`], where they live.
+pub use crate::sampling::{Penalties, Sampling};
 pub use block::LayerState;
 pub use checkpoint::LoadOptions;
 pub use config::Mamba2Config;
-pub use model::{
-    GenerateOptions, Mamba2, Prefill, CPU_MAX_CHUNK, MAX_NEW_TOKENS, MAX_PREFILL_CHUNK,
-};
+pub use generate::{GenerateOptions, MAX_NEW_TOKENS};
+pub use model::{Mamba2, Prefill, CPU_MAX_CHUNK, MAX_PREFILL_CHUNK};
 pub use parallel::Parallel;
 pub use state::Mamba2State;
 pub use train::{lm_loss, loss_and_grads, Trainer};

@@ -15,23 +15,9 @@ use crate::array::HostArray;
 use crate::compiled::CompiledGraph;
 use crate::dtype::{DType, TensorType};
 use crate::error::{Error, Result};
-use crate::ops::{Carry, Graph, Tensor};
+use crate::ops::{Graph, Tensor};
 use crate::runtime::{Client, ShardedBuffer};
-use crate::sampling::{self, SampleSettings, Sampling};
 use crate::sharding::Sharding;
-
-impl Carry for LayerState<Tensor> {
-    fn flatten(&self, out: &mut Vec<Tensor>) {
-        out.push(self.conv.clone());
-        out.push(self.ssm.clone());
-    }
-    fn unflatten(_: &Self, values: &mut dyn Iterator<Item = Tensor>) -> Option<Self> {
-        Some(LayerState {
-            conv: values.next()?,
-            ssm: values.next()?,
-        })
-    }
-}
 
 /// What a prefill returns.
 #[derive(Debug)]
@@ -45,17 +31,6 @@ pub struct Prefill {
     pub prompt_len: Vec<usize>,
     /// The state after the prompts, ready for [`Mamba2::step`].
     pub state: Mamba2State,
-}
-
-/// Options of [`Mamba2::generate`].
-#[derive(Debug, Clone, PartialEq)]
-pub struct GenerateOptions {
-    /// How many tokens to generate per row (at most [`MAX_NEW_TOKENS`]).
-    pub max_new_tokens: usize,
-    /// Token choice.
-    pub sampling: Sampling,
-    /// A row stops at this token (it is emitted; later positions repeat it).
-    pub eos: Option<u32>,
 }
 
 /// A Mamba-2 model whose weights live on one client's device, or split over several (see
@@ -76,49 +51,9 @@ pub struct Mamba2 {
     programs: Mutex<HashMap<String, CompiledGraph>>,
 }
 
-/// What a generate program takes and returns besides its tokens.
-#[derive(Debug, Clone, Copy)]
-struct Variant {
-    /// Sampling (else greedy).
-    sample: bool,
-    /// Continues from a state given as parameters.
-    from_state: bool,
-    /// Returns the final state.
-    state_out: bool,
-    /// Continues in later calls (a stream segment): needs the logits after the last token.
-    segment: bool,
-}
-
-impl Variant {
-    /// Whether the token the loop picks last must be stepped through the model: when the state
-    /// or the logits after it are wanted.
-    fn needs_last_step(&self) -> bool {
-        self.state_out || self.segment
-    }
-}
-
-/// Where decoding stands between steps, on the device.
-struct Decoding {
-    /// The logits of the next token, `[b, vocab]`.
-    logits: Tensor,
-    /// One state per layer.
-    states: Vec<LayerState<Tensor>>,
-    /// The rows that have emitted `eos`, pred `[b]`.
-    done: Tensor,
-    /// The sampling key.
-    key: Tensor,
-}
-
-/// A `[b]` pred reshaped to `[b, 1, ...]` of `rank` dimensions, to select whole rows.
-fn rows(done: &Tensor, rank: usize) -> Result<Tensor> {
-    let mut dims = vec![1isize; rank];
-    dims[0] = done.dims()[0] as isize;
-    done.reshape(&dims)
-}
-
 /// Which positions' logits a prefill program returns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum LogitsAt {
+pub(super) enum LogitsAt {
     /// The last position: `[b, vocab]`.
     Last,
     /// Every position: `[b, L, vocab]`.
@@ -268,7 +203,7 @@ impl Mamba2 {
     }
 
     /// The weights as parameters of `g`, as stored.
-    fn weight_parameters(&self, g: &Graph) -> Result<Mamba2Weights<Tensor>> {
+    pub(super) fn weight_parameters(&self, g: &Graph) -> Result<Mamba2Weights<Tensor>> {
         block::weight_parameters(g, &self.types)
     }
 
@@ -277,7 +212,7 @@ impl Mamba2 {
     /// matrices without a converted copy; see `block::linear`). Programs with a loop convert:
     /// XLA hoists the conversion out of the loop, and the loop's one-row products over the
     /// f32 copy are slower as multiply-reduce than as dots (measured in the README).
-    fn for_products(
+    pub(super) fn for_products(
         &self,
         w: &Mamba2Weights<Tensor>,
         one_row: bool,
@@ -333,12 +268,16 @@ impl Mamba2 {
         self.placement.as_ref().map(|p| p.kind)
     }
 
-    fn weight_args(&self) -> Vec<&ShardedBuffer> {
+    pub(super) fn weight_args(&self) -> Vec<&ShardedBuffer> {
         self.weights.named().into_iter().map(|(_, b)| b).collect()
     }
 
     /// Compiles (once per key) the program `build` makes.
-    fn program(&self, key: &str, build: impl FnOnce() -> Result<Graph>) -> Result<CompiledGraph> {
+    pub(super) fn program(
+        &self,
+        key: &str,
+        build: impl FnOnce() -> Result<Graph>,
+    ) -> Result<CompiledGraph> {
         let mut programs = self.programs.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(p) = programs.get(key) {
             return Ok(p.clone());
@@ -349,7 +288,7 @@ impl Mamba2 {
     }
 
     /// Puts a finished program of `batch` rows on the model's devices (nothing on one device).
-    fn placed(&self, g: Graph, batch: usize) -> Result<Graph> {
+    pub(super) fn placed(&self, g: Graph, batch: usize) -> Result<Graph> {
         if let Some(p) = &self.placement {
             p.check_batch(batch)?;
             p.apply(&g, batch)?;
@@ -366,14 +305,14 @@ impl Mamba2 {
     }
 
     /// Uploads the program input `name` of `batch` rows, laid out as the program takes it.
-    fn input(&self, name: &str, a: &HostArray, batch: usize) -> Result<ShardedBuffer> {
+    pub(super) fn input(&self, name: &str, a: &HostArray, batch: usize) -> Result<ShardedBuffer> {
         let sharding = self.input_sharding(name, &a.ty(), batch)?;
         self.client.sharded_buffer_from_host_array(a, &sharding)
     }
 
     /// `state` laid out as the programs take a `batch`-row state: as it is when it already is
     /// (a state from this model), else moved through the host (say, one loaded from a file).
-    fn placed_state(&self, state: Mamba2State, batch: usize) -> Result<Mamba2State> {
+    pub(super) fn placed_state(&self, state: Mamba2State, batch: usize) -> Result<Mamba2State> {
         let mut layers = Vec::with_capacity(state.layers.len());
         for (i, l) in state.layers.into_iter().enumerate() {
             let moved = |name: String, b: ShardedBuffer| -> Result<ShardedBuffer> {
@@ -392,48 +331,6 @@ impl Mamba2 {
         Ok(Mamba2State { layers })
     }
 
-    /// The StableHLO text of the prefill, step and generate programs for a batch shape (for
-    /// reading and for `emit`): `batch` rows (at least 1) of prompts padded to `bucket`
-    /// positions (a value of [`Mamba2::prompt_bucket`]). Wrong sizes or options are an error
-    /// naming them.
-    pub fn stablehlo(
-        &self,
-        batch: usize,
-        bucket: usize,
-        options: &GenerateOptions,
-    ) -> Result<[String; 3]> {
-        if batch == 0 {
-            return Err(Error::InvalidArgument(
-                "Mamba2::stablehlo: batch is 0; it needs at least one row".into(),
-            ));
-        }
-        if bucket == 0 || self.prompt_bucket(bucket) != Some(bucket) {
-            return Err(Error::InvalidArgument(format!(
-                "Mamba2::stablehlo: bucket ({bucket}) is not a prompt bucket; \
-                 Mamba2::prompt_bucket gives them (here {:?})",
-                self.prompt_bucket(bucket.max(1))
-            )));
-        }
-        self.check_options(options)?;
-        Ok([
-            self.prefill_graph(batch, bucket, LogitsAt::Last, false)?
-                .to_stablehlo()?,
-            self.step_graph(batch)?.to_stablehlo()?,
-            self.generate_graph(
-                batch,
-                bucket,
-                generate_capacity(options.max_new_tokens),
-                Variant {
-                    sample: matches!(options.sampling, Sampling::Sample { .. }),
-                    from_state: false,
-                    state_out: false,
-                    segment: false,
-                },
-            )?
-            .to_stablehlo()?,
-        ])
-    }
-
     fn state_types(&self, batch: usize) -> (TensorType, TensorType) {
         let c = &self.config;
         (
@@ -443,7 +340,11 @@ impl Mamba2 {
     }
 
     /// A `batch`-row state as parameters `conv.{i}`, `ssm.{i}` of `g`, donated.
-    fn state_parameters(&self, g: &Graph, batch: usize) -> Result<Vec<LayerState<Tensor>>> {
+    pub(super) fn state_parameters(
+        &self,
+        g: &Graph,
+        batch: usize,
+    ) -> Result<Vec<LayerState<Tensor>>> {
         let (conv_t, ssm_t) = self.state_types(batch);
         (0..self.config.num_layers)
             .map(|i| {
@@ -457,7 +358,7 @@ impl Mamba2 {
     }
 
     /// The prefill program; with `from_state`, it continues from a state given after the mask.
-    fn prefill_graph(
+    pub(super) fn prefill_graph(
         &self,
         batch: usize,
         bucket: usize,
@@ -485,7 +386,7 @@ impl Mamba2 {
 
     /// The prefill of left-padded `tokens` `[b, L]` in a graph, from `init` (zero when `None`):
     /// the logits at `at` and the states. Prefill and generate both build it here.
-    fn prefill_logits(
+    pub(super) fn prefill_logits(
         &self,
         tokens: &Tensor,
         mask: &Tensor,
@@ -510,7 +411,7 @@ impl Mamba2 {
         Ok((block::head(&hidden, w, &cfg)?, states))
     }
 
-    fn step_graph(&self, batch: usize) -> Result<Graph> {
+    pub(super) fn step_graph(&self, batch: usize) -> Result<Graph> {
         let g = Graph::new();
         // At batch 1 every product has one row: the step converts nothing on each call.
         let w = self.for_products(&self.weight_parameters(&g)?, batch == 1)?;
@@ -529,7 +430,7 @@ impl Mamba2 {
 
     /// Left-pads the prompts to their [`Mamba2::prompt_bucket`]: token ids and the real-token
     /// mask.
-    fn pad_prompts(
+    pub(super) fn pad_prompts(
         &self,
         prompts: &[Vec<u32>],
     ) -> Result<(usize, HostArray, HostArray, Vec<usize>)> {
@@ -571,16 +472,6 @@ impl Mamba2 {
         ))
     }
 
-    /// The [`SampleSettings`] parameters of `sampling` for `batch` rows, on the device.
-    fn sample_settings(&self, sampling: &Sampling, batch: usize) -> Result<Vec<ShardedBuffer>> {
-        let values = SampleSettings::host_values(sampling, batch, self.config.vocab_size)?;
-        ["temperature", "top_k", "top_p"]
-            .iter()
-            .zip(&values)
-            .map(|(name, a)| self.input(name, a, batch))
-            .collect()
-    }
-
     /// Runs the prompts (left-padded to a common [`Mamba2::prompt_bucket`]) through the
     /// chunked SSD; returns the logits after each prompt (`[b, vocab]`) and the state for
     /// [`Mamba2::step`]. This is the prefill [`Mamba2::generate`] runs.
@@ -602,7 +493,7 @@ impl Mamba2 {
         self.run_prefill(prompts, LogitsAt::All, None)
     }
 
-    fn run_prefill(
+    pub(super) fn run_prefill(
         &self,
         prompts: &[Vec<u32>],
         at: LogitsAt,
@@ -692,403 +583,6 @@ impl Mamba2 {
         let logits = logits.to_host_array()?;
         Ok((logits, Mamba2State { layers }))
     }
-
-    /// The generate program for `batch` rows of `bucket` prompt positions and up to `capacity`
-    /// new tokens. Parameters after the weights: `tokens`, `mask`, with `v.from_state` the
-    /// state to continue from (donated), `max_new` (i32, at most `capacity`), `eos` (i32, -1 for
-    /// none), and with `v.sample` the `key` and the [`SampleSettings`]. Outputs: `[batch,
-    /// capacity]` i32 tokens, of which the first `max_new` per row are meant, and with
-    /// `v.state_out` the state after the prompt and every emitted token.
-    fn generate_graph(
-        &self,
-        batch: usize,
-        bucket: usize,
-        capacity: usize,
-        v: Variant,
-    ) -> Result<Graph> {
-        let g = Graph::new();
-        let w = self.for_products(&self.weight_parameters(&g)?, false)?;
-        let tokens = g.parameter("tokens", DType::I32, &[batch, bucket])?;
-        let mask = g.parameter("mask", DType::F32, &[batch, bucket])?;
-        let init = if v.from_state {
-            Some(self.state_parameters(&g, batch)?)
-        } else {
-            None
-        };
-        let max_new = g.parameter("max_new", DType::I32, &[])?;
-        let eos = g.parameter("eos", DType::I32, &[])?;
-        let sampler = if v.sample {
-            let key = g.parameter("key", DType::U32, &[2])?;
-            Some((key, SampleSettings::parameters(&g, batch)?))
-        } else {
-            None
-        };
-        let (logits, states) =
-            self.prefill_logits(&tokens, &mask, &w, LogitsAt::Last, init.as_deref())?;
-        let done = g.full(0.0, DType::Pred, &[batch])?;
-        let key = match &sampler {
-            Some((key, _)) => key.clone(),
-            None => g.zeros(DType::U32, &[2])?,
-        };
-        let settings = sampler.as_ref().map(|(_, s)| s);
-        let start = Decoding {
-            logits,
-            states,
-            done,
-            key,
-        };
-        let (out, end) = self.decode_loop(&w, start, &max_new, &eos, settings, capacity, v)?;
-        let states = end.states;
-        let mut outs = vec![out];
-        if v.state_out {
-            for s in states {
-                outs.push(s.conv);
-                outs.push(s.ssm);
-            }
-        }
-        g.set_outputs(&outs.iter().collect::<Vec<_>>())?;
-        self.placed(g, batch)
-    }
-
-    /// Up to `max_steps` (rank-0 i32, at most `capacity`) decode steps from `start` inside one
-    /// `while` loop, ending early when every row has emitted `eos` (rank-0 i32, -1 for none).
-    /// Returns the tokens `[b, capacity]` (positions after a row's `eos`, and those the loop
-    /// did not reach, hold `max(eos, 0)`) and where decoding stands. With `v.state_out` a row
-    /// that had stopped keeps the state it stopped with.
-    #[allow(clippy::too_many_arguments)]
-    fn decode_loop(
-        &self,
-        w: &Mamba2Weights<Tensor>,
-        start: Decoding,
-        max_steps: &Tensor,
-        eos: &Tensor,
-        settings: Option<&SampleSettings>,
-        capacity: usize,
-        v: Variant,
-    ) -> Result<(Tensor, Decoding)> {
-        let g = max_steps.graph();
-        let batch = start.done.dims()[0];
-        let out = eos.maximum(0.0)?.broadcast_to(&[batch, capacity])?;
-        let i = g.scalar(0.0, DType::I32)?;
-        let zero = g.scalar(0.0, DType::I32)?;
-        // Picks a token per row (the eos for rows that have stopped) and writes it at `i`.
-        let pick = |i: &Tensor, logits: &Tensor, out: &Tensor, done: &Tensor, key: &Tensor| {
-            let (token, key) = match settings {
-                Some(settings) => sampling::sample(logits, settings, key)?,
-                None => (sampling::greedy(logits)?, key.clone()),
-            };
-            let token = done.not()?.select(&token, eos)?;
-            let out = out.dynamic_update_slice(&token.expand_dims(1)?, &[&zero, i])?;
-            Ok::<_, crate::error::Error>((token, out, key))
-        };
-        // Without the final state, the last token needs no step: the loop stops one short and
-        // its last pick follows it.
-        let steps = if v.needs_last_step() {
-            max_steps.clone()
-        } else {
-            max_steps.sub(1.0)?
-        };
-        let init = (i, start.logits, start.states, (out, start.done, start.key));
-        let (i, logits, states, (out, done, key)) = g.while_loop(
-            &init,
-            |(i, _, _, (_, done, _))| {
-                let more = i.lt(&steps)?;
-                let open = done.not()?.astype(DType::I32)?.max(&[0])?.gt(0.0)?;
-                more.and(&open)
-            },
-            |(i, logits, states, (out, done, key))| {
-                let (token, out, key) = pick(i, logits, out, done, key)?;
-                let (logits, mut next) = block::step(&token, states, w, &self.config)?;
-                if v.state_out {
-                    for (n, s) in next.iter_mut().zip(states) {
-                        n.conv = rows(done, 3)?.select(&s.conv, &n.conv)?;
-                        n.ssm = rows(done, 4)?.select(&s.ssm, &n.ssm)?;
-                    }
-                }
-                let done = done.or(&token.eq(eos)?)?;
-                Ok((i.add(1.0)?, logits, next, (out, done, key)))
-            },
-        )?;
-        let (out, done, key) = if v.needs_last_step() {
-            (out, done, key)
-        } else {
-            // `i < max_steps` here; after an early end (every row stopped) this writes an eos.
-            let (token, out, key) = pick(&i, &logits, &out, &done, &key)?;
-            let done = done.or(&token.eq(eos)?)?;
-            (out, done, key)
-        };
-        Ok((
-            out,
-            Decoding {
-                logits,
-                states,
-                done,
-                key,
-            },
-        ))
-    }
-
-    /// The segment program of [`Mamba2::generate_stream`]: up to `segment` decode steps from
-    /// where decoding stands. Parameters after the weights: `logits` `[b, vocab]`, the state
-    /// (both donated), `done` (pred `[b]`), `key`, `max_steps`, `eos`, and with `sample` the
-    /// [`SampleSettings`]. Outputs: the tokens `[b, segment]`, then the new logits, state (two
-    /// per layer), `done` and `key`.
-    fn segment_graph(&self, batch: usize, segment: usize, sample: bool) -> Result<Graph> {
-        let g = Graph::new();
-        let w = self.for_products(&self.weight_parameters(&g)?, false)?;
-        let logits = g.parameter("logits", DType::F32, &[batch, self.config.vocab_size])?;
-        g.donate(&logits)?;
-        let states = self.state_parameters(&g, batch)?;
-        let done = g.parameter("done", DType::Pred, &[batch])?;
-        let key = g.parameter("key", DType::U32, &[2])?;
-        let max_steps = g.parameter("max_steps", DType::I32, &[])?;
-        let eos = g.parameter("eos", DType::I32, &[])?;
-        let settings = if sample {
-            Some(SampleSettings::parameters(&g, batch)?)
-        } else {
-            None
-        };
-        let start = Decoding {
-            logits,
-            states,
-            done,
-            key,
-        };
-        let v = Variant {
-            sample,
-            from_state: true,
-            state_out: false,
-            segment: true,
-        };
-        let (out, end) =
-            self.decode_loop(&w, start, &max_steps, &eos, settings.as_ref(), segment, v)?;
-        let mut outs = vec![out, end.logits];
-        for s in end.states {
-            outs.push(s.conv);
-            outs.push(s.ssm);
-        }
-        outs.push(end.done);
-        outs.push(end.key);
-        g.set_outputs(&outs.iter().collect::<Vec<_>>())?;
-        self.placed(g, batch)
-    }
-
-    /// [`Mamba2::generate`] in segments of up to `segment` tokens (at least 1), handing each
-    /// segment's new tokens (one list per row, cut after a row's `eos`) to `on_tokens` as soon
-    /// as they exist, for printing text as it is produced. The loop still runs on the device:
-    /// one prefill, then one execution of a compiled segment program per `segment` tokens, the
-    /// state, logits and key staying on the device (donated) between them. `on_tokens`
-    /// returning `false` stops early. Returns every row's tokens, the same as `generate`'s.
-    pub fn generate_stream(
-        &self,
-        prompts: &[Vec<u32>],
-        options: &GenerateOptions,
-        segment: usize,
-        mut on_tokens: impl FnMut(&[Vec<u32>]) -> bool,
-    ) -> Result<Vec<Vec<u32>>> {
-        self.check_options(options)?;
-        if segment == 0 || segment > MAX_NEW_TOKENS {
-            return Err(Error::InvalidArgument(format!(
-                "generate_stream: segment ({segment}) is not in 1..={MAX_NEW_TOKENS}"
-            )));
-        }
-        let batch = prompts.len();
-        let pre = self.prefill(prompts)?;
-        let mut all = vec![Vec::new(); batch];
-        if options.max_new_tokens == 0 {
-            return Ok(all);
-        }
-        let sample = matches!(options.sampling, Sampling::Sample { .. });
-        let key_id = format!("segment b{batch} k{segment} sample{sample}");
-        let program = self.program(&key_id, || self.segment_graph(batch, segment, sample))?;
-        let mut logits = self.input("logits", &pre.logits, batch)?;
-        let mut state = pre.state;
-        let done = HostArray::from_vec(&[batch], vec![false; batch])?;
-        let mut done = self.input("done", &done, batch)?;
-        let key = HostArray::from_vec(&[2], options.sampling.key().to_vec())?;
-        let mut key = self.input("key", &key, batch)?;
-        let eos_id = options.eos.map_or(-1, |e| e as i32);
-        let eos = self.input("eos", &HostArray::scalar(eos_id), batch)?;
-        let settings = self.sample_settings(&options.sampling, batch)?;
-        let mut stopped = vec![false; batch];
-        let mut made = 0;
-        while made < options.max_new_tokens && stopped.iter().any(|s| !s) {
-            let steps = segment.min(options.max_new_tokens - made);
-            let max_steps = HostArray::scalar(steps as i32);
-            let max_steps = self.input("max_steps", &max_steps, batch)?;
-            let mut args = self.weight_args();
-            args.push(&logits);
-            args.extend(state_args(Some(&state)));
-            args.extend([&done, &key, &max_steps, &eos]);
-            if sample {
-                args.extend(&settings);
-            }
-            let outs = program.run_sharded(&args)?;
-            drop(args);
-            let mut outs = outs.into_iter();
-            let missing =
-                || Error::InvalidArgument("a generate segment returned too little".into());
-            let tokens = i32s(&outs.next().ok_or_else(missing)?)?;
-            logits = outs.next().ok_or_else(missing)?;
-            state = layer_states(&mut outs, self.config.num_layers)?;
-            done = outs.next().ok_or_else(missing)?;
-            key = outs.next().ok_or_else(missing)?;
-            let mut fresh = vec![Vec::new(); batch];
-            for (r, row) in tokens.chunks(segment).take(batch).enumerate() {
-                for &t in &row[..steps] {
-                    if stopped[r] {
-                        break;
-                    }
-                    fresh[r].push(t as u32);
-                    stopped[r] = eos_id >= 0 && t == eos_id;
-                }
-                all[r].extend(&fresh[r]);
-            }
-            made += steps;
-            if !on_tokens(&fresh) {
-                break;
-            }
-        }
-        // Rows that stopped repeat their eos to `max_new_tokens`, as in `generate`.
-        if let Some(e) = options.eos {
-            for row in &mut all {
-                if row.last() == Some(&e) {
-                    row.resize(options.max_new_tokens, e);
-                }
-            }
-        }
-        Ok(all)
-    }
-
-    /// Generates up to `max_new_tokens` tokens per prompt in ONE execution: prefill and a
-    /// device-side `while` loop of recurrent steps, with no host round trip per token. Prompts
-    /// of different lengths are left-padded and masked; each row equals its prompt alone. A
-    /// row that emits `eos` stops (its later positions repeat `eos`); the loop ends early when
-    /// all rows have stopped. Returns the new tokens of each row (without the prompt).
-    ///
-    /// One compiled program serves every sampling setting, seed and `eos`, and every
-    /// `max_new_tokens` up to its capacity (the next power of two, at least 16): they are
-    /// runtime inputs. Greedy and sampled generation are two programs (greedy carries no
-    /// sampling work); a new batch size, prompt bucket or capacity compiles once.
-    pub fn generate(
-        &self,
-        prompts: &[Vec<u32>],
-        options: &GenerateOptions,
-    ) -> Result<Vec<Vec<u32>>> {
-        Ok(self.run_generate(prompts, None, false, options)?.0)
-    }
-
-    /// [`Mamba2::generate`] continuing from `state` (when given; its buffers are donated), and
-    /// returning, with the tokens, the state after the prompts and every token emitted (a row
-    /// that stopped at `eos` keeps its state from there), ready for [`Mamba2::prefill_from`] or
-    /// another `generate_from`: a conversation, turn by turn, in O(1) memory.
-    pub fn generate_from(
-        &self,
-        prompts: &[Vec<u32>],
-        state: Option<Mamba2State>,
-        options: &GenerateOptions,
-    ) -> Result<(Vec<Vec<u32>>, Mamba2State)> {
-        let (tokens, state) = self.run_generate(prompts, state, true, options)?;
-        let state = state.ok_or_else(|| {
-            Error::InvalidArgument("generate_from: the program returned no state".into())
-        })?;
-        Ok((tokens, state))
-    }
-
-    fn run_generate(
-        &self,
-        prompts: &[Vec<u32>],
-        state: Option<Mamba2State>,
-        state_out: bool,
-        options: &GenerateOptions,
-    ) -> Result<(Vec<Vec<u32>>, Option<Mamba2State>)> {
-        self.check_options(options)?;
-        let (bucket, ids, mask, _) = self.pad_prompts(prompts)?;
-        let batch = prompts.len();
-        if let Some(s) = &state {
-            s.check(&self.config, batch)?;
-        }
-        let state = state.map(|s| self.placed_state(s, batch)).transpose()?;
-        if options.max_new_tokens == 0 {
-            let state = if state_out {
-                Some(self.run_prefill(prompts, LogitsAt::Last, state)?.state)
-            } else {
-                None
-            };
-            return Ok((vec![Vec::new(); batch], state));
-        }
-        let capacity = generate_capacity(options.max_new_tokens);
-        let v = Variant {
-            sample: matches!(options.sampling, Sampling::Sample { .. }),
-            from_state: state.is_some(),
-            state_out,
-            segment: false,
-        };
-        let key_id = format!("generate b{batch} l{bucket} n{capacity} {v:?}");
-        let program = self.program(&key_id, || self.generate_graph(batch, bucket, capacity, v))?;
-        let scalar = |name: &str, v: i32| self.input(name, &HostArray::scalar(v), batch);
-        // Both fit an i32: max_new_tokens <= MAX_NEW_TOKENS and eos < vocab (checked).
-        let max_new = scalar("max_new", options.max_new_tokens as i32)?;
-        let eos = scalar("eos", options.eos.map_or(-1, |e| e as i32))?;
-        let ids = self.input("tokens", &ids, batch)?;
-        let mask = self.input("mask", &mask, batch)?;
-        let mut inputs = vec![max_new, eos];
-        if v.sample {
-            let key = HostArray::from_vec(&[2], options.sampling.key().to_vec())?;
-            inputs.push(self.input("key", &key, batch)?);
-            inputs.extend(self.sample_settings(&options.sampling, batch)?);
-        }
-        let mut args = self.weight_args();
-        args.push(&ids);
-        args.push(&mask);
-        args.extend(state_args(state.as_ref()));
-        args.extend(&inputs);
-        let outs = program.run_sharded(&args)?;
-        drop(args);
-        drop(state);
-        let mut outs = outs.into_iter();
-        let tokens = outs
-            .next()
-            .ok_or_else(|| Error::InvalidArgument("generate returned nothing".into()))?;
-        let tokens = i32s(&tokens)?;
-        let tokens = tokens
-            .chunks(capacity)
-            .take(batch)
-            .map(|row| {
-                row[..options.max_new_tokens]
-                    .iter()
-                    .map(|&t| t as u32)
-                    .collect()
-            })
-            .collect();
-        let state = if state_out {
-            Some(layer_states(&mut outs, self.config.num_layers)?)
-        } else {
-            None
-        };
-        Ok((tokens, state))
-    }
-
-    /// Checks generation options against the model: sampling settings in range, `eos` in the
-    /// vocabulary, `max_new_tokens` at most [`MAX_NEW_TOKENS`].
-    fn check_options(&self, options: &GenerateOptions) -> Result<()> {
-        options.sampling.check(self.config.vocab_size)?;
-        if options.max_new_tokens > MAX_NEW_TOKENS {
-            return Err(Error::InvalidArgument(format!(
-                "options.max_new_tokens ({}) is more than {MAX_NEW_TOKENS}",
-                options.max_new_tokens
-            )));
-        }
-        if let Some(e) = options.eos {
-            if e as usize >= self.config.vocab_size {
-                return Err(Error::InvalidArgument(format!(
-                    "options.eos ({e}) is outside the vocabulary of {}",
-                    self.config.vocab_size
-                )));
-            }
-        }
-        Ok(())
-    }
 }
 
 /// Checks that the types of some weights are those [`Mamba2Weights::types`] gives `config` with
@@ -1121,15 +615,6 @@ fn bucket_chunks(n: usize) -> Option<usize> {
     })
 }
 
-/// The most new tokens one `generate` call makes per row (2^24).
-pub const MAX_NEW_TOKENS: usize = 1 << 24;
-
-/// The compiled capacity for `max_new_tokens`: the next power of two, at least 16. Every
-/// request up to it runs in the same program, the count being a runtime input.
-fn generate_capacity(max_new_tokens: usize) -> usize {
-    max_new_tokens.next_power_of_two().max(16)
-}
-
 /// The largest chunk [`Mamba2::with_prefill_chunk`] takes (every prompt is padded to a
 /// multiple of it).
 pub const MAX_PREFILL_CHUNK: usize = 1 << 16;
@@ -1139,16 +624,7 @@ pub const MAX_PREFILL_CHUNK: usize = 1 << 16;
 pub const CPU_MAX_CHUNK: usize = 64;
 
 /// The buffers of a state in parameter order (`conv.0`, `ssm.0`, `conv.1`, ...).
-/// The values of an i32 array, downloaded.
-fn i32s(b: &ShardedBuffer) -> Result<Vec<i32>> {
-    Ok(b.to_host_array()?
-        .as_array::<i32>()?
-        .iter()
-        .copied()
-        .collect())
-}
-
-fn state_args(state: Option<&Mamba2State>) -> Vec<&ShardedBuffer> {
+pub(super) fn state_args(state: Option<&Mamba2State>) -> Vec<&ShardedBuffer> {
     state
         .into_iter()
         .flat_map(|s| &s.layers)
@@ -1157,7 +633,7 @@ fn state_args(state: Option<&Mamba2State>) -> Vec<&ShardedBuffer> {
 }
 
 /// Collects layer states from program outputs, two per layer.
-fn layer_states(
+pub(super) fn layer_states(
     outs: &mut impl Iterator<Item = ShardedBuffer>,
     layers: usize,
 ) -> Result<Mamba2State> {
