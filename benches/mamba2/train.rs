@@ -45,15 +45,12 @@ pub fn child(arg: &str) -> Result<()> {
     let cfg = Mamba2Config::byte_level(SHAPE.0, SHAPE.1)?;
     let weights = Mamba2Weights::random(&cfg, DType::F32, 0)?;
     let t = Instant::now();
-    let mut trainer = Trainer::new(
-        &client,
-        &cfg,
-        weights,
-        AdamW::default(),
-        BATCH,
-        SEQ_LEN,
-        micro,
-    )?;
+    // The `train` example's clipping (at a global norm of 1; AdamW's defaults do not clip).
+    let opt = AdamW {
+        clip_norm: Some(1.0),
+        ..AdamW::default()
+    };
+    let mut trainer = Trainer::new(&client, &cfg, weights, opt, BATCH, SEQ_LEN, micro)?;
     let build_s = secs_since(t);
     // Seeded random bytes: the step's time does not depend on the values.
     let mut rng = SplitMix64::new(7);

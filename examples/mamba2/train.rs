@@ -18,7 +18,7 @@ use crate::plot::loss_svg;
 use crate::text::BYTE_VOCAB;
 use crate::{peak_rss_mb, progress, seconds};
 use stablegraph::models::mamba2::Trainer;
-use stablegraph::optim::AdamW;
+use stablegraph::optim::{AdamW, WarmupCosine};
 
 /// The fixed shape of the trained model (`Mamba2Config::byte_level`), besides --layers and
 /// --d-model.
@@ -50,8 +50,9 @@ Model: vocab 256 (token = byte), head_dim 32, state 32, one B/C group, conv kern
 chunk 64 (--seq-len must be a multiple of it), expand 2, tied embeddings, no projection \
 biases, f32; the weights are Mamba2Weights::random(config, F32, --seed).\n\n\
 Optimizer: AdamW (beta1 0.9, beta2 0.95, eps 1e-8, weight decay 0.1, gradients clipped to \
-global norm 1). Learning rate: linear warm-up from --lr/W to --lr over the first \
-W = clamp(steps / 20, 1, 100) steps, then cosine decay to --lr / 10 at the last step. With \
+global norm 1). Learning rate: stablegraph::optim::WarmupCosine::new(--lr, --steps), a linear \
+warm-up from --lr/W to --lr over the first W = clamp(steps / 20, 1, 100) steps, then cosine \
+decay to --lr / 10 at the last step. With \
 --micro-steps K, one program call runs K optimizer steps (all at the rate of the first).\n\n\
 Output (in --out): config.json and model.safetensors (an HF-format checkpoint that `generate \
 --model` and transformers' Mamba2ForCausalLM load), loss.csv (step,train_bpb,val_bpb; val_bpb \
@@ -161,18 +162,6 @@ impl TrainArgs {
     }
 }
 
-/// The learning rate of optimizer step `step` (1-based) of `steps`: linear warm-up over
-/// `clamp(steps / 20, 1, 100)` steps to `peak`, then cosine decay to `peak / 10` at `steps`.
-pub(crate) fn learning_rate(peak: f64, step: usize, steps: usize) -> f64 {
-    let warmup = (steps / 20).clamp(1, 100);
-    if step <= warmup {
-        return peak * step as f64 / warmup as f64;
-    }
-    let progress = (step - warmup) as f64 / (steps - warmup).max(1) as f64;
-    let cosine = 0.5 * (1.0 + (std::f64::consts::PI * progress.min(1.0)).cos());
-    peak * (0.1 + 0.9 * cosine)
-}
-
 /// One row of loss.csv.
 struct Row {
     step: usize,
@@ -246,6 +235,8 @@ pub(crate) fn train(a: TrainArgs) -> Result<()> {
     let final_weights = if a.steps == 0 {
         weights
     } else {
+        // Clipping at a global norm of 1 is asked for here: AdamW's defaults (PyTorch's) do
+        // not clip.
         let opt = AdamW {
             lr: a.lr,
             beta1: 0.9,
@@ -254,6 +245,7 @@ pub(crate) fn train(a: TrainArgs) -> Result<()> {
             weight_decay: 0.1,
             clip_norm: Some(1.0),
         };
+        let schedule = WarmupCosine::new(a.lr, a.steps as u64);
         progress("compiling the training and evaluation programs");
         let mut trainer = Trainer::new(
             &client,
@@ -280,7 +272,7 @@ pub(crate) fn train(a: TrainArgs) -> Result<()> {
         for call in 0..a.steps / k {
             let first = call * k + 1;
             let step = first + k - 1;
-            let lr = learning_rate(a.lr, first, a.steps);
+            let lr = schedule.lr(first as u64);
             let tokens = sampler.batch(k * a.batch);
             let t = Instant::now();
             let loss = trainer
@@ -383,22 +375,6 @@ pub(crate) fn train(a: TrainArgs) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&summary)?);
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn schedule_warms_up_then_decays_to_a_tenth() {
-        let peak = 3e-3;
-        assert!((learning_rate(peak, 1, 1000) - peak / 50.0).abs() < 1e-12);
-        assert!((learning_rate(peak, 50, 1000) - peak).abs() < 1e-12);
-        assert!((learning_rate(peak, 1000, 1000) - peak / 10.0).abs() < 1e-12);
-        let mid = learning_rate(peak, 525, 1000);
-        assert!((mid - peak * 0.55).abs() < 1e-9, "{mid}");
-        assert!((learning_rate(peak, 1, 1) - peak).abs() < 1e-12);
-    }
 }
 
 /// The tunable that backs glibc malloc's large mappings with transparent huge pages.
