@@ -10,8 +10,9 @@
 //!
 //! Modules: `load` (which model, the prompts, the sampling options), `text` (tokenizer or byte
 //! vocabulary), `generate`, `bench` (and `emit`), `data` (training bytes and batches), `train`,
-//! `grad`, `plot` (the loss chart).
+//! `grad`, `plot` (the loss chart), `bars` (progress bars on a terminal).
 
+mod bars;
 mod bench;
 mod data;
 mod generate;

@@ -16,7 +16,7 @@ use stablegraph::DType;
 use crate::data::{default_sources, eval_batches, unigram_entropy_bits, Data, Sampler};
 use crate::plot::loss_svg;
 use crate::text::BYTE_VOCAB;
-use crate::{peak_rss_mb, progress, seconds};
+use crate::{bars, peak_rss_mb, progress, seconds};
 use stablegraph::models::mamba2::Trainer;
 use stablegraph::optim::{AdamW, WarmupCosine};
 
@@ -269,6 +269,12 @@ pub(crate) fn train(a: TrainArgs) -> Result<()> {
             Ok(sum / evals.len() as f64 / std::f64::consts::LN_2)
         };
         let k = a.micro_steps();
+        // On a terminal: a bar over the optimizer steps, with the time left, the latest loss
+        // and the rate in tokens/s; the step lines are printed above it.
+        let bar = bars::bar(
+            a.steps as u64,
+            "{elapsed} [{wide_bar}] step {pos}/{len}, {eta} left: {msg}",
+        );
         for call in 0..a.steps / k {
             let first = call * k + 1;
             let step = first + k - 1;
@@ -293,13 +299,17 @@ pub(crate) fn train(a: TrainArgs) -> Result<()> {
                 None
             };
             let tokens_per_s = (step * a.batch * a.seq_len) as f64 / train_s;
+            bar.set_position(step as u64);
+            bar.set_message(format!(
+                "train {train_bpb:.3} bpb, {tokens_per_s:.0} tokens/s"
+            ));
             if eval_now || step.is_multiple_of(LOG_EVERY) || call == 0 {
                 let mut line = format!("step {step:>6}/{}  train {train_bpb:.3} bpb", a.steps);
                 if let Some(v) = val_bpb {
                     let _ = write!(line, "  val {v:.3} bpb");
                 }
                 let _ = write!(line, "  lr {lr:.2e}  {tokens_per_s:.0} tokens/s");
-                say(line);
+                bar.suspend(|| say(line));
             }
             rows.push(Row {
                 step,
@@ -307,6 +317,7 @@ pub(crate) fn train(a: TrainArgs) -> Result<()> {
                 val_bpb,
             });
         }
+        bar.finish_and_clear();
         // Now with the evaluation program's compile too.
         compile_s = trainer.compile_seconds();
         trainer.weights().context("reading the trained weights")?
