@@ -21,7 +21,7 @@ use stablegraph::rng::SplitMix64;
 use stablegraph::runtime::{Client, CompileCache};
 use stablegraph::DType;
 
-use crate::common::{median, secs_since, show, sorted, status_kib};
+use crate::common::{median, progress, secs_since, show, sorted, status_kib};
 use crate::context::Ctx;
 use crate::table::Table;
 use crate::TRAIN_CHILD_ENV;
@@ -206,7 +206,7 @@ pub fn bench(ctx: &mut Ctx) -> Result<Value> {
                 theirs.push(json!({"huge_pages": huge, "result": v}));
             }
             Err(why) => {
-                println!("{why}");
+                progress::out(&why);
                 theirs.push(json!({"huge_pages": huge, "skipped": why}));
             }
         }
@@ -221,7 +221,9 @@ pub fn bench(ctx: &mut Ctx) -> Result<Value> {
     };
     let ratio = best(&ours) / best(&theirs);
     if ratio.is_finite() {
-        println!("stablegraph / PyTorch tokens/s, the best setting of each: {ratio:.2}x");
+        progress::out(format!(
+            "stablegraph / PyTorch tokens/s, the best setting of each: {ratio:.2}x"
+        ));
         ctx.set_figure("train_vs_torch", ratio);
     }
     Ok(json!({"stablegraph": ours, "torch": theirs}))
