@@ -465,6 +465,7 @@ fn run_watched(
         bar.set_position(progress().min(len));
         std::thread::sleep(Duration::from_millis(100));
     }
+    bar.set_position(progress().min(len));
     waiter
         .join()
         .unwrap_or_else(|_| Err(std::io::Error::other("the thread waiting for it panicked")))
@@ -528,4 +529,45 @@ fn tail(s: &str, max: usize) -> &str {
         start += 1;
     }
     &s[start..]
+}
+
+#[cfg(all(test, unix))]
+mod tests {
+    use super::*;
+
+    /// The bar follows a file a child writes in steps, in a directory below the one watched,
+    /// and ends at the file's final size (capped at the bar's length).
+    #[test]
+    fn a_watched_child_moves_the_bar_with_the_bytes_written() {
+        let dir = std::env::temp_dir().join(format!("stablegraph-watch-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(dir.join("pip-unpack-x")).unwrap();
+        let file = dir.join("pip-unpack-x").join("a.whl");
+        fs::write(dir.join("small"), [0u8; 10]).unwrap();
+        let mut sh = Command::new("sh");
+        sh.arg("-c")
+            .arg("head -c 3000 /dev/zero > \"$1\"; sleep 1; head -c 4000 /dev/zero >> \"$1\"")
+            .arg("sh")
+            .arg(&file);
+        let bar = ProgressBar::hidden();
+        bar.set_length(10_000);
+        let seen = std::sync::Mutex::new(Vec::new());
+        let out = run_watched(&mut sh, &bar, || {
+            let n = largest_file(&dir, 2);
+            seen.lock().unwrap().push(n);
+            n
+        })
+        .unwrap();
+        assert!(out.status.success());
+        assert_eq!(bar.position(), 7000);
+        let seen = seen.into_inner().unwrap();
+        assert!(seen.contains(&3000), "{seen:?}");
+        assert!(seen.windows(2).all(|w| w[0] <= w[1]), "{seen:?}");
+        let capped = ProgressBar::hidden();
+        capped.set_length(5000);
+        run_watched(&mut Command::new("true"), &capped, || largest_file(&dir, 2)).unwrap();
+        assert_eq!(capped.position(), 5000);
+        assert_eq!(largest_file(&dir, 0), 10, "not looking into subdirectories");
+        let _ = fs::remove_dir_all(&dir);
+    }
 }
