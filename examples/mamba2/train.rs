@@ -245,7 +245,6 @@ pub(crate) fn train(a: TrainArgs) -> Result<()> {
             weight_decay: 0.1,
             clip_norm: Some(1.0),
         };
-        let schedule = WarmupCosine::new(a.lr, a.steps as u64);
         progress("compiling the training and evaluation programs");
         let mut trainer = Trainer::new(
             &client,
@@ -259,65 +258,7 @@ pub(crate) fn train(a: TrainArgs) -> Result<()> {
         .context("building the trainer")?;
         compile_s = trainer.compile_seconds();
         say(format!("compile   {compile_s:.2} s (the training step)"));
-        let mut sampler = Sampler::new(&data.train, window, a.seed ^ BATCH_STREAM);
-        let evals = eval_batches(&data.val, window, a.batch, MAX_EVAL_BATCHES);
-        let evaluate = |trainer: &Trainer| -> Result<f64> {
-            let mut sum = 0.0;
-            for batch in &evals {
-                sum += f64::from(trainer.eval_loss(batch).context("evaluating")?);
-            }
-            Ok(sum / evals.len() as f64 / std::f64::consts::LN_2)
-        };
-        let k = a.micro_steps();
-        // On a terminal: a bar over the optimizer steps, with the time left, the latest loss
-        // and the rate in tokens/s; the step lines are printed above it.
-        let bar = bars::bar(
-            a.steps as u64,
-            "{elapsed} [{wide_bar}] step {pos}/{len}, {eta} left: {msg}",
-        );
-        for call in 0..a.steps / k {
-            let first = call * k + 1;
-            let step = first + k - 1;
-            let lr = schedule.lr(first as u64);
-            let tokens = sampler.batch(k * a.batch);
-            let t = Instant::now();
-            let loss = trainer
-                .step(&tokens, lr)
-                .with_context(|| format!("training step {first}"))?;
-            train_s += seconds(t);
-            let train_bpb = f64::from(loss) / std::f64::consts::LN_2;
-            if !train_bpb.is_finite() {
-                bail!(
-                    "the training loss is {loss} at step {step}: training diverged (try a \
-                     lower --lr)"
-                );
-            }
-            let eval_now = step / a.eval_every > (first - 1) / a.eval_every || step == a.steps;
-            let val_bpb = if eval_now {
-                Some(evaluate(&trainer)?)
-            } else {
-                None
-            };
-            let tokens_per_s = (step * a.batch * a.seq_len) as f64 / train_s;
-            bar.set_position(step as u64);
-            bar.set_message(format!(
-                "train {train_bpb:.3} bpb, {tokens_per_s:.0} tokens/s"
-            ));
-            if eval_now || step.is_multiple_of(LOG_EVERY) || call == 0 {
-                let mut line = format!("step {step:>6}/{}  train {train_bpb:.3} bpb", a.steps);
-                if let Some(v) = val_bpb {
-                    let _ = write!(line, "  val {v:.3} bpb");
-                }
-                let _ = write!(line, "  lr {lr:.2e}  {tokens_per_s:.0} tokens/s");
-                bar.suspend(|| say(line));
-            }
-            rows.push(Row {
-                step,
-                train_bpb,
-                val_bpb,
-            });
-        }
-        bar.finish_and_clear();
+        (rows, train_s) = run_steps(&a, &mut trainer, &data, &say)?;
         // Now with the evaluation program's compile too.
         compile_s = trainer.compile_seconds();
         trainer.weights().context("reading the trained weights")?
@@ -386,6 +327,82 @@ pub(crate) fn train(a: TrainArgs) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&summary)?);
     }
     Ok(())
+}
+
+/// The optimizer steps of `train` on `data` (the learning rate from `WarmupCosine::new(--lr,
+/// --steps)`), printing a line every [`LOG_EVERY`] steps and at each evaluation through `say`
+/// (above the progress bar, on a terminal); returns the rows of loss.csv and the seconds spent
+/// in the training steps.
+fn run_steps(
+    a: &TrainArgs,
+    trainer: &mut Trainer,
+    data: &Data,
+    say: &dyn Fn(String),
+) -> Result<(Vec<Row>, f64)> {
+    let window = a.seq_len + 1;
+    let schedule = WarmupCosine::new(a.lr, a.steps as u64);
+    let mut rows = Vec::new();
+    let mut train_s = 0.0;
+    let mut sampler = Sampler::new(&data.train, window, a.seed ^ BATCH_STREAM);
+    let evals = eval_batches(&data.val, window, a.batch, MAX_EVAL_BATCHES);
+    let evaluate = |trainer: &Trainer| -> Result<f64> {
+        let mut sum = 0.0;
+        for batch in &evals {
+            sum += f64::from(trainer.eval_loss(batch).context("evaluating")?);
+        }
+        Ok(sum / evals.len() as f64 / std::f64::consts::LN_2)
+    };
+    let k = a.micro_steps();
+    // On a terminal: a bar over the optimizer steps, with the time left, the latest loss
+    // and the rate in tokens/s; the step lines are printed above it.
+    let bar = bars::bar(
+        a.steps as u64,
+        "{elapsed} [{wide_bar}] step {pos}/{len}, {eta} left: {msg}",
+    );
+    for call in 0..a.steps / k {
+        let first = call * k + 1;
+        let step = first + k - 1;
+        let lr = schedule.lr(first as u64);
+        let tokens = sampler.batch(k * a.batch);
+        let t = Instant::now();
+        let loss = trainer
+            .step(&tokens, lr)
+            .with_context(|| format!("training step {first}"))?;
+        train_s += seconds(t);
+        let train_bpb = f64::from(loss) / std::f64::consts::LN_2;
+        if !train_bpb.is_finite() {
+            bail!(
+                "the training loss is {loss} at step {step}: training diverged (try a \
+                 lower --lr)"
+            );
+        }
+        let eval_now = step / a.eval_every > (first - 1) / a.eval_every || step == a.steps;
+        let val_bpb = if eval_now {
+            Some(evaluate(trainer)?)
+        } else {
+            None
+        };
+        let tokens_per_s = (step * a.batch * a.seq_len) as f64 / train_s;
+        bar.set_position(step as u64);
+        bar.set_message(format!(
+            "train {train_bpb:.3} bpb, {tokens_per_s:.0} tokens/s"
+        ));
+        if eval_now || step.is_multiple_of(LOG_EVERY) || call == 0 {
+            let mut line = format!("step {step:>6}/{}  train {train_bpb:.3} bpb", a.steps);
+            if let Some(v) = val_bpb {
+                let _ = write!(line, "  val {v:.3} bpb");
+            }
+            let _ = write!(line, "  lr {lr:.2e}  {tokens_per_s:.0} tokens/s");
+            bar.suspend(|| say(line));
+        }
+        rows.push(Row {
+            step,
+            train_bpb,
+            val_bpb,
+        });
+    }
+    bar.finish_and_clear();
+    Ok((rows, train_s))
 }
 
 /// The tunable that backs glibc malloc's large mappings with transparent huge pages.

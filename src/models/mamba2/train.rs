@@ -1,6 +1,6 @@
 //! Training a Mamba-2 language model: the next-token loss as a graph ([`lm_loss`]), its
 //! gradients by reverse-mode autodiff ([`Tensor::grad`]), and [`Trainer`], which compiles a
-//! whole training step (loss, gradients, global-norm clipping and an AdamW update, optionally
+//! whole training step (loss, gradients, global-norm clipping if asked, an AdamW update, optionally
 //! several such steps in one device-side loop) into ONE program whose weights and optimizer
 //! state stay on the device and are updated in place.
 //!
