@@ -1,29 +1,29 @@
 //! AdamW as a graph against an independent f64 host implementation of PyTorch's formulas
 //! (`torch.optim.AdamW` and `torch.nn.utils.clip_grad_norm_`), over several steps, with the
-//! clipping active and inactive, a runtime learning rate and a constant one.
+//! clipping active, inactive and off (the default), a runtime learning rate and a constant one,
+//! and several steps in one device loop; and the warm-up + cosine schedule against its formula.
 
 mod common;
 
 use stablegraph::ops::{Graph, Tensor};
-use stablegraph::optim::{global_norm, AdamW};
+use stablegraph::optim::{global_norm, AdamW, AdamWState, ParamState, WarmupCosine};
 use stablegraph::{CompiledGraph, DType, HostArray};
 
 /// The shapes of the test's parameters and whether each is decayed.
 const SHAPES: [(&[usize], bool); 3] = [(&[3, 4], true), (&[5], false), (&[2, 2, 2], true)];
 
-/// PyTorch's AdamW step in f64, written from its documentation: clip (global norm, factor
-/// `min(1, clip / (norm + 1e-6))`), decoupled decay, moments, bias corrections, update.
-#[allow(clippy::too_many_arguments)]
-fn host_step(
-    opt: &AdamW,
-    params: &mut [Vec<f64>],
-    grads: &[Vec<f64>],
-    m: &mut [Vec<f64>],
-    v: &mut [Vec<f64>],
-    decay: &[bool],
-    t: i32,
-    lr: f64,
-) -> f64 {
+/// The host's optimizer state: per parameter its values and moments, in f64.
+#[derive(Clone)]
+struct Host {
+    p: Vec<Vec<f64>>,
+    m: Vec<Vec<f64>>,
+    v: Vec<Vec<f64>>,
+}
+
+/// PyTorch's AdamW step `t` (1-based) in f64, written from its documentation: clip (global
+/// norm, factor `min(1, clip / (norm + 1e-6))`), decoupled decay, moments, bias corrections,
+/// update. Returns the gradients' global norm before clipping.
+fn host_step(opt: &AdamW, s: &mut Host, grads: &[Vec<f64>], t: i32, lr: f64) -> f64 {
     let norm = grads.iter().flatten().map(|g| g * g).sum::<f64>().sqrt();
     let coef = match opt.clip_norm {
         Some(c) => (c / (norm + 1e-6)).min(1.0),
@@ -31,45 +31,72 @@ fn host_step(
     };
     let bc1 = 1.0 - opt.beta1.powi(t);
     let bc2 = 1.0 - opt.beta2.powi(t);
-    for i in 0..params.len() {
-        for k in 0..params[i].len() {
-            let g = grads[i][k] * coef;
-            let mut p = params[i][k];
-            if decay[i] {
+    for (i, (_, decay)) in SHAPES.iter().enumerate() {
+        for (k, g) in grads[i].iter().enumerate() {
+            let g = g * coef;
+            let mut p = s.p[i][k];
+            if *decay {
                 p *= 1.0 - lr * opt.weight_decay;
             }
-            m[i][k] = opt.beta1 * m[i][k] + (1.0 - opt.beta1) * g;
-            v[i][k] = opt.beta2 * v[i][k] + (1.0 - opt.beta2) * g * g;
-            let denom = v[i][k].sqrt() / bc2.sqrt() + opt.eps;
-            params[i][k] = p - lr / bc1 * m[i][k] / denom;
+            s.m[i][k] = opt.beta1 * s.m[i][k] + (1.0 - opt.beta1) * g;
+            s.v[i][k] = opt.beta2 * s.v[i][k] + (1.0 - opt.beta2) * g * g;
+            let denom = s.v[i][k].sqrt() / bc2.sqrt() + opt.eps;
+            s.p[i][k] = p - lr / bc1 * s.m[i][k] / denom;
         }
     }
     norm
 }
 
-/// The update program: parameters `p`, `g`, `m`, `v` per tensor, then `step` (i32) and, with
-/// `runtime_lr`, `lr` (f32); outputs the new `p`, `m`, `v` and the global norm of `g`.
+/// Graph parameters named `{prefix}{i}`, one per shape.
+fn parameters(g: &Graph, prefix: &str) -> Vec<Tensor> {
+    SHAPES
+        .iter()
+        .enumerate()
+        .map(|(i, (dims, _))| {
+            g.parameter(&format!("{prefix}{i}"), DType::F32, dims)
+                .unwrap()
+        })
+        .collect()
+}
+
+/// The optimizer state over parameters `p*`, `m*`, `v*` and `step` (i32, steps done).
+fn state_parameters(g: &Graph) -> AdamWState {
+    let (p, m, v) = (parameters(g, "p"), parameters(g, "m"), parameters(g, "v"));
+    let params = p
+        .into_iter()
+        .zip(m.into_iter().zip(v))
+        .zip(SHAPES)
+        .map(|((param, (m, v)), (_, decay))| ParamState { param, m, v, decay })
+        .collect();
+    let step = g.parameter("step", DType::I32, &[]).unwrap();
+    AdamWState { params, step }
+}
+
+/// The outputs of a state: every `p`, every `m`, every `v`, then the step count.
+fn state_outputs(s: &AdamWState) -> Vec<&Tensor> {
+    let mut outs: Vec<&Tensor> = s.params.iter().map(|p| &p.param).collect();
+    outs.extend(s.params.iter().map(|p| &p.m));
+    outs.extend(s.params.iter().map(|p| &p.v));
+    outs.push(&s.step);
+    outs
+}
+
+/// The update program: parameters `p*`, `m*`, `v*`, `step` (i32, steps done), then `g*` and,
+/// with `runtime_lr`, `lr` (f32); outputs the new `p`, `m`, `v`, step count and the global norm
+/// of `g` (from [`AdamW::update_with_norm`], checked against [`global_norm`] and
+/// [`AdamW::update`]).
 fn program(opt: &AdamW, runtime_lr: bool) -> (Graph, CompiledGraph) {
     let g = Graph::new();
-    let mut lists: [Vec<Tensor>; 4] = Default::default();
-    for (name, list) in ["p", "g", "m", "v"].iter().zip(&mut lists) {
-        for (i, (dims, _)) in SHAPES.iter().enumerate() {
-            list.push(
-                g.parameter(&format!("{name}{i}"), DType::F32, dims)
-                    .unwrap(),
-            );
-        }
-    }
-    let step = g.parameter("step", DType::I32, &[]).unwrap();
+    let state = state_parameters(&g);
+    let grads = parameters(&g, "g");
     let lr = runtime_lr.then(|| g.parameter("lr", DType::F32, &[]).unwrap());
-    let decay: Vec<bool> = SHAPES.iter().map(|s| s.1).collect();
-    let [p, grads, m, v] = &lists;
-    let (p, m, v) = opt
-        .update(p, grads, m, v, &decay, &step, lr.as_ref())
-        .unwrap();
-    let norm = global_norm(grads).unwrap();
-    let mut outs: Vec<&Tensor> = p.iter().chain(&m).chain(&v).collect();
+    let (next, norm) = opt.update_with_norm(&state, &grads, lr.as_ref()).unwrap();
+    let plain = opt.update(&state, &grads, lr.as_ref()).unwrap();
+    let direct = global_norm(&grads).unwrap();
+    let mut outs = state_outputs(&next);
     outs.push(&norm);
+    outs.extend(state_outputs(&plain));
+    outs.push(&direct);
     g.set_outputs(&outs).unwrap();
     let compiled = g.compile(&common::client()).unwrap();
     (g, compiled)
@@ -85,43 +112,76 @@ fn arrays(values: &[Vec<f64>]) -> Vec<HostArray> {
         .collect()
 }
 
+/// Draws one value per parameter element, uniform in `[-scale, scale)`, rounded to f32 (the
+/// values the device gets).
+fn draw(rng: &mut common::Rng, scale: f64) -> Vec<Vec<f64>> {
+    SHAPES
+        .iter()
+        .map(|(d, _)| {
+            (0..d.iter().product::<usize>())
+                .map(|_| f64::from((rng.uniform(-1.0, 1.0) * scale) as f32))
+                .collect()
+        })
+        .collect()
+}
+
+/// A fresh host state: random parameters, zero moments.
+fn host_start(rng: &mut common::Rng) -> Host {
+    let p = draw(rng, 1.0);
+    let zeros: Vec<Vec<f64>> = p.iter().map(|r| vec![0.0; r.len()]).collect();
+    Host {
+        p,
+        m: zeros.clone(),
+        v: zeros,
+    }
+}
+
+/// Asserts that device outputs `p`, `m`, `v` (in that order, `n` each) match the host's.
+fn assert_state(t: i32, out: &[HostArray], host: &Host, grad_scale: f64) {
+    let n = SHAPES.len();
+    for (what, got, want, tol) in [
+        ("params", &out[..n], &host.p, 2e-6),
+        ("m", &out[n..2 * n], &host.m, 1e-6 * grad_scale),
+        (
+            "v",
+            &out[2 * n..3 * n],
+            &host.v,
+            1e-6 * grad_scale * grad_scale,
+        ),
+    ] {
+        for (i, (g, w)) in got.iter().zip(want).enumerate() {
+            for (k, (a, b)) in g.to_f64_vec().iter().zip(w).enumerate() {
+                assert!(
+                    (a - b).abs() <= tol + 1e-5 * b.abs(),
+                    "step {t}, {what}[{i}][{k}]: device {a}, host {b}"
+                );
+            }
+        }
+    }
+}
+
 /// Runs `steps` steps of `opt` on the device and on the host from the same start, with
-/// gradients scaled by `grad_scale`, comparing parameters and moments after every step; returns
-/// the global gradient norms seen.
+/// gradients scaled by `grad_scale`, comparing parameters, moments, the step count and the
+/// norm after every step; returns the global gradient norms seen.
 fn run_against_host(opt: &AdamW, runtime_lr: bool, grad_scale: f64, steps: i32) -> Vec<f64> {
     let (graph, compiled) = program(opt, runtime_lr);
     let mut rng = common::Rng::new(7);
-    let sizes: Vec<usize> = SHAPES.iter().map(|(d, _)| d.iter().product()).collect();
-    let draw = |rng: &mut common::Rng, scale: f64| -> Vec<Vec<f64>> {
-        sizes
-            .iter()
-            .map(|&n| (0..n).map(|_| rng.uniform(-1.0, 1.0) * scale).collect())
-            .collect()
-    };
-    // Host values start as the f32 values the device gets.
-    let round = |v: Vec<Vec<f64>>| -> Vec<Vec<f64>> {
-        v.into_iter()
-            .map(|r| r.into_iter().map(|x| f64::from(x as f32)).collect())
-            .collect()
-    };
-    let mut p = round(draw(&mut rng, 1.0));
-    let mut m: Vec<Vec<f64>> = sizes.iter().map(|&n| vec![0.0; n]).collect();
-    let mut v = m.clone();
-    let (mut dp, mut dm, mut dv) = (arrays(&p), arrays(&m), arrays(&v));
-    let decay: Vec<bool> = SHAPES.iter().map(|s| s.1).collect();
+    let mut host = host_start(&mut rng);
+    let n = SHAPES.len();
+    let mut state = arrays(&host.p);
+    state.extend(arrays(&host.m));
+    state.extend(arrays(&host.v));
+    state.push(HostArray::scalar(0i32));
     let mut norms = Vec::new();
     for t in 1..=steps {
-        let grads = round(draw(&mut rng, grad_scale));
+        let grads = draw(&mut rng, grad_scale);
         let lr = if runtime_lr {
             f64::from((0.05 / f64::from(t)) as f32)
         } else {
             opt.lr
         };
-        let mut inputs: Vec<HostArray> = dp.clone();
+        let mut inputs = state.clone();
         inputs.extend(arrays(&grads));
-        inputs.extend(dm.clone());
-        inputs.extend(dv.clone());
-        inputs.push(HostArray::scalar(t));
         if runtime_lr {
             inputs.push(HostArray::scalar(lr as f32));
         }
@@ -138,31 +198,21 @@ fn run_against_host(opt: &AdamW, runtime_lr: bool, grad_scale: f64, steps: i32) 
                 }
             }
         }
-        let norm = host_step(opt, &mut p, &grads, &mut m, &mut v, &decay, t, lr);
-        let n = SHAPES.len();
-        let device_norm = out[3 * n].to_f64_vec()[0];
+        let norm = host_step(opt, &mut host, &grads, t, lr);
+        let device_norm = out[3 * n + 1].to_f64_vec()[0];
         assert!(
             (device_norm - norm).abs() <= 1e-5 * norm,
             "step {t}: global norm {device_norm} vs {norm}"
         );
+        assert_eq!(out[3 * n].to_f64_vec(), [f64::from(t)], "the step count");
         norms.push(norm);
-        for (what, got, want, tol) in [
-            ("params", &out[..n], &p, 2e-6),
-            ("m", &out[n..2 * n], &m, 1e-6 * grad_scale),
-            ("v", &out[2 * n..3 * n], &v, 1e-6 * grad_scale * grad_scale),
-        ] {
-            for (i, (g, w)) in got.iter().zip(want).enumerate() {
-                for (k, (a, b)) in g.to_f64_vec().iter().zip(w).enumerate() {
-                    assert!(
-                        (a - b).abs() <= tol + 1e-5 * b.abs(),
-                        "step {t}, {what}[{i}][{k}]: device {a}, host {b}"
-                    );
-                }
-            }
+        assert_state(t, &out, &host, grad_scale);
+        // `update` and `global_norm` give what `update_with_norm` gave.
+        let (with_norm, plain) = out.split_at(3 * n + 2);
+        for (a, b) in with_norm.iter().zip(plain) {
+            assert_eq!(a.to_f64_vec(), b.to_f64_vec());
         }
-        dp = out[..n].to_vec();
-        dm = out[n..2 * n].to_vec();
-        dv = out[2 * n..3 * n].to_vec();
+        state = out[..3 * n + 1].to_vec();
     }
     norms
 }
@@ -197,4 +247,149 @@ fn adamw_with_inactive_clipping_and_a_constant_lr_matches_the_formulas() {
         ..opt
     };
     run_against_host(&unclipped, false, 0.5, 3);
+}
+
+/// The defaults are `torch.optim.AdamW`'s, which do not clip: gradients far above norm 1 are
+/// used as they are.
+#[test]
+fn adamw_defaults_are_torchs_and_do_not_clip() {
+    let opt = AdamW::default();
+    assert_eq!(
+        (opt.lr, opt.beta1, opt.beta2, opt.eps, opt.weight_decay),
+        (1e-3, 0.9, 0.999, 1e-8, 1e-2)
+    );
+    assert_eq!(opt.clip_norm, None);
+    let norms = run_against_host(&opt, false, 10.0, 4);
+    assert!(norms.iter().all(|&n| n > 5.0), "{norms:?}");
+}
+
+/// Several updates in one device loop (the state as a `fori_loop` carry) equal the host's
+/// steps, and a fresh state ([`AdamWState::new`]) starts from zero moments and step 0.
+#[test]
+fn adamw_steps_in_a_device_loop_from_a_fresh_state() {
+    let opt = AdamW {
+        lr: 0.01,
+        clip_norm: Some(2.0),
+        ..AdamW::default()
+    };
+    let g = Graph::new();
+    let p = parameters(&g, "p");
+    let grads = parameters(&g, "g");
+    let fresh = AdamWState::new(
+        p.into_iter()
+            .zip(SHAPES)
+            .map(|(t, (_, decay))| ParamState::new(t, decay).unwrap())
+            .collect(),
+    )
+    .unwrap();
+    // The same gradients at every step (captured by the loop body).
+    let last = g
+        .fori_loop(0, 3, &fresh, |_, s| opt.update(s, &grads, None))
+        .unwrap();
+    g.set_outputs(&state_outputs(&last)).unwrap();
+    let compiled = g.compile(&common::client()).unwrap();
+    let mut rng = common::Rng::new(11);
+    let mut host = host_start(&mut rng);
+    let grad_values = draw(&mut rng, 3.0);
+    let mut inputs = arrays(&host.p);
+    inputs.extend(arrays(&grad_values));
+    let out = compiled.run(&inputs).unwrap();
+    for t in 1..=3 {
+        host_step(&opt, &mut host, &grad_values, t, opt.lr);
+    }
+    assert_state(3, &out, &host, 3.0);
+    assert_eq!(out[3 * SHAPES.len()].to_f64_vec(), [3.0]);
+}
+
+/// The schedule against its formula, evaluated here by cases from the definition: linear
+/// warm-up to the peak, then `f + (1 - f) * (1 + cos(pi * progress)) / 2` of the peak.
+#[test]
+fn warmup_cosine_follows_its_formula() {
+    let s = WarmupCosine {
+        peak_lr: 2e-3,
+        warmup_steps: 10,
+        total_steps: 110,
+        final_fraction: 0.25,
+    };
+    s.validate().unwrap();
+    for step in 0..=10u64 {
+        let want = 2e-3 * step as f64 / 10.0;
+        assert!((s.lr(step) - want).abs() < 1e-15, "warm-up step {step}");
+    }
+    // A quarter, half and three quarters of the way down the cosine, and the end.
+    for (step, cos) in [
+        (35u64, 0.5f64.sqrt()),
+        (60, 0.0),
+        (85, -(0.5f64.sqrt())),
+        (110, -1.0),
+    ] {
+        let want = 2e-3 * (0.25 + 0.75 * (1.0 + cos) / 2.0);
+        assert!(
+            (s.lr(step) - want).abs() < 1e-15,
+            "step {step}: {} vs {want}",
+            s.lr(step)
+        );
+    }
+    assert!((s.lr(1000) - 5e-4).abs() < 1e-15, "after the end");
+    let lrs: Vec<f64> = (10..=110).map(|t| s.lr(t)).collect();
+    assert!(lrs.windows(2).all(|w| w[1] < w[0]), "decays strictly");
+    // No warm-up: the decay starts at once.
+    let none = WarmupCosine {
+        warmup_steps: 0,
+        ..s
+    };
+    assert_eq!(none.lr(0), 2e-3);
+    assert!((none.lr(110) - 5e-4).abs() < 1e-15);
+    // Bad fields are named.
+    let e = WarmupCosine {
+        final_fraction: 1.5,
+        ..s
+    }
+    .validate()
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("final_fraction"), "{e}");
+    let e = WarmupCosine {
+        peak_lr: f64::NAN,
+        ..s
+    }
+    .validate()
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("peak_lr"), "{e}");
+}
+
+/// `WarmupCosine::new` is the schedule the `train` example used before it moved here: the same
+/// f64 for every step of several lengths (so training runs are unchanged), and the example's
+/// figures (warm-up over 5% of the steps, down to a tenth).
+#[test]
+fn warmup_cosine_new_is_the_train_examples_schedule() {
+    // The example's former function, verbatim.
+    fn learning_rate(peak: f64, step: usize, steps: usize) -> f64 {
+        let warmup = (steps / 20).clamp(1, 100);
+        if step <= warmup {
+            return peak * step as f64 / warmup as f64;
+        }
+        let progress = (step - warmup) as f64 / (steps - warmup).max(1) as f64;
+        let cosine = 0.5 * (1.0 + (std::f64::consts::PI * progress.min(1.0)).cos());
+        peak * (0.1 + 0.9 * cosine)
+    }
+    for (peak, steps) in [(3e-3, 2400), (1e-2, 1000), (5e-4, 7), (3e-3, 1), (2e-3, 4)] {
+        let s = WarmupCosine::new(peak, steps as u64);
+        for step in 1..=steps {
+            assert_eq!(
+                s.lr(step as u64).to_bits(),
+                learning_rate(peak, step, steps).to_bits(),
+                "peak {peak}, step {step} of {steps}"
+            );
+        }
+    }
+    let peak = 3e-3;
+    let s = WarmupCosine::new(peak, 1000);
+    assert_eq!((s.warmup_steps, s.final_fraction), (50, 0.1));
+    assert!((s.lr(1) - peak / 50.0).abs() < 1e-12);
+    assert!((s.lr(50) - peak).abs() < 1e-12);
+    assert!((s.lr(1000) - peak / 10.0).abs() < 1e-12);
+    assert!((s.lr(525) - peak * 0.55).abs() < 1e-9);
+    assert!((WarmupCosine::new(peak, 1).lr(1) - peak).abs() < 1e-12);
 }

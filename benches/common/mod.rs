@@ -1,12 +1,14 @@
 //! What every bench shares: timing and order statistics, value formatting, JSON reports under
-//! `target/bench`, a deterministic generator, peak memory from `/proc`, and the machine's
-//! ceilings (matrix-vector read bandwidth, matmul throughput) through the plugin.
+//! `target/bench`, a deterministic generator, peak memory from `/proc`, the machine's ceilings
+//! (matrix-vector read bandwidth, matmul throughput) through the plugin, and progress bars on a
+//! terminal (`progress`).
 //!
 //! Each bench includes it with `mod common;` (`#[path = "../common/mod.rs"]` from a bench in
 //! its own folder); not every bench uses every item.
 #![allow(dead_code)]
 
 pub mod ceilings;
+pub mod progress;
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -23,16 +25,26 @@ pub fn secs_since(t: Instant) -> f64 {
 }
 
 /// Runs `f` `reps` times (at least once), timing each call; returns the sorted times in seconds
-/// and the last value. Earlier values are dropped outside the timed region.
+/// and the last value. Earlier values are dropped outside the timed region, and a progress bar
+/// (on a terminal) moves between calls.
 pub fn timed<T>(reps: usize, mut f: impl FnMut() -> Result<T>) -> Result<(Vec<f64>, T)> {
+    let reps = reps.max(1);
     let mut times = Vec::with_capacity(reps);
     let mut last = None;
-    for _ in 0..reps.max(1) {
+    let bar = progress::bar(
+        reps as u64,
+        "  [{wide_bar}] timed run {pos}/{len}, {eta} left: {msg}",
+    );
+    for _ in 0..reps {
         let t = Instant::now();
         let v = f()?;
-        times.push(secs_since(t));
+        let s = secs_since(t);
+        times.push(s);
         last = Some(v);
+        bar.inc(1);
+        bar.set_message(format!("{} s per run", show(s)));
     }
+    progress::done(&bar);
     Ok((sorted(times), last.expect("at least one run")))
 }
 

@@ -10,7 +10,7 @@ use stablegraph::models::mamba2::{
 use stablegraph::runtime::Client;
 use stablegraph::{DType, HostArray};
 
-use crate::common::{median, secs_since, timed};
+use crate::common::{median, progress, secs_since, timed};
 use crate::plan::Plan;
 use crate::SEED;
 
@@ -99,11 +99,11 @@ impl Ctx {
         let t = Instant::now();
         let weights = Mamba2Weights::random(&self.cfg, dtype, SEED)?;
         let model = Mamba2::new(&self.client, self.cfg.clone(), &weights)?;
-        eprintln!(
+        progress::note(format!(
             "  {} model: random weights + upload {:.1}s",
             dtype.name(),
             secs_since(t)
-        );
+        ));
         self.models.push((dtype, model));
         Ok(&self.models.last().expect("pushed").1)
     }
@@ -150,12 +150,12 @@ impl Ctx {
         let prompts: Vec<Vec<u32>> = (0..batch).map(|r| prompt(len, r)).collect();
         let t = Instant::now();
         model.prefill(&prompts)?;
-        eprintln!(
+        progress::note(format!(
             "  prefill {} b{batch} l{bucket} (chunk {}): first call (compile + run) {:.1}s",
             dtype.name(),
             model.prefill_chunk(len),
             secs_since(t)
-        );
+        ));
         let (reps, warm_up) = self.plan.prefill_reps(batch * bucket);
         if warm_up {
             model.prefill(&prompts)?;

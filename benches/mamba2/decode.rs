@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use stablegraph::models::mamba2::{GenerateOptions, Mamba2Config, Mamba2Weights, Sampling};
 use stablegraph::{DType, TensorType};
 
-use crate::common::{median, quantile, secs_since, show, sorted, write_report};
+use crate::common::{median, progress, quantile, secs_since, show, sorted, write_report};
 use crate::context::{greedy, prompt, Ctx};
 use crate::host_loop::{self, interpolate, HostTables};
 use crate::plot::latency_svg;
@@ -117,14 +117,14 @@ fn device_loop(
     for v in variants {
         let t = Instant::now();
         first.push(run(v)?);
-        eprintln!(
+        progress::note(format!(
             "  generate {} b{batch} n{n} {}{}: first call (compile + run) {:.1}s",
             v.dtype.name(),
             sampling_name(&v.sampling),
             v.stream
                 .map_or(String::new(), |k| format!(" streamed K={k}")),
             secs_since(t)
-        );
+        ));
     }
     let mut per_step = vec![Vec::with_capacity(runs); variants.len()];
     for _ in 0..runs.max(1) {
@@ -288,7 +288,7 @@ fn all_positions(ctx: &Ctx, device: Vec<Value>, t: HostTables) -> Result<Value> 
     let cached_total: f64 = host.step_secs.iter().sum();
     let recompute_total: f64 = (DECODE_PROMPT + 1..=total).map(per_position).sum();
     let steps = host.step_secs.len();
-    println!(
+    progress::out(format!(
         "generating positions {}..={total} ({steps} tokens): cached host loop {:.1}s measured, \
          recomputation {:.1}s (extrapolated from the prefill times at {:?}), {:.0}x",
         DECODE_PROMPT + 1,
@@ -296,7 +296,7 @@ fn all_positions(ctx: &Ctx, device: Vec<Value>, t: HostTables) -> Result<Value> 
         recompute_total,
         recomputed.iter().map(|(c, _)| *c).collect::<Vec<_>>(),
         recompute_total / cached_total
-    );
+    ));
     let svg = latency_svg(host, &recomputed, chunk, total);
     let name = if ctx.plan.quick {
         "decode_latency-quick.svg"
@@ -304,7 +304,7 @@ fn all_positions(ctx: &Ctx, device: Vec<Value>, t: HostTables) -> Result<Value> 
         "decode_latency.svg"
     };
     let file = write_report(name, &svg)?;
-    println!("wrote {}", file.display());
+    progress::out(format!("wrote {}", file.display()));
     Ok(json!({
         "device_loop": device,
         "host_loop_and_recompute": rows,

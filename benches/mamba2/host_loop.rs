@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 use stablegraph::models::mamba2::{Mamba2, Mamba2State};
 use stablegraph::DType;
 
-use crate::common::{median, quantile, secs_since, show, sorted};
+use crate::common::{median, progress, quantile, secs_since, show, sorted};
 use crate::context::{argmax, argmax_rows, max_abs_diff, prompt, Ctx};
 use crate::decode::decode_bytes_per_step;
 use crate::table::Table;
@@ -27,12 +27,12 @@ pub fn tables(ctx: &mut Ctx, bandwidth: Option<f64>) -> Result<HostTables> {
         ctx.model(dtype)?;
         let t = Instant::now();
         let h = host_loop(ctx.get(dtype), len, &contexts)?;
-        eprintln!(
+        progress::note(format!(
             "  host loop {}: {} steps in {:.1}s",
             dtype.name(),
             h.step_secs.len(),
             secs_since(t)
-        );
+        ));
         hosts.push((dtype, h));
     }
     let mut table = Table::new(

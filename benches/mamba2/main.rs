@@ -53,8 +53,9 @@
 //! One module per section (`ceilings.rs` ... `compile.rs`; decode's host loop and recomputation
 //! in `host_loop.rs`), with `plan.rs` (sizes and
 //! repetitions), `context.rs` (the models, prompts and figures the sections share), `table.rs`,
-//! `plot.rs` (the latency SVG) and `summary.rs`; timing, statistics, JSON and `/proc` reading
-//! come from `benches/common`.
+//! `plot.rs` (the latency SVG) and `summary.rs`; timing, statistics, JSON, `/proc` reading and
+//! the progress bars (on a terminal: one over the sections, one per timed loop) come from
+//! `benches/common`.
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -78,7 +79,7 @@ mod train;
 use std::time::Instant;
 
 use anyhow::{ensure, Context, Result};
-use common::{secs_since, write_report};
+use common::{progress, secs_since, write_report};
 use context::Ctx;
 use plan::Plan;
 use serde_json::{json, Value};
@@ -163,17 +164,27 @@ fn main() -> Result<()> {
     let mut report = serde_json::Map::new();
     report.insert("plugin".into(), json!(plugin));
     report.insert("quick".into(), json!(args.quick));
-    for (name, run) in SECTIONS {
-        if !args.only.iter().any(|s| s == name) {
-            continue;
-        }
+    let chosen: Vec<(&str, Section)> = SECTIONS
+        .into_iter()
+        .filter(|(name, _)| args.only.iter().any(|s| s == name))
+        .collect();
+    // On a terminal, a bar over the sections (they differ too much in length for a time left:
+    // the timed runs inside them have their own bars).
+    let bar = progress::ticking(progress::bar(
+        chosen.len() as u64,
+        "{elapsed} [{wide_bar}] section {pos}/{len}: {msg}",
+    ));
+    for (name, run) in chosen {
         let t = Instant::now();
-        eprintln!("[{name}]");
+        bar.set_message(name);
+        progress::note(format!("[{name}]"));
         let value = run(&mut ctx).with_context(|| format!("section {name}"))?;
         let s = secs_since(t);
-        eprintln!("[{name}] {s:.0}s");
+        bar.inc(1);
+        progress::note(format!("[{name}] {s:.0}s"));
         report.insert(name.into(), json!({"seconds": s, "result": value}));
     }
+    progress::done(&bar);
     report.insert("summary".into(), summary::summary(&ctx));
     let total = secs_since(start);
     report.insert("total_seconds".into(), json!(total));

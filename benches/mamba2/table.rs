@@ -2,6 +2,8 @@
 
 use std::fmt::Write as _;
 
+use crate::common::progress;
+
 /// A printed table: first column left-aligned, the others right-aligned.
 pub struct Table {
     title: String,
@@ -37,7 +39,7 @@ impl Table {
                     .unwrap_or(0)
             })
             .collect();
-        println!("\n{}", self.title);
+        progress::out(format!("\n{}", self.title));
         for r in std::iter::once(&self.head).chain(&self.rows) {
             let mut line = String::new();
             for (c, w) in width.iter().enumerate() {
@@ -48,7 +50,7 @@ impl Table {
                     let _ = write!(line, "  {cell:>w$}");
                 }
             }
-            println!("{}", line.trim_end());
+            progress::out(line.trim_end());
         }
     }
 }

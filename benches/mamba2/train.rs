@@ -21,7 +21,7 @@ use stablegraph::rng::SplitMix64;
 use stablegraph::runtime::{Client, CompileCache};
 use stablegraph::DType;
 
-use crate::common::{median, secs_since, show, sorted, status_kib};
+use crate::common::{median, progress, secs_since, show, sorted, status_kib};
 use crate::context::Ctx;
 use crate::table::Table;
 use crate::TRAIN_CHILD_ENV;
@@ -45,15 +45,12 @@ pub fn child(arg: &str) -> Result<()> {
     let cfg = Mamba2Config::byte_level(SHAPE.0, SHAPE.1)?;
     let weights = Mamba2Weights::random(&cfg, DType::F32, 0)?;
     let t = Instant::now();
-    let mut trainer = Trainer::new(
-        &client,
-        &cfg,
-        weights,
-        AdamW::default(),
-        BATCH,
-        SEQ_LEN,
-        micro,
-    )?;
+    // The `train` example's clipping (at a global norm of 1; AdamW's defaults do not clip).
+    let opt = AdamW {
+        clip_norm: Some(1.0),
+        ..AdamW::default()
+    };
+    let mut trainer = Trainer::new(&client, &cfg, weights, opt, BATCH, SEQ_LEN, micro)?;
     let build_s = secs_since(t);
     // Seeded random bytes: the step's time does not depend on the values.
     let mut rng = SplitMix64::new(7);
@@ -209,7 +206,7 @@ pub fn bench(ctx: &mut Ctx) -> Result<Value> {
                 theirs.push(json!({"huge_pages": huge, "result": v}));
             }
             Err(why) => {
-                println!("{why}");
+                progress::out(&why);
                 theirs.push(json!({"huge_pages": huge, "skipped": why}));
             }
         }
@@ -224,7 +221,9 @@ pub fn bench(ctx: &mut Ctx) -> Result<Value> {
     };
     let ratio = best(&ours) / best(&theirs);
     if ratio.is_finite() {
-        println!("stablegraph / PyTorch tokens/s, the best setting of each: {ratio:.2}x");
+        progress::out(format!(
+            "stablegraph / PyTorch tokens/s, the best setting of each: {ratio:.2}x"
+        ));
         ctx.set_figure("train_vs_torch", ratio);
     }
     Ok(json!({"stablegraph": ours, "torch": theirs}))

@@ -8,7 +8,7 @@ use serde_json::json;
 
 use crate::generate::{warm_up, Timed};
 use crate::load::{load, Loaded, ModelArgs, PromptArgs, SamplingArgs};
-use crate::{cache_hits, peak_rss_mb, progress, write_json};
+use crate::{bars, cache_hits, peak_rss_mb, progress, write_json};
 
 /// The flags of `emit`.
 #[derive(Args)]
@@ -106,10 +106,25 @@ pub(crate) fn bench(a: BenchArgs) -> Result<()> {
     let (first_s, cached) = warm_up(&l, &options)?;
     let prompt_tokens = l.prompt_tokens();
     let mut runs = Vec::new();
+    // On a terminal a bar over the runs (with the time left and the last run's throughput);
+    // elsewhere a line per run.
+    let bar = bars::bar(
+        a.repeat as u64,
+        "{elapsed} [{wide_bar}] timed run {pos}/{len}, {eta} left: {msg}",
+    );
     for i in 0..a.repeat {
-        progress(&format!("timed run {}/{}", i + 1, a.repeat));
-        runs.push(Timed::run(&l, &options)?);
+        if bar.is_hidden() {
+            progress(&format!("timed run {}/{}", i + 1, a.repeat));
+        }
+        let run = Timed::run(&l, &options)?;
+        bar.inc(1);
+        bar.set_message(match run.decode_tps() {
+            Some(tps) => format!("decode {tps:.1} tok/s"),
+            None => format!("prefill {:.1} tok/s", run.prefill_tps(l.prompt_tokens())),
+        });
+        runs.push(run);
     }
+    bar.finish_and_clear();
     let fmt = |x: Option<f64>| x.map_or("-".to_string(), |x| format!("{x:.1}"));
     let fmt2 = |x: Option<f64>| x.map_or("-".to_string(), |x| format!("{x:.2}"));
     println!("model     {}", l.description);

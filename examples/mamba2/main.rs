@@ -10,8 +10,9 @@
 //!
 //! Modules: `load` (which model, the prompts, the sampling options), `text` (tokenizer or byte
 //! vocabulary), `generate`, `bench` (and `emit`), `data` (training bytes and batches), `train`,
-//! `grad`, `plot` (the loss chart).
+//! `grad`, `plot` (the loss chart), `bars` (progress bars on a terminal).
 
+mod bars;
 mod bench;
 mod data;
 mod generate;
@@ -26,7 +27,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
-use stablegraph::runtime::Client;
+use stablegraph::runtime::{self, Client, XlaLogLevel};
 
 use bench::{BenchArgs, EmitArgs};
 use generate::GenerateArgs;
@@ -52,6 +53,11 @@ a real compile every time.";
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Show XLA's own log on stderr (info, warnings and errors). Without it only XLA's errors
+    /// are shown, unless STABLEGRAPH_LOG (info, warning, error, off) or TF_CPP_MIN_LOG_LEVEL
+    /// says otherwise.
+    #[arg(long, global = true)]
+    verbose: bool,
 }
 
 #[derive(Subcommand)]
@@ -77,6 +83,10 @@ enum Command {
 
 fn main() {
     let cli = Cli::parse();
+    if cli.verbose {
+        // Before any plugin is loaded: XLA reads its log level as its library loads.
+        runtime::set_xla_log_level(XlaLogLevel::Info);
+    }
     let result = match cli.command {
         Command::Generate(a) => generate::generate(a),
         Command::Emit(a) => bench::emit(a),

@@ -16,9 +16,9 @@ use stablegraph::DType;
 use crate::data::{default_sources, eval_batches, unigram_entropy_bits, Data, Sampler};
 use crate::plot::loss_svg;
 use crate::text::BYTE_VOCAB;
-use crate::{peak_rss_mb, progress, seconds};
+use crate::{bars, peak_rss_mb, progress, seconds};
 use stablegraph::models::mamba2::Trainer;
-use stablegraph::optim::AdamW;
+use stablegraph::optim::{AdamW, WarmupCosine};
 
 /// The fixed shape of the trained model (`Mamba2Config::byte_level`), besides --layers and
 /// --d-model.
@@ -50,8 +50,9 @@ Model: vocab 256 (token = byte), head_dim 32, state 32, one B/C group, conv kern
 chunk 64 (--seq-len must be a multiple of it), expand 2, tied embeddings, no projection \
 biases, f32; the weights are Mamba2Weights::random(config, F32, --seed).\n\n\
 Optimizer: AdamW (beta1 0.9, beta2 0.95, eps 1e-8, weight decay 0.1, gradients clipped to \
-global norm 1). Learning rate: linear warm-up from --lr/W to --lr over the first \
-W = clamp(steps / 20, 1, 100) steps, then cosine decay to --lr / 10 at the last step. With \
+global norm 1). Learning rate: stablegraph::optim::WarmupCosine::new(--lr, --steps), a linear \
+warm-up from --lr/W to --lr over the first W = clamp(steps / 20, 1, 100) steps, then cosine \
+decay to --lr / 10 at the last step. With \
 --micro-steps K, one program call runs K optimizer steps (all at the rate of the first).\n\n\
 Output (in --out): config.json and model.safetensors (an HF-format checkpoint that `generate \
 --model` and transformers' Mamba2ForCausalLM load), loss.csv (step,train_bpb,val_bpb; val_bpb \
@@ -161,18 +162,6 @@ impl TrainArgs {
     }
 }
 
-/// The learning rate of optimizer step `step` (1-based) of `steps`: linear warm-up over
-/// `clamp(steps / 20, 1, 100)` steps to `peak`, then cosine decay to `peak / 10` at `steps`.
-pub(crate) fn learning_rate(peak: f64, step: usize, steps: usize) -> f64 {
-    let warmup = (steps / 20).clamp(1, 100);
-    if step <= warmup {
-        return peak * step as f64 / warmup as f64;
-    }
-    let progress = (step - warmup) as f64 / (steps - warmup).max(1) as f64;
-    let cosine = 0.5 * (1.0 + (std::f64::consts::PI * progress.min(1.0)).cos());
-    peak * (0.1 + 0.9 * cosine)
-}
-
 /// One row of loss.csv.
 struct Row {
     step: usize,
@@ -246,6 +235,8 @@ pub(crate) fn train(a: TrainArgs) -> Result<()> {
     let final_weights = if a.steps == 0 {
         weights
     } else {
+        // Clipping at a global norm of 1 is asked for here: AdamW's defaults (PyTorch's) do
+        // not clip.
         let opt = AdamW {
             lr: a.lr,
             beta1: 0.9,
@@ -267,54 +258,7 @@ pub(crate) fn train(a: TrainArgs) -> Result<()> {
         .context("building the trainer")?;
         compile_s = trainer.compile_seconds();
         say(format!("compile   {compile_s:.2} s (the training step)"));
-        let mut sampler = Sampler::new(&data.train, window, a.seed ^ BATCH_STREAM);
-        let evals = eval_batches(&data.val, window, a.batch, MAX_EVAL_BATCHES);
-        let evaluate = |trainer: &Trainer| -> Result<f64> {
-            let mut sum = 0.0;
-            for batch in &evals {
-                sum += f64::from(trainer.eval_loss(batch).context("evaluating")?);
-            }
-            Ok(sum / evals.len() as f64 / std::f64::consts::LN_2)
-        };
-        let k = a.micro_steps();
-        for call in 0..a.steps / k {
-            let first = call * k + 1;
-            let step = first + k - 1;
-            let lr = learning_rate(a.lr, first, a.steps);
-            let tokens = sampler.batch(k * a.batch);
-            let t = Instant::now();
-            let loss = trainer
-                .step(&tokens, lr)
-                .with_context(|| format!("training step {first}"))?;
-            train_s += seconds(t);
-            let train_bpb = f64::from(loss) / std::f64::consts::LN_2;
-            if !train_bpb.is_finite() {
-                bail!(
-                    "the training loss is {loss} at step {step}: training diverged (try a \
-                     lower --lr)"
-                );
-            }
-            let eval_now = step / a.eval_every > (first - 1) / a.eval_every || step == a.steps;
-            let val_bpb = if eval_now {
-                Some(evaluate(&trainer)?)
-            } else {
-                None
-            };
-            let tokens_per_s = (step * a.batch * a.seq_len) as f64 / train_s;
-            if eval_now || step.is_multiple_of(LOG_EVERY) || call == 0 {
-                let mut line = format!("step {step:>6}/{}  train {train_bpb:.3} bpb", a.steps);
-                if let Some(v) = val_bpb {
-                    let _ = write!(line, "  val {v:.3} bpb");
-                }
-                let _ = write!(line, "  lr {lr:.2e}  {tokens_per_s:.0} tokens/s");
-                say(line);
-            }
-            rows.push(Row {
-                step,
-                train_bpb,
-                val_bpb,
-            });
-        }
+        (rows, train_s) = run_steps(&a, &mut trainer, &data, &say)?;
         // Now with the evaluation program's compile too.
         compile_s = trainer.compile_seconds();
         trainer.weights().context("reading the trained weights")?
@@ -385,20 +329,80 @@ pub(crate) fn train(a: TrainArgs) -> Result<()> {
     Ok(())
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn schedule_warms_up_then_decays_to_a_tenth() {
-        let peak = 3e-3;
-        assert!((learning_rate(peak, 1, 1000) - peak / 50.0).abs() < 1e-12);
-        assert!((learning_rate(peak, 50, 1000) - peak).abs() < 1e-12);
-        assert!((learning_rate(peak, 1000, 1000) - peak / 10.0).abs() < 1e-12);
-        let mid = learning_rate(peak, 525, 1000);
-        assert!((mid - peak * 0.55).abs() < 1e-9, "{mid}");
-        assert!((learning_rate(peak, 1, 1) - peak).abs() < 1e-12);
+/// The optimizer steps of `train` on `data` (the learning rate from `WarmupCosine::new(--lr,
+/// --steps)`), printing a line every [`LOG_EVERY`] steps and at each evaluation through `say`
+/// (above the progress bar, on a terminal); returns the rows of loss.csv and the seconds spent
+/// in the training steps.
+fn run_steps(
+    a: &TrainArgs,
+    trainer: &mut Trainer,
+    data: &Data,
+    say: &dyn Fn(String),
+) -> Result<(Vec<Row>, f64)> {
+    let window = a.seq_len + 1;
+    let schedule = WarmupCosine::new(a.lr, a.steps as u64);
+    let mut rows = Vec::new();
+    let mut train_s = 0.0;
+    let mut sampler = Sampler::new(&data.train, window, a.seed ^ BATCH_STREAM);
+    let evals = eval_batches(&data.val, window, a.batch, MAX_EVAL_BATCHES);
+    let evaluate = |trainer: &Trainer| -> Result<f64> {
+        let mut sum = 0.0;
+        for batch in &evals {
+            sum += f64::from(trainer.eval_loss(batch).context("evaluating")?);
+        }
+        Ok(sum / evals.len() as f64 / std::f64::consts::LN_2)
+    };
+    let k = a.micro_steps();
+    // On a terminal: a bar over the optimizer steps, with the time left, the latest loss
+    // and the rate in tokens/s; the step lines are printed above it.
+    let bar = bars::bar(
+        a.steps as u64,
+        "{elapsed} [{wide_bar}] step {pos}/{len}, {eta} left: {msg}",
+    );
+    for call in 0..a.steps / k {
+        let first = call * k + 1;
+        let step = first + k - 1;
+        let lr = schedule.lr(first as u64);
+        let tokens = sampler.batch(k * a.batch);
+        let t = Instant::now();
+        let loss = trainer
+            .step(&tokens, lr)
+            .with_context(|| format!("training step {first}"))?;
+        train_s += seconds(t);
+        let train_bpb = f64::from(loss) / std::f64::consts::LN_2;
+        if !train_bpb.is_finite() {
+            bail!(
+                "the training loss is {loss} at step {step}: training diverged (try a \
+                 lower --lr)"
+            );
+        }
+        let eval_now = step / a.eval_every > (first - 1) / a.eval_every || step == a.steps;
+        let val_bpb = if eval_now {
+            Some(evaluate(trainer)?)
+        } else {
+            None
+        };
+        let tokens_per_s = (step * a.batch * a.seq_len) as f64 / train_s;
+        bar.set_position(step as u64);
+        bar.set_message(format!(
+            "train {train_bpb:.3} bpb, {tokens_per_s:.0} tokens/s"
+        ));
+        if eval_now || step.is_multiple_of(LOG_EVERY) || call == 0 {
+            let mut line = format!("step {step:>6}/{}  train {train_bpb:.3} bpb", a.steps);
+            if let Some(v) = val_bpb {
+                let _ = write!(line, "  val {v:.3} bpb");
+            }
+            let _ = write!(line, "  lr {lr:.2e}  {tokens_per_s:.0} tokens/s");
+            bar.suspend(|| say(line));
+        }
+        rows.push(Row {
+            step,
+            train_bpb,
+            val_bpb,
+        });
     }
+    bar.finish_and_clear();
+    Ok((rows, train_s))
 }
 
 /// The tunable that backs glibc malloc's large mappings with transparent huge pages.

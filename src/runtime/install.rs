@@ -16,8 +16,10 @@
 use std::fs;
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
 
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use sha2::{Digest, Sha256};
 
 use crate::error::{Error, Result};
@@ -116,7 +118,8 @@ pub struct PluginResolver {
     pub python: PathBuf,
     /// Which pinned wheel to use (`STABLEGRAPH_CPU_PLUGIN` names one of [`CPU_PLUGINS`] by package).
     pub wheel: PluginWheel,
-    /// Whether to say on stderr what is happening during a fetch.
+    /// Whether to say on stderr what is happening during a fetch (and, when stderr is a
+    /// terminal, to draw progress bars of the download and the unpacking).
     pub verbose: bool,
 }
 
@@ -248,6 +251,65 @@ impl PluginResolver {
 
     /// Runs `python -m pip download` into `dir` and verifies the wheel.
     fn fetch(&self, dir: &Path) -> Result<()> {
+        self.check_python()?;
+        let python = self.python.display().to_string();
+        self.say(&format!(
+            "fetching the XLA CPU PJRT plugin {} (about {} MB) with pip into {}; this happens \
+             once per user",
+            self.wheel.requirement(),
+            self.wheel.wheel_size / 1_000_000,
+            dir.display()
+        ));
+        let wheel = dir.join(self.wheel.wheel_file);
+        // pip 23 reports no machine-readable progress: it writes the wheel into a directory of
+        // its own under TMPDIR and then copies it into `dir`. Pointing TMPDIR at a fresh
+        // directory of ours lets the bar follow the bytes written there.
+        let tmp = dir.join(format!(".pip-tmp-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&tmp);
+        fs::create_dir_all(&tmp)
+            .map_err(|e| Error::io(format!("creating {}", tmp.display()), e))?;
+        let bar = self.bytes_bar(
+            &format!("downloading {}", self.wheel.requirement()),
+            self.wheel.wheel_size,
+        );
+        let mut pip = Command::new(&self.python);
+        pip.args(["-m", "pip", "download", "--no-deps", "--only-binary=:all:"])
+            .args(["--disable-pip-version-check", "--no-input", "--quiet"])
+            .arg(self.wheel.requirement())
+            .arg("-d")
+            .arg(dir)
+            .env("TMPDIR", &tmp);
+        let output = run_watched(&mut pip, &bar, || {
+            largest_file(&tmp, 4).max(file_size(&wheel))
+        });
+        bar.finish_and_clear();
+        let _ = fs::remove_dir_all(&tmp);
+        let output = output
+            .map_err(|e| Error::PluginInstall(format!("cannot run `{python} -m pip`: {e}")))?;
+        if !output.status.success() {
+            return Err(Error::PluginInstall(format!(
+                "`{python} -m pip download --no-deps {}` failed ({}): {}",
+                self.wheel.requirement(),
+                output.status,
+                tail(&String::from_utf8_lossy(&output.stderr), 1500)
+            )));
+        }
+        if !wheel.is_file() {
+            return Err(Error::PluginInstall(format!(
+                "pip reported success but {} is not there",
+                wheel.display()
+            )));
+        }
+        if let Err(e) = self.verify_wheel(&wheel) {
+            let _ = fs::remove_file(&wheel);
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// An error that says what to install unless `python --version` and `python -m pip
+    /// --version` both work.
+    fn check_python(&self) -> Result<()> {
         let python = self.python.display().to_string();
         match Command::new(&self.python)
             .arg("--version")
@@ -286,42 +348,25 @@ impl PluginResolver {
                  PJRT plugin .so"
             )));
         }
-        self.say(&format!(
-            "fetching the XLA CPU PJRT plugin {} (about {} MB) with pip into {}; this happens \
-             once per user",
-            self.wheel.requirement(),
-            self.wheel.wheel_size / 1_000_000,
-            dir.display()
-        ));
-        let output = Command::new(&self.python)
-            .args(["-m", "pip", "download", "--no-deps", "--only-binary=:all:"])
-            .args(["--disable-pip-version-check", "--no-input", "--quiet"])
-            .arg(self.wheel.requirement())
-            .arg("-d")
-            .arg(dir)
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|e| Error::PluginInstall(format!("cannot run `{python} -m pip`: {e}")))?;
-        if !output.status.success() {
-            return Err(Error::PluginInstall(format!(
-                "`{python} -m pip download --no-deps {}` failed ({}): {}",
-                self.wheel.requirement(),
-                output.status,
-                tail(&String::from_utf8_lossy(&output.stderr), 1500)
-            )));
-        }
-        let wheel = dir.join(self.wheel.wheel_file);
-        if !wheel.is_file() {
-            return Err(Error::PluginInstall(format!(
-                "pip reported success but {} is not there",
-                wheel.display()
-            )));
-        }
-        if let Err(e) = self.verify_wheel(&wheel) {
-            let _ = fs::remove_file(&wheel);
-            return Err(e);
-        }
         Ok(())
+    }
+
+    /// A progress bar of `total` bytes on stderr, labelled `what`, with the rate and the time
+    /// left. It draws nothing unless [`PluginResolver::verbose`] is set and stderr is a
+    /// terminal (indicatif's stderr target hides itself otherwise), so logs and pipes get the
+    /// plain lines only.
+    fn bytes_bar(&self, what: &str, total: u64) -> ProgressBar {
+        if !self.verbose {
+            return ProgressBar::hidden();
+        }
+        let style = ProgressStyle::with_template(
+            "stablegraph: {msg} [{wide_bar}] {bytes}/{total_bytes} ({bytes_per_sec}, {eta} left)",
+        )
+        .map(|s| s.progress_chars("=> "))
+        .unwrap_or_else(|_| ProgressStyle::default_bar());
+        ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr())
+            .with_style(style)
+            .with_message(what.to_string())
     }
 
     /// Checks the wheel's size and SHA-256 against the pinned values.
@@ -362,17 +407,22 @@ impl PluginResolver {
         let script = "import shutil, sys, zipfile\n\
                       with zipfile.ZipFile(sys.argv[1]) as z, z.open(sys.argv[2]) as src, \
                       open(sys.argv[3], 'wb') as dst:\n    shutil.copyfileobj(src, dst, 1 << 20)\n";
-        let output = Command::new(&self.python)
+        let bar = self.bytes_bar(
+            &format!("unpacking {}", self.wheel.so_name()),
+            self.wheel.so_size,
+        );
+        let mut python = Command::new(&self.python);
+        python
             .arg("-c")
             .arg(script)
             .arg(wheel)
             .arg(self.wheel.member)
-            .arg(&partial)
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|e| {
-                Error::PluginInstall(format!("cannot run `{}`: {e}", self.python.display()))
-            })?;
+            .arg(&partial);
+        let output = run_watched(&mut python, &bar, || file_size(&partial));
+        bar.finish_and_clear();
+        let output = output.map_err(|e| {
+            Error::PluginInstall(format!("cannot run `{}`: {e}", self.python.display()))
+        })?;
         let result = if !output.status.success() {
             Err(Error::PluginInstall(format!(
                 "unpacking {} from {} failed: {}",
@@ -395,6 +445,52 @@ impl PluginResolver {
         }
         result
     }
+}
+
+/// Runs `cmd` (stdin closed, stdout and stderr captured) to its end, meanwhile moving `bar` to
+/// `progress()` (capped at the bar's length) ten times a second.
+fn run_watched(
+    cmd: &mut Command,
+    bar: &ProgressBar,
+    progress: impl Fn() -> u64,
+) -> std::io::Result<Output> {
+    let child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let waiter = std::thread::spawn(move || child.wait_with_output());
+    let len = bar.length().unwrap_or(u64::MAX);
+    while !waiter.is_finished() {
+        bar.set_position(progress().min(len));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    bar.set_position(progress().min(len));
+    waiter
+        .join()
+        .unwrap_or_else(|_| Err(std::io::Error::other("the thread waiting for it panicked")))
+}
+
+/// The size of the file at `path`, 0 when there is none.
+fn file_size(path: &Path) -> u64 {
+    fs::metadata(path).map(|m| m.len()).unwrap_or(0)
+}
+
+/// The size of the largest file under `dir`, looking `depth` directories down; 0 when there is
+/// none.
+fn largest_file(dir: &Path, depth: usize) -> u64 {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|e| match e.file_type() {
+            Ok(t) if t.is_dir() && depth > 0 => largest_file(&e.path(), depth - 1),
+            Ok(t) if t.is_file() => e.metadata().map(|m| m.len()).unwrap_or(0),
+            _ => 0,
+        })
+        .max()
+        .unwrap_or(0)
 }
 
 /// Resolves the CPU plugin from the environment, fetching it on first use. Returns its path.
@@ -433,4 +529,45 @@ fn tail(s: &str, max: usize) -> &str {
         start += 1;
     }
     &s[start..]
+}
+
+#[cfg(all(test, unix))]
+mod tests {
+    use super::*;
+
+    /// The bar follows a file a child writes in steps, in a directory below the one watched,
+    /// and ends at the file's final size (capped at the bar's length).
+    #[test]
+    fn a_watched_child_moves_the_bar_with_the_bytes_written() {
+        let dir = std::env::temp_dir().join(format!("stablegraph-watch-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(dir.join("pip-unpack-x")).unwrap();
+        let file = dir.join("pip-unpack-x").join("a.whl");
+        fs::write(dir.join("small"), [0u8; 10]).unwrap();
+        let mut sh = Command::new("sh");
+        sh.arg("-c")
+            .arg("head -c 3000 /dev/zero > \"$1\"; sleep 1; head -c 4000 /dev/zero >> \"$1\"")
+            .arg("sh")
+            .arg(&file);
+        let bar = ProgressBar::hidden();
+        bar.set_length(10_000);
+        let seen = std::sync::Mutex::new(Vec::new());
+        let out = run_watched(&mut sh, &bar, || {
+            let n = largest_file(&dir, 2);
+            seen.lock().unwrap().push(n);
+            n
+        })
+        .unwrap();
+        assert!(out.status.success());
+        assert_eq!(bar.position(), 7000);
+        let seen = seen.into_inner().unwrap();
+        assert!(seen.contains(&3000), "{seen:?}");
+        assert!(seen.windows(2).all(|w| w[0] <= w[1]), "{seen:?}");
+        let capped = ProgressBar::hidden();
+        capped.set_length(5000);
+        run_watched(&mut Command::new("true"), &capped, || largest_file(&dir, 2)).unwrap();
+        assert_eq!(capped.position(), 5000);
+        assert_eq!(largest_file(&dir, 0), 10, "not looking into subdirectories");
+        let _ = fs::remove_dir_all(&dir);
+    }
 }

@@ -3,6 +3,9 @@
 //! This layer knows nothing of graphs: it takes StableHLO text and buffers. It talks to a PJRT
 //! plugin through the PJRT C API, declared by hand in `ffi` and loaded with `libloading`.
 //!
+//! XLA's own log lines on stderr are limited to errors unless `STABLEGRAPH_LOG` (or
+//! [`set_xla_log_level`], or `TF_CPP_MIN_LOG_LEVEL`) asks for more; see [`XlaLogLevel`].
+//!
 //! Thread safety: [`Plugin`], [`Client`], [`Executable`] and [`Buffer`] are `Send + Sync`, because
 //! the PJRT objects behind them are thread-safe: one client may compile and transfer from many
 //! threads, one executable may run from many threads at once, and a buffer may be read or passed
@@ -19,6 +22,7 @@ mod fake;
 mod ffi;
 mod hlo;
 pub mod install;
+mod logging;
 mod plugin;
 mod proto;
 mod sharded;
@@ -31,6 +35,7 @@ pub use compile_options::CompileOptions;
 pub use executable::{Executable, ExecuteOptions};
 pub use hlo::Collective;
 pub use install::{resolve_cpu_plugin, PluginResolver, PluginSource, PluginWheel};
+pub use logging::{set_xla_log_level, XlaLogLevel};
 pub use plugin::{Plugin, Value};
 pub use sharded::ShardedBuffer;
 

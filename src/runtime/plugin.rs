@@ -50,10 +50,16 @@ impl Plugin {
     /// Loads the plugin shared object at `path` (for example `xla_cuda_plugin.so`), calls its
     /// `GetPjrtApi` and `PJRT_Plugin_Initialize`, and reads its attributes.
     ///
+    /// The first call in a process first sets XLA's log level (`TF_CPP_MIN_LOG_LEVEL`, which
+    /// XLA reads while its shared object loads): errors only, unless `STABLEGRAPH_LOG`,
+    /// [`super::set_xla_log_level`] or a `TF_CPP_MIN_LOG_LEVEL` of the user's says otherwise
+    /// (see [`super::XlaLogLevel`]).
+    ///
     /// Errors distinguish a missing file ([`Error::PluginNotFound`]), a file the dynamic loader
     /// refuses ([`Error::PluginLoad`]), a library without `GetPjrtApi` ([`Error::NotAPlugin`]) and
     /// an unusable function table ([`Error::PluginInvalid`]).
     pub fn load(path: impl AsRef<Path>) -> Result<Plugin> {
+        super::logging::apply_before_first_load();
         let path = path.as_ref();
         if !path.is_file() {
             return Err(Error::PluginNotFound { path: path.into() });

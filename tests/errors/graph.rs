@@ -4,7 +4,7 @@
 
 use super::assert_err;
 use stablegraph::ops::{CumsumOptions, Graph, SortOrder, Tensor};
-use stablegraph::optim::{global_norm, AdamW};
+use stablegraph::optim::{global_norm, AdamW, AdamWState, ParamState};
 use stablegraph::{DType, Error, Result};
 
 use DType::{F32, F64, I32};
@@ -688,36 +688,61 @@ fn what_is_not_differentiable_is_an_error() {
 fn adamw_refuses_mismatched_arguments_by_name() {
     let g = Graph::new();
     let p = g.parameter("p", F32, &[2, 3]).unwrap();
-    let q = [g.parameter("q", F32, &[4]).unwrap()];
-    let step = g.parameter("step", I32, &[]).unwrap();
+    let q = g.parameter("q", F32, &[4]).unwrap();
     let opt = AdamW::default();
+    let state = AdamWState::new(vec![ParamState::new(p.clone(), true).unwrap()]).unwrap();
     let one = [p.clone()];
-    let r = opt.update(&one, &[], &one, &one, &[true], &step, None);
-    assert_err(r, &["grads has 0 entries but params has 1"]);
-    let r = opt.update(&one, &one, &one, &one, &[], &step, None);
-    assert_err(r, &["decay has 0 entries"]);
-    let r = opt.update(&one, &q, &one, &one, &[true], &step, None);
     assert_err(
-        r,
+        opt.update(&state, &[], None),
+        &["AdamW::update: grads has 0 entries but the state has 1 parameters"],
+    );
+    assert_err(
+        opt.update(&state, std::slice::from_ref(&q), None),
         &["grads[0] is f32[4], expected the type of params[0], f32[2, 3]"],
     );
-    let r = opt.update(&one, &one, &one, &one, &[true], &p, None);
-    assert_err(r, &["step is"]);
-    let r = opt.update(&one, &one, &one, &one, &[true], &step, Some(&step));
-    assert_err(r, &["lr is"]);
-    let ids = [g.parameter("ids", I32, &[3]).unwrap()];
-    let r = opt.update(&ids, &ids, &ids, &ids, &[false], &step, None);
-    assert_err(r, &["params[0] is", "float"]);
+    let mut wrong = state.clone();
+    wrong.params[0].v = q.clone();
+    assert_err(opt.update(&wrong, &one, None), &["v[0] is f32[4]"]);
+    let mut wrong = state.clone();
+    wrong.step = p.clone();
+    assert_err(opt.update(&wrong, &one, None), &["step is"]);
+    assert_err(opt.update(&state, &one, Some(&state.step)), &["lr is"]);
+    let ids = g.parameter("ids", I32, &[3]).unwrap();
+    let int_state = AdamWState {
+        params: vec![ParamState {
+            param: ids.clone(),
+            m: ids.clone(),
+            v: ids.clone(),
+            decay: false,
+        }],
+        step: state.step.clone(),
+    };
+    assert_err(
+        opt.update(&int_state, std::slice::from_ref(&ids), None),
+        &["params[0] is", "float"],
+    );
     let bad = AdamW {
         beta2: 1.0,
         ..AdamW::default()
     };
-    let r = bad.update(&one, &one, &one, &one, &[true], &step, None);
-    assert_err(r, &["beta2 = 1 must be in [0, 1)"]);
+    assert_err(
+        bad.update(&state, &one, None),
+        &["beta2 = 1 must be in [0, 1)"],
+    );
+    assert_err(
+        bad.update_with_norm(&state, &one, None),
+        &["AdamW::update_with_norm", "beta2"],
+    );
     let bad = AdamW {
         clip_norm: Some(0.0),
         ..AdamW::default()
     };
     assert_err(bad.validate(), &["clip_norm"]);
     assert!(global_norm(&[]).is_err());
+    assert_err(AdamWState::new(Vec::new()), &["AdamWState::new", "empty"]);
+    let empty = AdamWState {
+        params: Vec::new(),
+        step: state.step.clone(),
+    };
+    assert_err(opt.update_with_norm(&empty, &[], None), &["global_norm"]);
 }

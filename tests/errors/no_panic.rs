@@ -893,7 +893,7 @@ fn model_entry_points_check_their_arguments() {
 #[test]
 fn training_entry_points_check_their_arguments() {
     use stablegraph::models::mamba2::train::{lm_loss, loss_and_grads, Trainer};
-    use stablegraph::optim::{global_norm, AdamW};
+    use stablegraph::optim::{global_norm, AdamW, AdamWState, ParamState};
     fn weights() -> Result<Mamba2Weights<stablegraph::HostArray>> {
         Mamba2Weights::random(&tiny(), DType::F32, 0)
     }
@@ -1001,18 +1001,27 @@ fn training_entry_points_check_their_arguments() {
             lm_loss(&ids, &ids, &ones, &ones, &w, &tiny()).map(drop)
         },
     ));
+    /// An optimizer state over fresh parameters of `dims`, the matrices decayed.
+    fn state(g: &Graph, dims: &[&[usize]]) -> Result<AdamWState> {
+        let p = params(g, dims)?;
+        AdamWState::new(
+            p.into_iter()
+                .map(|t| {
+                    let decay = t.rank() >= 2;
+                    ParamState::new(t, decay)
+                })
+                .collect::<Result<_>>()?,
+        )
+    }
     cases.push(case(
         "AdamW::update: m of another shape",
         Expect::Err(&["AdamW::update", "m[1]"]),
         || {
             let g = Graph::new();
-            let p = params(&g, &[&[2, 3], &[4]])?;
-            let m = vec![p[0].clone(), g.zeros(DType::F32, &[5])?];
-            let step = g.scalar(1.0, DType::I32)?;
-            let decay = [true, false];
-            AdamW::default()
-                .update(&p, &p, &m, &p, &decay, &step, None)
-                .map(drop)
+            let mut s = state(&g, &[&[2, 3], &[4]])?;
+            s.params[1].m = g.zeros(DType::F32, &[5])?;
+            let grads = s.params();
+            AdamW::default().update(&s, &grads, None).map(drop)
         },
     ));
     cases.push(case(
@@ -1020,13 +1029,12 @@ fn training_entry_points_check_their_arguments() {
         Expect::Err(&["weight_decay"]),
         || {
             let g = Graph::new();
-            let p = params(&g, &[&[2]])?;
-            let step = g.scalar(1.0, DType::F32)?;
+            let s = state(&g, &[&[2]])?;
             let opt = AdamW {
                 weight_decay: -1.0,
                 ..AdamW::default()
             };
-            opt.update(&p, &p, &p, &p, &[true], &step, None).map(drop)
+            opt.update(&s, &s.params(), None).map(drop)
         },
     ));
     cases.push(case(
@@ -1034,10 +1042,16 @@ fn training_entry_points_check_their_arguments() {
         Expect::NoPanic,
         || {
             let g = Graph::new();
-            let step = g.scalar(1.0, DType::I32)?;
-            AdamW::default()
-                .update(&[], &[], &[], &[], &[], &step, None)
-                .map(drop)
+            let s = AdamWState {
+                params: Vec::new(),
+                step: g.scalar(1.0, DType::I32)?,
+            };
+            AdamW::default().update(&s, &[], None).map(drop)?;
+            let clipping = AdamW {
+                clip_norm: Some(1.0),
+                ..AdamW::default()
+            };
+            clipping.update(&s, &[], None).map(drop)
         },
     ));
     cases.push(case(

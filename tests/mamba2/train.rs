@@ -302,6 +302,7 @@ fn the_trainer_memorises_a_repeated_batch() {
     let cfg = cfg1();
     let opt = AdamW {
         lr: 1e-2,
+        clip_norm: Some(1.0),
         ..AdamW::default()
     };
     let mut trainer =
@@ -354,6 +355,7 @@ fn micro_steps_in_one_donating_program_equal_single_steps() {
     let client = common::client();
     let opt = AdamW {
         lr: 5e-3,
+        clip_norm: Some(1.0),
         ..AdamW::default()
     };
     let tokens = batches(&mut common::Rng::new(9), 4, 2, 8);
@@ -422,7 +424,10 @@ fn check_donation(trainer: &Trainer, cfg: &Mamba2Config) {
 fn training_resumes_from_weights_and_moments() {
     let cfg = cfg1();
     let client = common::client();
-    let opt = AdamW::default();
+    let opt = AdamW {
+        clip_norm: Some(1.0),
+        ..AdamW::default()
+    };
     let tokens = batches(&mut common::Rng::new(12), 3, 2, 8);
     let mut first = Trainer::new(&client, &cfg, weights(&cfg, 3), opt.clone(), 2, 8, 1).unwrap();
     let per = first.tokens_per_call();

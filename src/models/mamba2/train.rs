@@ -1,6 +1,6 @@
 //! Training a Mamba-2 language model: the next-token loss as a graph ([`lm_loss`]), its
 //! gradients by reverse-mode autodiff ([`Tensor::grad`]), and [`Trainer`], which compiles a
-//! whole training step (loss, gradients, global-norm clipping and an AdamW update, optionally
+//! whole training step (loss, gradients, global-norm clipping if asked, an AdamW update, optionally
 //! several such steps in one device-side loop) into ONE program whose weights and optimizer
 //! state stay on the device and are updated in place.
 //!
@@ -19,7 +19,7 @@ use crate::compiled::CompiledGraph;
 use crate::dtype::{DType, TensorType};
 use crate::error::{Error, Result};
 use crate::ops::{Graph, Tensor};
-use crate::optim::AdamW;
+use crate::optim::{AdamW, AdamWState, ParamState};
 use crate::runtime::{Buffer, Client};
 
 /// An error of `op` about its argument `arg`.
@@ -169,33 +169,21 @@ struct StepIn<'a> {
     cfg: &'a Mamba2Config,
     opt: &'a AdamW,
     types: &'a Mamba2Weights<TensorType>,
-    decay: &'a [bool],
     lr: &'a Tensor,
 }
 
 /// What one step in a graph returns: the loss, the gradients' global norm (before clipping),
-/// and the new weights, `m`, `v` and step count.
+/// and the optimizer's next state (weights, moments, step count).
 struct StepOut {
     loss: Tensor,
     norm: Tensor,
-    w: Vec<Tensor>,
-    m: Vec<Tensor>,
-    v: Vec<Tensor>,
-    step: Tensor,
+    state: AdamWState,
 }
 
 impl StepIn<'_> {
     /// One optimizer step on `tokens` `[b, L + 1]` (inputs: the first `L`, targets: the last
-    /// `L`): the loss before the update, the gradients' norm, and the new weights, moments and
-    /// step count.
-    fn run(
-        &self,
-        tokens: &Tensor,
-        w: &[Tensor],
-        m: &[Tensor],
-        v: &[Tensor],
-        step: &Tensor,
-    ) -> Result<StepOut> {
+    /// `L`) from `state`: the loss before the update, the gradients' norm, and the next state.
+    fn run(&self, tokens: &Tensor, state: &AdamWState) -> Result<StepOut> {
         let [b, l1] = *tokens.dims() else {
             return Err(Error::InvalidArgument(format!(
                 "a training step's tokens are {}, expected [b, L + 1]",
@@ -203,24 +191,13 @@ impl StepIn<'_> {
             )));
         };
         let len = l1.saturating_sub(1);
-        let loss = batch_loss(tokens, &unflatten(self.types, w)?, self.cfg, b, len)?;
+        let w = state.params();
+        let loss = batch_loss(tokens, &unflatten(self.types, &w)?, self.cfg, b, len)?;
         let wrt: Vec<&Tensor> = w.iter().collect();
-        // Clipped here rather than in `update`, to return the norm without computing it twice.
-        let (grads, norm) = self.opt.clip(&loss.grad(&wrt)?)?;
-        let clipped = AdamW {
-            clip_norm: None,
-            ..self.opt.clone()
-        };
-        let t = step.add(1.0)?;
-        let (w, m, v) = clipped.update(w, &grads, m, v, self.decay, &t, Some(self.lr))?;
-        Ok(StepOut {
-            loss,
-            norm,
-            w,
-            m,
-            v,
-            step: t,
-        })
+        let (state, norm) = self
+            .opt
+            .update_with_norm(state, &loss.grad(&wrt)?, Some(self.lr))?;
+        Ok(StepOut { loss, norm, state })
     }
 }
 
@@ -240,7 +217,8 @@ fn batch_loss(
 
 /// A Mamba-2 training loop on one device: the weights, AdamW's moments and the step count live
 /// in device buffers, and [`Trainer::step`] runs ONE compiled program that computes the loss,
-/// its gradients, clips them and updates everything in place (the buffers are donated). With
+/// its gradients, clips them (when the [`AdamW`] options ask: the `train` example clips at a
+/// global norm of 1) and updates everything in place (the buffers are donated). With
 /// `micro_steps > 1` that program runs `micro_steps` optimizer steps in a device-side loop over
 /// as many batches, with no host round trip between them.
 ///
@@ -291,7 +269,9 @@ impl Trainer {
     /// Uploads `weights` (f32, as [`Mamba2Weights::types`]`(cfg, F32)` gives them) to device 0
     /// of `client`, with AdamW moments at zero, and compiles the training step for batches of
     /// `batch` rows of `seq_len + 1` tokens, `micro_steps` optimizer steps per call (at least
-    /// 1). A config that [`Mamba2Config::validate`] rejects, weights that do not fit it (or are
+    /// 1). `opt` is used as given: gradients are clipped only when `opt.clip_norm` is set
+    /// ([`AdamW::default`], like PyTorch's, does not clip; the `train` example and its
+    /// benchmark ask for `Some(1.0)`). A config that [`Mamba2Config::validate`] rejects, weights that do not fit it (or are
     /// not f32), optimizer settings that [`AdamW::validate`] rejects, a zero `batch`, or a
     /// `seq_len` that is zero or not a multiple of the chunk, are an error naming them.
     pub fn new(
@@ -639,48 +619,57 @@ fn step_graph(
     g.donate(&step)?;
     let lr = g.parameter("lr", DType::F32, &[])?;
     let tokens = g.parameter("tokens", DType::I32, &[micro_steps, batch, seq_len + 1])?;
-    let decay: Vec<bool> = named.iter().map(|(_, ty)| decays(ty)).collect();
+    let state = AdamWState {
+        params: named
+            .iter()
+            .zip(w.into_iter().zip(m).zip(v))
+            .map(|((_, ty), ((param, m), v))| ParamState {
+                param,
+                m,
+                v,
+                decay: decays(ty),
+            })
+            .collect(),
+        step,
+    };
     let one = StepIn {
         cfg,
         opt,
         types,
-        decay: &decay,
         lr: &lr,
     };
     let rows = [batch as isize, seq_len as isize + 1];
     let out = if micro_steps == 1 {
-        one.run(&tokens.reshape(&rows)?, &w, &m, &v, &step)?
+        one.run(&tokens.reshape(&rows)?, &state)?
     } else {
         let zero = g.scalar(0.0, DType::F32)?;
-        let init = (w, m, v, (step, zero.clone(), zero));
-        let (w, m, v, (step, loss_sum, norm_sum)) = g.fori_loop(
+        let init = (state, (zero.clone(), zero));
+        let (state, (loss_sum, norm_sum)) = g.fori_loop(
             0,
             micro_steps as i64,
             &init,
-            |i, (w, m, v, (step, loss_sum, norm_sum))| {
+            |i, (state, (loss_sum, norm_sum))| {
                 let zero = g.scalar(0.0, i.dtype())?;
                 let batch_i = tokens
                     .dynamic_slice(&[i, &zero, &zero], &[1, batch, seq_len + 1])?
                     .reshape(&rows)?;
-                let out = one.run(&batch_i, w, m, v, step)?;
-                let sums = (out.step, loss_sum.add(&out.loss)?, norm_sum.add(&out.norm)?);
-                Ok((out.w, out.m, out.v, sums))
+                let out = one.run(&batch_i, state)?;
+                let sums = (loss_sum.add(&out.loss)?, norm_sum.add(&out.norm)?);
+                Ok((out.state, sums))
             },
         )?;
         StepOut {
             loss: loss_sum.div(micro_steps as f64)?,
             norm: norm_sum.div(micro_steps as f64)?,
-            w,
-            m,
-            v,
-            step,
+            state,
         }
     };
+    let new = &out.state;
     let mut outs: Vec<&Tensor> = vec![&out.loss, &out.norm];
-    outs.extend(&out.w);
-    outs.extend(&out.m);
-    outs.extend(&out.v);
-    outs.push(&out.step);
+    outs.extend(new.params.iter().map(|p| &p.param));
+    outs.extend(new.params.iter().map(|p| &p.m));
+    outs.extend(new.params.iter().map(|p| &p.v));
+    outs.push(&new.step);
     g.set_outputs(&outs)?;
     Ok(g)
 }
