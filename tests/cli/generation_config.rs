@@ -2,68 +2,12 @@
 //! generation_config.json as the defaults, flags overriding it key by key, `--temperature 0`
 //! greedy without it, a checkpoint without one greedy, the settings recorded in `--json`, and
 //! one-line errors naming the flag or the file and key.
-//!
-//! The example binary is built first with `cargo build --example mamba2` (a no-op when fresh),
-//! in the profile and target directory of this test binary.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-use std::sync::OnceLock;
 
 use serde_json::Value;
 
-/// The example binary, built on first use.
-fn binary() -> &'static Path {
-    static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        // This test runs from <target>/<profile>/deps/<name>-<hash>.
-        let exe = std::env::current_exe().expect("current_exe");
-        let profile_dir = exe
-            .parent()
-            .and_then(Path::parent)
-            .expect("test binary in <target>/<profile>/deps");
-        let mut cmd = Command::new(env!("CARGO"));
-        cmd.current_dir(env!("CARGO_MANIFEST_DIR")).args([
-            "build",
-            "--quiet",
-            "--example",
-            "mamba2",
-        ]);
-        if profile_dir.file_name().is_some_and(|n| n == "release") {
-            cmd.arg("--release");
-        }
-        if let Some(target_dir) = profile_dir.parent() {
-            cmd.arg("--target-dir").arg(target_dir);
-        }
-        let status = cmd.status().expect("running cargo build --example mamba2");
-        assert!(status.success(), "cargo build --example mamba2 failed");
-        profile_dir
-            .join("examples")
-            .join(format!("mamba2{}", std::env::consts::EXE_SUFFIX))
-    })
-}
-
-fn run(args: &[&str]) -> Output {
-    Command::new(binary())
-        .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("running the mamba2 example")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-/// A fresh scratch directory for one test.
-fn scratch(name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join("cli_generation_config")
-        .join(name);
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
+use crate::{error_line, run, scratch, text, TINY};
 
 /// Runs `generate` with `args` and `--json`, asserting success; returns the JSON.
 fn generate_json(name: &str, args: &[&str]) -> Value {
@@ -80,19 +24,6 @@ fn generate_json(name: &str, args: &[&str]) -> Value {
     );
     serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap()
 }
-
-/// Runs the example expecting failure; returns its one `error:` line.
-fn error_line(args: &[&str]) -> String {
-    let out = run(args);
-    let stderr = text(&out.stderr);
-    assert!(!out.status.success(), "{args:?} succeeded: {stderr}");
-    assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
-    let errors: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error")).collect();
-    assert_eq!(errors.len(), 1, "{args:?}: {stderr}");
-    errors[0].to_string()
-}
-
-const TINY: &str = "tests/fixtures/mamba2/tiny";
 
 fn shipped() -> Option<PathBuf> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/mamba2-bytes");

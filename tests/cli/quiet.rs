@@ -2,46 +2,10 @@
 //! made the CPU plugin log a line per client and a Shardy warning per sharded compile) prints
 //! no absl/TSL line, and `STABLEGRAPH_LOG=info` or `--verbose` brings them back (so this test
 //! sees them when they are there).
-//!
-//! The `mamba2` example is built first with `cargo build --example mamba2` (a no-op when fresh),
-//! in the profile and target directory of this test binary, as `tests/cli.rs` does.
 
-use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::OnceLock;
 
-/// The example binary, built on first use.
-fn binary() -> &'static Path {
-    static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        // This test runs from <target>/<profile>/deps/quiet-<hash>.
-        let exe = std::env::current_exe().expect("current_exe");
-        let profile_dir = exe
-            .parent()
-            .and_then(Path::parent)
-            .expect("test binary in <target>/<profile>/deps");
-        let mut cmd = Command::new(env!("CARGO"));
-        cmd.current_dir(env!("CARGO_MANIFEST_DIR")).args([
-            "build",
-            "--quiet",
-            "--example",
-            "mamba2",
-        ]);
-        if profile_dir.file_name().is_some_and(|n| n == "release") {
-            cmd.arg("--release");
-        }
-        if let Some(target_dir) = profile_dir.parent() {
-            cmd.arg("--target-dir").arg(target_dir);
-        }
-        let status = cmd.status().expect("running cargo build --example mamba2");
-        assert!(status.success(), "cargo build --example mamba2 failed");
-        let bin = profile_dir
-            .join("examples")
-            .join(format!("mamba2{}", std::env::consts::EXE_SUFFIX));
-        assert!(bin.is_file(), "{} was not built", bin.display());
-        bin
-    })
-}
+use crate::binary;
 
 /// `generate` of the shipped model over two devices, compiling every program (a memory-only
 /// compile cache), with `env` set and every other logging variable removed; returns stderr.

@@ -1,0 +1,101 @@
+//! The `mamba2` example run as a user runs it, one file per topic: the subcommands
+//! ([`subcommands`]: one-line errors, `generate` on the tiny fixture model checked against HF
+//! transformers' fixtures, JSON and `.npy` outputs, tokenizers, state files, streams, two
+//! devices, `emit`, `bench`, `train` and `grad`), the sampling and penalty settings
+//! ([`generation_config`]), and the quiet stderr ([`quiet`]).
+//!
+//! The example binary is built first with `cargo build --example mamba2` (a no-op when fresh),
+//! in the profile and target directory of this test binary.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod generation_config;
+mod quiet;
+mod subcommands;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+/// The example binary, built on first use.
+pub fn binary() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        // This test runs from <target>/<profile>/deps/cli-<hash>.
+        let exe = std::env::current_exe().expect("current_exe");
+        let profile_dir = exe
+            .parent()
+            .and_then(Path::parent)
+            .expect("test binary in <target>/<profile>/deps");
+        let mut cmd = Command::new(env!("CARGO"));
+        cmd.current_dir(env!("CARGO_MANIFEST_DIR")).args([
+            "build",
+            "--quiet",
+            "--example",
+            "mamba2",
+        ]);
+        if profile_dir.file_name().is_some_and(|n| n == "release") {
+            cmd.arg("--release");
+        }
+        if let Some(target_dir) = profile_dir.parent() {
+            cmd.arg("--target-dir").arg(target_dir);
+        }
+        let status = cmd.status().expect("running cargo build --example mamba2");
+        assert!(status.success(), "cargo build --example mamba2 failed");
+        let bin = profile_dir
+            .join("examples")
+            .join(format!("mamba2{}", std::env::consts::EXE_SUFFIX));
+        assert!(bin.is_file(), "{} was not built", bin.display());
+        bin
+    })
+}
+
+pub fn run(args: &[&str]) -> Output {
+    Command::new(binary())
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env("RUST_BACKTRACE", "1")
+        .output()
+        .expect("running the mamba2 example")
+}
+
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Runs the example, asserting success.
+pub fn run_ok(args: &[&str]) -> String {
+    let out = run(args);
+    assert!(
+        out.status.success(),
+        "mamba2 {args:?} failed\nstdout:\n{}\nstderr:\n{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    text(&out.stdout)
+}
+
+pub const TINY: &str = "tests/fixtures/mamba2/tiny";
+
+/// A fresh scratch directory for one test.
+pub fn scratch(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join("cli")
+        .join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Runs the example expecting failure; returns its one `error:` line (and checks it did not
+/// panic).
+pub fn error_line(args: &[&str]) -> String {
+    let out = run(args);
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success(), "{args:?} succeeded: {stderr}");
+    assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    let errors: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error")).collect();
+    assert_eq!(errors.len(), 1, "{args:?}: {stderr}");
+    errors[0].to_string()
+}
