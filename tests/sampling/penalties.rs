@@ -8,12 +8,10 @@
 //! step program that applies the host reference; the settings' errors name the setting; the
 //! `generation_config.json` reader is checked on good and bad files.
 
-mod common;
-
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 
-use common::{client, Rng};
+use crate::common::{client, Rng};
 use stablegraph::models::mamba2::{GenerateOptions, Mamba2, Mamba2Config, Mamba2Weights};
 use stablegraph::ops::Graph;
 use stablegraph::sampling::{

@@ -2,9 +2,7 @@
 //! `filtered_logits` (on the device and in the interpreter), and the distribution of `sample`
 //! with a fixed seed and enough draws to see a cut one token off.
 
-mod common;
-
-use common::{client, Rng};
+use crate::common::{client, Rng};
 use stablegraph::ops::Graph;
 use stablegraph::sampling::{self, SampleSettings, Sampling};
 use stablegraph::{CompiledGraph, DType, HostArray};
