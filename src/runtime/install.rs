@@ -311,12 +311,12 @@ impl PluginResolver {
     /// --version` both work.
     fn check_python(&self) -> Result<()> {
         let python = self.python.display().to_string();
-        match Command::new(&self.python)
-            .arg("--version")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-        {
+        match status_of(
+            Command::new(&self.python)
+                .arg("--version")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null()),
+        ) {
             Ok(status) if status.success() => {}
             Ok(status) => {
                 return Err(Error::PluginInstall(format!(
@@ -334,13 +334,14 @@ impl PluginResolver {
                 )))
             }
         }
-        let pip_ok = Command::new(&self.python)
-            .args(["-m", "pip", "--version"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .map(|s| s.success())
-            .unwrap_or(false);
+        let pip_ok = status_of(
+            Command::new(&self.python)
+                .args(["-m", "pip", "--version"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null()),
+        )
+        .map(|s| s.success())
+        .unwrap_or(false);
         if !pip_ok {
             return Err(Error::PluginInstall(format!(
                 "`{python} -m pip` is not available. Install pip (Debian: apt-get install \
@@ -454,11 +455,12 @@ fn run_watched(
     bar: &ProgressBar,
     progress: impl Fn() -> u64,
 ) -> std::io::Result<Output> {
-    let child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()?;
+    let child = retry_busy(|| {
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+    })?;
     let waiter = std::thread::spawn(move || child.wait_with_output());
     let len = bar.length().unwrap_or(u64::MAX);
     while !waiter.is_finished() {
@@ -469,6 +471,29 @@ fn run_watched(
     waiter
         .join()
         .unwrap_or_else(|_| Err(std::io::Error::other("the thread waiting for it panicked")))
+}
+
+/// `cmd`'s exit status, started as [`retry_busy`] says.
+fn status_of(cmd: &mut Command) -> std::io::Result<std::process::ExitStatus> {
+    retry_busy(|| cmd.status())
+}
+
+/// Runs `start` again, up to ten times over about a second, while it fails because the program
+/// is "text file busy" (`ETXTBSY`): a script that was just written (a virtual environment's
+/// interpreter, say) can still be open for writing in a child that another thread of this
+/// process forked before that child's `exec` closed it, and the kernel refuses to execute a file
+/// open for writing. The window is short, so trying again is the usual cure.
+fn retry_busy<T>(mut start: impl FnMut() -> std::io::Result<T>) -> std::io::Result<T> {
+    let mut attempt = 0;
+    loop {
+        match start() {
+            Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy && attempt < 10 => {
+                attempt += 1;
+                std::thread::sleep(Duration::from_millis(20 * attempt));
+            }
+            result => return result,
+        }
+    }
 }
 
 /// The size of the file at `path`, 0 when there is none.
@@ -569,5 +594,35 @@ mod tests {
         assert_eq!(capped.position(), 5000);
         assert_eq!(largest_file(&dir, 0), 10, "not looking into subdirectories");
         let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_busy_program_is_started_again_and_other_errors_are_not() {
+        use std::io::{Error, ErrorKind};
+        let mut calls = 0;
+        let r = retry_busy(|| {
+            calls += 1;
+            if calls < 3 {
+                Err(Error::from(ErrorKind::ExecutableFileBusy))
+            } else {
+                Ok(calls)
+            }
+        });
+        assert_eq!(r.unwrap(), 3);
+        let mut calls = 0;
+        let r: std::io::Result<()> = retry_busy(|| {
+            calls += 1;
+            Err(Error::from(ErrorKind::NotFound))
+        });
+        assert_eq!((r.unwrap_err().kind(), calls), (ErrorKind::NotFound, 1));
+        let mut calls = 0;
+        let r: std::io::Result<()> = retry_busy(|| {
+            calls += 1;
+            Err(Error::from(ErrorKind::ExecutableFileBusy))
+        });
+        assert_eq!(
+            (r.unwrap_err().kind(), calls),
+            (ErrorKind::ExecutableFileBusy, 11)
+        );
     }
 }
