@@ -228,7 +228,8 @@ fn print_rows(l: &Loaded, rows: &[Vec<u32>]) -> Result<()> {
 /// Segment length of `generate --stream`.
 const STREAM_SEGMENT: usize = 16;
 
-/// `generate --stream`: prints each row's text (or ids) as its tokens arrive.
+/// `generate --stream`: prints the prompt's text, then the row's text (or ids) as its tokens
+/// arrive.
 fn generate_streamed(l: &Loaded, options: &GenerateOptions) -> Result<()> {
     ensure!(
         l.prompts.len() == 1,
@@ -240,6 +241,7 @@ fn generate_streamed(l: &Loaded, options: &GenerateOptions) -> Result<()> {
     let mut printed = String::new();
     let mut failure = None;
     let mut out = std::io::stdout();
+    echo_prompt(l)?;
     let tokens = l
         .model
         .generate_stream(&l.prompts, options, STREAM_SEGMENT, |fresh| {
@@ -281,6 +283,24 @@ fn generate_streamed(l: &Loaded, options: &GenerateOptions) -> Result<()> {
         l.prompt_tokens(),
         seconds(t)
     );
+    Ok(())
+}
+
+/// Prints the prompt's text before the streamed continuation (dimmed on a terminal), so that the
+/// new text reads in its context; prints nothing for prompts that are not text.
+fn echo_prompt(l: &Loaded) -> Result<()> {
+    let Some(prompt) = l
+        .codec
+        .decode(&l.prompts[0])
+        .context("decoding the prompt")?
+    else {
+        return Ok(());
+    };
+    if std::io::stdout().is_terminal() {
+        print!("\x1b[2m{prompt}\x1b[0m");
+    } else {
+        print!("{prompt}");
+    }
     Ok(())
 }
 

@@ -460,6 +460,41 @@ fn stream_prints_the_same_tokens() {
     assert!(text(&out.stderr).contains("--stream prints one row"));
 }
 
+/// With a byte vocabulary, a stream prints the prompt's text, then the continuation as text: the
+/// bytes that `--no-stream --json` reports.
+#[test]
+fn a_text_stream_echoes_the_prompt_then_the_new_text() {
+    let dir = scratch("text_stream");
+    let json = dir.join("out.json");
+    let base = [
+        "generate",
+        "--prompt",
+        "fn main() {",
+        "--temperature",
+        "0",
+        "--max-new-tokens",
+        "24",
+    ];
+    let mut args = base.to_vec();
+    args.extend(["--no-stream", "--json", json.to_str().unwrap()]);
+    run_ok(&args);
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let bytes: Vec<u8> = v["tokens"][0]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_u64().unwrap() as u8)
+        .collect();
+    let want = format!("fn main() {{{}\n", String::from_utf8_lossy(&bytes));
+    let mut args = base.to_vec();
+    args.push("--stream");
+    let stdout = run_ok(&args);
+    assert!(
+        stdout.starts_with(&want),
+        "{stdout:?} should start with {want:?}"
+    );
+}
+
 #[test]
 fn other_xla_flags_are_other_cache_entries() {
     let dir = scratch("xla_flags");
