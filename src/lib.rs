@@ -104,6 +104,24 @@ pub mod runtime;
 pub mod sampling;
 pub mod sharding;
 
+/// The README's and `docs/`'s Rust examples, compiled and run as doctests (`cargo test --doc`),
+/// so that the pages stay true to the API.
+#[cfg(doctest)]
+mod doc_pages {
+    #[doc = include_str!("../README.md")]
+    struct Readme;
+    #[doc = include_str!("../docs/graphs.md")]
+    struct Graphs;
+    #[doc = include_str!("../docs/mamba2.md")]
+    struct Mamba2;
+    #[doc = include_str!("../docs/training.md")]
+    struct Training;
+    #[doc = include_str!("../docs/devices.md")]
+    struct Devices;
+    #[doc = include_str!("../docs/runtime.md")]
+    struct Runtime;
+}
+
 pub use array::HostArray;
 pub use compiled::CompiledGraph;
 pub use dtype::{DType, Element, TensorType};
