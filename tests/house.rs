@@ -29,7 +29,6 @@ const ALLOWED: &[(&str, &str)] = &[
     ("benches/compile_cache.rs", "main"),
     ("benches/mamba2/plot.rs", "latency_svg"),
     ("examples/mamba2/bench.rs", "bench"),
-    ("examples/mamba2/plot.rs", "loss_svg"),
     ("examples/mamba2/train.rs", "train"),
     ("examples/quickstart.rs", "main"),
 ];

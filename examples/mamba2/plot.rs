@@ -3,6 +3,42 @@
 
 use std::fmt::Write as _;
 
+/// The chart's width and height, and the margins around its plot area, in pixels.
+const WIDTH: f64 = 760.0;
+const HEIGHT: f64 = 420.0;
+const LEFT: f64 = 70.0;
+const RIGHT: f64 = 20.0;
+const TOP: f64 = 40.0;
+const BOTTOM: f64 = 50.0;
+
+/// Where a point lands: steps `0..=last` across the plot area, losses `lo..=hi` up it.
+struct Scale {
+    last: usize,
+    lo: f64,
+    hi: f64,
+}
+
+impl Scale {
+    /// The x coordinate of `step`.
+    fn x(&self, step: f64) -> f64 {
+        LEFT + (WIDTH - LEFT - RIGHT) * step / self.last as f64
+    }
+
+    /// The y coordinate of the loss `v`.
+    fn y(&self, v: f64) -> f64 {
+        TOP + (HEIGHT - TOP - BOTTOM) * (self.hi - v) / (self.hi - self.lo)
+    }
+
+    /// `points` as the `points` attribute of a polyline.
+    fn polyline(&self, points: &[(usize, f64)]) -> String {
+        points
+            .iter()
+            .map(|&(step, loss)| format!("{:.1},{:.1}", self.x(step as f64), self.y(loss)))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+}
+
 /// Train and validation loss (bits per byte) against the step, with the unigram entropy as a
 /// dashed horizontal line. Points whose loss is not finite are left out.
 pub(crate) fn loss_svg(
@@ -11,14 +47,35 @@ pub(crate) fn loss_svg(
     val: &[(usize, f64)],
     entropy: f64,
 ) -> String {
-    let (w, ht, left, right, top, bottom) = (760.0, 420.0, 70.0, 20.0, 40.0, 50.0);
     let finite = |v: &[(usize, f64)]| -> Vec<(usize, f64)> {
         v.iter().copied().filter(|(_, y)| y.is_finite()).collect()
     };
     let (train, val) = (finite(train), finite(val));
-    let ys: Vec<f64> = train
+    let (lo, hi, tick) = loss_axis(&train, &val, entropy);
+    let last = train
         .iter()
         .chain(&val)
+        .map(|&(s, _)| s)
+        .max()
+        .unwrap_or(1)
+        .max(1);
+    let scale = Scale { last, lo, hi };
+    let mut s = open(title);
+    loss_grid(&mut s, &scale, tick);
+    step_grid(&mut s, &scale);
+    axis_titles(&mut s);
+    curves(&mut s, &scale, &train, &val, entropy);
+    legend(&mut s, entropy);
+    s.push_str("</svg>\n");
+    s
+}
+
+/// The loss axis as (lowest, highest, tick spacing): whole ticks around every loss and the
+/// entropy (0 to 8 when there is none).
+fn loss_axis(train: &[(usize, f64)], val: &[(usize, f64)], entropy: f64) -> (f64, f64, f64) {
+    let ys: Vec<f64> = train
+        .iter()
+        .chain(val)
         .map(|&(_, y)| y)
         .chain([entropy].into_iter().filter(|e| e.is_finite()))
         .collect();
@@ -33,100 +90,119 @@ pub(crate) fn loss_svg(
     let tick = nice_step((hi - lo).max(1e-3) / 5.0);
     let (y0, y1) = ((lo / tick).floor() * tick, (hi / tick).ceil() * tick);
     let y1 = if y1 > y0 { y1 } else { y0 + tick };
-    let last = train
-        .iter()
-        .chain(&val)
-        .map(|&(s, _)| s)
-        .max()
-        .unwrap_or(1)
-        .max(1);
-    let x = |step: f64| left + (w - left - right) * step / last as f64;
-    let y = |v: f64| top + (ht - top - bottom) * (y1 - v) / (y1 - y0);
+    (y0, y1, tick)
+}
 
+/// The `<svg>` element, a white ground and the title.
+fn open(title: &str) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{ht}" font-family="sans-serif" font-size="12">"#
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" font-family="sans-serif" font-size="12">"#
     );
-    let _ = writeln!(s, r#"<rect width="{w}" height="{ht}" fill="white"/>"#);
+    let _ = writeln!(
+        s,
+        r#"<rect width="{WIDTH}" height="{HEIGHT}" fill="white"/>"#
+    );
     let _ = writeln!(
         s,
         r#"<text x="{}" y="22" text-anchor="middle" font-size="14">{}</text>"#,
-        w / 2.0,
+        WIDTH / 2.0,
         escape(title)
     );
-    // Horizontal grid with the loss ticks.
-    let mut v = y0;
-    while v <= y1 + tick / 2.0 {
+    s
+}
+
+/// Horizontal grid lines with the loss ticks.
+fn loss_grid(s: &mut String, scale: &Scale, tick: f64) {
+    let mut v = scale.lo;
+    while v <= scale.hi + tick / 2.0 {
         let _ = writeln!(
             s,
-            r##"<line x1="{left}" x2="{x2}" y1="{yy:.1}" y2="{yy:.1}" stroke="#ddd"/><text x="{tx}" y="{ty:.1}" text-anchor="end">{label}</text>"##,
-            x2 = w - right,
-            yy = y(v),
-            tx = left - 6.0,
-            ty = y(v) + 4.0,
+            r##"<line x1="{LEFT}" x2="{x2}" y1="{yy:.1}" y2="{yy:.1}" stroke="#ddd"/><text x="{tx}" y="{ty:.1}" text-anchor="end">{label}</text>"##,
+            x2 = WIDTH - RIGHT,
+            yy = scale.y(v),
+            tx = LEFT - 6.0,
+            ty = scale.y(v) + 4.0,
             label = format_tick(v, tick)
         );
         v += tick;
     }
-    // Vertical grid with the step ticks.
-    let step_tick = nice_step(last as f64 / 8.0).max(1.0);
+}
+
+/// Vertical grid lines with the step ticks (about eight).
+fn step_grid(s: &mut String, scale: &Scale) {
+    let last = scale.last as f64;
+    let step_tick = nice_step(last / 8.0).max(1.0);
     let mut t = 0.0;
-    while t <= last as f64 + step_tick / 2.0 {
+    while t <= last + step_tick / 2.0 {
         let _ = writeln!(
             s,
-            r##"<line x1="{0:.1}" x2="{0:.1}" y1="{top}" y2="{1}" stroke="#eee"/><text x="{0:.1}" y="{2}" text-anchor="middle">{3}</text>"##,
-            x(t),
-            ht - bottom,
-            ht - bottom + 16.0,
+            r##"<line x1="{0:.1}" x2="{0:.1}" y1="{TOP}" y2="{1}" stroke="#eee"/><text x="{0:.1}" y="{2}" text-anchor="middle">{3}</text>"##,
+            scale.x(t),
+            HEIGHT - BOTTOM,
+            HEIGHT - BOTTOM + 16.0,
             t as u64
         );
         t += step_tick;
     }
+}
+
+/// The captions of the two axes.
+fn axis_titles(s: &mut String) {
     let _ = writeln!(
         s,
         r#"<text x="{}" y="{}" text-anchor="middle">optimizer step</text>"#,
-        (left + w - right) / 2.0,
-        ht - 12.0
+        (LEFT + WIDTH - RIGHT) / 2.0,
+        HEIGHT - 12.0
     );
     let _ = writeln!(
         s,
         r#"<text x="16" y="{0}" text-anchor="middle" transform="rotate(-90 16 {0})">loss (bits per byte)</text>"#,
-        (top + ht - bottom) / 2.0
+        (TOP + HEIGHT - BOTTOM) / 2.0
     );
+}
+
+/// The entropy's dashed line (when finite), the train curve, and the validation curve with a
+/// dot at each evaluation.
+fn curves(
+    s: &mut String,
+    scale: &Scale,
+    train: &[(usize, f64)],
+    val: &[(usize, f64)],
+    entropy: f64,
+) {
     if entropy.is_finite() {
         let _ = writeln!(
             s,
-            r##"<line x1="{left}" x2="{x2}" y1="{yy:.1}" y2="{yy:.1}" stroke="#7f7f7f" stroke-width="1.5" stroke-dasharray="6 4"/>"##,
-            x2 = w - right,
-            yy = y(entropy)
+            r##"<line x1="{LEFT}" x2="{x2}" y1="{yy:.1}" y2="{yy:.1}" stroke="#7f7f7f" stroke-width="1.5" stroke-dasharray="6 4"/>"##,
+            x2 = WIDTH - RIGHT,
+            yy = scale.y(entropy)
         );
     }
-    let points = |v: &[(usize, f64)]| -> String {
-        v.iter()
-            .map(|&(step, loss)| format!("{:.1},{:.1}", x(step as f64), y(loss)))
-            .collect::<Vec<_>>()
-            .join(" ")
-    };
     let _ = writeln!(
         s,
         r##"<polyline fill="none" stroke="#1f77b4" stroke-width="1.2" points="{}"/>"##,
-        points(&train)
+        scale.polyline(train)
     );
     let _ = writeln!(
         s,
         r##"<polyline fill="none" stroke="#d62728" stroke-width="1.5" points="{}"/>"##,
-        points(&val)
+        scale.polyline(val)
     );
-    for &(step, loss) in &val {
+    for &(step, loss) in val {
         let _ = writeln!(
             s,
             r##"<circle cx="{:.1}" cy="{:.1}" r="3" fill="#d62728"/>"##,
-            x(step as f64),
-            y(loss)
+            scale.x(step as f64),
+            scale.y(loss)
         );
     }
-    let legend = [
+}
+
+/// The legend, top right: a sample of each line and what it is.
+fn legend(s: &mut String, entropy: f64) {
+    let entries = [
         (
             "#1f77b4",
             "",
@@ -143,9 +219,9 @@ pub(crate) fn loss_svg(
             format!("unigram entropy of the training bytes ({entropy:.3})"),
         ),
     ];
-    for (i, (color, dash, text)) in legend.iter().enumerate() {
-        let ly = top + 16.0 + 18.0 * i as f64;
-        let lx = w - right - 330.0;
+    for (i, (color, dash, text)) in entries.iter().enumerate() {
+        let ly = TOP + 16.0 + 18.0 * i as f64;
+        let lx = WIDTH - RIGHT - 330.0;
         let _ = writeln!(
             s,
             r#"<line x1="{lx}" x2="{0}" y1="{ly}" y2="{ly}" stroke="{color}" stroke-width="2"{dash}/><text x="{1}" y="{2}">{3}</text>"#,
@@ -155,8 +231,6 @@ pub(crate) fn loss_svg(
             escape(text)
         );
     }
-    s.push_str("</svg>\n");
-    s
 }
 
 /// 1, 2 or 5 times a power of ten, at least `raw`.
