@@ -28,7 +28,6 @@ const ALLOWED: &[(&str, &str)] = &[
     // Found when the rules reached examples/ and benches/; split in the commits that follow.
     ("benches/compile_cache.rs", "main"),
     ("examples/mamba2/bench.rs", "bench"),
-    ("examples/mamba2/train.rs", "train"),
     ("examples/quickstart.rs", "main"),
 ];
 

@@ -3,7 +3,7 @@
 //! checkpoint, the loss curve as CSV and as an SVG chart.
 
 use std::fmt::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{bail, ensure, Context, Result};
@@ -11,7 +11,7 @@ use clap::Args;
 use serde_json::json;
 use stablegraph::models::mamba2::{Mamba2Config, Mamba2Weights};
 use stablegraph::runtime::Client;
-use stablegraph::DType;
+use stablegraph::{DType, HostArray};
 
 use crate::data::{default_sources, eval_batches, unigram_entropy_bits, Data, Sampler};
 use crate::plot::loss_svg;
@@ -169,6 +169,32 @@ struct Row {
     val_bpb: Option<f64>,
 }
 
+/// What the optimizer steps left: the rows of loss.csv and the seconds spent compiling (the
+/// training and evaluation programs) and in the steps; empty for `--steps 0`.
+#[derive(Default)]
+struct Outcome {
+    rows: Vec<Row>,
+    compile_s: f64,
+    train_s: f64,
+}
+
+impl Outcome {
+    /// The last step's training loss, in bits per byte.
+    fn final_train(&self) -> Option<f64> {
+        self.rows.last().map(|r| r.train_bpb)
+    }
+
+    /// The last evaluation's validation loss, in bits per byte.
+    fn final_val(&self) -> Option<f64> {
+        self.rows.iter().rev().find_map(|r| r.val_bpb)
+    }
+
+    /// Tokens trained on per second of training steps (none for `--steps 0`).
+    fn tokens_per_s(&self, a: &TrainArgs) -> Option<f64> {
+        (a.steps > 0).then(|| (a.steps * a.batch * a.seq_len) as f64 / self.train_s)
+    }
+}
+
 /// `train`.
 pub(crate) fn train(a: TrainArgs) -> Result<()> {
     let started = Instant::now();
@@ -182,14 +208,70 @@ pub(crate) fn train(a: TrainArgs) -> Result<()> {
             println!("{line}");
         }
     };
+    let (data, entropy) = read_data(&a, &say)?;
+    let weights = Mamba2Weights::random(&config, DType::F32, a.seed)?;
+    let parameters: usize = weights
+        .named()
+        .iter()
+        .map(|(_, w)| w.dims().iter().product::<usize>())
+        .sum();
+    say_plan(&a, &config, parameters, &say);
+
+    progress("loading the PJRT plugin");
+    let client = match &a.plugin {
+        Some(path) => Client::from_plugin_path(path),
+        None => Client::cpu(),
+    }
+    .context("creating the PJRT client")?;
+    let (final_weights, outcome) = if a.steps == 0 {
+        (weights, Outcome::default())
+    } else {
+        optimize(&a, &client, &config, weights, &data, &say)?
+    };
+
+    final_weights
+        .save(&a.out, &config)
+        .with_context(|| format!("--out {}", a.out.display()))?;
+    let title = format!(
+        "Byte-level Mamba-2 ({} layer{}, {} wide, {parameters} parameters): loss",
+        config.num_layers,
+        if config.num_layers == 1 { "" } else { "s" },
+        config.hidden_size
+    );
+    write_loss_files(&a.out, &outcome.rows, &title, entropy)?;
+    let peak = peak_rss_mb();
+    say_results(&a, &outcome, started, entropy, peak, &say);
+    if a.json {
+        let summary = json!({
+            "steps": a.steps,
+            "final_train_bpb": outcome.final_train(),
+            "final_val_bpb": outcome.final_val(),
+            "unigram_entropy_bpb": entropy,
+            "tokens_per_s": outcome.tokens_per_s(&a),
+            "train_s": outcome.train_s,
+            "compile_s": outcome.compile_s,
+            "peak_rss_mb": peak,
+            "parameters": parameters,
+            "train_bytes": data.train.len(),
+            "val_bytes": data.val.len(),
+            "out": a.out.display().to_string(),
+        });
+        println!("{}", serde_json::to_string_pretty(&summary)?);
+    }
+    Ok(())
+}
+
+/// The bytes of --data (by default this crate's sources), split into training and validation
+/// bytes and checked to hold a window, and the unigram entropy of the training bytes; says how
+/// many through `say`.
+fn read_data(a: &TrainArgs, say: &dyn Fn(String)) -> Result<(Data, f64)> {
     let sources = if a.data.is_empty() {
         default_sources()
     } else {
         a.data.clone()
     };
     let data = Data::read(&sources)?;
-    let window = a.seq_len + 1;
-    data.check_window(window)?;
+    data.check_window(a.seq_len + 1)?;
     let entropy = unigram_entropy_bits(&data.train);
     say(format!(
         "data      {} files, {} bytes: {} to train on, {} held out (the last 5%)",
@@ -201,13 +283,11 @@ pub(crate) fn train(a: TrainArgs) -> Result<()> {
     say(format!(
         "unigram   {entropy:.3} bits per byte (entropy of the training bytes' frequencies)"
     ));
+    Ok((data, entropy))
+}
 
-    let weights = Mamba2Weights::random(&config, DType::F32, a.seed)?;
-    let parameters: usize = weights
-        .named()
-        .iter()
-        .map(|(_, w)| w.dims().iter().product::<usize>())
-        .sum();
+/// Says what is trained (the model, with its `parameters`) and how (steps, batch, rate).
+fn say_plan(a: &TrainArgs, config: &Mamba2Config, parameters: usize, say: &dyn Fn(String)) {
     say(format!(
         "model     {} layers, {} wide, {} heads of {HEAD_DIM}, state {STATE_SIZE}, vocab 256 \
          (bytes): {parameters} parameters, f32",
@@ -221,79 +301,90 @@ pub(crate) fn train(a: TrainArgs) -> Result<()> {
         a.lr,
         a.micro_steps()
     ));
+}
 
-    progress("loading the PJRT plugin");
-    let client = match &a.plugin {
-        Some(path) => Client::from_plugin_path(path),
-        None => Client::cpu(),
-    }
-    .context("creating the PJRT client")?;
-
-    let mut rows: Vec<Row> = Vec::new();
-    let mut compile_s = 0.0;
-    let mut train_s = 0.0;
-    let final_weights = if a.steps == 0 {
-        weights
-    } else {
-        // Clipping at a global norm of 1 is asked for here: AdamW's defaults (PyTorch's) do
-        // not clip.
-        let opt = AdamW {
-            lr: a.lr,
-            beta1: 0.9,
-            beta2: 0.95,
-            eps: 1e-8,
-            weight_decay: 0.1,
-            clip_norm: Some(1.0),
-        };
-        progress("compiling the training and evaluation programs");
-        let mut trainer = Trainer::new(
-            &client,
-            &config,
-            weights,
-            opt,
-            a.batch,
-            a.seq_len,
-            a.micro_steps(),
-        )
-        .context("building the trainer")?;
-        compile_s = trainer.compile_seconds();
-        say(format!("compile   {compile_s:.2} s (the training step)"));
-        (rows, train_s) = run_steps(&a, &mut trainer, &data, &say)?;
-        // Now with the evaluation program's compile too.
-        compile_s = trainer.compile_seconds();
-        trainer.weights().context("reading the trained weights")?
+/// Compiles the trainer of `weights` (AdamW, clipped) and runs the optimizer steps on `data`;
+/// returns the trained weights and what the steps left.
+fn optimize(
+    a: &TrainArgs,
+    client: &Client,
+    config: &Mamba2Config,
+    weights: Mamba2Weights<HostArray>,
+    data: &Data,
+    say: &dyn Fn(String),
+) -> Result<(Mamba2Weights<HostArray>, Outcome)> {
+    // Clipping at a global norm of 1 is asked for here: AdamW's defaults (PyTorch's) do not
+    // clip.
+    let opt = AdamW {
+        lr: a.lr,
+        beta1: 0.9,
+        beta2: 0.95,
+        eps: 1e-8,
+        weight_decay: 0.1,
+        clip_norm: Some(1.0),
     };
+    progress("compiling the training and evaluation programs");
+    let mut trainer = Trainer::new(
+        client,
+        config,
+        weights,
+        opt,
+        a.batch,
+        a.seq_len,
+        a.micro_steps(),
+    )
+    .context("building the trainer")?;
+    say(format!(
+        "compile   {:.2} s (the training step)",
+        trainer.compile_seconds()
+    ));
+    let (rows, train_s) = run_steps(a, &mut trainer, data, say)?;
+    let outcome = Outcome {
+        rows,
+        // Now with the evaluation program's compile too.
+        compile_s: trainer.compile_seconds(),
+        train_s,
+    };
+    let weights = trainer.weights().context("reading the trained weights")?;
+    Ok((weights, outcome))
+}
 
-    final_weights
-        .save(&a.out, &config)
-        .with_context(|| format!("--out {}", a.out.display()))?;
-    let csv_path = a.out.join("loss.csv");
+/// loss.csv (`rows`) and loss.svg (their chart, titled `title`, with the unigram `entropy`) in
+/// `out`.
+fn write_loss_files(out: &Path, rows: &[Row], title: &str, entropy: f64) -> Result<()> {
+    let csv_path = out.join("loss.csv");
     let mut csv = String::from("step,train_bpb,val_bpb\n");
-    for r in &rows {
+    for r in rows {
         let val = r.val_bpb.map(|v| format!("{v:.6}")).unwrap_or_default();
         let _ = writeln!(csv, "{},{:.6},{val}", r.step, r.train_bpb);
     }
     std::fs::write(&csv_path, csv).with_context(|| format!("writing {}", csv_path.display()))?;
-    let svg_path = a.out.join("loss.svg");
+    let svg_path = out.join("loss.svg");
     let train_pts: Vec<(usize, f64)> = rows.iter().map(|r| (r.step, r.train_bpb)).collect();
     let val_pts: Vec<(usize, f64)> = rows
         .iter()
         .filter_map(|r| r.val_bpb.map(|v| (r.step, v)))
         .collect();
-    let title = format!(
-        "Byte-level Mamba-2 ({} layer{}, {} wide, {parameters} parameters): loss",
-        config.num_layers,
-        if config.num_layers == 1 { "" } else { "s" },
-        config.hidden_size
-    );
-    std::fs::write(&svg_path, loss_svg(&title, &train_pts, &val_pts, entropy))
-        .with_context(|| format!("writing {}", svg_path.display()))?;
+    std::fs::write(&svg_path, loss_svg(title, &train_pts, &val_pts, entropy))
+        .with_context(|| format!("writing {}", svg_path.display()))
+}
 
-    let final_train = rows.last().map(|r| r.train_bpb);
-    let final_val = rows.iter().rev().find_map(|r| r.val_bpb);
-    let tokens_per_s = (a.steps > 0).then(|| (a.steps * a.batch * a.seq_len) as f64 / train_s);
-    let peak = peak_rss_mb();
-    if let (Some(train_bpb), Some(val_bpb), Some(tps)) = (final_train, final_val, tokens_per_s) {
+/// The closing lines: the final losses and speed (after any steps), what was written, and the
+/// `peak` memory when known.
+fn say_results(
+    a: &TrainArgs,
+    outcome: &Outcome,
+    started: Instant,
+    entropy: f64,
+    peak: Option<f64>,
+    say: &dyn Fn(String),
+) {
+    let (train_s, compile_s) = (outcome.train_s, outcome.compile_s);
+    if let (Some(train_bpb), Some(val_bpb), Some(tps)) = (
+        outcome.final_train(),
+        outcome.final_val(),
+        outcome.tokens_per_s(a),
+    ) {
         say(format!(
             "done      {} steps in {:.1} s ({train_s:.1} s training at {tps:.0} tokens/s, \
              {compile_s:.2} s compiling); final train {train_bpb:.3}, val {val_bpb:.3} bits per \
@@ -309,24 +400,6 @@ pub(crate) fn train(a: TrainArgs) -> Result<()> {
     if let Some(mb) = peak {
         say(format!("memory    peak RSS {mb:.0} MB"));
     }
-    if a.json {
-        let summary = json!({
-            "steps": a.steps,
-            "final_train_bpb": final_train,
-            "final_val_bpb": final_val,
-            "unigram_entropy_bpb": entropy,
-            "tokens_per_s": tokens_per_s,
-            "train_s": train_s,
-            "compile_s": compile_s,
-            "peak_rss_mb": peak,
-            "parameters": parameters,
-            "train_bytes": data.train.len(),
-            "val_bytes": data.val.len(),
-            "out": a.out.display().to_string(),
-        });
-        println!("{}", serde_json::to_string_pretty(&summary)?);
-    }
-    Ok(())
 }
 
 /// The optimizer steps of `train` on `data` (the learning rate from `WarmupCosine::new(--lr,
