@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use anyhow::{ensure, Context, Result};
 use clap::Args;
 use serde_json::json;
+use stablegraph::models::mamba2::GenerateOptions;
 
 use crate::generate::{warm_up, Timed};
 use crate::load::{load, Loaded, ModelArgs, PromptArgs, SamplingArgs};
@@ -105,28 +106,7 @@ pub(crate) fn bench(a: BenchArgs) -> Result<()> {
     let options = l.options.clone();
     let (first_s, cached) = warm_up(&l, &options)?;
     let prompt_tokens = l.prompt_tokens();
-    let mut runs = Vec::new();
-    // On a terminal a bar over the runs (with the time left and the last run's throughput);
-    // elsewhere a line per run.
-    let bar = bars::bar(
-        a.repeat as u64,
-        "{elapsed} [{wide_bar}] timed run {pos}/{len}, {eta} left: {msg}",
-    );
-    for i in 0..a.repeat {
-        if bar.is_hidden() {
-            progress(&format!("timed run {}/{}", i + 1, a.repeat));
-        }
-        let run = Timed::run(&l, &options)?;
-        bar.inc(1);
-        bar.set_message(match run.decode_tps() {
-            Some(tps) => format!("decode {tps:.1} tok/s"),
-            None => format!("prefill {:.1} tok/s", run.prefill_tps(l.prompt_tokens())),
-        });
-        runs.push(run);
-    }
-    bar.finish_and_clear();
-    let fmt = |x: Option<f64>| x.map_or("-".to_string(), |x| format!("{x:.1}"));
-    let fmt2 = |x: Option<f64>| x.map_or("-".to_string(), |x| format!("{x:.2}"));
+    let runs = timed_runs(&l, &options, a.repeat)?;
     println!("model     {}", l.description);
     l.print_devices();
     let (batch, bucket) = l.shape();
@@ -134,41 +114,8 @@ pub(crate) fn bench(a: BenchArgs) -> Result<()> {
         "shape     {batch} row(s), {prompt_tokens} prompt tokens (padded to {bucket}), {} new tokens per row",
         options.max_new_tokens
     );
-    println!(
-        "{:<8} {:>14} {:>14} {:>14}",
-        "run", "prefill tok/s", "decode tok/s", "ms per token"
-    );
-    let mut rows = Vec::new();
-    for (i, r) in runs.iter().enumerate() {
-        println!(
-            "{:<8} {:>14} {:>14} {:>14}",
-            i + 1,
-            fmt(Some(r.prefill_tps(prompt_tokens))),
-            fmt(r.decode_tps()),
-            fmt2(r.ms_per_token())
-        );
-        rows.push(json!({
-            "prefill_s": r.prefill_s,
-            "generate_s": r.generate_s,
-            "prefill_tokens_per_s": r.prefill_tps(prompt_tokens),
-            "decode_tokens_per_s": r.decode_tps(),
-            "ms_per_token": r.ms_per_token(),
-            "generated_tokens": r.generated(),
-        }));
-    }
-    let med = |f: &dyn Fn(&Timed) -> Option<f64>| median(runs.iter().filter_map(f).collect());
-    let prefill_tps = med(&|r| Some(r.prefill_tps(prompt_tokens)));
-    let decode_tps = med(&|r| r.decode_tps());
-    let ms = med(&|r| r.ms_per_token());
-    let generate_s = med(&|r| Some(r.generate_s)).unwrap_or(0.0);
-    println!(
-        "{:<8} {:>14} {:>14} {:>14}",
-        "median",
-        fmt(prefill_tps),
-        fmt(decode_tps),
-        fmt2(ms)
-    );
-    let compile_s = first_s - generate_s;
+    let med = print_runs(&runs, prompt_tokens);
+    let compile_s = first_s - med.generate_s;
     println!(
         "compile   {compile_s:.2} s ({})",
         if cached {
@@ -190,13 +137,14 @@ pub(crate) fn bench(a: BenchArgs) -> Result<()> {
         );
     }
     if let Some(path) = &a.json {
+        let rows: Vec<_> = runs.iter().map(|r| run_json(r, prompt_tokens)).collect();
         let value = json!({
             "runs": rows,
             "median": {
-                "prefill_tokens_per_s": prefill_tps,
-                "decode_tokens_per_s": decode_tps,
-                "ms_per_token": ms,
-                "generate_s": generate_s,
+                "prefill_tokens_per_s": med.prefill_tps,
+                "decode_tokens_per_s": med.decode_tps,
+                "ms_per_token": med.ms_per_token,
+                "generate_s": med.generate_s,
             },
             "step_collectives": collectives,
             "devices": l.model.devices(),
@@ -214,4 +162,87 @@ pub(crate) fn bench(a: BenchArgs) -> Result<()> {
         write_json(path, &value)?;
     }
     Ok(())
+}
+
+/// `repeat` timed runs of prefill and generate. On a terminal a bar over the runs (with the
+/// time left and the last run's throughput); elsewhere a line per run.
+fn timed_runs(l: &Loaded, options: &GenerateOptions, repeat: usize) -> Result<Vec<Timed>> {
+    let mut runs = Vec::new();
+    let bar = bars::bar(
+        repeat as u64,
+        "{elapsed} [{wide_bar}] timed run {pos}/{len}, {eta} left: {msg}",
+    );
+    for i in 0..repeat {
+        if bar.is_hidden() {
+            progress(&format!("timed run {}/{}", i + 1, repeat));
+        }
+        let run = Timed::run(l, options)?;
+        bar.inc(1);
+        bar.set_message(match run.decode_tps() {
+            Some(tps) => format!("decode {tps:.1} tok/s"),
+            None => format!("prefill {:.1} tok/s", run.prefill_tps(l.prompt_tokens())),
+        });
+        runs.push(run);
+    }
+    bar.finish_and_clear();
+    Ok(runs)
+}
+
+/// The medians over the timed runs (of those that have the figure).
+struct Medians {
+    prefill_tps: Option<f64>,
+    decode_tps: Option<f64>,
+    ms_per_token: Option<f64>,
+    /// Seconds of a generate call; 0 when no run has one.
+    generate_s: f64,
+}
+
+/// Prints the table of the runs (prefill and decode tokens/s, ms per token), one row per run
+/// and one of the medians, which it returns.
+fn print_runs(runs: &[Timed], prompt_tokens: usize) -> Medians {
+    println!(
+        "{:<8} {:>14} {:>14} {:>14}",
+        "run", "prefill tok/s", "decode tok/s", "ms per token"
+    );
+    for (i, r) in runs.iter().enumerate() {
+        print_row(
+            &(i + 1).to_string(),
+            Some(r.prefill_tps(prompt_tokens)),
+            r.decode_tps(),
+            r.ms_per_token(),
+        );
+    }
+    let med = |f: &dyn Fn(&Timed) -> Option<f64>| median(runs.iter().filter_map(f).collect());
+    let m = Medians {
+        prefill_tps: med(&|r| Some(r.prefill_tps(prompt_tokens))),
+        decode_tps: med(&|r| r.decode_tps()),
+        ms_per_token: med(&|r| r.ms_per_token()),
+        generate_s: med(&|r| Some(r.generate_s)).unwrap_or(0.0),
+    };
+    print_row("median", m.prefill_tps, m.decode_tps, m.ms_per_token);
+    m
+}
+
+/// One row of the runs table: tokens/s to 0.1, ms per token to 0.01, `-` where unknown.
+fn print_row(label: &str, prefill_tps: Option<f64>, decode_tps: Option<f64>, ms: Option<f64>) {
+    let fmt =
+        |x: Option<f64>, decimals: usize| x.map_or("-".to_string(), |x| format!("{x:.decimals$}"));
+    println!(
+        "{label:<8} {:>14} {:>14} {:>14}",
+        fmt(prefill_tps, 1),
+        fmt(decode_tps, 1),
+        fmt(ms, 2)
+    );
+}
+
+/// One timed run as JSON.
+fn run_json(r: &Timed, prompt_tokens: usize) -> serde_json::Value {
+    json!({
+        "prefill_s": r.prefill_s,
+        "generate_s": r.generate_s,
+        "prefill_tokens_per_s": r.prefill_tps(prompt_tokens),
+        "decode_tokens_per_s": r.decode_tps(),
+        "ms_per_token": r.ms_per_token(),
+        "generated_tokens": r.generated(),
+    })
 }
