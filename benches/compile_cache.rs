@@ -126,38 +126,73 @@ fn main() -> Result<()> {
     let plugin = Plugin::load(install::resolve_cpu_plugin()?)?;
     let text = program();
     let bench_dir = bench_dir()?;
+    let (uncached, reference) = uncached_compiles(&plugin, &text)?;
+    let (cold, dir) = cold_compiles(&plugin, &text, &bench_dir, &reference)?;
+    let entry_bytes: u64 = std::fs::read_dir(&dir)?
+        .filter_map(|e| e.ok()?.metadata().ok())
+        .map(|m| m.len())
+        .sum();
+    let (warm, memory) = warm_loads(&plugin, &text, &dir, &reference)?;
+    for i in 0..COLD_RUNS {
+        let _ = std::fs::remove_dir_all(
+            bench_dir.join(format!("compile-cache-{}-cold{i}", std::process::id())),
+        );
+    }
+    let figures = [
+        Figure::new("compile_uncached", "compile, cache off", uncached),
+        Figure::new("cold", "cold: compile + serialize + write", cold),
+        Figure::new("warm_disk", "warm: fresh client, load from disk", warm),
+        Figure::new("memory_hit", "memory hit, same client", memory),
+    ];
+    report(&plugin, &text, entry_bytes, &figures)
+}
 
-    // The compiler alone.
+/// The compiler alone, [`COLD_RUNS`] times in fresh clients with the cache off: the times, and
+/// the output of the first executable (the reference the cached ones must match).
+fn uncached_compiles(plugin: &Plugin, text: &str) -> Result<(Vec<f64>, Vec<f32>)> {
     let mut uncached = Vec::new();
     let mut reference = None;
     for _ in 0..COLD_RUNS {
-        let (client, exe, secs) = fresh_compile(&plugin, CompileCache::disabled(), &text)?;
+        let (client, exe, secs) = fresh_compile(plugin, CompileCache::disabled(), text)?;
         uncached.push(secs);
         reference.get_or_insert(run(&client, &exe)?);
     }
-    let reference = reference.context("no compile ran")?;
+    Ok((uncached, reference.context("no compile ran")?))
+}
 
-    // Cold: compile into an empty directory, serialize and write the entry.
+/// Cold: [`COLD_RUNS`] compiles, each into an empty directory (serializing and writing the
+/// entry), checked against `reference`; the times and the last directory.
+fn cold_compiles(
+    plugin: &Plugin,
+    text: &str,
+    bench_dir: &Path,
+    reference: &[f32],
+) -> Result<(Vec<f64>, PathBuf)> {
     let mut cold = Vec::new();
     let mut dir = PathBuf::new();
     for i in 0..COLD_RUNS {
-        dir = scratch(&bench_dir, &format!("cold{i}"))?;
-        let (client, exe, secs) = fresh_compile(&plugin, CompileCache::in_dir(&dir), &text)?;
+        dir = scratch(bench_dir, &format!("cold{i}"))?;
+        let (client, exe, secs) = fresh_compile(plugin, CompileCache::in_dir(&dir), text)?;
         cold.push(secs);
         let s = client.cache_stats();
         ensure!(s.compiles == 1 && s.disk_writes == 1, "cold run: {s:?}");
         ensure!(run(&client, &exe)? == reference, "cold executable differs");
     }
-    let entry_bytes: u64 = std::fs::read_dir(&dir)?
-        .filter_map(|e| e.ok()?.metadata().ok())
-        .map(|m| m.len())
-        .sum();
+    Ok((cold, dir))
+}
 
-    // Warm: fresh clients load the last cold run's entry; then memory hits on the last of them.
+/// Warm: [`WARM_RUNS`] fresh clients load `dir`'s entry (checked to come from disk and to match
+/// `reference`); then [`MEMORY_RUNS`] memory hits on the first of them. The times of both.
+fn warm_loads(
+    plugin: &Plugin,
+    text: &str,
+    dir: &Path,
+    reference: &[f32],
+) -> Result<(Vec<f64>, Vec<f64>)> {
     let mut warm = Vec::new();
     let mut memory = Vec::new();
     for _ in 0..WARM_RUNS {
-        let (client, exe, secs) = fresh_compile(&plugin, CompileCache::in_dir(&dir), &text)?;
+        let (client, exe, secs) = fresh_compile(plugin, CompileCache::in_dir(dir), text)?;
         warm.push(secs);
         let s = client.cache_stats();
         ensure!(s.disk_hits == 1 && s.compiles == 0, "warm run: {s:?}");
@@ -168,7 +203,7 @@ fn main() -> Result<()> {
         if memory.is_empty() {
             for _ in 0..MEMORY_RUNS {
                 let start = Instant::now();
-                let again = client.compile(&text)?;
+                let again = client.compile(text)?;
                 memory.push(secs_since(start));
                 drop(again);
             }
@@ -176,18 +211,11 @@ fn main() -> Result<()> {
             ensure!(s.memory_hits == MEMORY_RUNS as u64, "memory runs: {s:?}");
         }
     }
-    for i in 0..COLD_RUNS {
-        let _ = std::fs::remove_dir_all(
-            bench_dir.join(format!("compile-cache-{}-cold{i}", std::process::id())),
-        );
-    }
+    Ok((warm, memory))
+}
 
-    let figures = [
-        Figure::new("compile_uncached", "compile, cache off", uncached),
-        Figure::new("cold", "cold: compile + serialize + write", cold),
-        Figure::new("warm_disk", "warm: fresh client, load from disk", warm),
-        Figure::new("memory_hit", "memory hit, same client", memory),
-    ];
+/// Prints the header and the table of `figures` and writes them as JSON.
+fn report(plugin: &Plugin, text: &str, entry_bytes: u64, figures: &[Figure; 4]) -> Result<()> {
     let (major, minor) = plugin.api_version();
     let header = [
         ("plugin", plugin.path().display().to_string()),
@@ -210,7 +238,7 @@ fn main() -> Result<()> {
         "{:<38} {:>10} {:>10} {:>5}",
         "figure", "best ms", "median ms", "runs"
     );
-    for f in &figures {
+    for f in figures {
         println!(
             "{:<38} {:>10.3} {:>10.3} {:>5}",
             f.label, f.best_ms, f.median_ms, f.runs
