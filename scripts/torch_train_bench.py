@@ -31,8 +31,9 @@ A_log, D, dt_bias or norm weights; constant learning rate; gradients clipped to 
 
 A step = sample the batch, forward, loss, backward, clip, optimiser step, zero_grad. The first --warmup steps (3)
 are not timed; ms/step is the median of the other steps' wall times (time.perf_counter) and tokens/s = batch *
-seq_len / median step time. Peak RSS is resource.getrusage(RUSAGE_SELF).ru_maxrss at the end (the whole process:
-Python, torch, the data). Prints one JSON line on stdout; progress and warnings go to stderr.
+seq_len / median step time. Peak RSS is VmHWM from /proc/self/status at the end (the whole process: Python, torch,
+the data); not ru_maxrss, which Linux carries across exec, so that a child of a large process (the Rust bench)
+would report its parent's peak. Elsewhere ru_maxrss is the fallback. Prints one JSON line on stdout; progress and warnings go to stderr.
 """
 
 import argparse
@@ -50,6 +51,18 @@ import transformers
 from transformers import Mamba2Config, Mamba2ForCausalLM
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def peak_rss_kib():
+    """This process image's peak resident memory in KiB: VmHWM where /proc has it (reset by exec), else ru_maxrss."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
 
 
 def read_data(paths):
@@ -166,7 +179,7 @@ def main():
     timed = times[a.warmup :]
     med = statistics.median(timed)
     tokens = a.batch * a.seq_len
-    rss_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+    rss_kb = peak_rss_kib()
     out = dict(
         bench="torch_train_bench",
         model="transformers Mamba2ForCausalLM, pure-torch path (no mamba_ssm / causal_conv1d), float32, CPU",
