@@ -28,7 +28,7 @@ pub fn summary(ctx: &Ctx) -> Value {
         "decode f32 batch 1 (device loop): bytes read x tokens/s / read bandwidth".into(),
         ctx.figure("device_loop_util_f32_b1"),
         &pct,
-        ">= 85% (issue 10)",
+        ">= 85%",
     );
     let longest = ctx.plan.contexts.iter().max().copied().unwrap_or(0);
     add(
@@ -80,7 +80,7 @@ pub fn summary(ctx: &Ctx) -> Value {
         "decode tokens/s bf16 / f32, batch 1 (device loop; median of per-run ratios)".into(),
         ctx.figure("device_loop_f32_over_bf16_b1"),
         &times,
-        ">= 1.6x (issue 10)",
+        ">= 1.6x",
     );
     add(
         "sampling_over_greedy_ms",
