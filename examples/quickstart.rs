@@ -13,7 +13,7 @@ use stablegraph::{DType, HostArray};
 /// Build a small graph, compile it through a PJRT plugin, run it, and check it.
 #[derive(Parser)]
 struct Args {
-    /// A PJRT plugin shared object (default: the XLA CPU plugin, resolved as the README says).
+    /// A PJRT plugin shared object (default: the XLA CPU plugin, resolved as docs/runtime.md says).
     #[arg(long)]
     plugin: Option<std::path::PathBuf>,
     /// Number of CPU devices to create (CPU plugin only).

@@ -1,4 +1,4 @@
-//! Bounded versions of the fuzz targets in `fuzz/` (see the README's "Fuzzing" section): a
+//! Bounded versions of the fuzz targets in `fuzz/` (see `docs/fuzzing.md`): a
 //! seeded SplitMix64 feeds random byte streams to the `stablegraph::fuzzing` entry points, and
 //! every input a fuzzer ever crashed on (`tests/fuzz_regressions/<target>/`) is replayed.
 //! Each entry point checks its own properties and panics on a violation.

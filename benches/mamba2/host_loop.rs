@@ -22,7 +22,7 @@ pub fn tables(ctx: &mut Ctx, bandwidth: Option<f64>) -> Result<HostTables> {
     let total = *contexts.iter().max().context("no contexts")?;
     let shortest = *contexts.iter().min().context("no contexts")?;
     let mut hosts = Vec::new();
-    // bf16 only to the shortest context: its step program is slow on XLA CPU (see the README).
+    // bf16 only to the shortest context, to keep the run short.
     for (dtype, len) in [(DType::F32, total), (DType::BF16, shortest)] {
         ctx.model(dtype)?;
         let t = Instant::now();

@@ -38,7 +38,7 @@ pub(crate) struct ModelArgs {
     /// Seed of the random weights (with --shape, or when the 130M shape is the default).
     #[arg(long, default_value_t = 0)]
     pub(crate) weights_seed: u64,
-    /// PJRT plugin shared object (default: the XLA CPU plugin, resolved as the README says).
+    /// PJRT plugin shared object (default: the XLA CPU plugin, resolved as docs/runtime.md says).
     #[arg(long, value_name = "PATH")]
     pub(crate) plugin: Option<PathBuf>,
     /// How bf16 matrices enter their products: `on` as bf16 dots, `off` converted to f32 in

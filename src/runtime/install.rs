@@ -61,7 +61,7 @@ impl PluginWheel {
 }
 
 /// `lammps-jax-pjrt-cpu` 0.11.2: XLA CPU from 2026-10, PJRT C API 0.115. The default (see the
-/// README for the measurements behind the choice).
+/// `docs/performance.md` for the measurements behind the choice).
 pub const LAMMPS_JAX_PJRT_CPU: PluginWheel = PluginWheel {
     package: "lammps-jax-pjrt-cpu",
     version: "0.11.2",

@@ -152,7 +152,7 @@ impl Mamba2 {
     /// The SSD chunk a prefill of prompts up to `longest` tokens uses: the one set with
     /// [`Mamba2::with_prefill_chunk`], or else the power of two covering `longest` (at least
     /// 16), capped by the config's `chunk_size` and by [`CPU_MAX_CHUNK`] on the CPU platform
-    /// (measured there: smaller chunks are faster; see the README), so that a short prompt is
+    /// (measured there: smaller chunks are faster; see `docs/performance.md`), so that a short prompt is
     /// not padded to a long chunk.
     pub fn prefill_chunk(&self, longest: usize) -> usize {
         if let Some(chunk) = self.prefill_chunk {
@@ -180,8 +180,8 @@ impl Mamba2 {
     /// Whether bf16 matrices enter their products as bf16 (`true`) or are converted to f32 in
     /// the program first (`false`): see [`Mamba2::with_bf16_dots`]. Without an explicit choice,
     /// `false` on a CPU platform whose processor has neither AVX512-BF16 nor AMX-BF16 (read
-    /// from `/proc/cpuinfo`; XLA's bf16 dot is slower than converting there, measured in the
-    /// README), `true` elsewhere.
+    /// from `/proc/cpuinfo`; XLA's bf16 dot is slower than converting there; see
+    /// `docs/performance.md`), `true` elsewhere.
     pub fn bf16_dots(&self) -> bool {
         if let Some(choice) = self.bf16_dots {
             return choice;
@@ -211,7 +211,7 @@ impl Mamba2 {
     /// unless [`Mamba2::bf16_dots`] or `one_row` (products of one row, which read bf16
     /// matrices without a converted copy; see `block::linear`). Programs with a loop convert:
     /// XLA hoists the conversion out of the loop, and the loop's one-row products over the
-    /// f32 copy are slower as multiply-reduce than as dots (measured in the README).
+    /// f32 copy are slower as multiply-reduce than as dots (see `docs/performance.md`).
     pub(super) fn for_products(
         &self,
         w: &Mamba2Weights<Tensor>,
@@ -619,7 +619,7 @@ fn bucket_chunks(n: usize) -> Option<usize> {
 /// multiple of it).
 pub const MAX_PREFILL_CHUNK: usize = 1 << 16;
 
-/// The largest prefill chunk on the CPU platform. Measured on the 130M shape (see the README):
+/// The largest prefill chunk on the CPU platform. Measured on the 130M shape (see `docs/performance.md`):
 /// smaller chunks make the chunked SSD faster there, as its work per token grows with the chunk.
 pub const CPU_MAX_CHUNK: usize = 64;
 

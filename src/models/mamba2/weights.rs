@@ -14,7 +14,7 @@ use super::Mamba2Config;
 
 /// One block's weights. Matrices keep the checkpoint's `[out, in]` layout: the programs contract
 /// their second axis (`x @ W^T`), which measured as fast as or faster than `[in, out]` for
-/// matrix-vector products on XLA CPU (see the README), so loading never transposes.
+/// matrix-vector products on XLA CPU (see `docs/performance.md`), so loading never transposes.
 #[derive(Debug, Clone)]
 pub struct LayerWeights<T> {
     /// Pre-mixer RMSNorm weight, `[hidden]`.

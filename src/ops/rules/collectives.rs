@@ -316,7 +316,7 @@ fn check_block_results(
 /// `ShardingConstraint`: the identity, without constraining the cotangent too (as JAX does):
 /// XLA's partitioner computed wrong values for a program with such a constraint on a constant
 /// cotangent feeding a pad with interior padding (found by the sharded_graph fuzz target; see
-/// the README's "Many devices").
+/// `docs/devices.md`).
 pub(super) fn sharding_constraint_vjp(s: &Step) -> Result<Cotangents> {
     let mut out = s.none();
     out[0] = Some(s.ct(0)?);
