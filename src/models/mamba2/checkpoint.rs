@@ -163,7 +163,7 @@ pub(crate) struct Files {
 }
 
 /// Finds the checkpoint's files in `dir`.
-fn checkpoint_files(dir: &Path) -> Result<Files> {
+pub(crate) fn checkpoint_files(dir: &Path) -> Result<Files> {
     if dir.join(SINGLE).is_file() {
         return Ok(Files {
             shards: vec![SINGLE.to_string()],
@@ -283,8 +283,22 @@ struct Slot {
     found: Option<(String, String)>,
 }
 
+/// One tensor a checkpoint must hold.
+pub(crate) struct Expected {
+    /// Its key in the model's weights (what [`Loader::finish_values`] returns it under).
+    pub(crate) key: String,
+    /// The checkpoint names it may have (the first is the one reported when missing).
+    pub(crate) names: Vec<String>,
+    /// The type it is converted to.
+    pub(crate) ty: TensorType,
+    /// Its shape on disk (or `ty`'s, which is accepted too).
+    pub(crate) disk_dims: Vec<usize>,
+}
+
 /// Matches the tensors of a checkpoint's files with the expected ones, collecting problems.
 pub(crate) struct Loader {
+    /// The model family, for messages ("Mamba-2").
+    family: &'static str,
     slots: Vec<Slot>,
     targets: HashMap<String, Target>,
     tied_head_dims: Vec<usize>,
@@ -305,33 +319,59 @@ impl Loader {
         config: &Mamba2Config,
         options: &LoadOptions,
     ) -> Loader {
+        let expected = types
+            .named()
+            .into_iter()
+            .map(|(key, ty)| {
+                let disk_dims = if key.ends_with("mixer.conv1d") {
+                    vec![config.conv_dim(), 1, config.conv_kernel]
+                } else {
+                    ty.dims.clone()
+                };
+                Expected {
+                    names: checkpoint_names(&key),
+                    key,
+                    ty: ty.clone(),
+                    disk_dims,
+                }
+            })
+            .collect();
+        let tied_head = config
+            .tie_word_embeddings
+            .then(|| vec![config.vocab_size, config.hidden_size]);
+        Loader::expecting("Mamba-2", expected, tied_head, options)
+    }
+
+    /// A loader for a `family`'s checkpoint expecting the tensors `expected`; with
+    /// `tied_head`, a `lm_head.weight` of those dims is accepted and ignored.
+    pub(crate) fn expecting(
+        family: &'static str,
+        expected: Vec<Expected>,
+        tied_head: Option<Vec<usize>>,
+        options: &LoadOptions,
+    ) -> Loader {
         let mut slots = Vec::new();
         let mut targets = HashMap::new();
-        for (key, ty) in types.named() {
-            let names = checkpoint_names(&key);
-            for n in &names {
+        for e in expected {
+            for n in &e.names {
                 targets.insert(n.clone(), Target::Slot(slots.len()));
             }
-            let disk_dims = if key.ends_with("mixer.conv1d") {
-                vec![config.conv_dim(), 1, config.conv_kernel]
-            } else {
-                ty.dims.clone()
-            };
             slots.push(Slot {
-                key,
-                names,
-                ty: ty.clone(),
-                disk_dims,
+                key: e.key,
+                names: e.names,
+                ty: e.ty,
+                disk_dims: e.disk_dims,
                 found: None,
             });
         }
-        if config.tie_word_embeddings {
+        if tied_head.is_some() {
             targets.insert("lm_head.weight".to_string(), Target::TiedHead);
         }
         Loader {
+            family,
             slots,
             targets,
-            tied_head_dims: vec![config.vocab_size, config.hidden_size],
+            tied_head_dims: tied_head.unwrap_or_default(),
             values: HashMap::new(),
             seen: HashMap::new(),
             problems: Vec::new(),
@@ -434,11 +474,25 @@ impl Loader {
 
     /// Reports what is missing or inconsistent, or assembles the weights.
     pub(crate) fn finish(
-        mut self,
+        self,
         dir: &Path,
         types: &Mamba2Weights<TensorType>,
         index: Option<&BTreeMap<String, String>>,
     ) -> Result<Mamba2Weights<HostArray>> {
+        let mut values = self.finish_values(dir, index)?;
+        types.try_map(|key, _| {
+            values
+                .remove(key)
+                .ok_or_else(|| Error::InvalidArgument(format!("{key} was not loaded")))
+        })
+    }
+
+    /// Reports what is missing or inconsistent, or returns every expected tensor by its key.
+    pub(crate) fn finish_values(
+        mut self,
+        dir: &Path,
+        index: Option<&BTreeMap<String, String>>,
+    ) -> Result<HashMap<String, HostArray>> {
         let empty = BTreeMap::new();
         let index = index.unwrap_or(&empty);
         for slot in &self.slots {
@@ -479,18 +533,14 @@ impl Loader {
                 "does not fit the config and holds NaN or infinite values"
             };
             return Err(Error::InvalidArgument(format!(
-                "the Mamba-2 checkpoint in {} {what} ({} problems):\n  {}",
+                "the {} checkpoint in {} {what} ({} problems):\n  {}",
+                self.family,
                 dir.display(),
                 self.problems.len(),
                 self.problems.join("\n  ")
             )));
         }
-        let mut values = self.values;
-        types.try_map(|key, _| {
-            values
-                .remove(key)
-                .ok_or_else(|| Error::InvalidArgument(format!("{key} was not loaded")))
-        })
+        Ok(self.values)
     }
 }
 

@@ -285,7 +285,7 @@ impl Mamba2Config {
 
 /// Rewrites the non-JSON float tokens Python writes (`Infinity`, `-Infinity`, `NaN`) outside
 /// strings into strings that `number` below understands.
-fn strict_json(text: &str) -> String {
+pub(crate) fn strict_json(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut in_string = false;
     let mut escaped = false;
@@ -328,7 +328,7 @@ fn strict_json(text: &str) -> String {
 }
 
 /// A JSON number, or one of the spellings of infinity Python writes.
-fn number(v: &Value) -> Option<f64> {
+pub(crate) fn number(v: &Value) -> Option<f64> {
     match v {
         Value::Number(n) => n.as_f64(),
         Value::String(s) => match s.as_str() {

@@ -6,7 +6,7 @@
 
 pub mod block;
 pub(crate) mod checkpoint;
-mod config;
+pub(crate) mod config;
 mod decode;
 mod generate;
 mod model;

@@ -1,0 +1,242 @@
+//! The Mamba-1 graphs: a block over a prompt (the selective scan as a log-depth associative
+//! scan, no loop over positions), a block for one new token (the O(1) recurrence), and the
+//! whole model around them.
+
+use super::{Mamba1Config, Mamba1Layer, Mamba1Weights};
+use crate::dtype::DType;
+use crate::error::Result;
+use crate::ops::{Graph, Tensor};
+
+/// One block's recurrent state.
+#[derive(Debug, Clone)]
+pub struct Mamba1State<T> {
+    /// The last `K` inputs of the convolution, oldest first: `[b, d_inner, K]`.
+    pub conv: T,
+    /// The selective scan's state `h`: `[b, d_inner, N]`.
+    pub ssm: T,
+}
+
+/// `x @ w^T + bias` for `w` stored `[out, in]`, in `w`'s dtype, returning f32.
+fn linear(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
+    let last = x.rank() as isize - 1;
+    let y = x
+        .astype(w.dtype())?
+        .dot_general(w, &[], &[(last, 1)])?
+        .astype(DType::F32)?;
+    match bias {
+        Some(b) => y.add(b),
+        None => Ok(y),
+    }
+}
+
+/// RMS-normalises the last axis: `x * rsqrt(mean(x^2) + eps)`.
+fn rms(x: &Tensor, eps: f64) -> Result<Tensor> {
+    let var = x.square()?.mean_keepdims(&[-1])?;
+    x.mul(&var.add(eps)?.rsqrt()?)
+}
+
+/// The block's RMS norm and `in_proj`, split into the mixer input `x` and the gate `z`
+/// (`[..., d_inner]` each); positions where `mask` is 0 are zeroed first (as HF does).
+fn mixer_inputs(
+    hidden: &Tensor,
+    mask: Option<&Tensor>,
+    w: &Mamba1Layer<Tensor>,
+    cfg: &Mamba1Config,
+) -> Result<(Tensor, Tensor)> {
+    let mut normed = rms(hidden, cfg.norm_eps)?.mul(&w.norm)?;
+    if let Some(m) = mask {
+        normed = normed.mul(m)?;
+    }
+    let xz = linear(&normed, &w.in_proj, w.in_proj_bias.as_ref())?;
+    Ok((
+        xz.narrow(-1, 0, cfg.d_inner)?,
+        xz.narrow(-1, cfg.d_inner, cfg.d_inner)?,
+    ))
+}
+
+/// The input-dependent `dt` (`[..., d_inner]`, after `dt_proj` and the softplus), `B` and `C`
+/// (`[..., N]`) of the convolved input `xc`; Falcon-Mamba normalises `dt`'s low-rank input,
+/// `B` and `C` first.
+fn selective_terms(
+    xc: &Tensor,
+    w: &Mamba1Layer<Tensor>,
+    cfg: &Mamba1Config,
+) -> Result<(Tensor, Tensor, Tensor)> {
+    let (r, n) = (cfg.time_step_rank, cfg.state_size);
+    let dbc = linear(xc, &w.x_proj, None)?;
+    let mut low = dbc.narrow(-1, 0, r)?;
+    let mut b = dbc.narrow(-1, r, n)?;
+    let mut c = dbc.narrow(-1, r + n, n)?;
+    if let Some(eps) = cfg.mixer_rms_eps {
+        low = rms(&low, eps)?;
+        b = rms(&b, eps)?;
+        c = rms(&c, eps)?;
+    }
+    let dt = linear(&low, &w.dt_proj, Some(&w.dt_proj_bias))?.softplus()?;
+    Ok((dt, b, c))
+}
+
+/// The end of a block: the `D` skip, the gate, `out_proj`, and the residual.
+fn mixer_output(
+    hidden: &Tensor,
+    y: &Tensor,
+    xc: &Tensor,
+    z: &Tensor,
+    w: &Mamba1Layer<Tensor>,
+) -> Result<Tensor> {
+    let y = y.add(&xc.mul(&w.d)?)?.mul(&z.silu()?)?;
+    hidden.add(&linear(&y, &w.out_proj, w.out_proj_bias.as_ref())?)
+}
+
+/// `x` shifted `s` positions later along axis 1, filled with `fill` (`[b, L, ...]`).
+fn shifted(x: &Tensor, s: usize, fill: f64) -> Result<Tensor> {
+    let len = x.dims()[1];
+    let rank = x.rank();
+    let mut low = vec![0isize; rank];
+    low[1] = s as isize;
+    x.narrow(1, 0, len - s)?
+        .pad(&low, &vec![0; rank], &vec![0; rank], fill)
+}
+
+/// The selective scan `h_t = exp(dt_t A) h_{t-1} + dt_t x_t B_t`, `y_t = C_t . h_t`, over all
+/// positions at once: a log-depth (Hillis-Steele) associative scan of the pairs
+/// `(exp(dt_t A), dt_t x_t B_t)` under `(a, u) . (a', u') = (a a', a' u + u')`, ceil(log2 L)
+/// rounds of elementwise work over `[b, L, d_inner, N]`, then `h0` (the state before the
+/// prompt) carried in by the cumulative decay. Returns `y` `[b, L, d_inner]` and the last
+/// state `[b, d_inner, N]`.
+pub(crate) fn selective_scan(
+    x: &Tensor,
+    dt: &Tensor,
+    a: &Tensor,
+    b: &Tensor,
+    c: &Tensor,
+    h0: Option<&Tensor>,
+) -> Result<(Tensor, Tensor)> {
+    let (batch, len, di) = (x.dims()[0], x.dims()[1], x.dims()[2]);
+    let n = a.dims()[1];
+    let mut decay = dt.expand_dims(-1)?.mul(a)?.exp()?; // [b, L, di, N]
+    let mut h = dt.mul(x)?.expand_dims(-1)?.mul(&b.expand_dims(2)?)?; // [b, L, di, N]
+    let mut s = 1;
+    while s < len {
+        h = h.add(&decay.mul(&shifted(&h, s, 0.0)?)?)?;
+        decay = decay.mul(&shifted(&decay, s, 1.0)?)?;
+        s *= 2;
+    }
+    if let Some(h0) = h0 {
+        h = h.add(&decay.mul(&h0.expand_dims(1)?)?)?;
+    }
+    let y = Tensor::einsum("bldn,bln->bld", &[&h, c])?;
+    let last = h
+        .narrow(1, len - 1, 1)?
+        .reshape(&[batch as isize, di as isize, n as isize])?;
+    Ok((y, last))
+}
+
+/// One block over `hidden` `[b, L, hidden]` with `mask` `[b, L]` (f32, 0 at left padding),
+/// from a zero state: the new hidden states and the state after the last position.
+pub(crate) fn block_prefill(
+    hidden: &Tensor,
+    mask: &Tensor,
+    w: &Mamba1Layer<Tensor>,
+    cfg: &Mamba1Config,
+) -> Result<(Tensor, Mamba1State<Tensor>)> {
+    let (len, k) = (hidden.dims()[1], cfg.conv_kernel);
+    let m = mask.expand_dims(-1)?;
+    let (x, z) = mixer_inputs(hidden, Some(&m), w, cfg)?;
+    let history = x.pad(&[0, k as isize - 1, 0], &[0, 0, 0], &[0, 0, 0], 0.0)?;
+    let conv = history.narrow(1, len - 1, k)?.transpose(&[0, 2, 1])?;
+    let xc = history
+        .causal_conv1d(&w.conv_weight, w.conv_bias.as_ref())?
+        .narrow(1, k - 1, len)?
+        .silu()?
+        .mul(&m)?;
+    let (dt, b, c) = selective_terms(&xc, w, cfg)?;
+    let a = w.a_log.exp()?.neg()?;
+    let (y, ssm) = selective_scan(&xc, &dt, &a, &b, &c, None)?;
+    Ok((
+        mixer_output(hidden, &y, &xc, &z, w)?,
+        Mamba1State { conv, ssm },
+    ))
+}
+
+/// One block for one new token per row, `hidden` `[b, hidden]`: the new hidden state and the
+/// block's next state.
+pub(crate) fn block_step(
+    hidden: &Tensor,
+    state: &Mamba1State<Tensor>,
+    w: &Mamba1Layer<Tensor>,
+    cfg: &Mamba1Config,
+) -> Result<(Tensor, Mamba1State<Tensor>)> {
+    let k = cfg.conv_kernel;
+    let (x, z) = mixer_inputs(hidden, None, w, cfg)?;
+    let window = Tensor::concat(&[&state.conv.narrow(2, 1, k - 1)?, &x.expand_dims(2)?], 2)?;
+    let mut xc = window.mul(&w.conv_weight)?.sum(&[-1])?;
+    if let Some(bias) = &w.conv_bias {
+        xc = xc.add(bias)?;
+    }
+    let xc = xc.silu()?;
+    let (dt, b, c) = selective_terms(&xc, w, cfg)?;
+    let a = w.a_log.exp()?.neg()?;
+    let decay = dt.expand_dims(-1)?.mul(&a)?.exp()?; // [b, di, N]
+    let input = dt.mul(&xc)?.expand_dims(-1)?.mul(&b.expand_dims(1)?)?;
+    let ssm = state.ssm.mul(&decay)?.add(&input)?;
+    let y = Tensor::einsum("bdn,bn->bd", &[&ssm, &c])?;
+    Ok((
+        mixer_output(hidden, &y, &xc, &z, w)?,
+        Mamba1State { conv: window, ssm },
+    ))
+}
+
+/// The final norm and the head (the embedding when tied): logits `[..., vocab]`.
+pub(crate) fn head(
+    hidden: &Tensor,
+    w: &Mamba1Weights<Tensor>,
+    cfg: &Mamba1Config,
+) -> Result<Tensor> {
+    let normed = rms(hidden, cfg.norm_eps)?.mul(&w.norm_f)?;
+    linear(&normed, w.lm_head.as_ref().unwrap_or(&w.embedding), None)
+}
+
+/// The weights as parameters of `g`, named `w.<checkpoint name>`.
+pub(crate) fn weight_parameters(
+    g: &Graph,
+    types: &Mamba1Weights<crate::dtype::TensorType>,
+) -> Result<Mamba1Weights<Tensor>> {
+    types.try_map(|name, ty| g.parameter(&format!("w.{name}"), ty.dtype, &ty.dims))
+}
+
+/// The whole model over left-padded prompts `tokens` `[b, L]` (integers) with `mask` `[b, L]`
+/// (f32): the logits at every position `[b, L, vocab]` and each block's state after the last.
+pub(crate) fn prefill(
+    tokens: &Tensor,
+    mask: &Tensor,
+    w: &Mamba1Weights<Tensor>,
+    cfg: &Mamba1Config,
+) -> Result<(Tensor, Vec<Mamba1State<Tensor>>)> {
+    let mut hidden = w.embedding.take(tokens)?.astype(DType::F32)?;
+    let mut states = Vec::with_capacity(w.layers.len());
+    for layer in &w.layers {
+        let (h, s) = block_prefill(&hidden, mask, layer, cfg)?;
+        hidden = h;
+        states.push(s);
+    }
+    Ok((head(&hidden, w, cfg)?, states))
+}
+
+/// The whole model for one new token per row, `tokens` `[b]`: the logits `[b, vocab]` and the
+/// next states.
+pub(crate) fn step(
+    tokens: &Tensor,
+    states: &[Mamba1State<Tensor>],
+    w: &Mamba1Weights<Tensor>,
+    cfg: &Mamba1Config,
+) -> Result<(Tensor, Vec<Mamba1State<Tensor>>)> {
+    let mut hidden = w.embedding.take(tokens)?.astype(DType::F32)?;
+    let mut next = Vec::with_capacity(states.len());
+    for (layer, state) in w.layers.iter().zip(states) {
+        let (h, s) = block_step(&hidden, state, layer, cfg)?;
+        hidden = h;
+        next.push(s);
+    }
+    Ok((head(&hidden, w, cfg)?, next))
+}

@@ -1,0 +1,161 @@
+//! Mamba-1 configuration: HF's `config.json` for `model_type` `mamba` and `falcon_mamba`.
+
+use std::path::Path;
+
+use serde_json::Value;
+
+use crate::error::{Error, Result};
+use crate::models::mamba2::config::{number, strict_json};
+
+/// The shape and numerics of a Mamba-1 (or Falcon-Mamba) model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Mamba1Config {
+    /// Model width `d_model`.
+    pub hidden_size: usize,
+    /// Number of blocks.
+    pub num_layers: usize,
+    /// SSM state size `N` per channel.
+    pub state_size: usize,
+    /// Width of the mixer, `expand * hidden_size`.
+    pub d_inner: usize,
+    /// Width of the depthwise causal convolution.
+    pub conv_kernel: usize,
+    /// Rank of the time step's low-rank projection (`x_proj` → `dt_proj`).
+    pub time_step_rank: usize,
+    /// Vocabulary size of the embedding and the head.
+    pub vocab_size: usize,
+    /// Epsilon of the block and final RMS norms.
+    pub norm_eps: f64,
+    /// Whether the head is the embedding.
+    pub tie_word_embeddings: bool,
+    /// Biases on `in_proj` and `out_proj`.
+    pub use_bias: bool,
+    /// A bias on the convolution.
+    pub use_conv_bias: bool,
+    /// Falcon-Mamba: the epsilon of the weightless RMS norms on `dt`, `B` and `C` (after
+    /// `x_proj`); `None` for Mamba-1.
+    pub mixer_rms_eps: Option<f64>,
+}
+
+/// The `model_type`s this config reads.
+pub const MODEL_TYPES: [&str; 2] = ["mamba", "falcon_mamba"];
+
+impl Mamba1Config {
+    /// Reads `config.json` from the checkpoint directory `dir`.
+    pub fn load(dir: &Path) -> Result<Mamba1Config> {
+        let path = dir.join("config.json");
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
+        Mamba1Config::from_json(&text)
+            .map_err(|e| Error::InvalidArgument(format!("{}: {e}", path.display())))
+    }
+
+    /// Parses HF's config of a `mamba` or `falcon_mamba` model (`time_step_rank` `"auto"` is
+    /// `ceil(hidden_size / 16)`). Another `model_type`, a missing size or inconsistent fields
+    /// are an error naming them.
+    pub fn from_json(text: &str) -> Result<Mamba1Config> {
+        let v: Value = serde_json::from_str(&strict_json(text))
+            .map_err(|e| Error::InvalidArgument(format!("config is not JSON: {e}")))?;
+        if !v.is_object() {
+            return Err(Error::InvalidArgument("config is not a JSON object".into()));
+        }
+        let model_type = v.get("model_type").and_then(Value::as_str).unwrap_or("");
+        if !MODEL_TYPES.contains(&model_type) {
+            return Err(Error::InvalidArgument(format!(
+                "model_type {model_type:?} is not a Mamba-1 model (expected one of {MODEL_TYPES:?})"
+            )));
+        }
+        let size = |name: &str| v.get(name).and_then(Value::as_u64).map(|n| n as usize);
+        let missing: Vec<&str> = [
+            "hidden_size",
+            "num_hidden_layers",
+            "state_size",
+            "vocab_size",
+        ]
+        .into_iter()
+        .filter(|n| size(n).is_none())
+        .collect();
+        if !missing.is_empty() {
+            return Err(Error::InvalidArgument(format!(
+                "the Mamba-1 config lacks {}",
+                missing.join(", ")
+            )));
+        }
+        let hidden_size = size("hidden_size").unwrap_or(0);
+        let expand = size("expand").unwrap_or(2);
+        let d_inner = size("intermediate_size")
+            .or_else(|| expand.checked_mul(hidden_size))
+            .ok_or_else(|| {
+                Error::InvalidArgument(format!(
+                    "expand ({expand}) * hidden_size ({hidden_size}) is too large"
+                ))
+            })?;
+        let time_step_rank = match v.get("time_step_rank") {
+            None | Some(Value::Null) => hidden_size.div_ceil(16),
+            Some(Value::String(s)) if s == "auto" => hidden_size.div_ceil(16),
+            Some(r) => r.as_u64().map(|n| n as usize).ok_or_else(|| {
+                Error::InvalidArgument(format!("time_step_rank {r} is not \"auto\" or a size"))
+            })?,
+        };
+        let flag =
+            |name: &str, default: bool| v.get(name).and_then(Value::as_bool).unwrap_or(default);
+        let float = |name: &str, default: f64| v.get(name).and_then(number).unwrap_or(default);
+        let config = Mamba1Config {
+            hidden_size,
+            num_layers: size("num_hidden_layers").unwrap_or(0),
+            state_size: size("state_size").unwrap_or(0),
+            d_inner,
+            conv_kernel: size("conv_kernel").unwrap_or(4),
+            time_step_rank,
+            vocab_size: size("vocab_size").unwrap_or(0),
+            norm_eps: float("layer_norm_epsilon", 1e-5),
+            tie_word_embeddings: flag("tie_word_embeddings", true),
+            use_bias: flag("use_bias", false),
+            use_conv_bias: flag("use_conv_bias", true),
+            mixer_rms_eps: (model_type == "falcon_mamba").then(|| float("mixer_rms_eps", 1e-6)),
+        };
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks that no size is 0, that the vocabulary fits `i32` token ids, and that the
+    /// epsilons are finite and positive. One error lists every problem, naming the fields.
+    pub fn validate(&self) -> Result<()> {
+        let mut problems = Vec::new();
+        for (name, value) in [
+            ("hidden_size", self.hidden_size),
+            ("num_layers", self.num_layers),
+            ("state_size", self.state_size),
+            ("d_inner", self.d_inner),
+            ("conv_kernel", self.conv_kernel),
+            ("time_step_rank", self.time_step_rank),
+            ("vocab_size", self.vocab_size),
+        ] {
+            if value == 0 {
+                problems.push(format!("{name} is 0"));
+            }
+        }
+        if self.vocab_size > i32::MAX as usize {
+            problems.push(format!(
+                "vocab_size ({}) exceeds i32 token ids",
+                self.vocab_size
+            ));
+        }
+        for (name, eps) in [
+            ("norm_eps", Some(self.norm_eps)),
+            ("mixer_rms_eps", self.mixer_rms_eps),
+        ] {
+            if let Some(e) = eps.filter(|e| !(e.is_finite() && *e > 0.0)) {
+                problems.push(format!("{name} ({e}) is not finite and positive"));
+            }
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(Error::InvalidArgument(format!(
+                "invalid Mamba-1 config: {}",
+                problems.join("; ")
+            )))
+        }
+    }
+}

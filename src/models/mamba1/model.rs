@@ -1,0 +1,268 @@
+//! A Mamba-1 model on a PJRT client: its weights on the device, prefill over prompts (logits at
+//! every position and the states after them), and the one-token step.
+
+use std::path::Path;
+
+use super::block::{self, Mamba1State};
+use super::{Mamba1Config, Mamba1Weights};
+use crate::array::HostArray;
+use crate::dtype::{DType, TensorType};
+use crate::error::{Error, Result};
+use crate::models::mamba2::LoadOptions;
+use crate::ops::{Graph, Tensor};
+use crate::runtime::{Buffer, Client};
+
+/// A Mamba-1 (or Falcon-Mamba) model whose weights live on `client`'s first device.
+pub struct Mamba1 {
+    client: Client,
+    config: Mamba1Config,
+    types: Mamba1Weights<TensorType>,
+    weights: Mamba1Weights<Buffer>,
+}
+
+/// What a prefill returns.
+#[derive(Debug, Clone)]
+pub struct Mamba1Prefill {
+    /// Logits at every position, `[b, L, vocab]` f32, `L` the longest prompt; shorter prompts
+    /// are left-padded, so their positions end at `L - 1` too.
+    pub logits: HostArray,
+    /// Each block's state after the prompts (`conv` `[b, d_inner, K]`, `ssm`
+    /// `[b, d_inner, N]`), to continue with [`Mamba1::step`].
+    pub states: Vec<Mamba1State<HostArray>>,
+}
+
+impl Mamba1 {
+    /// Uploads `weights` (of [`Mamba1Weights::types`] for `config`, in their dtype) to `client`.
+    /// Weights of other types are an error naming each.
+    pub fn new(
+        client: &Client,
+        config: Mamba1Config,
+        weights: &Mamba1Weights<HostArray>,
+    ) -> Result<Self> {
+        let matmul = weights.embedding.dtype();
+        let types = Mamba1Weights::<TensorType>::types(&config, matmul)?;
+        let (want, got) = (types.named(), weights.named());
+        let mut wrong: Vec<String> = Vec::new();
+        if want.len() != got.len() {
+            wrong.push(format!("{} tensors, expected {}", got.len(), want.len()));
+        }
+        for ((name, ty), (_, a)) in want.iter().zip(&got) {
+            if a.dtype() != ty.dtype || a.dims() != ty.dims.as_slice() {
+                wrong.push(format!(
+                    "{name} is {:?} {:?}, expected {ty}",
+                    a.dtype(),
+                    a.dims()
+                ));
+            }
+        }
+        if !wrong.is_empty() {
+            return Err(Error::InvalidArgument(format!(
+                "Mamba-1 weights do not fit the config: {}",
+                wrong.join("; ")
+            )));
+        }
+        Ok(Mamba1 {
+            client: client.clone(),
+            weights: weights.upload(client)?,
+            config,
+            types,
+        })
+    }
+
+    /// Loads the HF checkpoint in `dir` (`config.json` with `model_type` `mamba` or
+    /// `falcon_mamba`, and its safetensors) with matrices in `matmul_dtype` (F32 or BF16).
+    pub fn load(client: &Client, dir: &Path, matmul_dtype: DType) -> Result<Self> {
+        let config = Mamba1Config::load(dir)?;
+        let weights = Mamba1Weights::load(dir, &config, matmul_dtype, &LoadOptions::default())?;
+        Mamba1::new(client, config, &weights)
+    }
+
+    /// The model's config.
+    pub fn config(&self) -> &Mamba1Config {
+        &self.config
+    }
+
+    /// Runs the prompts (token ids, at least one each, all below the vocabulary size), left-
+    /// padded to the longest: the logits at every position and the states after the prompts.
+    pub fn prefill(&self, prompts: &[Vec<u32>]) -> Result<Mamba1Prefill> {
+        let len = prompts.iter().map(Vec::len).max().unwrap_or(0);
+        if prompts.is_empty() || prompts.iter().any(Vec::is_empty) {
+            return Err(Error::InvalidArgument(
+                "Mamba1::prefill needs at least one prompt, and no empty prompt".into(),
+            ));
+        }
+        let b = prompts.len();
+        let mut ids = vec![0i32; b * len];
+        let mut mask = vec![0f32; b * len];
+        for (r, p) in prompts.iter().enumerate() {
+            let pad = len - p.len();
+            for (i, &t) in p.iter().enumerate() {
+                ids[r * len + pad + i] = self.token(t, "prefill")?;
+                mask[r * len + pad + i] = 1.0;
+            }
+        }
+        let g = Graph::new();
+        let w = block::weight_parameters(&g, &self.types)?;
+        let tokens = g.parameter("tokens", DType::I32, &[b, len])?;
+        let m = g.parameter("mask", DType::F32, &[b, len])?;
+        let (logits, states) = block::prefill(&tokens, &m, &w, &self.config)?;
+        let mut outs = vec![logits];
+        outs.extend(states.into_iter().flat_map(|s| [s.conv, s.ssm]));
+        let inputs = [
+            HostArray::from_vec(&[b, len], ids)?,
+            HostArray::from_vec(&[b, len], mask)?,
+        ];
+        let mut out = self.run(&g, &outs, &inputs)?.into_iter();
+        let logits = out
+            .next()
+            .ok_or_else(|| Error::InvalidArgument("no logits".into()))?;
+        Ok(Mamba1Prefill {
+            logits,
+            states: pair_states(out)?,
+        })
+    }
+
+    /// One new token per row after `states` (from [`Mamba1::prefill`] or an earlier step, one
+    /// per block): the logits `[b, vocab]` and the next states. States of the wrong number or
+    /// shape, or a token outside the vocabulary, are an error naming it.
+    pub fn step(
+        &self,
+        tokens: &[u32],
+        states: &[Mamba1State<HostArray>],
+    ) -> Result<(HostArray, Vec<Mamba1State<HostArray>>)> {
+        let c = &self.config;
+        let b = tokens.len();
+        if b == 0 {
+            return Err(Error::InvalidArgument(
+                "Mamba1::step needs at least one token".into(),
+            ));
+        }
+        if states.len() != c.num_layers {
+            return Err(Error::InvalidArgument(format!(
+                "Mamba1::step: {} states, expected one per layer ({})",
+                states.len(),
+                c.num_layers
+            )));
+        }
+        let conv_dims = [b, c.d_inner, c.conv_kernel];
+        let ssm_dims = [b, c.d_inner, c.state_size];
+        for (i, s) in states.iter().enumerate() {
+            for (what, a, dims) in [("conv", &s.conv, conv_dims), ("ssm", &s.ssm, ssm_dims)] {
+                if a.dtype() != DType::F32 || a.dims() != dims {
+                    return Err(Error::InvalidArgument(format!(
+                        "Mamba1::step: state {i}'s {what} is {:?} {:?}, expected f32 {dims:?}",
+                        a.dtype(),
+                        a.dims()
+                    )));
+                }
+            }
+        }
+        let ids = tokens
+            .iter()
+            .map(|&t| self.token(t, "step"))
+            .collect::<Result<Vec<i32>>>()?;
+        let g = Graph::new();
+        let w = block::weight_parameters(&g, &self.types)?;
+        let tok = g.parameter("tokens", DType::I32, &[b])?;
+        let params = (0..c.num_layers)
+            .map(|i| {
+                Ok(Mamba1State {
+                    conv: g.parameter(&format!("conv.{i}"), DType::F32, &conv_dims)?,
+                    ssm: g.parameter(&format!("ssm.{i}"), DType::F32, &ssm_dims)?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let (logits, next) = block::step(&tok, &params, &w, c)?;
+        let mut outs = vec![logits];
+        outs.extend(next.into_iter().flat_map(|s| [s.conv, s.ssm]));
+        let mut inputs = vec![HostArray::from_vec(&[b], ids)?];
+        inputs.extend(states.iter().flat_map(|s| [s.conv.clone(), s.ssm.clone()]));
+        let mut out = self.run(&g, &outs, &inputs)?.into_iter();
+        let logits = out
+            .next()
+            .ok_or_else(|| Error::InvalidArgument("no logits".into()))?;
+        Ok((logits, pair_states(out)?))
+    }
+
+    /// Greedy decoding of `new_tokens` tokens per prompt: a prefill, then one [`Mamba1::step`]
+    /// per token with the argmax taken on the host.
+    pub fn greedy(&self, prompts: &[Vec<u32>], new_tokens: usize) -> Result<Vec<Vec<u32>>> {
+        let p = self.prefill(prompts)?;
+        let len = p.logits.dims()[1];
+        let vocab = self.config.vocab_size;
+        let last: Vec<f64> = p.logits.to_f64_vec();
+        let mut picks: Vec<u32> = (0..prompts.len())
+            .map(|r| argmax(&last[(r * len + len - 1) * vocab..(r * len + len) * vocab]))
+            .collect();
+        let mut out: Vec<Vec<u32>> = picks.iter().map(|&t| vec![t]).collect();
+        let mut states = p.states;
+        for _ in 1..new_tokens {
+            let (logits, next) = self.step(&picks, &states)?;
+            states = next;
+            let v = logits.to_f64_vec();
+            picks = (0..prompts.len())
+                .map(|r| argmax(&v[r * vocab..(r + 1) * vocab]))
+                .collect();
+            for (o, &t) in out.iter_mut().zip(&picks) {
+                o.push(t);
+            }
+        }
+        if new_tokens == 0 {
+            out.iter_mut().for_each(Vec::clear);
+        }
+        Ok(out)
+    }
+
+    /// `t` as an `i32` id, or an error naming `op` if it is outside the vocabulary.
+    fn token(&self, t: u32, op: &str) -> Result<i32> {
+        if (t as usize) < self.config.vocab_size {
+            Ok(t as i32)
+        } else {
+            Err(Error::InvalidArgument(format!(
+                "Mamba1::{op}: token {t} is outside the vocabulary (size {})",
+                self.config.vocab_size
+            )))
+        }
+    }
+
+    /// Compiles `g` with outputs `outs` and runs it on the weights and `inputs`.
+    fn run(&self, g: &Graph, outs: &[Tensor], inputs: &[HostArray]) -> Result<Vec<HostArray>> {
+        let refs: Vec<&Tensor> = outs.iter().collect();
+        g.set_outputs(&refs)?;
+        let program = g.compile(&self.client)?;
+        let uploaded = inputs
+            .iter()
+            .map(|a| self.client.buffer_from_host_array(a))
+            .collect::<Result<Vec<Buffer>>>()?;
+        let mut args: Vec<&Buffer> = self.weights.named().into_iter().map(|(_, b)| b).collect();
+        args.extend(uploaded.iter());
+        program
+            .run_buffers(&args)?
+            .iter()
+            .map(Buffer::to_host_array)
+            .collect()
+    }
+}
+
+/// The index of the largest value (the first of equals).
+fn argmax(v: &[f64]) -> u32 {
+    let mut best = 0;
+    for (i, x) in v.iter().enumerate() {
+        if *x > v[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+/// Pairs `conv, ssm, conv, ssm, ...` into states.
+fn pair_states(mut it: impl Iterator<Item = HostArray>) -> Result<Vec<Mamba1State<HostArray>>> {
+    let mut states = Vec::new();
+    while let Some(conv) = it.next() {
+        let ssm = it
+            .next()
+            .ok_or_else(|| Error::InvalidArgument("a conv state without its ssm state".into()))?;
+        states.push(Mamba1State { conv, ssm });
+    }
+    Ok(states)
+}

@@ -1,0 +1,92 @@
+//! Configs and checkpoints that do not fit: one error naming what is wrong, no panic.
+
+use crate::common;
+
+use std::path::{Path, PathBuf};
+
+use common::client;
+use stablegraph::models::mamba1::{Mamba1, Mamba1Config};
+use stablegraph::DType;
+
+fn fixture_dir(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/mamba1")
+        .join(name)
+}
+
+/// A copy of the fixture `name` in a fresh directory named for `case`, with `edit` applied to
+/// its config text.
+fn copy_with(name: &str, case: &str, edit: impl Fn(&str) -> String) -> PathBuf {
+    let dir =
+        std::env::temp_dir().join(format!("stablegraph-mamba1-{case}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let from = fixture_dir(name);
+    let config = std::fs::read_to_string(from.join("config.json")).unwrap();
+    std::fs::write(dir.join("config.json"), edit(&config)).unwrap();
+    std::fs::copy(
+        from.join("model.safetensors"),
+        dir.join("model.safetensors"),
+    )
+    .unwrap();
+    dir
+}
+
+fn load_error(dir: &Path) -> String {
+    match Mamba1::load(&client(), dir, DType::F32) {
+        Ok(_) => panic!("{} loaded", dir.display()),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn another_model_type_is_an_error_naming_it() {
+    let e = Mamba1Config::from_json(r#"{"model_type": "mamba2", "hidden_size": 8}"#).unwrap_err();
+    assert!(e.to_string().contains("\"mamba2\""), "{e}");
+    assert!(e.to_string().contains("falcon_mamba"), "{e}");
+}
+
+#[test]
+fn a_config_without_sizes_is_an_error_naming_them() {
+    let e = Mamba1Config::from_json(r#"{"model_type": "mamba", "hidden_size": 8}"#).unwrap_err();
+    for field in ["num_hidden_layers", "state_size", "vocab_size"] {
+        assert!(e.to_string().contains(field), "{e}");
+    }
+}
+
+#[test]
+fn a_checkpoint_of_another_width_names_the_tensors() {
+    let dir = copy_with("tiny", "width", |c| {
+        c.replace("\"state_size\": 8", "\"state_size\": 4")
+    });
+    let e = load_error(&dir);
+    assert!(e.contains("Mamba-1 checkpoint"), "{e}");
+    assert!(e.contains("backbone.layers.0.mixer.A_log"), "{e}");
+    assert!(e.contains("backbone.layers.1.mixer.x_proj.weight"), "{e}");
+}
+
+#[test]
+fn a_missing_layer_is_an_error_naming_its_tensors() {
+    let dir = copy_with("tiny", "layers", |c| {
+        c.replace("\"num_hidden_layers\": 2", "\"num_hidden_layers\": 3")
+    });
+    let e = load_error(&dir);
+    assert!(
+        e.contains("backbone.layers.2.mixer.in_proj.weight: missing"),
+        "{e}"
+    );
+}
+
+#[test]
+fn tokens_outside_the_vocabulary_and_wrong_states_are_errors() {
+    let model = Mamba1::load(&client(), &fixture_dir("tiny"), DType::F32).unwrap();
+    let e = model.prefill(&[vec![1, 96]]).unwrap_err();
+    assert!(e.to_string().contains("token 96"), "{e}");
+    let e = model.prefill(&[vec![]]).unwrap_err();
+    assert!(e.to_string().contains("empty prompt"), "{e}");
+    let states = model.prefill(&[vec![1, 2, 3]]).unwrap().states;
+    let e = model.step(&[1, 2], &states).unwrap_err();
+    assert!(e.to_string().contains("state 0's conv"), "{e}");
+    let e = model.step(&[1], &states[..1]).unwrap_err();
+    assert!(e.to_string().contains("one per layer"), "{e}");
+}

@@ -1,0 +1,9 @@
+//! Mamba-1 and Falcon-Mamba on tiny shapes: [`fixtures`] (logits, states, decode logits and
+//! greedy tokens against HF transformers), [`checkpoints`] (configs and checkpoints that do not
+//! fit are errors naming what is wrong).
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod checkpoints;
+mod fixtures;
