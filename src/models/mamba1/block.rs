@@ -132,6 +132,53 @@ pub(crate) fn selective_scan(
     Ok((y, last))
 }
 
+/// The same scan as [`selective_scan`] as a `fori_loop` over positions (one state update per
+/// trip, `h` `[b, d_inner, N]` carried), from a zero state: the reference the associative
+/// form is checked and measured against.
+pub(crate) fn selective_scan_loop(
+    x: &Tensor,
+    dt: &Tensor,
+    a: &Tensor,
+    b: &Tensor,
+    c: &Tensor,
+) -> Result<(Tensor, Tensor)> {
+    let g = x.graph();
+    let (batch, len, di) = (x.dims()[0], x.dims()[1], x.dims()[2]);
+    let n = a.dims()[1];
+    let zero = g.scalar(0.0, DType::I64)?;
+    let y0 = g.zeros(DType::F32, &[batch, len, di])?;
+    let h0 = g.zeros(DType::F32, &[batch, di, n])?;
+    g.fori_loop(0, len, &(y0, h0), |t, (y, h)| {
+        let at = |v: &Tensor, width: usize| -> Result<Tensor> {
+            v.dynamic_slice(&[&zero, t, &zero], &[batch, 1, width])?
+                .reshape(&[batch as isize, width as isize])
+        };
+        let (xt, dtt) = (at(x, di)?, at(dt, di)?);
+        let decay = dtt.expand_dims(-1)?.mul(a)?.exp()?;
+        let input = dtt
+            .mul(&xt)?
+            .expand_dims(-1)?
+            .mul(&at(b, n)?.expand_dims(1)?)?;
+        let h = h.mul(&decay)?.add(&input)?;
+        let yt = Tensor::einsum("bdn,bn->bd", &[&h, &at(c, n)?])?;
+        let y = y.dynamic_update_slice(&yt.expand_dims(1)?, &[&zero, t, &zero])?;
+        Ok((y, h))
+    })
+}
+
+/// How a prefill runs the selective scan over the prompt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Scan {
+    /// A log-depth associative scan over all positions at once ([`Mamba1::prefill`]'s
+    /// default; see `docs/performance.md` for where each wins).
+    ///
+    /// [`Mamba1::prefill`]: super::Mamba1::prefill
+    #[default]
+    Associative,
+    /// A `fori_loop` over positions, one state update per trip.
+    Loop,
+}
+
 /// One block over `hidden` `[b, L, hidden]` with `mask` `[b, L]` (f32, 0 at left padding),
 /// from a zero state: the new hidden states and the state after the last position.
 pub(crate) fn block_prefill(
@@ -139,6 +186,7 @@ pub(crate) fn block_prefill(
     mask: &Tensor,
     w: &Mamba1Layer<Tensor>,
     cfg: &Mamba1Config,
+    scan: Scan,
 ) -> Result<(Tensor, Mamba1State<Tensor>)> {
     let (len, k) = (hidden.dims()[1], cfg.conv_kernel);
     let m = mask.expand_dims(-1)?;
@@ -152,7 +200,10 @@ pub(crate) fn block_prefill(
         .mul(&m)?;
     let (dt, b, c) = selective_terms(&xc, w, cfg)?;
     let a = w.a_log.exp()?.neg()?;
-    let (y, ssm) = selective_scan(&xc, &dt, &a, &b, &c, None)?;
+    let (y, ssm) = match scan {
+        Scan::Associative => selective_scan(&xc, &dt, &a, &b, &c, None)?,
+        Scan::Loop => selective_scan_loop(&xc, &dt, &a, &b, &c)?,
+    };
     Ok((
         mixer_output(hidden, &y, &xc, &z, w)?,
         Mamba1State { conv, ssm },
@@ -212,11 +263,12 @@ pub(crate) fn prefill(
     mask: &Tensor,
     w: &Mamba1Weights<Tensor>,
     cfg: &Mamba1Config,
+    scan: Scan,
 ) -> Result<(Tensor, Vec<Mamba1State<Tensor>>)> {
     let mut hidden = w.embedding.take(tokens)?.astype(DType::F32)?;
     let mut states = Vec::with_capacity(w.layers.len());
     for layer in &w.layers {
-        let (h, s) = block_prefill(&hidden, mask, layer, cfg)?;
+        let (h, s) = block_prefill(&hidden, mask, layer, cfg, scan)?;
         hidden = h;
         states.push(s);
     }

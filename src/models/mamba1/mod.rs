@@ -7,7 +7,7 @@ mod config;
 mod model;
 mod weights;
 
-pub use block::Mamba1State;
+pub use block::{Mamba1State, Scan};
 pub use config::{Mamba1Config, MODEL_TYPES};
 pub use model::{Mamba1, Mamba1Prefill};
 pub use weights::{Mamba1Layer, Mamba1Weights};

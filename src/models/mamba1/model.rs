@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use super::block::{self, Mamba1State};
+use super::block::{self, Mamba1State, Scan};
 use super::{Mamba1Config, Mamba1Weights};
 use crate::array::HostArray;
 use crate::dtype::{DType, TensorType};
@@ -18,6 +18,7 @@ pub struct Mamba1 {
     config: Mamba1Config,
     types: Mamba1Weights<TensorType>,
     weights: Mamba1Weights<Buffer>,
+    scan: Scan,
 }
 
 /// What a prefill returns.
@@ -66,6 +67,7 @@ impl Mamba1 {
             weights: weights.upload(client)?,
             config,
             types,
+            scan: Scan::default(),
         })
     }
 
@@ -75,6 +77,13 @@ impl Mamba1 {
         let config = Mamba1Config::load(dir)?;
         let weights = Mamba1Weights::load(dir, &config, matmul_dtype, &LoadOptions::default())?;
         Mamba1::new(client, config, &weights)
+    }
+
+    /// Runs every prefill's selective scan as `scan` says (the associative form by default):
+    /// the same results up to rounding.
+    pub fn with_scan(mut self, scan: Scan) -> Self {
+        self.scan = scan;
+        self
     }
 
     /// The model's config.
@@ -105,7 +114,7 @@ impl Mamba1 {
         let w = block::weight_parameters(&g, &self.types)?;
         let tokens = g.parameter("tokens", DType::I32, &[b, len])?;
         let m = g.parameter("mask", DType::F32, &[b, len])?;
-        let (logits, states) = block::prefill(&tokens, &m, &w, &self.config)?;
+        let (logits, states) = block::prefill(&tokens, &m, &w, &self.config, self.scan)?;
         let mut outs = vec![logits];
         outs.extend(states.into_iter().flat_map(|s| [s.conv, s.ssm]));
         let inputs = [

@@ -7,7 +7,7 @@ use super::Mamba1Config;
 use crate::array::HostArray;
 use crate::dtype::{DType, TensorType};
 use crate::error::{Error, Result};
-use crate::models::mamba2::checkpoint::{checkpoint_files, Expected, Loader};
+use crate::models::mamba2::checkpoint::{checkpoint_files, random_tensor, Expected, Loader, Rng};
 use crate::models::mamba2::LoadOptions;
 use crate::runtime::{Buffer, Client};
 
@@ -230,6 +230,65 @@ impl Mamba1Weights<HostArray> {
             values
                 .remove(name)
                 .ok_or_else(|| Error::InvalidArgument(format!("{name} was not loaded")))
+        })
+    }
+
+    /// A deterministic random model with magnitudes like HF's initialisation: the embedding
+    /// ~ N(0, 0.02); `in_proj`, `x_proj`, `out_proj` and an untied head ~ U(±1/sqrt(fan_in))
+    /// (`out_proj` further divided by sqrt(num_layers)); the conv ~ U(±1/sqrt(K)); `dt_proj`
+    /// ~ U(±rank^-0.5) and its bias the inverse softplus of `dt` log-uniform in [0.001, 0.1];
+    /// `A_log = ln(1..=N)` per channel (S4D-real); `D = 1`; norms 1 + U(±0.1). Each tensor
+    /// draws from its own stream, seeded by `seed` and its name.
+    pub fn random(config: &Mamba1Config, matmul_dtype: DType, seed: u64) -> Result<Self> {
+        let types = Mamba1Weights::<TensorType>::types(config, matmul_dtype)?;
+        let c = config;
+        let fan = |n: usize| 1.0 / (n.max(1) as f64).sqrt();
+        types.try_map(|name, ty| {
+            // A block's tensors by their name inside the block, the others by their full name.
+            let field = match name.split_once("layers.") {
+                Some((_, rest)) => rest.split_once('.').map_or(rest, |(_, f)| f),
+                None => name,
+            };
+            let (h, di, n, r, k) = (
+                c.hidden_size,
+                c.d_inner,
+                c.state_size,
+                c.time_step_rank,
+                c.conv_kernel,
+            );
+            let out_scale = 1.0 / (c.num_layers as f64).sqrt();
+            let sample: Box<dyn Fn(&mut Rng) -> f64> = match field {
+                "backbone.embeddings.weight" => Box::new(|r: &mut Rng| 0.02 * r.normal()),
+                "mixer.in_proj.weight" | "lm_head.weight" => {
+                    Box::new(move |r: &mut Rng| r.uniform(-fan(h), fan(h)))
+                }
+                "mixer.x_proj.weight" => Box::new(move |r: &mut Rng| r.uniform(-fan(di), fan(di))),
+                "mixer.out_proj.weight" => {
+                    Box::new(move |r: &mut Rng| r.uniform(-fan(di), fan(di)) * out_scale)
+                }
+                "mixer.conv1d.weight" | "mixer.conv1d.bias" => {
+                    Box::new(move |r: &mut Rng| r.uniform(-fan(k), fan(k)))
+                }
+                "mixer.dt_proj.weight" => {
+                    Box::new(move |rng: &mut Rng| rng.uniform(-fan(r), fan(r)))
+                }
+                "mixer.dt_proj.bias" => Box::new(|r: &mut Rng| {
+                    let dt = r.uniform(0.001f64.ln(), 0.1f64.ln()).exp().max(1e-4);
+                    dt + (-(-dt).exp_m1()).ln()
+                }),
+                "mixer.D" => Box::new(|_: &mut Rng| 1.0),
+                "mixer.in_proj.bias" | "mixer.out_proj.bias" => Box::new(|_: &mut Rng| 0.0),
+                "norm.weight" | "backbone.norm_f.weight" => {
+                    Box::new(|r: &mut Rng| 1.0 + r.uniform(-0.1, 0.1))
+                }
+                _ => Box::new(|_: &mut Rng| 0.0),
+            };
+            if field == "mixer.A_log" {
+                // S4D-real: A = -(1..=N) in every channel.
+                let v: Vec<f32> = (0..di * n).map(|i| ((i % n + 1) as f32).ln()).collect();
+                return HostArray::from_vec(&[di, n], v);
+            }
+            Ok(random_tensor(seed, name, ty.dtype, &ty.dims, &*sample))
         })
     }
 

@@ -642,7 +642,7 @@ fn convert(
 }
 
 /// A [`SplitMix64`] stream per tensor (with Box–Muller's spare normal).
-struct Rng(SplitMix64, Option<f64>);
+pub(crate) struct Rng(SplitMix64, Option<f64>);
 
 impl Rng {
     /// A stream for the tensor `key` of the model seeded by `seed`.
@@ -661,12 +661,12 @@ impl Rng {
     }
 
     /// Uniform in `[lo, hi)`.
-    fn uniform(&mut self, lo: f64, hi: f64) -> f64 {
+    pub(crate) fn uniform(&mut self, lo: f64, hi: f64) -> f64 {
         self.0.uniform(lo, hi)
     }
 
     /// Standard normal (Box–Muller, both values used).
-    fn normal(&mut self) -> f64 {
+    pub(crate) fn normal(&mut self) -> f64 {
         if let Some(z) = self.1.take() {
             return z;
         }
@@ -683,7 +683,7 @@ impl Rng {
 
 /// A tensor of `dims` in `dtype` (BF16, else F32) whose elements `sample` draws, in row-major
 /// order, from the stream of `key`.
-fn random_tensor(
+pub(crate) fn random_tensor(
     seed: u64,
     key: &str,
     dtype: DType,

@@ -1,0 +1,82 @@
+//! The Mamba-1 programs agree with each other on random weights: the associative scan with the
+//! loop over positions, and a prefill followed by steps with a prefill of the longer prompt.
+
+use crate::common;
+
+use common::{client, max_abs};
+use stablegraph::models::mamba1::{Mamba1, Mamba1Config, Mamba1Weights, Scan};
+use stablegraph::DType;
+
+/// A small Falcon-Mamba-shaped config (the extra norms on), untied.
+fn config() -> Mamba1Config {
+    Mamba1Config {
+        hidden_size: 24,
+        num_layers: 2,
+        state_size: 6,
+        d_inner: 48,
+        conv_kernel: 4,
+        time_step_rank: 3,
+        vocab_size: 50,
+        norm_eps: 1e-5,
+        tie_word_embeddings: false,
+        use_bias: true,
+        use_conv_bias: true,
+        mixer_rms_eps: Some(1e-6),
+    }
+}
+
+fn model(scan: Scan) -> Mamba1 {
+    let cfg = config();
+    let weights = Mamba1Weights::random(&cfg, DType::F32, 7).unwrap();
+    Mamba1::new(&client(), cfg, &weights)
+        .unwrap()
+        .with_scan(scan)
+}
+
+/// Deterministic prompts of the given lengths.
+fn prompts(lens: &[usize]) -> Vec<Vec<u32>> {
+    lens.iter()
+        .enumerate()
+        .map(|(r, &n)| (0..n).map(|i| ((i * 7 + r * 13 + 1) % 50) as u32).collect())
+        .collect()
+}
+
+#[test]
+fn the_associative_scan_equals_the_loop() {
+    let (assoc, looped) = (model(Scan::Associative), model(Scan::Loop));
+    for lens in [vec![1], vec![37], vec![64, 9]] {
+        let p = prompts(&lens);
+        let (a, l) = (assoc.prefill(&p).unwrap(), looped.prefill(&p).unwrap());
+        let d = max_abs(&a.logits.to_f64_vec(), &l.logits.to_f64_vec());
+        assert!(d < 1e-4, "{lens:?}: logits differ by {d}");
+        for (sa, sl) in a.states.iter().zip(&l.states) {
+            let d = max_abs(&sa.ssm.to_f64_vec(), &sl.ssm.to_f64_vec());
+            assert!(d < 1e-4, "{lens:?}: states differ by {d}");
+        }
+    }
+}
+
+#[test]
+fn steps_after_a_prefill_equal_a_prefill_of_the_longer_prompt() {
+    let m = model(Scan::Associative);
+    let vocab = config().vocab_size;
+    let whole = prompts(&[20, 13]);
+    let heads: Vec<Vec<u32>> = whole.iter().map(|p| p[..p.len() - 3].to_vec()).collect();
+    let mut states = m.prefill(&heads).unwrap().states;
+    let mut logits = None;
+    for i in 0..3 {
+        let tokens: Vec<u32> = whole.iter().map(|p| p[p.len() - 3 + i]).collect();
+        let (l, next) = m.step(&tokens, &states).unwrap();
+        states = next;
+        logits = Some(l.to_f64_vec());
+    }
+    let full = m.prefill(&whole).unwrap();
+    let len = full.logits.dims()[1];
+    let all = full.logits.to_f64_vec();
+    let stepped = logits.unwrap();
+    for r in 0..2 {
+        let want = &all[(r * len + len - 1) * vocab..][..vocab];
+        let d = max_abs(&stepped[r * vocab..][..vocab], want);
+        assert!(d < 1e-4, "row {r}: logits differ by {d}");
+    }
+}
