@@ -167,7 +167,7 @@ pub(crate) fn selective_scan_loop(
 }
 
 /// How a prefill runs the selective scan over the prompt.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum Scan {
     /// A log-depth associative scan over all positions at once ([`Mamba1::prefill`]'s
     /// default; see `docs/performance.md` for where each wins).

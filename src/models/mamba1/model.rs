@@ -1,11 +1,14 @@
 //! A Mamba-1 model on a PJRT client: its weights on the device, prefill over prompts (logits at
 //! every position and the states after them), and the one-token step.
 
+use std::collections::HashMap;
 use std::path::Path;
+use std::sync::Mutex;
 
 use super::block::{self, Mamba1State, Scan};
 use super::{Mamba1Config, Mamba1Weights};
 use crate::array::HostArray;
+use crate::compiled::CompiledGraph;
 use crate::dtype::{DType, TensorType};
 use crate::error::{Error, Result};
 use crate::models::mamba2::LoadOptions;
@@ -19,7 +22,12 @@ pub struct Mamba1 {
     types: Mamba1Weights<TensorType>,
     weights: Mamba1Weights<Buffer>,
     scan: Scan,
+    /// Compiled programs by what they compute.
+    programs: Mutex<HashMap<ProgramKey, CompiledGraph>>,
 }
+
+/// What a compiled program computes: (a prefill rather than a step, rows, positions, scan).
+type ProgramKey = (bool, usize, usize, Scan);
 
 /// What a prefill returns.
 #[derive(Debug, Clone)]
@@ -68,6 +76,7 @@ impl Mamba1 {
             config,
             types,
             scan: Scan::default(),
+            programs: Mutex::new(HashMap::new()),
         })
     }
 
@@ -110,18 +119,19 @@ impl Mamba1 {
                 mask[r * len + pad + i] = 1.0;
             }
         }
-        let g = Graph::new();
-        let w = block::weight_parameters(&g, &self.types)?;
-        let tokens = g.parameter("tokens", DType::I32, &[b, len])?;
-        let m = g.parameter("mask", DType::F32, &[b, len])?;
-        let (logits, states) = block::prefill(&tokens, &m, &w, &self.config, self.scan)?;
-        let mut outs = vec![logits];
-        outs.extend(states.into_iter().flat_map(|s| [s.conv, s.ssm]));
+        let program = self.program((true, b, len, self.scan), |g, w| {
+            let tokens = g.parameter("tokens", DType::I32, &[b, len])?;
+            let m = g.parameter("mask", DType::F32, &[b, len])?;
+            let (logits, states) = block::prefill(&tokens, &m, w, &self.config, self.scan)?;
+            let mut outs = vec![logits];
+            outs.extend(states.into_iter().flat_map(|s| [s.conv, s.ssm]));
+            Ok(outs)
+        })?;
         let inputs = [
             HostArray::from_vec(&[b, len], ids)?,
             HostArray::from_vec(&[b, len], mask)?,
         ];
-        let mut out = self.run(&g, &outs, &inputs)?.into_iter();
+        let mut out = self.run(&program, &inputs)?.into_iter();
         let logits = out
             .next()
             .ok_or_else(|| Error::InvalidArgument("no logits".into()))?;
@@ -170,23 +180,24 @@ impl Mamba1 {
             .iter()
             .map(|&t| self.token(t, "step"))
             .collect::<Result<Vec<i32>>>()?;
-        let g = Graph::new();
-        let w = block::weight_parameters(&g, &self.types)?;
-        let tok = g.parameter("tokens", DType::I32, &[b])?;
-        let params = (0..c.num_layers)
-            .map(|i| {
-                Ok(Mamba1State {
-                    conv: g.parameter(&format!("conv.{i}"), DType::F32, &conv_dims)?,
-                    ssm: g.parameter(&format!("ssm.{i}"), DType::F32, &ssm_dims)?,
+        let program = self.program((false, b, 1, Scan::default()), |g, w| {
+            let tok = g.parameter("tokens", DType::I32, &[b])?;
+            let params = (0..c.num_layers)
+                .map(|i| {
+                    Ok(Mamba1State {
+                        conv: g.parameter(&format!("conv.{i}"), DType::F32, &conv_dims)?,
+                        ssm: g.parameter(&format!("ssm.{i}"), DType::F32, &ssm_dims)?,
+                    })
                 })
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let (logits, next) = block::step(&tok, &params, &w, c)?;
-        let mut outs = vec![logits];
-        outs.extend(next.into_iter().flat_map(|s| [s.conv, s.ssm]));
+                .collect::<Result<Vec<_>>>()?;
+            let (logits, next) = block::step(&tok, &params, w, c)?;
+            let mut outs = vec![logits];
+            outs.extend(next.into_iter().flat_map(|s| [s.conv, s.ssm]));
+            Ok(outs)
+        })?;
         let mut inputs = vec![HostArray::from_vec(&[b], ids)?];
         inputs.extend(states.iter().flat_map(|s| [s.conv.clone(), s.ssm.clone()]));
-        let mut out = self.run(&g, &outs, &inputs)?.into_iter();
+        let mut out = self.run(&program, &inputs)?.into_iter();
         let logits = out
             .next()
             .ok_or_else(|| Error::InvalidArgument("no logits".into()))?;
@@ -234,11 +245,31 @@ impl Mamba1 {
         }
     }
 
-    /// Compiles `g` with outputs `outs` and runs it on the weights and `inputs`.
-    fn run(&self, g: &Graph, outs: &[Tensor], inputs: &[HostArray]) -> Result<Vec<HostArray>> {
-        let refs: Vec<&Tensor> = outs.iter().collect();
-        g.set_outputs(&refs)?;
+    /// The compiled program `key`, built by `build` (given a graph and the weights as its first
+    /// parameters, returning the outputs) and compiled on first use.
+    fn program(
+        &self,
+        key: ProgramKey,
+        build: impl FnOnce(&Graph, &Mamba1Weights<Tensor>) -> Result<Vec<Tensor>>,
+    ) -> Result<CompiledGraph> {
+        let mut programs = self
+            .programs
+            .lock()
+            .map_err(|_| Error::InvalidArgument("a Mamba1 program cache was poisoned".into()))?;
+        if let Some(p) = programs.get(&key) {
+            return Ok(p.clone());
+        }
+        let g = Graph::new();
+        let w = block::weight_parameters(&g, &self.types)?;
+        let outs = build(&g, &w)?;
+        g.set_outputs(&outs.iter().collect::<Vec<_>>())?;
         let program = g.compile(&self.client)?;
+        programs.insert(key, program.clone());
+        Ok(program)
+    }
+
+    /// Runs `program` on the weights and `inputs`, downloading its outputs.
+    fn run(&self, program: &CompiledGraph, inputs: &[HostArray]) -> Result<Vec<HostArray>> {
         let uploaded = inputs
             .iter()
             .map(|a| self.client.buffer_from_host_array(a))
