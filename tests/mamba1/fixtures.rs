@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 
 use common::{client, max_abs, read_safetensors, Stored};
-use stablegraph::models::mamba1::Mamba1;
+use stablegraph::models::mamba1::{Mamba1, Scan};
 use stablegraph::DType;
 
 /// The cases of a fixture: `case{k}.<what>` tensors by name.
@@ -42,40 +42,16 @@ fn prompts(cases: &Cases, k: usize) -> Vec<Vec<u32>> {
         .collect()
 }
 
-/// Every case of the fixture `name` against transformers.
+/// Every case of the fixture `name` against transformers: the prefill with both scans, the
+/// greedy tokens and the decode logits.
 fn check(name: &str) {
     let (model, cases) = fixture(name);
-    let vocab = model.config().vocab_size;
+    let associative = fixture(name).0.with_scan(Scan::Associative);
     let mut k = 0;
     while cases.contains_key(&format!("case{k}.input_ids")) {
         let rows = prompts(&cases, k);
-        let pre = model.prefill(&rows).unwrap();
-        let (got, want) = (pre.logits.to_f64_vec(), &cases[&format!("case{k}.logits")]);
-        let (t_ours, t_hf) = (pre.logits.dims()[1], want.shape[1]);
-        for (r, row) in rows.iter().enumerate() {
-            for j in 0..row.len() {
-                let ours = &got[(r * t_ours + t_ours - row.len() + j) * vocab..][..vocab];
-                let hf = &want.values[(r * t_hf + t_hf - row.len() + j) * vocab..][..vocab];
-                let d = max_abs(ours, hf);
-                assert!(
-                    d < TOL,
-                    "{name} case {k} row {r} position {j}: logits differ by {d}"
-                );
-            }
-        }
-        for (l, s) in pre.states.iter().enumerate() {
-            let ssm = &cases[&format!("case{k}.ssm_state.L{l}")].values;
-            let d = max_abs(&s.ssm.to_f64_vec(), ssm);
-            assert!(
-                d < TOL,
-                "{name} case {k} layer {l}: ssm state differs by {d}"
-            );
-            let conv = &cases[&format!("case{k}.conv_state.L{l}")].values;
-            let d = max_abs(&s.conv.to_f64_vec(), conv);
-            assert!(
-                d < TOL,
-                "{name} case {k} layer {l}: conv state differs by {d}"
-            );
+        for m in [&model, &associative] {
+            check_prefill(m, &cases, k, &rows, name);
         }
         let greedy = &cases[&format!("case{k}.greedy")];
         let new = greedy.shape[1];
@@ -91,6 +67,39 @@ fn check(name: &str) {
         k += 1;
     }
     assert!(k >= 4, "{name}: only {k} cases");
+}
+
+/// The prefill's logits at every real position and its states against HF's.
+fn check_prefill(model: &Mamba1, cases: &Cases, k: usize, rows: &[Vec<u32>], name: &str) {
+    let vocab = model.config().vocab_size;
+    let pre = model.prefill(rows).unwrap();
+    let (got, want) = (pre.logits.to_f64_vec(), &cases[&format!("case{k}.logits")]);
+    let (t_ours, t_hf) = (pre.logits.dims()[1], want.shape[1]);
+    for (r, row) in rows.iter().enumerate() {
+        for j in 0..row.len() {
+            let ours = &got[(r * t_ours + t_ours - row.len() + j) * vocab..][..vocab];
+            let hf = &want.values[(r * t_hf + t_hf - row.len() + j) * vocab..][..vocab];
+            let d = max_abs(ours, hf);
+            assert!(
+                d < TOL,
+                "{name} case {k} row {r} position {j}: logits differ by {d}"
+            );
+        }
+    }
+    for (l, s) in pre.states.iter().enumerate() {
+        let ssm = &cases[&format!("case{k}.ssm_state.L{l}")].values;
+        let d = max_abs(&s.ssm.to_f64_vec(), ssm);
+        assert!(
+            d < TOL,
+            "{name} case {k} layer {l}: ssm state differs by {d}"
+        );
+        let conv = &cases[&format!("case{k}.conv_state.L{l}")].values;
+        let d = max_abs(&s.conv.to_f64_vec(), conv);
+        assert!(
+            d < TOL,
+            "{name} case {k} layer {l}: conv state differs by {d}"
+        );
+    }
 }
 
 /// The step's logits along HF's greedy path against HF's decode logits.

@@ -75,7 +75,11 @@ impl Mamba1 {
             weights: weights.upload(client)?,
             config,
             types,
-            scan: Scan::default(),
+            scan: if client.platform_name().is_ok_and(|p| p == "cpu") {
+                Scan::Loop
+            } else {
+                Scan::Associative
+            },
             programs: Mutex::new(HashMap::new()),
         })
     }
@@ -88,8 +92,8 @@ impl Mamba1 {
         Mamba1::new(client, config, &weights)
     }
 
-    /// Runs every prefill's selective scan as `scan` says (the associative form by default):
-    /// the same results up to rounding.
+    /// Runs every prefill's selective scan as `scan` says (by default [`Scan::Loop`] on the CPU
+    /// platform, [`Scan::Associative`] elsewhere): the same results up to rounding.
     pub fn with_scan(mut self, scan: Scan) -> Self {
         self.scan = scan;
         self
@@ -180,7 +184,7 @@ impl Mamba1 {
             .iter()
             .map(|&t| self.token(t, "step"))
             .collect::<Result<Vec<i32>>>()?;
-        let program = self.program((false, b, 1, Scan::default()), |g, w| {
+        let program = self.program((false, b, 1, Scan::Loop), |g, w| {
             let tok = g.parameter("tokens", DType::I32, &[b])?;
             let params = (0..c.num_layers)
                 .map(|i| {
