@@ -9,7 +9,8 @@ use clap::Args;
 use serde_json::json;
 use stablegraph::models::mamba2::{GenerateOptions, Mamba2State, Prefill, Sampling};
 
-use crate::load::{load, Loaded, ModelArgs, PromptArgs, SamplingArgs};
+use crate::load::{load, model_type, Loaded, ModelArgs, PromptArgs, SamplingArgs};
+use crate::mamba1;
 use crate::{cache_hits, ids_text, peak_rss_mb, progress, seconds, write_json};
 
 /// The flags of `generate`.
@@ -49,6 +50,14 @@ pub(crate) struct GenerateArgs {
     /// included) and prints no throughput.
     #[arg(long, value_name = "FILE")]
     state_out: Option<PathBuf>,
+}
+
+/// Whether `dir` holds a Mamba-1 checkpoint (its config.json's `model_type` says so).
+fn is_mamba1(dir: &Path) -> bool {
+    dir.join("config.json").is_file()
+        && model_type(dir).is_ok_and(|t| {
+            t.is_some_and(|t| stablegraph::models::mamba1::MODEL_TYPES.contains(&t.as_str()))
+        })
 }
 
 /// Each row's tokens up to and including its first `eos`.
@@ -129,6 +138,23 @@ pub(crate) fn warm_up(l: &Loaded, options: &GenerateOptions) -> Result<(f64, boo
 
 /// `generate`.
 pub(crate) fn generate(a: GenerateArgs) -> Result<()> {
+    if let Some(dir) = a.model.model.as_deref().filter(|d| is_mamba1(d)) {
+        let refused = [
+            (a.stream, "--stream"),
+            (a.state_in.is_some(), "--state-in"),
+            (a.state_out.is_some(), "--state-out"),
+        ];
+        let outputs = mamba1::Outputs {
+            json: a.json.as_deref(),
+            dump_logits: a.dump_logits.as_deref(),
+            refused: refused
+                .iter()
+                .filter(|(on, _)| *on)
+                .map(|(_, n)| *n)
+                .collect(),
+        };
+        return mamba1::generate(dir, &a.model, &a.prompt, &a.sampling, &outputs);
+    }
     let l = load(&a.model, &a.prompt, &a.sampling, false)?;
     let options = l.options.clone();
     if a.state_in.is_some() || a.state_out.is_some() {
@@ -454,7 +480,7 @@ fn dump_logits(path: &Path, prefill: &Prefill) -> Result<()> {
 }
 
 /// NumPy `.npy` version 1.0: magic, header length, a dict padded to a multiple of 64, data.
-fn write_npy(path: &Path, dims: &[usize], data: &[f32]) -> Result<()> {
+pub(crate) fn write_npy(path: &Path, dims: &[usize], data: &[f32]) -> Result<()> {
     let shape = match dims {
         [d] => format!("({d},)"),
         _ => format!(

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, ensure, Context, Result};
 use clap::{Args, ValueEnum};
+use stablegraph::models::mamba1;
 use stablegraph::models::mamba2::{
     GenerateOptions, LoadOptions, Mamba2, Mamba2Config, Mamba2Weights, Parallel, Penalties,
     Sampling,
@@ -115,11 +116,38 @@ pub(crate) fn shipped_model() -> Option<PathBuf> {
     dir.join("config.json").is_file().then_some(dir)
 }
 
-/// The config of a checkpoint directory, checking that it is one.
+/// The config of a checkpoint directory, checking that it is one and that it is Mamba-2.
 pub(crate) fn read_config(dir: &Path) -> Result<Mamba2Config> {
     ensure!(dir.is_dir(), "--model {}: not a directory", dir.display());
+    match model_type(dir)?.as_deref() {
+        None | Some("mamba2") => {}
+        Some(t) if mamba1::MODEL_TYPES.contains(&t) => bail!(
+            "--model {}: model_type {t:?} is Mamba-1, which `generate` runs (greedy); this \
+             subcommand runs Mamba-2 (model_type \"mamba2\") only",
+            dir.display()
+        ),
+        Some(t) => bail!(
+            "--model {}: model_type {t:?} is not supported (supported: mamba2, and with \
+             `generate` {})",
+            dir.display(),
+            mamba1::MODEL_TYPES.join(", ")
+        ),
+    }
     Mamba2Config::from_file(dir.join("config.json"))
         .with_context(|| format!("--model {}", dir.display()))
+}
+
+/// The `model_type` of the checkpoint in `dir` (`None` when its config.json has none, as
+/// `mamba_ssm`'s configs).
+pub(crate) fn model_type(dir: &Path) -> Result<Option<String>> {
+    let path = dir.join("config.json");
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("--model {}: reading {}", dir.display(), path.display()))?;
+    let value: serde_json::Value = serde_json::from_str(&text).unwrap_or(serde_json::Value::Null);
+    Ok(value
+        .get("model_type")
+        .and_then(serde_json::Value::as_str)
+        .map(str::to_string))
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -356,7 +384,7 @@ pub(crate) fn load(
 
 impl PromptArgs {
     /// The prompts these flags give (--batch copies of them), as token ids below `vocab`.
-    fn prompts(&self, codec: &Codec, vocab: usize) -> Result<Vec<Vec<u32>>> {
+    pub(crate) fn prompts(&self, codec: &Codec, vocab: usize) -> Result<Vec<Vec<u32>>> {
         let prompts = match (&self.prompt, &self.prompt_ids) {
             (Some(text), _) => vec![codec.encode(text)?],
             (None, Some(ids)) => parse_prompt_ids(ids)?,

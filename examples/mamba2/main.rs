@@ -18,6 +18,7 @@ mod data;
 mod generate;
 mod grad;
 mod load;
+mod mamba1;
 mod plot;
 mod text;
 mod train;

@@ -2,7 +2,7 @@
 //! ([`subcommands`]: one-line errors, `generate` on the tiny fixture model checked against HF
 //! transformers' fixtures, JSON and `.npy` outputs, tokenizers, state files, streams, two
 //! devices, `emit`, `bench`, `train` and `grad`), the sampling and penalty settings
-//! ([`generation_config`]), and the quiet stderr ([`quiet`]).
+//! ([`generation_config`]), Mamba-1 checkpoints ([`mamba1`]), and the quiet stderr ([`quiet`]).
 //!
 //! The example binary is built first with `cargo build --example mamba2` (a no-op when fresh),
 //! in the profile and target directory of this test binary.
@@ -11,6 +11,7 @@
 mod common;
 
 mod generation_config;
+mod mamba1;
 mod quiet;
 mod subcommands;
 
@@ -98,4 +99,30 @@ pub fn error_line(args: &[&str]) -> String {
     let errors: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error")).collect();
     assert_eq!(errors.len(), 1, "{args:?}: {stderr}");
     errors[0].to_string()
+}
+
+/// Reads a `.npy` v1.0 float32 file: its shape and data, checking header, alignment and size.
+pub fn read_npy(path: &Path) -> (Vec<usize>, Vec<f32>) {
+    let bytes = std::fs::read(path).unwrap();
+    assert_eq!(&bytes[..8], b"\x93NUMPY\x01\x00", "magic and version");
+    let header_len = u16::from_le_bytes([bytes[8], bytes[9]]) as usize;
+    assert_eq!((10 + header_len) % 64, 0, "header not aligned to 64");
+    let header = std::str::from_utf8(&bytes[10..10 + header_len]).unwrap();
+    assert!(header.ends_with('\n'));
+    assert!(header.contains("'descr': '<f4'"), "{header}");
+    assert!(header.contains("'fortran_order': False"), "{header}");
+    let shape_text = header.split("'shape': (").nth(1).unwrap();
+    let shape: Vec<usize> = shape_text[..shape_text.find(')').unwrap()]
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse().unwrap())
+        .collect();
+    let data = &bytes[10 + header_len..];
+    assert_eq!(data.len(), 4 * shape.iter().product::<usize>(), "data size");
+    let values = data
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    (shape, values)
 }

@@ -8,7 +8,7 @@ use std::process::Command;
 use serde_json::Value;
 
 use crate::common::read_safetensors;
-use crate::{binary, run, run_ok, scratch, text, TINY};
+use crate::{binary, read_npy, run, run_ok, scratch, text, TINY};
 
 #[test]
 fn errors_are_one_line() {
@@ -47,32 +47,6 @@ fn errors_are_one_line() {
     }
     assert!(text(&run(cases[2]).stderr).contains("tokenizer.json"));
     assert!(text(&run(cases[3]).stderr).contains("token id 100"));
-}
-
-/// Reads a `.npy` v1.0 float32 file: its shape and data, checking header, alignment and size.
-fn read_npy(path: &Path) -> (Vec<usize>, Vec<f32>) {
-    let bytes = std::fs::read(path).unwrap();
-    assert_eq!(&bytes[..8], b"\x93NUMPY\x01\x00", "magic and version");
-    let header_len = u16::from_le_bytes([bytes[8], bytes[9]]) as usize;
-    assert_eq!((10 + header_len) % 64, 0, "header not aligned to 64");
-    let header = std::str::from_utf8(&bytes[10..10 + header_len]).unwrap();
-    assert!(header.ends_with('\n'));
-    assert!(header.contains("'descr': '<f4'"), "{header}");
-    assert!(header.contains("'fortran_order': False"), "{header}");
-    let shape_text = header.split("'shape': (").nth(1).unwrap();
-    let shape: Vec<usize> = shape_text[..shape_text.find(')').unwrap()]
-        .split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(|s| s.parse().unwrap())
-        .collect();
-    let data = &bytes[10 + header_len..];
-    assert_eq!(data.len(), 4 * shape.iter().product::<usize>(), "data size");
-    let values = data
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
-        .collect();
-    (shape, values)
 }
 
 #[test]

@@ -1,0 +1,185 @@
+//! `generate --model DIR` for a Mamba-1 or Falcon-Mamba checkpoint (`model_type` `mamba` or
+//! `falcon_mamba`): greedy decoding through `stablegraph::models::mamba1` (a prefill program,
+//! then one step program call per token with the argmax on the host). What the Mamba-2 engine
+//! adds (sampling, penalties, streaming, state files, several devices) is refused by name.
+
+use std::path::Path;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use serde_json::json;
+use stablegraph::models::mamba1::Mamba1;
+use stablegraph::runtime::Client;
+use stablegraph::DType;
+
+use crate::generate::{cut_at_eos, write_npy};
+use crate::load::{Bf16Dots, ModelArgs, Precision, PromptArgs, SamplingArgs};
+use crate::text::Codec;
+use crate::{ids_text, peak_rss_mb, progress, seconds, write_json};
+
+/// The `generate` flags besides the model, prompt and sampling ones.
+pub(crate) struct Outputs<'a> {
+    /// `--json FILE`.
+    pub(crate) json: Option<&'a Path>,
+    /// `--dump-logits FILE`.
+    pub(crate) dump_logits: Option<&'a Path>,
+    /// Flags this path does not take, by name, when given.
+    pub(crate) refused: Vec<&'static str>,
+}
+
+/// The Mamba-1 flags' check: the Mamba-2-only ones are an error naming them.
+fn refuse(m: &ModelArgs, s: &SamplingArgs, o: &Outputs) -> Result<()> {
+    let mut given: Vec<&str> = o.refused.clone();
+    if s.temperature.is_some_and(|t| t != 0.0) {
+        given.push("--temperature (other than 0)");
+    }
+    let set = [
+        (s.top_k.is_some(), "--top-k"),
+        (s.top_p.is_some(), "--top-p"),
+        (s.repeat_penalty.is_some(), "--repeat-penalty"),
+        (s.presence_penalty.is_some(), "--presence-penalty"),
+        (s.frequency_penalty.is_some(), "--frequency-penalty"),
+        (s.repeat_last_n.is_some(), "--repeat-last-n"),
+        (s.no_repeat_ngram_size.is_some(), "--no-repeat-ngram-size"),
+        (m.devices != 1, "--devices"),
+        (m.prefill_chunk.is_some(), "--prefill-chunk"),
+        (!matches!(m.bf16_dots, Bf16Dots::Auto), "--bf16-dots"),
+    ];
+    given.extend(set.iter().filter(|(on, _)| *on).map(|(_, name)| *name));
+    if !given.is_empty() {
+        bail!(
+            "Mamba-1 checkpoints run greedy decoding only for now; not with {}",
+            given.join(", ")
+        );
+    }
+    Ok(())
+}
+
+/// Runs `generate` for the Mamba-1 checkpoint in `dir`.
+pub(crate) fn generate(
+    dir: &Path,
+    m: &ModelArgs,
+    p: &PromptArgs,
+    s: &SamplingArgs,
+    o: &Outputs,
+) -> Result<()> {
+    refuse(m, s, o)?;
+    progress("loading the PJRT plugin");
+    let client = match &m.plugin {
+        Some(path) => Client::from_plugin_path(path)?,
+        None => Client::cpu()?,
+    };
+    let dtype = match m.dtype {
+        Precision::F32 => DType::F32,
+        Precision::Bf16 => DType::BF16,
+    };
+    progress(&format!("loading weights from {}", dir.display()));
+    let model =
+        Mamba1::load(&client, dir, dtype).with_context(|| format!("--model {}", dir.display()))?;
+    let cfg = model.config().clone();
+    let codec = Codec::for_model(Some(dir), cfg.vocab_size)?;
+    let prompts = p.prompts(&codec, cfg.vocab_size)?;
+    progress("compiling and running the prefill and the step");
+    let t = Instant::now();
+    model.greedy(&prompts, s.max_new_tokens.min(2))?;
+    let first_s = seconds(t);
+    let t = Instant::now();
+    let prefill = model.prefill(&prompts)?;
+    let prefill_s = seconds(t);
+    let t = Instant::now();
+    let tokens = model.greedy(&prompts, s.max_new_tokens)?;
+    let generate_s = seconds(t);
+    let tokens = cut_at_eos(tokens, s.eos);
+    if let Some(path) = o.dump_logits {
+        dump(path, &prefill.logits, &prompts)?;
+    }
+    for (r, row) in tokens.iter().enumerate() {
+        let shown = match codec.decode(row)? {
+            Some(text) => format!("{text:?}"),
+            None => ids_text(row),
+        };
+        println!("row {r:<5} {shown}");
+    }
+    let kind = if cfg.mixer_rms_eps.is_some() {
+        "Falcon-Mamba"
+    } else {
+        "Mamba-1"
+    };
+    let description = format!(
+        "{} ({kind}): {} layers, {} wide, state {}, vocab {}, {} matrices",
+        dir.display(),
+        cfg.num_layers,
+        cfg.hidden_size,
+        cfg.state_size,
+        cfg.vocab_size,
+        if dtype == DType::F32 { "f32" } else { "bf16" }
+    );
+    let prompt_tokens: usize = prompts.iter().map(Vec::len).sum();
+    let steps = s.max_new_tokens.saturating_sub(1);
+    let decode_s = generate_s - prefill_s;
+    let decode_tps =
+        (steps > 0 && decode_s > 0.0).then(|| (steps * prompts.len()) as f64 / decode_s);
+    // The first run compiled both programs, prefilled, and stepped once (if at all).
+    let step_s = if steps > 0 {
+        decode_s / steps as f64
+    } else {
+        0.0
+    };
+    let compile_s = (first_s - prefill_s - step_s).max(0.0);
+    println!("model     {description}");
+    println!("settings  greedy; a prefill program, then one step program call per token (the argmax on the host)");
+    println!(
+        "prompt    {} row(s), {prompt_tokens} tokens in all",
+        prompts.len()
+    );
+    println!("compile   {compile_s:.2} s (first prefill and step {first_s:.2} s)");
+    println!(
+        "prefill   {prompt_tokens} tokens in {prefill_s:.3} s: {:.1} tokens/s",
+        prompt_tokens as f64 / prefill_s
+    );
+    match decode_tps {
+        Some(tps) => println!(
+            "decode    {steps} steps in {decode_s:.3} s: {tps:.1} tokens/s, {:.2} ms per step",
+            decode_s * 1e3 / steps as f64
+        ),
+        None => println!("decode    too fast to separate from the prefill"),
+    }
+    let peak = peak_rss_mb();
+    if let Some(mb) = peak {
+        println!("memory    peak RSS {mb:.0} MB");
+    }
+    if let Some(path) = o.json {
+        let value = json!({
+            "tokens": tokens,
+            "prompt_len": prompts.iter().map(Vec::len).collect::<Vec<_>>(),
+            "prefill_tokens_per_s": prompt_tokens as f64 / prefill_s,
+            "decode_tokens_per_s": decode_tps,
+            "compile_s": compile_s,
+            "compiles": client.cache_stats().compiles,
+            "peak_rss_mb": peak,
+            "prefill_s": prefill_s,
+            "generate_s": generate_s,
+            "max_new_tokens": s.max_new_tokens,
+            "model": description,
+            "settings": {"sampling": "greedy"},
+        });
+        write_json(path, &value)?;
+    }
+    Ok(())
+}
+
+/// `--dump-logits`: the prompt logits `[batch, L, vocab]`, L the longest prompt, shorter prompts
+/// at the end of their rows (zeros before), as for Mamba-2.
+fn dump(path: &Path, logits: &stablegraph::HostArray, prompts: &[Vec<u32>]) -> Result<()> {
+    let dims = logits.dims().to_vec();
+    let data: Vec<f32> = logits.to_f64_vec().into_iter().map(|x| x as f32).collect();
+    let (len, vocab) = (dims[1], dims[2]);
+    let mut out = vec![0f32; data.len()];
+    for (r, p) in prompts.iter().enumerate() {
+        for pos in len - p.len()..len {
+            let at = (r * len + pos) * vocab;
+            out[at..at + vocab].copy_from_slice(&data[at..at + vocab]);
+        }
+    }
+    write_npy(path, &dims, &out).with_context(|| format!("writing {}", path.display()))
+}
