@@ -66,6 +66,33 @@ fn main() -> Result<()> {
     let assoc = Mamba1::new(&client, cfg.clone(), &weights)?.with_scan(Scan::Associative);
     let looped = Mamba1::new(&client, cfg.clone(), &weights)?.with_scan(Scan::Loop);
     common::progress::note(format!("random weights + upload {:.1}s", secs_since(t)));
+    let mut figures = prefill_section(&assoc, &looped, lens, runs)?;
+    figures.push(step_section(&looped)?);
+    let json = report_json(
+        &[("bench", "mamba1".into())],
+        &[("quick", quick.to_string())],
+        &figures,
+    );
+    let file = write_report(
+        if quick {
+            "mamba1-quick.json"
+        } else {
+            "mamba1.json"
+        },
+        &json,
+    )?;
+    println!("wrote {}", file.display());
+    Ok(())
+}
+
+/// Prefill at each of `lens` with both scans, `runs` times each taking turns, after checking
+/// that their logits agree: prints the table, returns the figures.
+fn prefill_section(
+    assoc: &Mamba1,
+    looped: &Mamba1,
+    lens: &[usize],
+    runs: usize,
+) -> Result<Vec<String>> {
     let mut figures = Vec::new();
     println!("Mamba-1 130M shape (random weights), batch 1, prefill: logits at every position and the states (median of {runs} runs, the scans taking turns)");
     println!(
@@ -114,22 +141,23 @@ fn main() -> Result<()> {
             ]));
         }
     }
-    let mut states = looped.prefill(&prompt(128))?.states;
+    Ok(figures)
+}
+
+/// The host-loop step at batch 1 after a 128-token prompt: P50 and P99 over 32 steps.
+fn step_section(model: &Mamba1) -> Result<String> {
+    let mut states = model.prefill(&prompt(128))?.states;
     let mut times = Vec::new();
     let mut token = 1u32;
     for i in 0..33 {
         let t = Instant::now();
-        let (logits, next) = looped.step(&[token], &states)?;
+        let (logits, next) = model.step(&[token], &states)?;
         if i > 0 {
             times.push(secs_since(t)); // the first call compiles
         }
         states = next;
-        token = (logits
-            .to_f64_vec()
-            .iter()
-            .enumerate()
-            .fold((0, f64::MIN), |b, (j, &v)| if v > b.1 { (j, v) } else { b })
-            .0) as u32;
+        let v = logits.to_f64_vec();
+        token = (0..v.len()).fold(0, |best, j| if v[j] > v[best] { j } else { best }) as u32;
     }
     let times = sorted(times);
     let (p50, p99) = (median(&times), quantile(&times, 0.99));
@@ -139,24 +167,9 @@ fn main() -> Result<()> {
         p99 * 1e3,
         1.0 / p50
     );
-    figures.push(json_object(&[
+    Ok(json_object(&[
         ("section", json_string("step")),
         ("p50_ms", json_number(p50 * 1e3)),
         ("p99_ms", json_number(p99 * 1e3)),
-    ]));
-    let json = report_json(
-        &[("bench", "mamba1".into())],
-        &[("quick", quick.to_string())],
-        &figures,
-    );
-    let file = write_report(
-        if quick {
-            "mamba1-quick.json"
-        } else {
-            "mamba1.json"
-        },
-        &json,
-    )?;
-    println!("wrote {}", file.display());
-    Ok(())
+    ]))
 }

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use serde_json::json;
-use stablegraph::models::mamba1::Mamba1;
+use stablegraph::models::mamba1::{Mamba1, Mamba1Config};
 use stablegraph::runtime::Client;
 use stablegraph::DType;
 
@@ -76,9 +76,9 @@ pub(crate) fn generate(
     progress(&format!("loading weights from {}", dir.display()));
     let model =
         Mamba1::load(&client, dir, dtype).with_context(|| format!("--model {}", dir.display()))?;
-    let cfg = model.config().clone();
-    let codec = Codec::for_model(Some(dir), cfg.vocab_size)?;
-    let prompts = p.prompts(&codec, cfg.vocab_size)?;
+    let vocab = model.config().vocab_size;
+    let codec = Codec::for_model(Some(dir), vocab)?;
+    let prompts = p.prompts(&codec, vocab)?;
     progress("compiling and running the prefill and the step");
     let t = Instant::now();
     model.greedy(&prompts, s.max_new_tokens.min(2))?;
@@ -100,12 +100,24 @@ pub(crate) fn generate(
         };
         println!("row {r:<5} {shown}");
     }
+    let description = describe(dir, model.config(), dtype);
+    let timings = Timings {
+        first_s,
+        prefill_s,
+        generate_s,
+        steps: s.max_new_tokens.saturating_sub(1),
+    };
+    report(&client, &description, &prompts, &tokens, &timings, s, o)
+}
+
+/// One line on the model.
+fn describe(dir: &Path, cfg: &Mamba1Config, dtype: DType) -> String {
     let kind = if cfg.mixer_rms_eps.is_some() {
         "Falcon-Mamba"
     } else {
         "Mamba-1"
     };
-    let description = format!(
+    format!(
         "{} ({kind}): {} layers, {} wide, state {}, vocab {}, {} matrices",
         dir.display(),
         cfg.num_layers,
@@ -113,10 +125,31 @@ pub(crate) fn generate(
         cfg.state_size,
         cfg.vocab_size,
         if dtype == DType::F32 { "f32" } else { "bf16" }
-    );
+    )
+}
+
+/// The timed runs: the first (compiling), the prefill alone, and the whole greedy run.
+struct Timings {
+    first_s: f64,
+    prefill_s: f64,
+    generate_s: f64,
+    /// Steps in the whole run (the first new token comes from the prefill).
+    steps: usize,
+}
+
+/// Prints the figures and writes `--json`.
+fn report(
+    client: &Client,
+    description: &str,
+    prompts: &[Vec<u32>],
+    tokens: &[Vec<u32>],
+    t: &Timings,
+    s: &SamplingArgs,
+    o: &Outputs,
+) -> Result<()> {
     let prompt_tokens: usize = prompts.iter().map(Vec::len).sum();
-    let steps = s.max_new_tokens.saturating_sub(1);
-    let decode_s = generate_s - prefill_s;
+    let (steps, prefill_s) = (t.steps, t.prefill_s);
+    let decode_s = t.generate_s - prefill_s;
     let decode_tps =
         (steps > 0 && decode_s > 0.0).then(|| (steps * prompts.len()) as f64 / decode_s);
     // The first run compiled both programs, prefilled, and stepped once (if at all).
@@ -125,14 +158,17 @@ pub(crate) fn generate(
     } else {
         0.0
     };
-    let compile_s = (first_s - prefill_s - step_s).max(0.0);
+    let compile_s = (t.first_s - prefill_s - step_s).max(0.0);
     println!("model     {description}");
     println!("settings  greedy; a prefill program, then one step program call per token (the argmax on the host)");
     println!(
         "prompt    {} row(s), {prompt_tokens} tokens in all",
         prompts.len()
     );
-    println!("compile   {compile_s:.2} s (first prefill and step {first_s:.2} s)");
+    println!(
+        "compile   {compile_s:.2} s (first prefill and step {:.2} s)",
+        t.first_s
+    );
     println!(
         "prefill   {prompt_tokens} tokens in {prefill_s:.3} s: {:.1} tokens/s",
         prompt_tokens as f64 / prefill_s
@@ -140,7 +176,7 @@ pub(crate) fn generate(
     match decode_tps {
         Some(tps) => println!(
             "decode    {steps} steps in {decode_s:.3} s: {tps:.1} tokens/s, {:.2} ms per step",
-            decode_s * 1e3 / steps as f64
+            step_s * 1e3
         ),
         None => println!("decode    too fast to separate from the prefill"),
     }
@@ -158,7 +194,7 @@ pub(crate) fn generate(
             "compiles": client.cache_stats().compiles,
             "peak_rss_mb": peak,
             "prefill_s": prefill_s,
-            "generate_s": generate_s,
+            "generate_s": t.generate_s,
             "max_new_tokens": s.max_new_tokens,
             "model": description,
             "settings": {"sampling": "greedy"},
