@@ -114,6 +114,8 @@ mod doc_pages {
     struct Graphs;
     #[doc = include_str!("../docs/mamba2.md")]
     struct Mamba2;
+    #[doc = include_str!("../docs/mamba1.md")]
+    struct Mamba1;
     #[doc = include_str!("../docs/training.md")]
     struct Training;
     #[doc = include_str!("../docs/devices.md")]
