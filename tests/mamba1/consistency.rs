@@ -1,5 +1,6 @@
-//! The Mamba-1 programs agree with each other on random weights: the associative scan with the
-//! loop over positions, and a prefill followed by steps with a prefill of the longer prompt.
+//! The Mamba-1 programs agree with each other: on random weights the associative scan with the
+//! loop over positions, and a prefill followed by steps with a prefill of the longer prompt; on
+//! the Falcon fixture, bf16 matrices with f32 ones.
 
 use crate::common;
 
@@ -79,4 +80,28 @@ fn steps_after_a_prefill_equal_a_prefill_of_the_longer_prompt() {
         let d = max_abs(&stepped[r * vocab..][..vocab], want);
         assert!(d < 1e-4, "row {r}: logits differ by {d}");
     }
+}
+
+#[test]
+fn bf16_matrices_stay_close_to_f32() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mamba1/falcon");
+    let f32_model = Mamba1::load(&client(), &dir, DType::F32).unwrap();
+    let bf16_model = Mamba1::load(&client(), &dir, DType::BF16).unwrap();
+    let p = prompts(&[19, 7]);
+    let (a, b) = (
+        f32_model.prefill(&p).unwrap(),
+        bf16_model.prefill(&p).unwrap(),
+    );
+    let (a, b) = (a.logits.to_f64_vec(), b.logits.to_f64_vec());
+    let d = max_abs(&a, &b);
+    let largest = a.iter().fold(0.0f64, |m, x| m.max(x.abs()));
+    // bf16 keeps 8 bits of mantissa: the matrices move by ~0.4% each, the logits by a little more.
+    assert!(
+        d > 0.0 && d < 0.02 * largest,
+        "bf16 logits differ by {d} (largest {largest})"
+    );
+    assert_eq!(
+        f32_model.greedy(&p, 8).unwrap(),
+        bf16_model.greedy(&p, 8).unwrap()
+    );
 }
