@@ -137,17 +137,30 @@ pub(crate) fn read_config(dir: &Path) -> Result<Mamba2Config> {
         .with_context(|| format!("--model {}", dir.display()))
 }
 
-/// The `model_type` of the checkpoint in `dir` (`None` when its config.json has none, as
-/// `mamba_ssm`'s configs).
+/// The `model_type` of the checkpoint in `dir`: its config.json's, or for a `mamba_ssm`
+/// config (which has none) `mamba2` when `ssm_cfg.layer` is `Mamba2` and `mamba` otherwise (as
+/// `mamba_ssm` defaults to Mamba-1); `None` for a config that is neither.
 pub(crate) fn model_type(dir: &Path) -> Result<Option<String>> {
+    use serde_json::Value;
     let path = dir.join("config.json");
     let text = std::fs::read_to_string(&path)
         .with_context(|| format!("--model {}: reading {}", dir.display(), path.display()))?;
-    let value: serde_json::Value = serde_json::from_str(&text).unwrap_or(serde_json::Value::Null);
-    Ok(value
-        .get("model_type")
-        .and_then(serde_json::Value::as_str)
-        .map(str::to_string))
+    let value: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+    if let Some(t) = value.get("model_type").and_then(Value::as_str) {
+        return Ok(Some(t.to_string()));
+    }
+    if value.get("d_model").is_none() {
+        return Ok(None);
+    }
+    let layer = value.pointer("/ssm_cfg/layer").and_then(Value::as_str);
+    Ok(Some(
+        if layer == Some("Mamba2") {
+            "mamba2"
+        } else {
+            "mamba"
+        }
+        .to_string(),
+    ))
 }
 
 #[derive(Clone, Copy, ValueEnum)]

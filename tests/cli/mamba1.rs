@@ -1,5 +1,6 @@
 //! `generate --model DIR` on the Mamba-1 and Falcon-Mamba fixtures: tokens and prompt logits
-//! against HF transformers, a batch of two, and the flags it refuses.
+//! against HF transformers, a batch of two, a `mamba_ssm`-layout checkpoint, and the flags and
+//! model types it refuses.
 
 use crate::common::{max_abs, read_safetensors};
 use crate::{error_line, read_npy, run_ok, scratch};
@@ -7,12 +8,9 @@ use crate::{error_line, read_npy, run_ok, scratch};
 /// Case 2 of a fixture (two prompts of 12 tokens) through the CLI: `--json` tokens equal HF's
 /// greedy tokens, `--dump-logits` HF's prompt logits within 1e-4.
 fn check(name: &str) {
-    let fixture = format!("tests/fixtures/mamba1/{name}");
-    let cases = read_safetensors(
-        &std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join(&fixture)
-            .join("cases.safetensors"),
-    );
+    let dir = crate::common::mamba1::fixture(name);
+    let cases = read_safetensors(&dir.join("cases.safetensors"));
+    let fixture = dir.to_str().unwrap().to_string();
     let ids = &cases["case2.input_ids"];
     let (rows, len) = (ids.shape[0], ids.shape[1]);
     let prompt_ids: Vec<String> = (0..rows)
@@ -24,8 +22,8 @@ fn check(name: &str) {
                 .join(",")
         })
         .collect();
-    let dir = scratch(&format!("mamba1-{name}"));
-    let (json, npy) = (dir.join("out.json"), dir.join("logits.npy"));
+    let out_dir = scratch(&format!("mamba1-{name}"));
+    let (json, npy) = (out_dir.join("out.json"), out_dir.join("logits.npy"));
     let greedy = &cases["case2.greedy"];
     let new = greedy.shape[1];
     let stdout = run_ok(&[
@@ -97,4 +95,19 @@ fn an_unknown_model_type_is_a_one_line_error_listing_the_supported_ones() {
     let e = error_line(&["generate", "--model", dir.to_str().unwrap()]);
     assert!(e.contains("\"llama\" is not supported"), "{e}");
     assert!(e.contains("mamba2") && e.contains("falcon_mamba"), "{e}");
+}
+
+#[test]
+fn generate_runs_a_mamba_ssm_checkpoint_as_mamba1() {
+    let dir = crate::common::mamba1::as_mamba_ssm();
+    let stdout = run_ok(&[
+        "generate",
+        "--model",
+        dir.to_str().unwrap(),
+        "--prompt-ids",
+        "1,2,3",
+        "--max-new-tokens",
+        "4",
+    ]);
+    assert!(stdout.contains("(Mamba-1)"), "{stdout}");
 }

@@ -5,14 +5,9 @@ use crate::common;
 use std::path::{Path, PathBuf};
 
 use common::client;
+use common::mamba1::fixture;
 use stablegraph::models::mamba1::{Mamba1, Mamba1Config};
 use stablegraph::DType;
-
-fn fixture_dir(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/mamba1")
-        .join(name)
-}
 
 /// A copy of the fixture `name` in a fresh directory named for `case`, with `edit` applied to
 /// its config text.
@@ -21,7 +16,7 @@ fn copy_with(name: &str, case: &str, edit: impl Fn(&str) -> String) -> PathBuf {
         std::env::temp_dir().join(format!("stablegraph-mamba1-{case}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let from = fixture_dir(name);
+    let from = fixture(name);
     let config = std::fs::read_to_string(from.join("config.json")).unwrap();
     std::fs::write(dir.join("config.json"), edit(&config)).unwrap();
     std::fs::copy(
@@ -79,7 +74,7 @@ fn a_missing_layer_is_an_error_naming_its_tensors() {
 
 #[test]
 fn tokens_outside_the_vocabulary_and_wrong_states_are_errors() {
-    let model = Mamba1::load(&client(), &fixture_dir("tiny"), DType::F32).unwrap();
+    let model = Mamba1::load(&client(), &fixture("tiny"), DType::F32).unwrap();
     let e = model.prefill(&[vec![1, 96]]).unwrap_err();
     assert!(e.to_string().contains("token 96"), "{e}");
     let e = model.prefill(&[vec![]]).unwrap_err();
@@ -89,4 +84,22 @@ fn tokens_outside_the_vocabulary_and_wrong_states_are_errors() {
     assert!(e.to_string().contains("state 0's conv"), "{e}");
     let e = model.step(&[1], &states[..1]).unwrap_err();
     assert!(e.to_string().contains("one per layer"), "{e}");
+}
+
+#[test]
+fn a_mamba_ssm_checkpoint_loads_as_the_hf_one() {
+    let ssm = common::mamba1::as_mamba_ssm();
+    let hf = Mamba1::load(&client(), &fixture("tiny"), DType::F32).unwrap();
+    let theirs = Mamba1::load(&client(), &ssm, DType::F32).unwrap();
+    // 90 padded to a multiple of 16 is the fixture's 96; dt_rank "auto" is 2.
+    assert_eq!(theirs.config(), hf.config());
+    let p = vec![vec![3, 1, 4, 1, 5, 9, 2, 6]];
+    let (a, b) = (hf.prefill(&p).unwrap(), theirs.prefill(&p).unwrap());
+    assert_eq!(a.logits.to_f64_vec(), b.logits.to_f64_vec());
+    let e = Mamba1Config::from_json(
+        r#"{"d_model": 8, "n_layer": 1, "vocab_size": 8,
+        "ssm_cfg": {"layer": "Mamba3"}}"#,
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("\"Mamba3\""), "{e}");
 }

@@ -84,7 +84,7 @@ fn steps_after_a_prefill_equal_a_prefill_of_the_longer_prompt() {
 
 #[test]
 fn bf16_matrices_stay_close_to_f32() {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mamba1/falcon");
+    let dir = common::mamba1::fixture("falcon");
     let f32_model = Mamba1::load(&client(), &dir, DType::F32).unwrap();
     let bf16_model = Mamba1::load(&client(), &dir, DType::BF16).unwrap();
     let p = prompts(&[19, 7]);

@@ -7,7 +7,6 @@
 use crate::common;
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 
 use common::{client, max_abs, read_safetensors, Stored};
 use stablegraph::models::mamba1::{Mamba1, Scan};
@@ -20,9 +19,7 @@ type Cases = HashMap<String, Stored>;
 const TOL: f64 = 1e-4;
 
 fn fixture(name: &str) -> (Mamba1, Cases) {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/mamba1")
-        .join(name);
+    let dir = common::mamba1::fixture(name);
     let model = Mamba1::load(&client(), &dir, DType::F32).unwrap();
     (model, read_safetensors(&dir.join("cases.safetensors")))
 }

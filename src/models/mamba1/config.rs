@@ -50,14 +50,19 @@ impl Mamba1Config {
             .map_err(|e| Error::InvalidArgument(format!("{}: {e}", path.display())))
     }
 
-    /// Parses HF's config of a `mamba` or `falcon_mamba` model (`time_step_rank` `"auto"` is
-    /// `ceil(hidden_size / 16)`). Another `model_type`, a missing size or inconsistent fields
-    /// are an error naming them.
+    /// Parses HF's config of a `mamba` or `falcon_mamba` model, or `mamba_ssm`'s (`d_model`,
+    /// `n_layer`, `ssm_cfg` without a `layer` or with `"Mamba1"`; the vocabulary padded to
+    /// `pad_vocab_size_multiple`). `time_step_rank` (`dt_rank`) `"auto"` is
+    /// `ceil(hidden_size / 16)`. Another `model_type` or layer, a missing size or inconsistent
+    /// fields are an error naming them.
     pub fn from_json(text: &str) -> Result<Mamba1Config> {
         let v: Value = serde_json::from_str(&strict_json(text))
             .map_err(|e| Error::InvalidArgument(format!("config is not JSON: {e}")))?;
         if !v.is_object() {
             return Err(Error::InvalidArgument("config is not a JSON object".into()));
+        }
+        if v.get("d_model").is_some() && v.get("model_type").is_none() {
+            return from_mamba_ssm(&v);
         }
         let model_type = v.get("model_type").and_then(Value::as_str).unwrap_or("");
         if !MODEL_TYPES.contains(&model_type) {
@@ -90,13 +95,7 @@ impl Mamba1Config {
                     "expand ({expand}) * hidden_size ({hidden_size}) is too large"
                 ))
             })?;
-        let time_step_rank = match v.get("time_step_rank") {
-            None | Some(Value::Null) => hidden_size.div_ceil(16),
-            Some(Value::String(s)) if s == "auto" => hidden_size.div_ceil(16),
-            Some(r) => r.as_u64().map(|n| n as usize).ok_or_else(|| {
-                Error::InvalidArgument(format!("time_step_rank {r} is not \"auto\" or a size"))
-            })?,
-        };
+        let time_step_rank = rank(v.get("time_step_rank"), hidden_size, "time_step_rank")?;
         let flag =
             |name: &str, default: bool| v.get(name).and_then(Value::as_bool).unwrap_or(default);
         let float = |name: &str, default: f64| v.get(name).and_then(number).unwrap_or(default);
@@ -158,4 +157,77 @@ impl Mamba1Config {
             )))
         }
     }
+}
+
+/// A time-step rank: `"auto"` (or absent) is `ceil(hidden_size / 16)`.
+fn rank(v: Option<&Value>, hidden_size: usize, name: &str) -> Result<usize> {
+    match v {
+        None | Some(Value::Null) => Ok(hidden_size.div_ceil(16)),
+        Some(Value::String(s)) if s == "auto" => Ok(hidden_size.div_ceil(16)),
+        Some(r) => r
+            .as_u64()
+            .map(|n| n as usize)
+            .ok_or_else(|| Error::InvalidArgument(format!("{name} {r} is not \"auto\" or a size"))),
+    }
+}
+
+/// `mamba_ssm`'s config of a Mamba-1 model (its `MambaConfig` and `Mamba` defaults).
+fn from_mamba_ssm(v: &Value) -> Result<Mamba1Config> {
+    let size = |v: &Value, name: &str| v.get(name).and_then(Value::as_u64).map(|n| n as usize);
+    let missing: Vec<&str> = ["d_model", "n_layer", "vocab_size"]
+        .into_iter()
+        .filter(|n| size(v, n).is_none())
+        .collect();
+    if !missing.is_empty() {
+        return Err(Error::InvalidArgument(format!(
+            "the mamba_ssm config lacks {}",
+            missing.join(", ")
+        )));
+    }
+    let empty = Value::Object(Default::default());
+    let ssm = v.get("ssm_cfg").unwrap_or(&empty);
+    match ssm.get("layer").and_then(Value::as_str) {
+        None | Some("Mamba1") => {}
+        Some(layer) => {
+            return Err(Error::InvalidArgument(format!(
+                "ssm_cfg.layer is {layer:?}, not Mamba1"
+            )))
+        }
+    }
+    let flag = |v: &Value, name: &str, default: bool| {
+        v.get(name).and_then(Value::as_bool).unwrap_or(default)
+    };
+    if !flag(v, "rms_norm", true) {
+        return Err(Error::InvalidArgument(
+            "rms_norm = false (a LayerNorm model) is not supported".into(),
+        ));
+    }
+    let hidden_size = size(v, "d_model").unwrap_or(0);
+    let vocab = size(v, "vocab_size").unwrap_or(0);
+    let multiple = size(v, "pad_vocab_size_multiple").unwrap_or(8).max(1);
+    let vocab_size = vocab
+        .div_ceil(multiple)
+        .checked_mul(multiple)
+        .ok_or_else(|| Error::InvalidArgument(format!("vocab_size ({vocab}) is too large")))?;
+    let expand = size(ssm, "expand").unwrap_or(2);
+    let config = Mamba1Config {
+        hidden_size,
+        num_layers: size(v, "n_layer").unwrap_or(0),
+        state_size: size(ssm, "d_state").unwrap_or(16),
+        d_inner: expand.checked_mul(hidden_size).ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "expand ({expand}) * d_model ({hidden_size}) is too large"
+            ))
+        })?,
+        conv_kernel: size(ssm, "d_conv").unwrap_or(4),
+        time_step_rank: rank(ssm.get("dt_rank"), hidden_size, "ssm_cfg.dt_rank")?,
+        vocab_size,
+        norm_eps: 1e-5,
+        tie_word_embeddings: flag(v, "tie_embeddings", true),
+        use_bias: flag(ssm, "bias", false),
+        use_conv_bias: flag(ssm, "conv_bias", true),
+        mixer_rms_eps: None,
+    };
+    config.validate()?;
+    Ok(config)
 }

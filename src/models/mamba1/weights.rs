@@ -186,8 +186,9 @@ impl Mamba1Weights<TensorType> {
 }
 
 impl Mamba1Weights<HostArray> {
-    /// Loads an HF checkpoint from `dir` (`model.safetensors`, or an index and its shards, or
-    /// the one `*.safetensors` file), converting as [`Mamba1Weights::types`] says. Missing,
+    /// Loads an HF or `mamba_ssm` checkpoint from `dir` (`model.safetensors`, or an index and
+    /// its shards, or the one `*.safetensors` file), converting as [`Mamba1Weights::types`]
+    /// says; a tied model's saved `lm_head.weight` is shape-checked and ignored. Missing,
     /// unexpected, mis-shaped or non-finite tensors are one error listing every problem.
     pub fn load(
         dir: &Path,
@@ -205,8 +206,13 @@ impl Mamba1Weights<HostArray> {
                 } else {
                     ty.dims.clone()
                 };
+                // mamba_ssm calls the embedding `backbone.embedding.weight`.
+                let mut names = vec![name.clone()];
+                if name == "backbone.embeddings.weight" {
+                    names.push("backbone.embedding.weight".to_string());
+                }
                 Expected {
-                    names: vec![name.clone()],
+                    names,
                     key: name,
                     ty: ty.clone(),
                     disk_dims,
