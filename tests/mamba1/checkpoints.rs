@@ -103,3 +103,14 @@ fn a_mamba_ssm_checkpoint_loads_as_the_hf_one() {
     .unwrap_err();
     assert!(e.to_string().contains("\"Mamba3\""), "{e}");
 }
+
+#[test]
+fn sizes_that_overflow_are_an_error_not_a_panic() {
+    let text = format!(
+        r#"{{"model_type": "mamba", "hidden_size": {}, "num_hidden_layers": 1,
+            "state_size": 16, "vocab_size": 8, "expand": 4}}"#,
+        usize::MAX / 4
+    );
+    let e = Mamba1Config::from_json(&text).unwrap_err();
+    assert!(e.to_string().contains("too large"), "{e}");
+}

@@ -117,8 +117,8 @@ impl Mamba1Config {
         Ok(config)
     }
 
-    /// Checks that no size is 0, that the vocabulary fits `i32` token ids, and that the
-    /// epsilons are finite and positive. One error lists every problem, naming the fields.
+    /// Checks that no size is 0, that every weight's size in bytes fits an `isize`, that the
+    /// vocabulary fits `i32` token ids, and that the epsilons are finite and positive. One error lists every problem, naming the fields.
     pub fn validate(&self) -> Result<()> {
         let mut problems = Vec::new();
         for (name, value) in [
@@ -132,6 +132,24 @@ impl Mamba1Config {
         ] {
             if value == 0 {
                 problems.push(format!("{name} is 0"));
+            }
+        }
+        let (h, di, n, r) = (
+            self.hidden_size,
+            self.d_inner,
+            self.state_size,
+            self.time_step_rank,
+        );
+        let sizes = [
+            ("in_proj", [2, di, h]),
+            ("x_proj", [r.saturating_add(n.saturating_mul(2)), di, 1]),
+            ("A_log", [di, n, 1]),
+            ("the embedding", [self.vocab_size, h, 1]),
+        ];
+        for (name, dims) in sizes {
+            let bytes = dims.iter().try_fold(4usize, |acc, &d| acc.checked_mul(d));
+            if bytes.is_none_or(|b| b > isize::MAX as usize) {
+                problems.push(format!("{name} ({dims:?}) is too large"));
             }
         }
         if self.vocab_size > i32::MAX as usize {
