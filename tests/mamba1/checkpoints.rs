@@ -42,6 +42,13 @@ fn another_model_type_is_an_error_naming_it() {
 }
 
 #[test]
+fn another_activation_is_an_error_naming_it() {
+    let e =
+        Mamba1Config::from_json(r#"{"model_type": "mamba", "hidden_act": "gelu"}"#).unwrap_err();
+    assert!(e.to_string().contains("\"gelu\""), "{e}");
+}
+
+#[test]
 fn a_config_without_sizes_is_an_error_naming_them() {
     let e = Mamba1Config::from_json(r#"{"model_type": "mamba", "hidden_size": 8}"#).unwrap_err();
     for field in ["num_hidden_layers", "state_size", "vocab_size"] {

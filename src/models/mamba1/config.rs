@@ -70,6 +70,13 @@ impl Mamba1Config {
                 "model_type {model_type:?} is not a Mamba-1 model (expected one of {MODEL_TYPES:?})"
             )));
         }
+        if let Some(act) = v.get("hidden_act").and_then(Value::as_str) {
+            if act != "silu" && act != "swish" {
+                return Err(Error::InvalidArgument(format!(
+                    "hidden_act {act:?} is not supported (Mamba-1 here uses silu)"
+                )));
+            }
+        }
         let size = |name: &str| v.get(name).and_then(Value::as_u64).map(|n| n as usize);
         let missing: Vec<&str> = [
             "hidden_size",
