@@ -3,9 +3,11 @@
 
 use super::Bytes;
 use crate::dtype::{DType, TensorType};
+use crate::models::mamba1::{Mamba1Config, Mamba1Weights};
 use crate::models::mamba2::{Mamba2Config, Mamba2Weights};
 
-/// The keys of both `config.json` forms (HF, then `mamba_ssm` and its `ssm_cfg`).
+/// The keys of both `config.json` forms (HF, then `mamba_ssm` and its `ssm_cfg`), Mamba-2's
+/// and Mamba-1's.
 const CONFIG_KEYS: &[&str] = &[
     "hidden_size",
     "num_hidden_layers",
@@ -42,6 +44,12 @@ const CONFIG_KEYS: &[&str] = &[
     "bias",
     "conv_bias",
     "dt_limit",
+    "model_type",
+    "intermediate_size",
+    "time_step_rank",
+    "dt_rank",
+    "mixer_rms_eps",
+    "hidden_act",
 ];
 
 /// JSON values that configs hold or that parsers trip on.
@@ -82,10 +90,16 @@ const CONFIG_VALUES: &[&str] = &[
     "{}",
     "{\"__float__\": \"-inf\"}",
     "\"\\u00e9Infinity\"",
+    "\"mamba\"",
+    "\"falcon_mamba\"",
+    "\"mamba2\"",
+    "\"auto\"",
+    "\"silu\"",
 ];
 
-/// `config.json` parsing ([`Mamba2Config::from_json`]), both forms. A config that parses must
-/// validate, and its derived sizes and weight types must be computable.
+/// `config.json` parsing ([`Mamba2Config::from_json`], both forms, and
+/// [`Mamba1Config::from_json`]). A config that parses must validate, and its derived sizes and
+/// weight types must be computable.
 pub fn config_json(data: &[u8]) {
     let mut b = Bytes::new(data);
     let text = if b.u8() & 1 == 0 {
@@ -139,6 +153,15 @@ fn config_text(b: &mut Bytes<'_>) -> String {
 }
 
 fn check_config(text: &str) {
+    if let Ok(config) = Mamba1Config::from_json(text) {
+        assert!(
+            config.validate().is_ok(),
+            "Mamba1Config::from_json returned a config that does not validate: {config:?}"
+        );
+        for dtype in [DType::F32, DType::BF16] {
+            let _ = Mamba1Weights::<TensorType>::types(&config, dtype);
+        }
+    }
     let Ok(config) = Mamba2Config::from_json(text) else {
         return;
     };

@@ -120,4 +120,8 @@ fn sizes_that_overflow_are_an_error_not_a_panic() {
     );
     let e = Mamba1Config::from_json(&text).unwrap_err();
     assert!(e.to_string().contains("too large"), "{e}");
+    // Found by the config_json fuzz target: a layer count that no Vec can hold.
+    let text = r#"{"d_model": 8, "n_layer": 4294967296, "vocab_size": 10}"#;
+    let e = Mamba1Config::from_json(text).unwrap_err();
+    assert!(e.to_string().contains("num_layers (4294967296)"), "{e}");
 }

@@ -6,6 +6,7 @@ use serde_json::Value;
 
 use crate::error::{Error, Result};
 use crate::models::mamba2::config::{number, strict_json};
+use crate::models::mamba2::Mamba2Config;
 
 /// The shape and numerics of a Mamba-1 (or Falcon-Mamba) model.
 #[derive(Debug, Clone, PartialEq)]
@@ -124,8 +125,9 @@ impl Mamba1Config {
         Ok(config)
     }
 
-    /// Checks that no size is 0, that every weight's size in bytes fits an `isize`, that the
-    /// vocabulary fits `i32` token ids, and that the epsilons are finite and positive. One error lists every problem, naming the fields.
+    /// Checks that no size is 0, that every weight's size in bytes fits an `isize`, that
+    /// `num_layers` is at most [`Mamba2Config::MAX_LAYERS`], that the vocabulary fits `i32`
+    /// token ids, and that the epsilons are finite and positive. One error lists every problem, naming the fields.
     pub fn validate(&self) -> Result<()> {
         let mut problems = Vec::new();
         for (name, value) in [
@@ -158,6 +160,13 @@ impl Mamba1Config {
             if bytes.is_none_or(|b| b > isize::MAX as usize) {
                 problems.push(format!("{name} ({dims:?}) is too large"));
             }
+        }
+        if self.num_layers > Mamba2Config::MAX_LAYERS {
+            problems.push(format!(
+                "num_layers ({}) is above {}",
+                self.num_layers,
+                Mamba2Config::MAX_LAYERS
+            ));
         }
         if self.vocab_size > i32::MAX as usize {
             problems.push(format!(
