@@ -1,6 +1,6 @@
 //! The Mamba-1 graphs: a block over a prompt (the selective scan as a log-depth associative
-//! scan, no loop over positions), a block for one new token (the O(1) recurrence), and the
-//! whole model around them.
+//! scan or as a loop over positions, see [`Scan`]), a block for one new token (the O(1)
+//! recurrence), and the whole model around them.
 
 use super::{Mamba1Config, Mamba1Layer, Mamba1Weights};
 use crate::dtype::DType;

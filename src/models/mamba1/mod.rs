@@ -1,6 +1,8 @@
-//! Mamba-1 and Falcon-Mamba language-model inference, compiler-first: the selective scan over a
-//! prompt as a log-depth associative scan (no loop over positions), and the O(1) recurrent step.
+//! Mamba-1 and Falcon-Mamba language-model inference from HF and `mamba_ssm` checkpoints: the
+//! prefill over prompts (the selective scan as a log-depth associative scan or a loop over
+//! positions, whichever the platform runs faster), the O(1) recurrent step, and greedy decoding.
 //! Built only from the public graph API; checked against HF transformers' pure-torch models.
+//! See `docs/mamba1.md`.
 
 mod block;
 mod config;
