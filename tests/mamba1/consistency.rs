@@ -105,3 +105,53 @@ fn bf16_matrices_stay_close_to_f32() {
         bf16_model.greedy(&p, 8).unwrap()
     );
 }
+
+#[test]
+fn a_prompt_fed_in_two_pieces_equals_the_whole_prompt() {
+    let vocab = config().vocab_size;
+    let whole = prompts(&[23, 11]);
+    // Rows cut at different places, so both pieces are left-padded differently.
+    let cuts = [9, 6];
+    let first: Vec<Vec<u32>> = whole
+        .iter()
+        .zip(cuts)
+        .map(|(p, c)| p[..c].to_vec())
+        .collect();
+    let rest: Vec<Vec<u32>> = whole
+        .iter()
+        .zip(cuts)
+        .map(|(p, c)| p[c..].to_vec())
+        .collect();
+    for scan in [Scan::Associative, Scan::Loop] {
+        let m = model(scan);
+        let full = m.prefill(&whole).unwrap();
+        let states = m.prefill(&first).unwrap().states;
+        let cont = m.prefill_from(&rest, &states).unwrap();
+        let (lf, lc) = (full.logits.dims()[1], cont.logits.dims()[1]);
+        let (f, c) = (full.logits.to_f64_vec(), cont.logits.to_f64_vec());
+        for (r, piece) in rest.iter().enumerate() {
+            for j in 0..piece.len() {
+                let a = &f[(r * lf + lf - piece.len() + j) * vocab..][..vocab];
+                let b = &c[(r * lc + lc - piece.len() + j) * vocab..][..vocab];
+                let d = max_abs(a, b);
+                assert!(
+                    d < 1e-4,
+                    "{scan:?} row {r} position {j}: logits differ by {d}"
+                );
+            }
+        }
+        for (sf, sc) in full.states.iter().zip(&cont.states) {
+            let d = max_abs(&sf.ssm.to_f64_vec(), &sc.ssm.to_f64_vec());
+            assert!(d < 1e-4, "{scan:?}: ssm states differ by {d}");
+            let d = max_abs(&sf.conv.to_f64_vec(), &sc.conv.to_f64_vec());
+            assert!(d < 1e-4, "{scan:?}: conv states differ by {d}");
+        }
+    }
+    let m = model(Scan::Loop);
+    let states = m.prefill(&first).unwrap().states;
+    let e = m.prefill_from(&rest[..1], &states).unwrap_err();
+    assert!(
+        e.to_string().contains("prefill_from: state 0's conv"),
+        "{e}"
+    );
+}

@@ -5,16 +5,14 @@
 use super::{Mamba1Config, Mamba1Layer, Mamba1Weights};
 use crate::dtype::DType;
 use crate::error::Result;
+use crate::models::mamba2::block::remembered_inputs;
+use crate::models::mamba2::LayerState;
 use crate::ops::{Graph, Tensor};
 
-/// One block's recurrent state.
-#[derive(Debug, Clone)]
-pub struct Mamba1State<T> {
-    /// The last `K` inputs of the convolution, oldest first: `[b, d_inner, K]`.
-    pub conv: T,
-    /// The selective scan's state `h`: `[b, d_inner, N]`.
-    pub ssm: T,
-}
+/// One block's recurrent state: `conv`, the last `K` inputs of the convolution, oldest first,
+/// `[b, d_inner, K]`; `ssm`, the selective scan's state `h`, `[b, d_inner, N]`. The same
+/// struct as Mamba-2's [`LayerState`](crate::models::mamba2::LayerState).
+pub type Mamba1State<T> = LayerState<T>;
 
 /// `x @ w^T + bias` for `w` stored `[out, in]`, in `w`'s dtype, returning f32.
 fn linear(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
@@ -133,21 +131,24 @@ pub(crate) fn selective_scan(
 }
 
 /// The same scan as [`selective_scan`] as a `fori_loop` over positions (one state update per
-/// trip, `h` `[b, d_inner, N]` carried), from a zero state: the reference the associative
-/// form is checked and measured against.
+/// trip, `h` `[b, d_inner, N]` carried from `h0`, zero when `None`).
 pub(crate) fn selective_scan_loop(
     x: &Tensor,
     dt: &Tensor,
     a: &Tensor,
     b: &Tensor,
     c: &Tensor,
+    h0: Option<&Tensor>,
 ) -> Result<(Tensor, Tensor)> {
     let g = x.graph();
     let (batch, len, di) = (x.dims()[0], x.dims()[1], x.dims()[2]);
     let n = a.dims()[1];
     let zero = g.scalar(0.0, DType::I64)?;
     let y0 = g.zeros(DType::F32, &[batch, len, di])?;
-    let h0 = g.zeros(DType::F32, &[batch, di, n])?;
+    let h0 = match h0 {
+        Some(h) => h.clone(),
+        None => g.zeros(DType::F32, &[batch, di, n])?,
+    };
     g.fori_loop(0, len, &(y0, h0), |t, (y, h)| {
         let at = |v: &Tensor, width: usize| -> Result<Tensor> {
             v.dynamic_slice(&[&zero, t, &zero], &[batch, 1, width])?
@@ -179,18 +180,23 @@ pub enum Scan {
 }
 
 /// One block over `hidden` `[b, L, hidden]` with `mask` `[b, L]` (f32, 0 at left padding),
-/// from a zero state: the new hidden states and the state after the last position.
+/// from `init` (zero when `None`): the new hidden states and the state after the last
+/// position. Padding positions leave the state as it is (their `dt` is masked to 0).
 pub(crate) fn block_prefill(
     hidden: &Tensor,
     mask: &Tensor,
     w: &Mamba1Layer<Tensor>,
     cfg: &Mamba1Config,
     scan: Scan,
+    init: Option<&Mamba1State<Tensor>>,
 ) -> Result<(Tensor, Mamba1State<Tensor>)> {
     let (len, k) = (hidden.dims()[1], cfg.conv_kernel);
     let m = mask.expand_dims(-1)?;
     let (x, z) = mixer_inputs(hidden, Some(&m), w, cfg)?;
-    let history = x.pad(&[0, k as isize - 1, 0], &[0, 0, 0], &[0, 0, 0], 0.0)?;
+    let mut history = x.pad(&[0, k as isize - 1, 0], &[0, 0, 0], &[0, 0, 0], 0.0)?;
+    if let Some(init) = init.filter(|_| k > 1) {
+        history = history.add(&remembered_inputs(init, mask, k, len)?)?;
+    }
     let conv = history.narrow(1, len - 1, k)?.transpose(&[0, 2, 1])?;
     let xc = history
         .causal_conv1d(&w.conv_weight, w.conv_bias.as_ref())?
@@ -198,10 +204,12 @@ pub(crate) fn block_prefill(
         .silu()?
         .mul(&m)?;
     let (dt, b, c) = selective_terms(&xc, w, cfg)?;
+    let dt = dt.mul(&m)?;
     let a = w.a_log.exp()?.neg()?;
+    let h0 = init.map(|s| &s.ssm);
     let (y, ssm) = match scan {
-        Scan::Associative => selective_scan(&xc, &dt, &a, &b, &c, None)?,
-        Scan::Loop => selective_scan_loop(&xc, &dt, &a, &b, &c)?,
+        Scan::Associative => selective_scan(&xc, &dt, &a, &b, &c, h0)?,
+        Scan::Loop => selective_scan_loop(&xc, &dt, &a, &b, &c, h0)?,
     };
     Ok((
         mixer_output(hidden, &y, &xc, &z, w)?,
@@ -256,18 +264,21 @@ pub(crate) fn weight_parameters(
 }
 
 /// The whole model over left-padded prompts `tokens` `[b, L]` (integers) with `mask` `[b, L]`
-/// (f32): the logits at every position `[b, L, vocab]` and each block's state after the last.
+/// (f32), from `init` (one state per block; zero when `None`): the logits at every position
+/// `[b, L, vocab]` and each block's state after the last.
 pub(crate) fn prefill(
     tokens: &Tensor,
     mask: &Tensor,
     w: &Mamba1Weights<Tensor>,
     cfg: &Mamba1Config,
     scan: Scan,
+    init: Option<&[Mamba1State<Tensor>]>,
 ) -> Result<(Tensor, Vec<Mamba1State<Tensor>>)> {
     let mut hidden = w.embedding.take(tokens)?.astype(DType::F32)?;
     let mut states = Vec::with_capacity(w.layers.len());
-    for layer in &w.layers {
-        let (h, s) = block_prefill(&hidden, mask, layer, cfg, scan)?;
+    for (i, layer) in w.layers.iter().enumerate() {
+        let start = init.and_then(|s| s.get(i));
+        let (h, s) = block_prefill(&hidden, mask, layer, cfg, scan, start)?;
         hidden = h;
         states.push(s);
     }

@@ -26,8 +26,19 @@ pub struct Mamba1 {
     programs: Mutex<HashMap<ProgramKey, CompiledGraph>>,
 }
 
-/// What a compiled program computes: (a prefill rather than a step, rows, positions, scan).
-type ProgramKey = (bool, usize, usize, Scan);
+/// What a compiled program computes: (its kind, rows, positions, scan).
+type ProgramKey = (Kind, usize, usize, Scan);
+
+/// The kinds of program.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Kind {
+    /// A prefill from a zero state.
+    Prefill,
+    /// A prefill from states given as inputs.
+    PrefillFrom,
+    /// One token per row.
+    Step,
+}
 
 /// What a prefill returns.
 #[derive(Debug, Clone)]
@@ -107,6 +118,27 @@ impl Mamba1 {
     /// Runs the prompts (token ids, at least one each, all below the vocabulary size), left-
     /// padded to the longest: the logits at every position and the states after the prompts.
     pub fn prefill(&self, prompts: &[Vec<u32>]) -> Result<Mamba1Prefill> {
+        self.run_prefill(prompts, None)
+    }
+
+    /// [`Mamba1::prefill`] continuing from `states` (one per block, one row per prompt, as a
+    /// prefill or step returned them): the prompts are fed after whatever made the states, so
+    /// a prompt split in two gives the whole prompt's results. States of the wrong number or
+    /// shape are an error naming them.
+    pub fn prefill_from(
+        &self,
+        prompts: &[Vec<u32>],
+        states: &[Mamba1State<HostArray>],
+    ) -> Result<Mamba1Prefill> {
+        self.check_states("prefill_from", states, prompts.len())?;
+        self.run_prefill(prompts, Some(states))
+    }
+
+    fn run_prefill(
+        &self,
+        prompts: &[Vec<u32>],
+        init: Option<&[Mamba1State<HostArray>]>,
+    ) -> Result<Mamba1Prefill> {
         let len = prompts.iter().map(Vec::len).max().unwrap_or(0);
         if prompts.is_empty() || prompts.iter().any(Vec::is_empty) {
             return Err(Error::InvalidArgument(
@@ -123,18 +155,31 @@ impl Mamba1 {
                 mask[r * len + pad + i] = 1.0;
             }
         }
-        let program = self.program((true, b, len, self.scan), |g, w| {
+        let kind = if init.is_some() {
+            Kind::PrefillFrom
+        } else {
+            Kind::Prefill
+        };
+        let program = self.program((kind, b, len, self.scan), |g, w| {
             let tokens = g.parameter("tokens", DType::I32, &[b, len])?;
             let m = g.parameter("mask", DType::F32, &[b, len])?;
-            let (logits, states) = block::prefill(&tokens, &m, w, &self.config, self.scan)?;
+            let start = match init {
+                Some(_) => Some(self.state_parameters(g, b)?),
+                None => None,
+            };
+            let (logits, states) =
+                block::prefill(&tokens, &m, w, &self.config, self.scan, start.as_deref())?;
             let mut outs = vec![logits];
             outs.extend(states.into_iter().flat_map(|s| [s.conv, s.ssm]));
             Ok(outs)
         })?;
-        let inputs = [
+        let mut inputs = vec![
             HostArray::from_vec(&[b, len], ids)?,
             HostArray::from_vec(&[b, len], mask)?,
         ];
+        for s in init.unwrap_or_default() {
+            inputs.extend([s.conv.clone(), s.ssm.clone()]);
+        }
         let mut out = self.run(&program, &inputs)?.into_iter();
         let logits = out
             .next()
@@ -145,6 +190,50 @@ impl Mamba1 {
         })
     }
 
+    /// One state per block as parameters of `g`, for `b` rows.
+    fn state_parameters(&self, g: &Graph, b: usize) -> Result<Vec<Mamba1State<Tensor>>> {
+        let (conv, ssm) = self.state_dims(b);
+        (0..self.config.num_layers)
+            .map(|i| {
+                Ok(Mamba1State {
+                    conv: g.parameter(&format!("conv.{i}"), DType::F32, &conv)?,
+                    ssm: g.parameter(&format!("ssm.{i}"), DType::F32, &ssm)?,
+                })
+            })
+            .collect()
+    }
+
+    /// The dims of a block's conv and ssm states for `b` rows.
+    fn state_dims(&self, b: usize) -> ([usize; 3], [usize; 3]) {
+        let c = &self.config;
+        ([b, c.d_inner, c.conv_kernel], [b, c.d_inner, c.state_size])
+    }
+
+    /// Checks that `states` hold one f32 state per block for `b` rows; an error names `op` and
+    /// the first state that does not fit.
+    fn check_states(&self, op: &str, states: &[Mamba1State<HostArray>], b: usize) -> Result<()> {
+        let layers = self.config.num_layers;
+        if states.len() != layers {
+            return Err(Error::InvalidArgument(format!(
+                "Mamba1::{op}: {} states, expected one per layer ({layers})",
+                states.len()
+            )));
+        }
+        let (conv_dims, ssm_dims) = self.state_dims(b);
+        for (i, s) in states.iter().enumerate() {
+            for (what, a, dims) in [("conv", &s.conv, conv_dims), ("ssm", &s.ssm, ssm_dims)] {
+                if a.dtype() != DType::F32 || a.dims() != dims {
+                    return Err(Error::InvalidArgument(format!(
+                        "Mamba1::{op}: state {i}'s {what} is {:?} {:?}, expected f32 {dims:?}",
+                        a.dtype(),
+                        a.dims()
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// One new token per row after `states` (from [`Mamba1::prefill`] or an earlier step, one
     /// per block): the logits `[b, vocab]` and the next states. States of the wrong number or
     /// shape, or a token outside the vocabulary, are an error naming it.
@@ -153,48 +242,21 @@ impl Mamba1 {
         tokens: &[u32],
         states: &[Mamba1State<HostArray>],
     ) -> Result<(HostArray, Vec<Mamba1State<HostArray>>)> {
-        let c = &self.config;
         let b = tokens.len();
         if b == 0 {
             return Err(Error::InvalidArgument(
                 "Mamba1::step needs at least one token".into(),
             ));
         }
-        if states.len() != c.num_layers {
-            return Err(Error::InvalidArgument(format!(
-                "Mamba1::step: {} states, expected one per layer ({})",
-                states.len(),
-                c.num_layers
-            )));
-        }
-        let conv_dims = [b, c.d_inner, c.conv_kernel];
-        let ssm_dims = [b, c.d_inner, c.state_size];
-        for (i, s) in states.iter().enumerate() {
-            for (what, a, dims) in [("conv", &s.conv, conv_dims), ("ssm", &s.ssm, ssm_dims)] {
-                if a.dtype() != DType::F32 || a.dims() != dims {
-                    return Err(Error::InvalidArgument(format!(
-                        "Mamba1::step: state {i}'s {what} is {:?} {:?}, expected f32 {dims:?}",
-                        a.dtype(),
-                        a.dims()
-                    )));
-                }
-            }
-        }
+        self.check_states("step", states, b)?;
         let ids = tokens
             .iter()
             .map(|&t| self.token(t, "step"))
             .collect::<Result<Vec<i32>>>()?;
-        let program = self.program((false, b, 1, Scan::Loop), |g, w| {
+        let program = self.program((Kind::Step, b, 1, Scan::Loop), |g, w| {
             let tok = g.parameter("tokens", DType::I32, &[b])?;
-            let params = (0..c.num_layers)
-                .map(|i| {
-                    Ok(Mamba1State {
-                        conv: g.parameter(&format!("conv.{i}"), DType::F32, &conv_dims)?,
-                        ssm: g.parameter(&format!("ssm.{i}"), DType::F32, &ssm_dims)?,
-                    })
-                })
-                .collect::<Result<Vec<_>>>()?;
-            let (logits, next) = block::step(&tok, &params, w, c)?;
+            let params = self.state_parameters(g, b)?;
+            let (logits, next) = block::step(&tok, &params, w, &self.config)?;
             let mut outs = vec![logits];
             outs.extend(next.into_iter().flat_map(|s| [s.conv, s.ssm]));
             Ok(outs)

@@ -133,6 +133,8 @@ fn check_weights(op: &str, w: &Mamba2Weights<Tensor>, cfg: &Mamba2Config) -> Res
 
 /// The per-layer recurrent state of a batch: the last `conv_kernel` convolution inputs,
 /// `[b, conv_dim, conv_kernel]` (oldest first, HF's layout), and the SSM state `[b, H, P, N]`.
+/// Mamba-1's state is the same struct ([`Mamba1State`](crate::models::mamba1::Mamba1State),
+/// `ssm` `[b, d_inner, N]`).
 #[derive(Debug, Clone)]
 pub struct LayerState<T> {
     /// Convolution inputs.
@@ -272,7 +274,7 @@ fn mixer_output(
 /// The last `k - 1` convolution inputs `init` remembers, placed for a history of `k - 1 + L`
 /// positions (`[b, k - 1 + L, C]`, zero elsewhere) just before each row's first real token:
 /// row `r`, left-padded by `p_r` positions, gets them at `p_r .. p_r + k - 1`.
-fn remembered_inputs(
+pub(crate) fn remembered_inputs(
     init: &LayerState<Tensor>,
     mask: &Tensor,
     k: usize,
