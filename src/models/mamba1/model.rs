@@ -47,7 +47,7 @@ pub struct Mamba1Prefill {
     /// are left-padded, so their positions end at `L - 1` too.
     pub logits: HostArray,
     /// Each block's state after the prompts (`conv` `[b, d_inner, K]`, `ssm`
-    /// `[b, d_inner, N]`), to continue with [`Mamba1::step`].
+    /// `[b, d_inner, N]`), to continue with [`Mamba1::step`] or [`Mamba1::prefill_from`].
     pub states: Vec<Mamba1State<HostArray>>,
 }
 
