@@ -7,7 +7,8 @@ use std::time::Instant;
 use anyhow::{bail, ensure, Context, Result};
 use clap::Args;
 use serde_json::json;
-use stablegraph::models::mamba2::{GenerateOptions, Mamba2State, Prefill, Sampling};
+use stablegraph::models::mamba2::{GenerateOptions, Mamba2State, Sampling};
+use stablegraph::HostArray;
 
 use crate::load::{load, model_type, Loaded, ModelArgs, PromptArgs, SamplingArgs};
 use crate::mamba1;
@@ -171,7 +172,7 @@ pub(crate) fn generate(a: GenerateArgs) -> Result<()> {
             .model
             .prefill_all_positions(&l.prompts)
             .context("prefill")?;
-        dump_logits(path, &all)?;
+        dump_logits(path, &all.logits, &all.prompt_len)?;
     }
     let run = Timed::run(&l, &options)?;
     let compile_s = first_s - run.generate_s;
@@ -458,17 +459,19 @@ fn short(x: f32) -> f64 {
     x.to_string().parse().unwrap_or(f64::from(x))
 }
 
-/// Writes the prompt logits as `[batch, longest prompt, vocab]` f32 (see `--dump-logits`).
-fn dump_logits(path: &Path, prefill: &Prefill) -> Result<()> {
-    let logits = prefill.logits.as_array::<f32>()?;
+/// Writes the prompt logits `[batch, bucket, vocab]` (each row's `prompt_len` real positions at
+/// its end) as `[batch, longest prompt, vocab]` f32, zero before a shorter prompt (see
+/// `--dump-logits`).
+pub(crate) fn dump_logits(path: &Path, logits: &HostArray, prompt_len: &[usize]) -> Result<()> {
+    let logits = logits.as_array::<f32>()?;
     let logits = logits.as_standard_layout();
     let data = logits.as_slice().context("logits are not contiguous")?;
     let &[batch, bucket, vocab] = logits.shape() else {
         bail!("prefill logits have shape {:?}", logits.shape());
     };
-    let longest = prefill.prompt_len.iter().copied().max().unwrap_or(0);
+    let longest = prompt_len.iter().copied().max().unwrap_or(0);
     let mut out = vec![0f32; batch * longest * vocab];
-    for (r, &len) in prefill.prompt_len.iter().enumerate() {
+    for (r, &len) in prompt_len.iter().enumerate() {
         for p in longest - len..longest {
             let src = (r * bucket + bucket - longest + p) * vocab;
             let dst = (r * longest + p) * vocab;
@@ -480,7 +483,7 @@ fn dump_logits(path: &Path, prefill: &Prefill) -> Result<()> {
 }
 
 /// NumPy `.npy` version 1.0: magic, header length, a dict padded to a multiple of 64, data.
-pub(crate) fn write_npy(path: &Path, dims: &[usize], data: &[f32]) -> Result<()> {
+fn write_npy(path: &Path, dims: &[usize], data: &[f32]) -> Result<()> {
     let shape = match dims {
         [d] => format!("({d},)"),
         _ => format!(

@@ -12,7 +12,7 @@ use stablegraph::models::mamba1::{Mamba1, Mamba1Config};
 use stablegraph::runtime::Client;
 use stablegraph::DType;
 
-use crate::generate::{cut_at_eos, write_npy};
+use crate::generate::{cut_at_eos, dump_logits};
 use crate::load::{Bf16Dots, ModelArgs, Precision, PromptArgs, SamplingArgs};
 use crate::text::Codec;
 use crate::{ids_text, peak_rss_mb, progress, seconds, write_json};
@@ -91,7 +91,8 @@ pub(crate) fn generate(
     let generate_s = seconds(t);
     let tokens = cut_at_eos(tokens, s.eos);
     if let Some(path) = o.dump_logits {
-        dump(path, &prefill.logits, &prompts)?;
+        let lens: Vec<usize> = prompts.iter().map(Vec::len).collect();
+        dump_logits(path, &prefill.logits, &lens)?;
     }
     for (r, row) in tokens.iter().enumerate() {
         let shown = match codec.decode(row)? {
@@ -202,20 +203,4 @@ fn report(
         write_json(path, &value)?;
     }
     Ok(())
-}
-
-/// `--dump-logits`: the prompt logits `[batch, L, vocab]`, L the longest prompt, shorter prompts
-/// at the end of their rows (zeros before), as for Mamba-2.
-fn dump(path: &Path, logits: &stablegraph::HostArray, prompts: &[Vec<u32>]) -> Result<()> {
-    let dims = logits.dims().to_vec();
-    let data: Vec<f32> = logits.to_f64_vec().into_iter().map(|x| x as f32).collect();
-    let (len, vocab) = (dims[1], dims[2]);
-    let mut out = vec![0f32; data.len()];
-    for (r, p) in prompts.iter().enumerate() {
-        for pos in len - p.len()..len {
-            let at = (r * len + pos) * vocab;
-            out[at..at + vocab].copy_from_slice(&data[at..at + vocab]);
-        }
-    }
-    write_npy(path, &dims, &out).with_context(|| format!("writing {}", path.display()))
 }

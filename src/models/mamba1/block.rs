@@ -5,7 +5,7 @@
 use super::{Mamba1Config, Mamba1Layer, Mamba1Weights};
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::models::mamba2::block::remembered_inputs;
+use crate::models::mamba2::block::{linear, remembered_inputs, rms};
 use crate::models::mamba2::LayerState;
 use crate::ops::{Graph, Tensor};
 
@@ -13,25 +13,6 @@ use crate::ops::{Graph, Tensor};
 /// `[b, d_inner, K]`; `ssm`, the selective scan's state `h`, `[b, d_inner, N]`. The same
 /// struct as Mamba-2's [`LayerState`](crate::models::mamba2::LayerState).
 pub type Mamba1State<T> = LayerState<T>;
-
-/// `x @ w^T + bias` for `w` stored `[out, in]`, in `w`'s dtype, returning f32.
-fn linear(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
-    let last = x.rank() as isize - 1;
-    let y = x
-        .astype(w.dtype())?
-        .dot_general(w, &[], &[(last, 1)])?
-        .astype(DType::F32)?;
-    match bias {
-        Some(b) => y.add(b),
-        None => Ok(y),
-    }
-}
-
-/// RMS-normalises the last axis: `x * rsqrt(mean(x^2) + eps)`.
-fn rms(x: &Tensor, eps: f64) -> Result<Tensor> {
-    let var = x.square()?.mean_keepdims(&[-1])?;
-    x.mul(&var.add(eps)?.rsqrt()?)
-}
 
 /// The block's RMS norm and `in_proj`, split into the mixer input `x` and the gate `z`
 /// (`[..., d_inner]` each); positions where `mask` is 0 are zeroed first (as HF does).

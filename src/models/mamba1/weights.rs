@@ -7,7 +7,7 @@ use super::Mamba1Config;
 use crate::array::HostArray;
 use crate::dtype::{DType, TensorType};
 use crate::error::{Error, Result};
-use crate::models::mamba2::checkpoint::{checkpoint_files, random_tensor, Expected, Loader, Rng};
+use crate::models::mamba2::checkpoint::{random_tensor, Expected, Loader, Rng};
 use crate::models::mamba2::LoadOptions;
 use crate::runtime::{Buffer, Client};
 
@@ -222,16 +222,9 @@ impl Mamba1Weights<HostArray> {
         let tied = config
             .tie_word_embeddings
             .then(|| vec![config.vocab_size, config.hidden_size]);
-        let files = checkpoint_files(dir)?;
         let mut loader = Loader::expecting("Mamba-1", expected, tied, options);
-        for shard in &files.shards {
-            let path = dir.join(shard);
-            let bytes = std::fs::read(&path)
-                .map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
-            loader.read(&path, shard, &bytes)?;
-        }
-        let mut values: HashMap<String, HostArray> =
-            loader.finish_values(dir, files.index.as_ref())?;
+        let index = loader.read_dir(dir)?;
+        let mut values: HashMap<String, HostArray> = loader.finish_values(dir, index.as_ref())?;
         types.try_map(|name, _| {
             values
                 .remove(name)

@@ -148,7 +148,7 @@ pub struct LayerState<T> {
 /// `sum(f32(w) * x)` over `in`: XLA fuses the conversion into one pass over `w`'s own bytes
 /// (no f32 copy, f32 products and sums), where a bf16 dot on a CPU without bf16 dot
 /// instructions, or converting the whole matrix first, is several times slower.
-fn linear(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
+pub(crate) fn linear(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
     let rows: usize = x.dims()[..x.rank().saturating_sub(1)].iter().product();
     let y = if rows == 1 && x.dtype() == DType::F32 && w.dtype() != DType::F32 && w.rank() == 2 {
         let mut row: Vec<isize> = x.dims().iter().map(|&d| d as isize).collect();
@@ -167,8 +167,13 @@ fn linear(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
 
 /// RMSNorm over the last axis: `x * rsqrt(mean(x^2) + eps) * w`.
 fn rms_norm(x: &Tensor, w: &Tensor, eps: f64) -> Result<Tensor> {
+    rms(x, eps)?.mul(w)
+}
+
+/// RMS-normalises the last axis without a weight: `x * rsqrt(mean(x^2) + eps)`.
+pub(crate) fn rms(x: &Tensor, eps: f64) -> Result<Tensor> {
     let var = x.square()?.mean_keepdims(&[-1])?;
-    x.mul(&var.add(eps)?.rsqrt()?)?.mul(w)
+    x.mul(&var.add(eps)?.rsqrt()?)
 }
 
 /// Gated RMSNorm: `rms(y * silu(z)) * w` normalised over each group of `d_inner / n_groups`

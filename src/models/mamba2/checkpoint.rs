@@ -66,15 +66,9 @@ impl Mamba2Weights<HostArray> {
         options: &LoadOptions,
     ) -> Result<Self> {
         let types = Mamba2Weights::<TensorType>::types(config, matmul_dtype)?;
-        let files = checkpoint_files(dir)?;
         let mut loader = Loader::new(&types, config, options);
-        for shard in &files.shards {
-            let path = dir.join(shard);
-            let bytes = std::fs::read(&path)
-                .map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
-            loader.read(&path, shard, &bytes)?;
-        }
-        loader.finish(dir, &types, files.index.as_ref())
+        let index = loader.read_dir(dir)?;
+        loader.finish(dir, &types, index.as_ref())
     }
 
     /// A deterministic random model with magnitudes like HF's initialisation: the embedding
@@ -163,7 +157,7 @@ pub(crate) struct Files {
 }
 
 /// Finds the checkpoint's files in `dir`.
-pub(crate) fn checkpoint_files(dir: &Path) -> Result<Files> {
+fn checkpoint_files(dir: &Path) -> Result<Files> {
     if dir.join(SINGLE).is_file() {
         return Ok(Files {
             shards: vec![SINGLE.to_string()],
@@ -378,6 +372,19 @@ impl Loader {
             allow_nonfinite: options.allow_nonfinite,
             nonfinite_tensors: 0,
         }
+    }
+
+    /// Reads every file of the checkpoint in `dir` (as [`checkpoint_files`] finds them);
+    /// returns the index's `weight_map` of a sharded checkpoint, for [`Loader::finish`].
+    pub(crate) fn read_dir(&mut self, dir: &Path) -> Result<Option<BTreeMap<String, String>>> {
+        let files = checkpoint_files(dir)?;
+        for shard in &files.shards {
+            let path = dir.join(shard);
+            let bytes = std::fs::read(&path)
+                .map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
+            self.read(&path, shard, &bytes)?;
+        }
+        Ok(files.index)
     }
 
     /// Reads the file `shard` (at `path`, holding `bytes`), converting the tensors it expects.
