@@ -10,8 +10,8 @@ use serde_json::json;
 use stablegraph::models::mamba2::{GenerateOptions, Mamba2State, Sampling};
 use stablegraph::HostArray;
 
+use crate::family;
 use crate::load::{load, model_type, Loaded, ModelArgs, PromptArgs, SamplingArgs};
-use crate::mamba1;
 use crate::{cache_hits, ids_text, peak_rss_mb, progress, seconds, write_json};
 
 /// The flags of `generate`.
@@ -53,11 +53,14 @@ pub(crate) struct GenerateArgs {
     state_out: Option<PathBuf>,
 }
 
-/// Whether `dir` holds a Mamba-1 checkpoint (its config.json's `model_type` says so).
-fn is_mamba1(dir: &Path) -> bool {
+/// Whether `dir` holds a checkpoint of another family than Mamba-2 that `generate` runs
+/// (its config.json's `model_type` says so).
+fn is_other_family(dir: &Path) -> bool {
     dir.join("config.json").is_file()
         && model_type(dir).is_ok_and(|t| {
-            t.is_some_and(|t| stablegraph::models::mamba1::MODEL_TYPES.contains(&t.as_str()))
+            t.is_some_and(|t| {
+                t != "mamba2" && stablegraph::models::family::model_types().contains(&t.as_str())
+            })
         })
 }
 
@@ -139,13 +142,13 @@ pub(crate) fn warm_up(l: &Loaded, options: &GenerateOptions) -> Result<(f64, boo
 
 /// `generate`.
 pub(crate) fn generate(a: GenerateArgs) -> Result<()> {
-    if let Some(dir) = a.model.model.as_deref().filter(|d| is_mamba1(d)) {
+    if let Some(dir) = a.model.model.as_deref().filter(|d| is_other_family(d)) {
         let refused = [
             (a.stream, "--stream"),
             (a.state_in.is_some(), "--state-in"),
             (a.state_out.is_some(), "--state-out"),
         ];
-        let outputs = mamba1::Outputs {
+        let outputs = family::Outputs {
             json: a.json.as_deref(),
             dump_logits: a.dump_logits.as_deref(),
             refused: refused
@@ -154,7 +157,7 @@ pub(crate) fn generate(a: GenerateArgs) -> Result<()> {
                 .map(|(_, n)| *n)
                 .collect(),
         };
-        return mamba1::generate(dir, &a.model, &a.prompt, &a.sampling, &outputs);
+        return family::generate(dir, &a.model, &a.prompt, &a.sampling, &outputs);
     }
     let l = load(&a.model, &a.prompt, &a.sampling, false)?;
     let options = l.options.clone();

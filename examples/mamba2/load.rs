@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, ensure, Context, Result};
 use clap::{Args, ValueEnum};
-use stablegraph::models::mamba1;
+use stablegraph::models::family;
 use stablegraph::models::mamba2::{
     GenerateOptions, LoadOptions, Mamba2, Mamba2Config, Mamba2Weights, Parallel, Penalties,
     Sampling,
@@ -121,16 +121,15 @@ pub(crate) fn read_config(dir: &Path) -> Result<Mamba2Config> {
     ensure!(dir.is_dir(), "--model {}: not a directory", dir.display());
     match model_type(dir)?.as_deref() {
         None | Some("mamba2") => {}
-        Some(t) if mamba1::MODEL_TYPES.contains(&t) => bail!(
-            "--model {}: model_type {t:?} is Mamba-1, which `generate` runs (greedy); this \
-             subcommand runs Mamba-2 (model_type \"mamba2\") only",
+        Some(t) if family::model_types().contains(&t) => bail!(
+            "--model {}: model_type {t:?} runs with `generate` (greedy); this subcommand runs \
+             Mamba-2 (model_type \"mamba2\") only",
             dir.display()
         ),
         Some(t) => bail!(
-            "--model {}: model_type {t:?} is not supported (supported: mamba2, and with \
-             `generate` {})",
+            "--model {}: model_type {t:?} is not supported (supported: {})",
             dir.display(),
-            mamba1::MODEL_TYPES.join(", ")
+            family::model_types().join(", ")
         ),
     }
     Mamba2Config::from_file(dir.join("config.json"))

@@ -15,10 +15,10 @@
 mod bars;
 mod bench;
 mod data;
+mod family;
 mod generate;
 mod grad;
 mod load;
-mod mamba1;
 mod plot;
 mod text;
 mod train;

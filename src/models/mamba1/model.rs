@@ -11,6 +11,7 @@ use crate::array::HostArray;
 use crate::compiled::CompiledGraph;
 use crate::dtype::{DType, TensorType};
 use crate::error::{Error, Result};
+use crate::models::argmax;
 use crate::models::mamba2::LoadOptions;
 use crate::ops::{Graph, Tensor};
 use crate::runtime::{Buffer, Client};
@@ -348,17 +349,6 @@ impl Mamba1 {
             .map(Buffer::to_host_array)
             .collect()
     }
-}
-
-/// The index of the largest value (the first of equals).
-fn argmax(v: &[f64]) -> u32 {
-    let mut best = 0;
-    for (i, x) in v.iter().enumerate() {
-        if *x > v[best] {
-            best = i;
-        }
-    }
-    best as u32
 }
 
 /// Pairs `conv, ssm, conv, ssm, ...` into states.

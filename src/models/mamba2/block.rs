@@ -257,10 +257,10 @@ fn mixer_inputs(
     split_in_proj(&zxbcdt, cfg)
 }
 
-/// The end of a block, shared by prefill and step: the `D` skip added to the SSD output `y`
-/// (`[..., H, P]`, like `x`), the gated norm with `z`, `out_proj`, and the residual.
+/// The end of a mixer, shared by prefill and step: the `D` skip added to the SSD output `y`
+/// (`[..., H, P]`, like `x`), the gated norm with `z`, and `out_proj` (the residual is the
+/// caller's).
 fn mixer_output(
-    hidden: &Tensor,
     y: &Tensor,
     x: &Tensor,
     z: &Tensor,
@@ -273,7 +273,7 @@ fn mixer_output(
         *last = cfg.d_inner() as isize;
     }
     let y = gated_rms_norm(&y.reshape(&flat)?, z, &w.gated_norm, cfg)?;
-    hidden.add(&linear(&y, &w.out_proj, w.out_proj_bias.as_ref())?)
+    linear(&y, &w.out_proj, w.out_proj_bias.as_ref())
 }
 
 /// The last `k - 1` convolution inputs `init` remembers, placed for a history of `k - 1 + L`
@@ -354,6 +354,19 @@ pub fn block_prefill(
     cfg: &Mamba2Config,
     init: Option<&LayerState<Tensor>>,
 ) -> Result<(Tensor, LayerState<Tensor>)> {
+    let (out, state) = mixer_prefill(hidden, mask, w, cfg, init)?;
+    Ok((hidden.add(&out)?, state))
+}
+
+/// [`block_prefill`] without the residual: the mixer's output (`out_proj`'s, f32 `[b, L,
+/// hidden]`) and the state, for models that scale it before adding it.
+pub(crate) fn mixer_prefill(
+    hidden: &Tensor,
+    mask: &Tensor,
+    w: &LayerWeights<Tensor>,
+    cfg: &Mamba2Config,
+    init: Option<&LayerState<Tensor>>,
+) -> Result<(Tensor, LayerState<Tensor>)> {
     let op = "block_prefill";
     cfg.validate()?;
     let [batch, len] = match *hidden.dims() {
@@ -409,7 +422,7 @@ pub fn block_prefill(
     let c = groups_to_heads(&c, cfg.num_heads)?;
     let (y, ssm) = ssd_chunked(&x, &dt, &a, &b, &c, init.map(|s| &s.ssm), cfg.chunk_size)?;
     Ok((
-        mixer_output(hidden, &y, &x, &z, w, cfg)?,
+        mixer_output(&y, &x, &z, w, cfg)?,
         LayerState {
             conv: conv_state,
             ssm,
@@ -421,6 +434,17 @@ pub fn block_prefill(
 /// [`LayerState`] says, f32. A config that [`Mamba2Config::validate`] rejects, or an argument
 /// of the wrong shape, is an error naming it.
 pub fn block_step(
+    hidden: &Tensor,
+    state: &LayerState<Tensor>,
+    w: &LayerWeights<Tensor>,
+    cfg: &Mamba2Config,
+) -> Result<(Tensor, LayerState<Tensor>)> {
+    let (out, state) = mixer_step(hidden, state, w, cfg)?;
+    Ok((hidden.add(&out)?, state))
+}
+
+/// [`block_step`] without the residual: the mixer's output (f32 `[b, hidden]`) and the state.
+pub(crate) fn mixer_step(
     hidden: &Tensor,
     state: &LayerState<Tensor>,
     w: &LayerWeights<Tensor>,
@@ -460,7 +484,7 @@ pub fn block_step(
     let c = groups_to_heads(&c.expand_dims(1)?, cfg.num_heads)?.squeeze(&[1])?;
     let (y, ssm) = ssd_step(&x, &dt, &a, &b, &c, &state.ssm)?;
     Ok((
-        mixer_output(hidden, &y, &x, &z, w, cfg)?,
+        mixer_output(&y, &x, &z, w, cfg)?,
         LayerState {
             conv: conv_state,
             ssm,

@@ -385,7 +385,7 @@ impl Fields<'_> {
     }
 }
 
-fn time_step_limit(v: Option<&Value>) -> Result<(f64, f64)> {
+pub(crate) fn time_step_limit(v: Option<&Value>) -> Result<(f64, f64)> {
     match v {
         None | Some(Value::Null) => Ok((0.0, f64::INFINITY)),
         Some(Value::Array(a)) if a.len() == 2 => match (number(&a[0]), number(&a[1])) {

@@ -1,14 +1,15 @@
-//! `generate --model DIR` for a Mamba-1 or Falcon-Mamba checkpoint (`model_type` `mamba` or
-//! `falcon_mamba`): greedy decoding through `stablegraph::models::mamba1` (a prefill program,
-//! then one step program call per token with the argmax on the host). What the Mamba-2 engine
-//! adds (sampling, penalties, streaming, state files, several devices) is refused by name.
+//! `generate --model DIR` for a checkpoint of a family other than Mamba-2 (Mamba-1,
+//! Falcon-Mamba, Bamba, Granite 4.0-H, Nemotron-H; `stablegraph::models::family`): greedy
+//! decoding (a prefill program, then one step program call per token with the argmax on the
+//! host). What the Mamba-2 engine adds (sampling, penalties, streaming, state files, several
+//! devices) is refused by name.
 
 use std::path::Path;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use serde_json::json;
-use stablegraph::models::mamba1::{Mamba1, Mamba1Config};
+use stablegraph::models::family::{self, CausalLm};
 use stablegraph::runtime::Client;
 use stablegraph::DType;
 
@@ -27,8 +28,8 @@ pub(crate) struct Outputs<'a> {
     pub(crate) refused: Vec<&'static str>,
 }
 
-/// The Mamba-1 flags' check: the Mamba-2-only ones are an error naming them.
-fn refuse(m: &ModelArgs, s: &SamplingArgs, o: &Outputs) -> Result<()> {
+/// The flags' check: the Mamba-2-only ones are an error naming them.
+fn refuse(family: &str, m: &ModelArgs, s: &SamplingArgs, o: &Outputs) -> Result<()> {
     let mut given: Vec<&str> = o.refused.clone();
     if s.temperature.is_some_and(|t| t != 0.0) {
         given.push("--temperature (other than 0)");
@@ -48,14 +49,22 @@ fn refuse(m: &ModelArgs, s: &SamplingArgs, o: &Outputs) -> Result<()> {
     given.extend(set.iter().filter(|(on, _)| *on).map(|(_, name)| *name));
     if !given.is_empty() {
         bail!(
-            "Mamba-1 checkpoints run greedy decoding only for now; not with {}",
+            "{family} checkpoints run greedy decoding only for now; not with {}",
             given.join(", ")
         );
     }
     Ok(())
 }
 
-/// Runs `generate` for the Mamba-1 checkpoint in `dir`.
+/// The family of the checkpoint in `dir` by its `model_type` (for the refusal message).
+fn family_name(dir: &Path) -> String {
+    match crate::load::model_type(dir).ok().flatten().as_deref() {
+        Some("mamba") | None => "Mamba-1".into(),
+        Some(t) => format!("{t:?}"),
+    }
+}
+
+/// Runs `generate` for the checkpoint in `dir`.
 pub(crate) fn generate(
     dir: &Path,
     m: &ModelArgs,
@@ -63,7 +72,7 @@ pub(crate) fn generate(
     s: &SamplingArgs,
     o: &Outputs,
 ) -> Result<()> {
-    refuse(m, s, o)?;
+    refuse(&family_name(dir), m, s, o)?;
     progress("loading the PJRT plugin");
     let client = match &m.plugin {
         Some(path) => Client::from_plugin_path(path)?,
@@ -75,8 +84,8 @@ pub(crate) fn generate(
     };
     progress(&format!("loading weights from {}", dir.display()));
     let model =
-        Mamba1::load(&client, dir, dtype).with_context(|| format!("--model {}", dir.display()))?;
-    let vocab = model.config().vocab_size;
+        family::load(&client, dir, dtype).with_context(|| format!("--model {}", dir.display()))?;
+    let vocab = model.vocab_size();
     let codec = Codec::for_model(Some(dir), vocab)?;
     let prompts = p.prompts(&codec, vocab)?;
     progress("compiling and running the prefill and the step");
@@ -84,7 +93,7 @@ pub(crate) fn generate(
     model.greedy(&prompts, s.max_new_tokens.min(2))?;
     let first_s = seconds(t);
     let t = Instant::now();
-    let prefill = model.prefill(&prompts)?;
+    let logits = model.prefill_logits(&prompts)?;
     let prefill_s = seconds(t);
     let t = Instant::now();
     let tokens = model.greedy(&prompts, s.max_new_tokens)?;
@@ -92,7 +101,7 @@ pub(crate) fn generate(
     let tokens = cut_at_eos(tokens, s.eos);
     if let Some(path) = o.dump_logits {
         let lens: Vec<usize> = prompts.iter().map(Vec::len).collect();
-        dump_logits(path, &prefill.logits, &lens)?;
+        dump_logits(path, &logits, &lens)?;
     }
     for (r, row) in tokens.iter().enumerate() {
         let shown = match codec.decode(row)? {
@@ -101,7 +110,7 @@ pub(crate) fn generate(
         };
         println!("row {r:<5} {shown}");
     }
-    let description = describe(dir, model.config(), dtype);
+    let description = describe(dir, model.as_ref(), dtype);
     let timings = Timings {
         first_s,
         prefill_s,
@@ -112,19 +121,12 @@ pub(crate) fn generate(
 }
 
 /// One line on the model.
-fn describe(dir: &Path, cfg: &Mamba1Config, dtype: DType) -> String {
-    let kind = if cfg.mixer_rms_eps.is_some() {
-        "Falcon-Mamba"
-    } else {
-        "Mamba-1"
-    };
+fn describe(dir: &Path, model: &dyn CausalLm, dtype: DType) -> String {
     format!(
-        "{} ({kind}): {} layers, {} wide, state {}, vocab {}, {} matrices",
+        "{} ({}): {}, {} matrices",
         dir.display(),
-        cfg.num_layers,
-        cfg.hidden_size,
-        cfg.state_size,
-        cfg.vocab_size,
+        model.family(),
+        model.describe(),
         if dtype == DType::F32 { "f32" } else { "bf16" }
     )
 }

@@ -1,0 +1,130 @@
+//! What every causal language model here offers, whatever its family, and loading a checkpoint
+//! of any family but Mamba-2 (whose richer engine is [`crate::models::mamba2::Mamba2`]) by the
+//! `model_type` of its `config.json`.
+
+use std::path::Path;
+
+use serde_json::Value;
+
+use super::hybrid::{self, Hybrid, HybridFamily};
+use super::mamba1::{self, Mamba1};
+use crate::array::HostArray;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::runtime::Client;
+
+/// A causal language model on a device: prompts in, logits and greedy tokens out.
+pub trait CausalLm {
+    /// The family, for people ("Mamba-1", "Falcon-Mamba", "Bamba", ...).
+    fn family(&self) -> &'static str;
+    /// One line on the shape: layers, width, state, vocabulary.
+    fn describe(&self) -> String;
+    /// The vocabulary size.
+    fn vocab_size(&self) -> usize;
+    /// The logits at every position of the prompts (left-padded to the longest), `[b, L,
+    /// vocab]` f32.
+    fn prefill_logits(&self, prompts: &[Vec<u32>]) -> Result<HostArray>;
+    /// `new_tokens` greedy tokens per prompt.
+    fn greedy(&self, prompts: &[Vec<u32>], new_tokens: usize) -> Result<Vec<Vec<u32>>>;
+}
+
+impl CausalLm for Mamba1 {
+    fn family(&self) -> &'static str {
+        if self.config().mixer_rms_eps.is_some() {
+            "Falcon-Mamba"
+        } else {
+            "Mamba-1"
+        }
+    }
+    fn describe(&self) -> String {
+        let c = self.config();
+        format!(
+            "{} layers, {} wide, state {}, vocab {}",
+            c.num_layers, c.hidden_size, c.state_size, c.vocab_size
+        )
+    }
+    fn vocab_size(&self) -> usize {
+        self.config().vocab_size
+    }
+    fn prefill_logits(&self, prompts: &[Vec<u32>]) -> Result<HostArray> {
+        Ok(self.prefill(prompts)?.logits)
+    }
+    fn greedy(&self, prompts: &[Vec<u32>], new_tokens: usize) -> Result<Vec<Vec<u32>>> {
+        Mamba1::greedy(self, prompts, new_tokens)
+    }
+}
+
+impl CausalLm for Hybrid {
+    fn family(&self) -> &'static str {
+        match self.config().family {
+            HybridFamily::Bamba => "Bamba",
+            HybridFamily::Granite => "Granite 4.0-H",
+            HybridFamily::NemotronH => "Nemotron-H",
+        }
+    }
+    fn describe(&self) -> String {
+        use hybrid::SublayerKind as K;
+        let c = self.config();
+        let pattern: String = c
+            .sublayers
+            .iter()
+            .map(|k| match k {
+                K::Mamba => 'M',
+                K::Attention => '*',
+                K::Mlp => '-',
+                K::Moe => 'E',
+            })
+            .collect();
+        format!(
+            "sublayers {pattern}, {} wide, state {}, vocab {}",
+            c.hidden_size, c.mamba.state_size, c.vocab_size
+        )
+    }
+    fn vocab_size(&self) -> usize {
+        self.config().vocab_size
+    }
+    fn prefill_logits(&self, prompts: &[Vec<u32>]) -> Result<HostArray> {
+        Ok(self.prefill(prompts)?.logits)
+    }
+    fn greedy(&self, prompts: &[Vec<u32>], new_tokens: usize) -> Result<Vec<Vec<u32>>> {
+        Hybrid::greedy(self, prompts, new_tokens)
+    }
+}
+
+/// Every `model_type` a checkpoint may have: `mamba2` (and `mamba_ssm`'s Mamba-2 configs),
+/// then those [`load`] reads.
+pub fn model_types() -> Vec<&'static str> {
+    let mut v = vec!["mamba2"];
+    v.extend(mamba1::MODEL_TYPES);
+    v.extend(hybrid::MODEL_TYPES);
+    v
+}
+
+/// Loads the checkpoint in `dir` of a family other than Mamba-2, chosen by its config.json's
+/// `model_type` (a `mamba_ssm` config without one is Mamba-1), with matrices in
+/// `matmul_dtype`. Another `model_type` is an error listing the supported ones.
+pub fn load(client: &Client, dir: &Path, matmul_dtype: DType) -> Result<Box<dyn CausalLm>> {
+    let path = dir.join("config.json");
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
+    let v: Value = serde_json::from_str(&super::mamba2::config::strict_json(&text))
+        .map_err(|e| Error::InvalidArgument(format!("{}: not JSON: {e}", path.display())))?;
+    let model_type = v.get("model_type").and_then(Value::as_str);
+    match model_type {
+        Some(t) if mamba1::MODEL_TYPES.contains(&t) => {
+            Ok(Box::new(Mamba1::load(client, dir, matmul_dtype)?))
+        }
+        None if v.get("d_model").is_some() => {
+            Ok(Box::new(Mamba1::load(client, dir, matmul_dtype)?))
+        }
+        Some(t) if hybrid::MODEL_TYPES.contains(&t) => {
+            Ok(Box::new(Hybrid::load(client, dir, matmul_dtype)?))
+        }
+        _ => Err(Error::InvalidArgument(format!(
+            "{}: model_type {} is not supported here (supported: {})",
+            path.display(),
+            model_type.map_or("(none)".to_string(), |t| format!("{t:?}")),
+            model_types().join(", ")
+        ))),
+    }
+}

@@ -1,0 +1,726 @@
+//! Hybrid configuration: HF's `config.json` for `model_type` `bamba`, `granitemoehybrid` and
+//! `nemotron_h`, read into one description of sublayers (Mamba-2 mixers, attention, MLPs and
+//! mixtures of experts, each behind its own RMS norm and residual).
+
+use std::path::Path;
+
+use serde_json::Value;
+
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::models::mamba2::config::{number, strict_json, time_step_limit};
+use crate::models::mamba2::Mamba2Config;
+
+/// The `model_type`s a [`HybridConfig`] reads.
+pub const MODEL_TYPES: [&str; 3] = ["bamba", "granitemoehybrid", "nemotron_h"];
+
+/// The family a hybrid checkpoint belongs to (its `model_type`), which fixes its tensor names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HybridFamily {
+    /// IBM's Bamba: Mamba-2 or attention, each followed by a gated MLP; rotary on half of
+    /// each head.
+    Bamba,
+    /// IBM's Granite 4.0-H (`granitemoehybrid`): Mamba-2 or attention, each followed by a
+    /// mixture of experts with a shared expert (or the shared MLP alone); embedding, residual,
+    /// attention and logit multipliers.
+    Granite,
+    /// NVIDIA's Nemotron-H: one mixer per layer (Mamba-2, attention, squared-ReLU MLP or
+    /// mixture of experts) after the pattern of `layers_block_type`; no rotary.
+    NemotronH,
+}
+
+impl HybridFamily {
+    /// The `model_type` of the family.
+    pub fn model_type(self) -> &'static str {
+        match self {
+            HybridFamily::Bamba => "bamba",
+            HybridFamily::Granite => "granitemoehybrid",
+            HybridFamily::NemotronH => "nemotron_h",
+        }
+    }
+}
+
+/// What a sublayer computes between its RMS norm and its residual.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SublayerKind {
+    /// A Mamba-2 mixer (its state: the convolution inputs and the SSM state).
+    Mamba,
+    /// Causal self-attention (its state: the keys and values).
+    Attention,
+    /// A dense MLP.
+    Mlp,
+    /// A mixture of experts (with the shared expert, if the config has one).
+    Moe,
+}
+
+/// An MLP's activation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Activation {
+    /// `silu(gate) * up`: the up projection holds the gate's rows, then the up rows.
+    SwiGlu,
+    /// `relu(up)^2`, no gate.
+    Relu2,
+}
+
+/// How a mixture of experts picks and weighs its experts.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Routing {
+    /// Granite: the `top_k` largest router logits, weighed by the softmax over them.
+    SoftmaxTopK,
+    /// Nemotron-H: sigmoid scores; the choice adds a correction bias, keeps the `topk_group`
+    /// groups whose two best scores sum highest, then the `top_k` best; the weights are the
+    /// chosen scores (divided by their sum when `normalize`) times `scale`.
+    SigmoidGrouped {
+        /// Groups the experts are split into.
+        n_group: usize,
+        /// Groups kept.
+        topk_group: usize,
+        /// Whether the chosen scores are divided by their sum.
+        normalize: bool,
+        /// The factor on the weights (`routed_scaling_factor`).
+        scale: f64,
+    },
+}
+
+/// The attention sublayers' shape.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AttentionConfig {
+    /// Query heads.
+    pub num_heads: usize,
+    /// Key and value heads (grouped-query attention when fewer than `num_heads`).
+    pub num_kv_heads: usize,
+    /// Channels per head.
+    pub head_dim: usize,
+    /// Leading channels of each head that rotary embeddings turn (0: no rotary).
+    pub rotary_dim: usize,
+    /// Rotary base `theta`.
+    pub rope_theta: f64,
+    /// The factor on `q . k` (`head_dim^-0.5`, or Granite's `attention_multiplier`).
+    pub scale: f64,
+    /// Biases on the four projections.
+    pub bias: bool,
+}
+
+/// An MLP's shape.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MlpConfig {
+    /// Hidden width.
+    pub intermediate: usize,
+    /// Activation.
+    pub activation: Activation,
+}
+
+/// A mixture of experts' shape.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MoeConfig {
+    /// Routed experts.
+    pub num_experts: usize,
+    /// Experts per token.
+    pub top_k: usize,
+    /// Each routed expert's MLP.
+    pub expert: MlpConfig,
+    /// The shared expert's MLP, run on every token beside the routed ones.
+    pub shared: Option<MlpConfig>,
+    /// How experts are chosen.
+    pub routing: Routing,
+}
+
+/// The shape and numerics of a hybrid model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HybridConfig {
+    /// The family (fixes tensor names).
+    pub family: HybridFamily,
+    /// The sublayers in order, each `h + residual_multiplier * f(rms_norm(h))`.
+    pub sublayers: Vec<SublayerKind>,
+    /// The checkpoint layer each sublayer belongs to.
+    pub layer_of: Vec<usize>,
+    /// The Mamba-2 mixers' config (`num_layers`: how many there are).
+    pub mamba: Mamba2Config,
+    /// The attention sublayers' shape.
+    pub attention: AttentionConfig,
+    /// The dense MLPs' shape, if there are any.
+    pub mlp: Option<MlpConfig>,
+    /// The mixtures of experts' shape, if there are any.
+    pub moe: Option<MoeConfig>,
+    /// Model width.
+    pub hidden_size: usize,
+    /// Vocabulary size of the embedding and the head.
+    pub vocab_size: usize,
+    /// Epsilon of every RMS norm.
+    pub norm_eps: f64,
+    /// Factor on the embeddings (Granite).
+    pub embedding_multiplier: f64,
+    /// Factor on every sublayer's output before the residual (Granite).
+    pub residual_multiplier: f64,
+    /// Divisor of the logits (Granite).
+    pub logits_scaling: f64,
+    /// Whether the head is the embedding.
+    pub tie_word_embeddings: bool,
+}
+
+/// Reads sizes, numbers and flags of a config object, collecting what is missing.
+struct Fields<'a> {
+    v: &'a Value,
+    missing: Vec<String>,
+}
+
+impl Fields<'_> {
+    fn size(&mut self, name: &str) -> usize {
+        match self.v.get(name).and_then(Value::as_u64) {
+            Some(n) => n as usize,
+            None => {
+                self.missing.push(name.to_string());
+                0
+            }
+        }
+    }
+    fn size_or(&self, name: &str, default: usize) -> usize {
+        self.v
+            .get(name)
+            .and_then(Value::as_u64)
+            .map_or(default, |n| n as usize)
+    }
+    fn float_or(&self, name: &str, default: f64) -> f64 {
+        self.v.get(name).and_then(number).unwrap_or(default)
+    }
+    fn flag_or(&self, name: &str, default: bool) -> bool {
+        self.v.get(name).and_then(Value::as_bool).unwrap_or(default)
+    }
+}
+
+impl HybridConfig {
+    /// Reads `config.json` from the checkpoint directory `dir`.
+    pub fn load(dir: &Path) -> Result<HybridConfig> {
+        let path = dir.join("config.json");
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
+        HybridConfig::from_json(&text)
+            .map_err(|e| Error::InvalidArgument(format!("{}: {e}", path.display())))
+    }
+
+    /// Parses HF's config of a `bamba`, `granitemoehybrid` or `nemotron_h` model (as
+    /// transformers 5 writes it, and the older spellings on the hub: top-level `rope_theta`,
+    /// Granite's `mamba`/`attention` layer types, Nemotron-H's `hybrid_override_pattern`).
+    /// Another `model_type`, a missing size or inconsistent fields are an error naming them.
+    pub fn from_json(text: &str) -> Result<HybridConfig> {
+        let v: Value = serde_json::from_str(&strict_json(text))
+            .map_err(|e| Error::InvalidArgument(format!("config is not JSON: {e}")))?;
+        let family = match v.get("model_type").and_then(Value::as_str).unwrap_or("") {
+            "bamba" => HybridFamily::Bamba,
+            "granitemoehybrid" => HybridFamily::Granite,
+            "nemotron_h" => HybridFamily::NemotronH,
+            other => {
+                return Err(Error::InvalidArgument(format!(
+                    "model_type {other:?} is not a hybrid model (expected one of {MODEL_TYPES:?})"
+                )))
+            }
+        };
+        let mut f = Fields {
+            v: &v,
+            missing: Vec::new(),
+        };
+        let config = match family {
+            HybridFamily::NemotronH => nemotron_h(&mut f)?,
+            _ => bamba_or_granite(&mut f, family)?,
+        };
+        if !f.missing.is_empty() {
+            return Err(Error::InvalidArgument(format!(
+                "the {} config lacks {}",
+                family.model_type(),
+                f.missing.join(", ")
+            )));
+        }
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// How many sublayers of `kind` the model has.
+    pub fn count(&self, kind: SublayerKind) -> usize {
+        self.sublayers.iter().filter(|&&k| k == kind).count()
+    }
+
+    /// Checks the sizes (none 0, heads that tile, rotary within a head, experts that fit the
+    /// routing) and that every present sublayer kind has its shape. One error lists every
+    /// problem, naming the fields.
+    pub fn validate(&self) -> Result<()> {
+        let mut problems = Vec::new();
+        if self.count(SublayerKind::Mamba) > 0 {
+            if let Err(e) = self.mamba.validate() {
+                problems.push(e.to_string());
+            }
+        }
+        let a = &self.attention;
+        if self.count(SublayerKind::Attention) > 0 {
+            for (name, v) in [
+                ("num_attention_heads", a.num_heads),
+                ("num_key_value_heads", a.num_kv_heads),
+                ("head_dim", a.head_dim),
+            ] {
+                if v == 0 {
+                    problems.push(format!("{name} is 0"));
+                }
+            }
+            if a.num_kv_heads > 0 && !a.num_heads.is_multiple_of(a.num_kv_heads) {
+                problems.push(format!(
+                    "num_attention_heads ({}) is not a multiple of num_key_value_heads ({})",
+                    a.num_heads, a.num_kv_heads
+                ));
+            }
+            if a.rotary_dim > a.head_dim || !a.rotary_dim.is_multiple_of(2) {
+                problems.push(format!(
+                    "the rotary width ({}) is odd or wider than head_dim ({})",
+                    a.rotary_dim, a.head_dim
+                ));
+            }
+            if a.num_heads
+                .checked_mul(a.head_dim)
+                .is_none_or(|w| w > 1 << 24)
+            {
+                problems.push("num_attention_heads * head_dim is too large".into());
+            }
+        }
+        for (kind, shape, what) in [
+            (
+                SublayerKind::Mlp,
+                self.mlp.map(|m| m.intermediate),
+                "the MLP",
+            ),
+            (
+                SublayerKind::Moe,
+                self.moe.map(|m| m.expert.intermediate),
+                "the experts",
+            ),
+        ] {
+            if self.count(kind) > 0 && shape.is_none_or(|i| i == 0 || i > 1 << 24) {
+                problems.push(format!(
+                    "{what}' intermediate size is 0, absent or too large"
+                ));
+            }
+        }
+        if let Some(m) = self.moe.filter(|_| self.count(SublayerKind::Moe) > 0) {
+            if m.top_k == 0 || m.top_k > m.num_experts {
+                problems.push(format!(
+                    "num_experts_per_tok ({}) is not within 1..={} experts",
+                    m.top_k, m.num_experts
+                ));
+            }
+            if let Routing::SigmoidGrouped {
+                n_group,
+                topk_group,
+                ..
+            } = m.routing
+            {
+                if n_group == 0 || !m.num_experts.is_multiple_of(n_group) {
+                    problems.push(format!(
+                        "n_group ({n_group}) does not divide the {} experts",
+                        m.num_experts
+                    ));
+                } else if m.num_experts / n_group < 2 || topk_group == 0 || topk_group > n_group {
+                    problems.push(format!(
+                        "topk_group ({topk_group}) is not within 1..={n_group} groups of at \
+                         least two experts"
+                    ));
+                }
+            }
+        }
+        for (name, v) in [
+            ("hidden_size", self.hidden_size),
+            ("vocab_size", self.vocab_size),
+            ("num_hidden_layers", self.sublayers.len()),
+        ] {
+            if v == 0 {
+                problems.push(format!("{name} is 0"));
+            }
+        }
+        if self.hidden_size > 1 << 24 || i32::try_from(self.vocab_size).is_err() {
+            problems.push("hidden_size or vocab_size is too large".into());
+        }
+        if self.sublayers.len() > 2 * Mamba2Config::MAX_LAYERS {
+            problems.push(format!(
+                "{} layers are more than {}",
+                self.sublayers.len(),
+                Mamba2Config::MAX_LAYERS
+            ));
+        }
+        for (name, x) in [
+            ("rms_norm_eps", self.norm_eps),
+            ("embedding_multiplier", self.embedding_multiplier),
+            ("residual_multiplier", self.residual_multiplier),
+            ("logits_scaling", self.logits_scaling),
+        ] {
+            if !x.is_finite() || (name != "residual_multiplier" && x <= 0.0) {
+                problems.push(format!("{name} ({x}) is not a finite positive number"));
+            }
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(Error::InvalidArgument(format!(
+                "inconsistent {} config: {}",
+                self.family.model_type(),
+                problems.join("; ")
+            )))
+        }
+    }
+}
+
+/// The Mamba-2 mixers' config from the `mamba_*` fields (`prefix` "mamba_" for Bamba and
+/// Granite; Nemotron-H names some fields without it, which `alt` maps).
+fn mamba_config(
+    f: &mut Fields<'_>,
+    hidden_size: usize,
+    vocab_size: usize,
+    num_layers: usize,
+    names: [&str; 8],
+) -> Result<Mamba2Config> {
+    let [heads, head_dim, groups, state, conv, expand, chunk, bias] = names;
+    let num_heads = f.size_or(heads, 128);
+    let expand = f.size_or(expand, 2);
+    let head_dim = match f.v.get(head_dim) {
+        Some(v) if v.as_u64().is_some() => v.as_u64().unwrap_or(0) as usize,
+        _ => expand.saturating_mul(hidden_size) / num_heads.max(1),
+    };
+    if num_heads.saturating_mul(head_dim) != expand.saturating_mul(hidden_size) {
+        return Err(Error::InvalidArgument(format!(
+            "{heads} ({num_heads}) * {names1} ({head_dim}) is not {expand} * hidden_size \
+             ({hidden_size})",
+            names1 = names[1]
+        )));
+    }
+    let limit_name = if f.v.get("mamba_dt_limit").is_some() {
+        "mamba_dt_limit"
+    } else {
+        "time_step_limit"
+    };
+    Ok(Mamba2Config {
+        hidden_size,
+        num_layers,
+        state_size: f.size_or(state, 128),
+        head_dim,
+        num_heads,
+        n_groups: f.size_or(groups, 1),
+        conv_kernel: f.size_or(conv, 4),
+        chunk_size: f.size_or(chunk, 256),
+        vocab_size,
+        time_step_limit: time_step_limit(f.v.get(limit_name))?,
+        norm_eps: 1e-5,
+        residual_in_fp32: true,
+        tie_word_embeddings: false,
+        use_bias: f.flag_or(bias, false),
+        use_conv_bias: f.flag_or("mamba_conv_bias", true) && f.flag_or("use_conv_bias", true),
+        norm_before_gate: false,
+        time_step_init: (1e-3, 1e-1, 1e-4),
+        scan_dtype: DType::F32,
+    })
+}
+
+/// `rope_theta` from `rope_parameters` (transformers 5) or the top level.
+fn rope_theta(v: &Value) -> f64 {
+    v.get("rope_parameters")
+        .and_then(|p| p.get("rope_theta"))
+        .or_else(|| v.get("rope_theta"))
+        .and_then(number)
+        .unwrap_or(10000.0)
+}
+
+/// Refuses rotary scalings other than the default.
+fn check_rope_type(v: &Value) -> Result<()> {
+    let rope = v.get("rope_parameters").or_else(|| v.get("rope_scaling"));
+    match rope
+        .and_then(|p| p.get("rope_type").or_else(|| p.get("type")))
+        .and_then(Value::as_str)
+    {
+        None | Some("default") => Ok(()),
+        Some(t) => Err(Error::InvalidArgument(format!(
+            "rope_type {t:?} is not supported (only the default rotary embedding)"
+        ))),
+    }
+}
+
+/// Refuses an activation other than `want`.
+fn check_act(f: &Fields<'_>, name: &str, want: &[&str]) -> Result<()> {
+    match f.v.get(name).and_then(Value::as_str) {
+        Some(a) if !want.contains(&a) => Err(Error::InvalidArgument(format!(
+            "{name} {a:?} is not supported (expected {})",
+            want.join(" or ")
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// Refuses `mlp_bias` (no published hybrid has MLP biases).
+fn refuse_mlp_bias(f: &Fields<'_>) -> Result<()> {
+    if f.flag_or("mlp_bias", false) {
+        return Err(Error::InvalidArgument(
+            "mlp_bias = true is not supported".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Bamba and Granite: every layer is a mixer (Mamba-2 or attention) then a feed-forward part.
+fn bamba_or_granite(f: &mut Fields<'_>, family: HybridFamily) -> Result<HybridConfig> {
+    let granite = family == HybridFamily::Granite;
+    check_act(f, "hidden_act", &["silu", "swish"])?;
+    check_rope_type(f.v)?;
+    refuse_mlp_bias(f)?;
+    let hidden_size = f.size("hidden_size");
+    let vocab_size = f.size("vocab_size");
+    let layers = f.size("num_hidden_layers");
+    let heads = f.size("num_attention_heads");
+    let kv_heads = f.size_or("num_key_value_heads", heads);
+    let head_dim = f.size_or("head_dim", hidden_size / heads.max(1));
+    let mixers: Vec<bool> = if granite {
+        match f
+            .v
+            .get("layer_types")
+            .or_else(|| f.v.get("layers_block_type"))
+        {
+            Some(Value::Array(types)) => types
+                .iter()
+                .map(|t| match t.as_str() {
+                    Some("mamba" | "linear_attention") => Ok(false),
+                    Some("attention" | "full_attention") => Ok(true),
+                    _ => Err(Error::InvalidArgument(format!(
+                        "layer_types holds {t}, expected \"mamba\" or \"attention\""
+                    ))),
+                })
+                .collect::<Result<_>>()?,
+            _ => vec![false; layers],
+        }
+    } else {
+        let indices: Vec<u64> = match f.v.get("attn_layer_indices") {
+            Some(Value::Array(a)) => a.iter().filter_map(Value::as_u64).collect(),
+            _ => Vec::new(),
+        };
+        if let Some(&i) = indices.iter().find(|&&i| i as usize >= layers) {
+            return Err(Error::InvalidArgument(format!(
+                "attn_layer_indices holds {i}, beyond num_hidden_layers ({layers})"
+            )));
+        }
+        (0..layers).map(|l| indices.contains(&(l as u64))).collect()
+    };
+    if mixers.len() != layers {
+        return Err(Error::InvalidArgument(format!(
+            "layer_types has {} entries, num_hidden_layers is {layers}",
+            mixers.len()
+        )));
+    }
+    let experts = if granite {
+        f.size_or("num_local_experts", 0)
+    } else {
+        0
+    };
+    let gated = |intermediate| MlpConfig {
+        intermediate,
+        activation: Activation::SwiGlu,
+    };
+    let (ff, mlp, moe) = if experts > 0 {
+        let moe = MoeConfig {
+            num_experts: experts,
+            top_k: f.size_or("num_experts_per_tok", 2),
+            expert: gated(f.size("intermediate_size")),
+            shared: Some(gated(f.size("shared_intermediate_size"))),
+            routing: Routing::SoftmaxTopK,
+        };
+        (SublayerKind::Moe, None, Some(moe))
+    } else if granite {
+        let shared = gated(f.size("shared_intermediate_size"));
+        (SublayerKind::Mlp, Some(shared), None)
+    } else {
+        (
+            SublayerKind::Mlp,
+            Some(gated(f.size("intermediate_size"))),
+            None,
+        )
+    };
+    let mut sublayers = Vec::new();
+    let mut layer_of = Vec::new();
+    for (l, &attention) in mixers.iter().enumerate() {
+        let mixer = if attention {
+            SublayerKind::Attention
+        } else {
+            SublayerKind::Mamba
+        };
+        sublayers.extend([mixer, ff]);
+        layer_of.extend([l, l]);
+    }
+    let mamba_layers = mixers.iter().filter(|a| !**a).count();
+    let names = [
+        "mamba_n_heads",
+        "mamba_d_head",
+        "mamba_n_groups",
+        "mamba_d_state",
+        "mamba_d_conv",
+        "mamba_expand",
+        "mamba_chunk_size",
+        "mamba_proj_bias",
+    ];
+    let mut mamba = mamba_config(f, hidden_size, vocab_size, mamba_layers, names)?;
+    let eps = f.float_or("rms_norm_eps", if granite { 1e-6 } else { 1e-5 });
+    mamba.norm_eps = eps;
+    let rope =
+        !granite || f.v.get("position_embedding_type").and_then(Value::as_str) == Some("rope");
+    let rotary_dim = match (rope, granite) {
+        (false, _) => 0,
+        (true, true) => head_dim,
+        // Bamba turns the first half of each head (partial_rotary_factor 0.5, fixed).
+        (true, false) => head_dim / 2 / 2 * 2,
+    };
+    let scale = if granite {
+        f.float_or("attention_multiplier", 1.0)
+    } else {
+        1.0 / (head_dim as f64).sqrt()
+    };
+    let multiplier = |name: &str| if granite { f.float_or(name, 1.0) } else { 1.0 };
+    Ok(HybridConfig {
+        family,
+        sublayers,
+        layer_of,
+        mamba,
+        attention: AttentionConfig {
+            num_heads: heads,
+            num_kv_heads: kv_heads,
+            head_dim,
+            rotary_dim,
+            rope_theta: rope_theta(f.v),
+            scale,
+            bias: f.flag_or("attention_bias", false),
+        },
+        mlp,
+        moe,
+        hidden_size,
+        vocab_size,
+        norm_eps: eps,
+        embedding_multiplier: multiplier("embedding_multiplier"),
+        residual_multiplier: multiplier("residual_multiplier"),
+        logits_scaling: multiplier("logits_scaling"),
+        tie_word_embeddings: f.flag_or("tie_word_embeddings", false),
+    })
+}
+
+/// Nemotron-H: one mixer per layer, after `layers_block_type` (or the older
+/// `hybrid_override_pattern` string: `M` Mamba-2, `*` attention, `-` MLP, `E` experts).
+fn nemotron_h(f: &mut Fields<'_>) -> Result<HybridConfig> {
+    check_act(f, "mlp_hidden_act", &["relu2"])?;
+    check_act(f, "mamba_hidden_act", &["silu", "swish"])?;
+    refuse_mlp_bias(f)?;
+    let hidden_size = f.size("hidden_size");
+    let vocab_size = f.size("vocab_size");
+    let kinds: Vec<SublayerKind> = match (
+        f.v.get("layers_block_type")
+            .or_else(|| f.v.get("layer_types")),
+        f.v.get("hybrid_override_pattern").and_then(Value::as_str),
+    ) {
+        (Some(Value::Array(types)), _) => types
+            .iter()
+            .map(|t| match t.as_str() {
+                Some("mamba" | "linear_attention") => Ok(SublayerKind::Mamba),
+                Some("attention" | "full_attention") => Ok(SublayerKind::Attention),
+                Some("mlp") => Ok(SublayerKind::Mlp),
+                Some("moe") => Ok(SublayerKind::Moe),
+                _ => Err(Error::InvalidArgument(format!(
+                    "layers_block_type holds {t}, expected one of \"mamba\", \"attention\", \
+                     \"mlp\", \"moe\""
+                ))),
+            })
+            .collect::<Result<_>>()?,
+        (_, Some(pattern)) => pattern
+            .chars()
+            .map(|c| match c {
+                'M' => Ok(SublayerKind::Mamba),
+                '*' => Ok(SublayerKind::Attention),
+                '-' => Ok(SublayerKind::Mlp),
+                'E' => Ok(SublayerKind::Moe),
+                _ => Err(Error::InvalidArgument(format!(
+                    "hybrid_override_pattern holds {c:?}, expected M, *, - or E"
+                ))),
+            })
+            .collect::<Result<_>>()?,
+        _ => {
+            f.missing.push("layers_block_type".into());
+            Vec::new()
+        }
+    };
+    if let Some(n) = f.v.get("num_hidden_layers").and_then(Value::as_u64) {
+        if f.v.get("hybrid_override_pattern").is_some() && n as usize != kinds.len() {
+            return Err(Error::InvalidArgument(format!(
+                "hybrid_override_pattern has {} layers, num_hidden_layers is {n}",
+                kinds.len()
+            )));
+        }
+    }
+    let heads = f.size_or("num_attention_heads", 1);
+    let head_dim =
+        f.v.get("head_dim")
+            .or_else(|| f.v.get("attention_head_dim"))
+            .and_then(Value::as_u64)
+            .map_or(hidden_size / heads.max(1), |n| n as usize);
+    let names = [
+        "mamba_num_heads",
+        "mamba_head_dim",
+        "n_groups",
+        "ssm_state_size",
+        "conv_kernel",
+        "expand",
+        "chunk_size",
+        "mamba_proj_bias",
+    ];
+    let mamba_layers = kinds.iter().filter(|k| **k == SublayerKind::Mamba).count();
+    let mut mamba = mamba_config(f, hidden_size, vocab_size, mamba_layers, names)?;
+    let eps = f.float_or("layer_norm_epsilon", 1e-5);
+    mamba.norm_eps = eps;
+    let relu2 = |intermediate| MlpConfig {
+        intermediate,
+        activation: Activation::Relu2,
+    };
+    let has = |k| kinds.contains(&k);
+    let mlp = has(SublayerKind::Mlp).then(|| relu2(f.size("intermediate_size")));
+    let moe = if has(SublayerKind::Moe) {
+        if f.v.get("moe_latent_size").is_some_and(|v| !v.is_null()) {
+            return Err(Error::InvalidArgument(
+                "moe_latent_size (latent expert projections) is not supported".into(),
+            ));
+        }
+        let shared = f.size_or("n_shared_experts", 1);
+        Some(MoeConfig {
+            num_experts: f.size("n_routed_experts"),
+            top_k: f.size_or("num_experts_per_tok", 2),
+            expert: relu2(f.size("moe_intermediate_size")),
+            shared: (shared > 0).then(|| relu2(f.size("moe_shared_expert_intermediate_size"))),
+            routing: Routing::SigmoidGrouped {
+                n_group: f.size_or("n_group", 1),
+                topk_group: f.size_or("topk_group", 1),
+                normalize: f.flag_or("norm_topk_prob", true),
+                scale: f.float_or("routed_scaling_factor", 1.0),
+            },
+        })
+    } else {
+        None
+    };
+    Ok(HybridConfig {
+        family: HybridFamily::NemotronH,
+        layer_of: (0..kinds.len()).collect(),
+        sublayers: kinds,
+        mamba,
+        attention: AttentionConfig {
+            num_heads: heads,
+            num_kv_heads: f.size_or("num_key_value_heads", heads),
+            head_dim,
+            rotary_dim: 0,
+            rope_theta: 10000.0,
+            scale: 1.0 / (head_dim.max(1) as f64).sqrt(),
+            // Nemotron-H's projections have no bias, whatever attention_bias says.
+            bias: false,
+        },
+        mlp,
+        moe,
+        hidden_size,
+        vocab_size,
+        norm_eps: eps,
+        embedding_multiplier: 1.0,
+        residual_multiplier: 1.0,
+        logits_scaling: 1.0,
+        tie_word_embeddings: f.flag_or("tie_word_embeddings", false),
+    })
+}

@@ -1,0 +1,143 @@
+//! A hybrid model as one graph: the embedding, every sublayer behind its RMS norm and
+//! (scaled) residual, and the head; for a prompt (many positions per row) or one token per
+//! row, continuing from the state of what came before.
+
+use super::config::HybridConfig;
+use super::layers::{attention, mlp, moe, Positions};
+use super::weights::{HybridWeights, Sublayer};
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::models::mamba2::block::{linear, mixer_prefill, mixer_step, rms};
+use crate::models::mamba2::{LayerState, Mamba2Config};
+use crate::ops::Tensor;
+
+/// What one sublayer carries from token to token.
+#[derive(Debug, Clone)]
+pub enum SublayerState<T> {
+    /// A Mamba-2 mixer's convolution inputs and SSM state (as Mamba-2's layers).
+    Mamba(LayerState<T>),
+    /// An attention sublayer's keys and values, `[b, capacity, kv_heads, head_dim]` f32.
+    Attention {
+        /// Keys (rotated).
+        k: T,
+        /// Values.
+        v: T,
+    },
+    /// An MLP or mixture of experts: nothing.
+    None,
+}
+
+impl<T> SublayerState<T> {
+    /// The tensors of the state, in order (none, two, or two).
+    pub fn tensors(&self) -> Vec<&T> {
+        match self {
+            SublayerState::Mamba(s) => vec![&s.conv, &s.ssm],
+            SublayerState::Attention { k, v } => vec![k, v],
+            SublayerState::None => Vec::new(),
+        }
+    }
+
+    /// The same kind of state made of `next()`'s tensors.
+    pub(crate) fn rebuild<U>(
+        &self,
+        next: &mut impl FnMut() -> Result<U>,
+    ) -> Result<SublayerState<U>> {
+        Ok(match self {
+            SublayerState::Mamba(_) => SublayerState::Mamba(LayerState {
+                conv: next()?,
+                ssm: next()?,
+            }),
+            SublayerState::Attention { .. } => SublayerState::Attention {
+                k: next()?,
+                v: next()?,
+            },
+            SublayerState::None => SublayerState::None,
+        })
+    }
+}
+
+/// The inputs of a forward pass besides the weights and the states.
+pub(crate) struct Step<'a> {
+    /// Token ids, `[b, L]` integers (`L` = 1 for a decode step).
+    pub tokens: &'a Tensor,
+    /// `[b, L]` f32: 1 for real tokens, 0 for left padding.
+    pub mask: &'a Tensor,
+    /// Where the tokens go: rotary positions, cache column, valid columns.
+    pub at: Positions<'a>,
+    /// Whether this is a decode step (`L` = 1: Mamba-2's O(1) step, experts gathered).
+    pub decode: bool,
+    /// The chunk of the Mamba-2 prefill (a divisor of `L`).
+    pub chunk: usize,
+}
+
+/// The model over `s`'s tokens after `states` (one per sublayer): the logits `[b, L, vocab]`
+/// f32 and the states after the tokens.
+pub(crate) fn forward(
+    s: &Step<'_>,
+    states: &[SublayerState<Tensor>],
+    w: &HybridWeights<Tensor>,
+    cfg: &HybridConfig,
+) -> Result<(Tensor, Vec<SublayerState<Tensor>>)> {
+    if states.len() != w.sublayers.len() {
+        return Err(Error::InvalidArgument(format!(
+            "hybrid forward: {} states for {} sublayers",
+            states.len(),
+            w.sublayers.len()
+        )));
+    }
+    let mamba = Mamba2Config {
+        chunk_size: s.chunk,
+        ..cfg.mamba.clone()
+    };
+    let mut h = w
+        .embedding
+        .take(s.tokens)?
+        .astype(DType::F32)?
+        .mul(cfg.embedding_multiplier)?;
+    let mut next = Vec::with_capacity(states.len());
+    for (layer, state) in w.sublayers.iter().zip(states) {
+        let (out, st) = sublayer(&h, s, layer, state, &mamba, cfg)?;
+        h = h.add(&out.mul(cfg.residual_multiplier)?)?;
+        next.push(st);
+    }
+    let normed = rms(&h, cfg.norm_eps)?.mul(&w.norm_f)?;
+    let logits = linear(&normed, w.lm_head.as_ref().unwrap_or(&w.embedding), None)?;
+    Ok((logits.div(cfg.logits_scaling)?, next))
+}
+
+/// One sublayer's output (before the residual) and its next state.
+fn sublayer(
+    h: &Tensor,
+    s: &Step<'_>,
+    layer: &Sublayer<Tensor>,
+    state: &SublayerState<Tensor>,
+    mamba: &Mamba2Config,
+    cfg: &HybridConfig,
+) -> Result<(Tensor, SublayerState<Tensor>)> {
+    let norm = |n: &Tensor| rms(h, cfg.norm_eps)?.mul(n);
+    let mismatch = || Error::InvalidArgument("hybrid forward: a state of the wrong kind".into());
+    Ok(match (layer, state) {
+        (Sublayer::Mamba(w), SublayerState::Mamba(init)) => {
+            let (out, st) = if s.decode {
+                let (out, st) = mixer_step(&h.squeeze(&[1])?, init, w, mamba)?;
+                (out.expand_dims(1)?, st)
+            } else {
+                mixer_prefill(h, s.mask, w, mamba, Some(init))?
+            };
+            (out, SublayerState::Mamba(st))
+        }
+        (Sublayer::Attention { norm: n, attn }, SublayerState::Attention { k, v }) => {
+            let (out, k, v) = attention(&norm(n)?, &s.at, k, v, attn, &cfg.attention)?;
+            (out, SublayerState::Attention { k, v })
+        }
+        (Sublayer::Mlp { norm: n, mlp: m }, SublayerState::None) => {
+            let c = cfg.mlp.ok_or_else(mismatch)?;
+            (mlp(&norm(n)?, m, c)?, SublayerState::None)
+        }
+        (Sublayer::Moe { norm: n, moe: m }, SublayerState::None) => {
+            let c = cfg.moe.as_ref().ok_or_else(mismatch)?;
+            (moe(&norm(n)?, m, c, s.decode)?, SublayerState::None)
+        }
+        _ => return Err(mismatch()),
+    })
+}

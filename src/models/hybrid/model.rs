@@ -1,0 +1,493 @@
+//! A hybrid model on a PJRT client: its weights on the device, prefill over prompts (logits at
+//! every position and the state after them), the one-token step, and greedy decoding.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Mutex;
+
+use super::config::{HybridConfig, SublayerKind};
+use super::graph::{forward, Step, SublayerState};
+use super::layers::Positions;
+use super::weights::HybridWeights;
+use crate::array::HostArray;
+use crate::compiled::CompiledGraph;
+use crate::dtype::{DType, TensorType};
+use crate::error::{Error, Result};
+use crate::models::argmax;
+use crate::models::mamba2::{LayerState, LoadOptions};
+use crate::ops::{Graph, Tensor};
+use crate::runtime::{Buffer, Client};
+
+/// The attention caches grow in steps of this many columns (at least).
+const CAPACITY_STEP: usize = 64;
+
+/// Everything a hybrid model carries from one call to the next, for `b` rows.
+#[derive(Debug, Clone)]
+pub struct HybridState {
+    /// One state per sublayer (Mamba-2 mixers and attention caches; nothing for MLPs).
+    pub sublayers: Vec<SublayerState<HostArray>>,
+    /// `[b, capacity]` f32: 1 where an attention cache column holds a real token.
+    pub valid: HostArray,
+    /// Cache columns used so far (the same for every row; padding takes columns too).
+    pub column: usize,
+    /// Each row's next rotary position: how many real tokens it has seen.
+    pub positions: Vec<i32>,
+}
+
+impl HybridState {
+    /// The rows of the state.
+    pub fn rows(&self) -> usize {
+        self.positions.len()
+    }
+
+    /// The attention caches' capacity in columns.
+    pub fn capacity(&self) -> usize {
+        self.valid.dims().get(1).copied().unwrap_or(0)
+    }
+}
+
+/// What a prefill returns.
+#[derive(Debug, Clone)]
+pub struct HybridPrefill {
+    /// Logits at every position, `[b, L, vocab]` f32, `L` the longest prompt; shorter prompts
+    /// are left-padded, so their positions end at `L - 1` too.
+    pub logits: HostArray,
+    /// The state after the prompts, to continue with [`Hybrid::step`] or
+    /// [`Hybrid::prefill_from`].
+    pub state: HybridState,
+}
+
+/// What a compiled program computes: (decode, rows, positions, capacity, chunk).
+type ProgramKey = (bool, usize, usize, usize, usize);
+
+/// A Bamba, Granite 4.0-H or Nemotron-H model whose weights live on `client`'s first device.
+pub struct Hybrid {
+    client: Client,
+    config: HybridConfig,
+    types: HybridWeights<TensorType>,
+    weights: HybridWeights<Buffer>,
+    programs: Mutex<HashMap<ProgramKey, CompiledGraph>>,
+}
+
+impl Hybrid {
+    /// Uploads `weights` (of [`HybridWeights::types`] for `config`, in their dtype) to
+    /// `client`. Weights of other types are an error naming each.
+    pub fn new(
+        client: &Client,
+        config: HybridConfig,
+        weights: &HybridWeights<HostArray>,
+    ) -> Result<Self> {
+        let types = HybridWeights::<TensorType>::types(&config, weights.embedding.dtype())?;
+        let (want, got) = (types.named(), weights.named());
+        let mut wrong: Vec<String> = Vec::new();
+        if want.len() != got.len() {
+            wrong.push(format!("{} tensors, expected {}", got.len(), want.len()));
+        }
+        for ((name, ty), (_, a)) in want.iter().zip(&got) {
+            if a.dtype() != ty.dtype || a.dims() != ty.dims.as_slice() {
+                wrong.push(format!(
+                    "{name} is {:?} {:?}, expected {ty}",
+                    a.dtype(),
+                    a.dims()
+                ));
+            }
+        }
+        if !wrong.is_empty() {
+            return Err(Error::InvalidArgument(format!(
+                "hybrid weights do not fit the config: {}",
+                wrong.join("; ")
+            )));
+        }
+        Ok(Hybrid {
+            client: client.clone(),
+            weights: weights.upload(client)?,
+            config,
+            types,
+            programs: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Loads the HF checkpoint in `dir` (`config.json` with `model_type` `bamba`,
+    /// `granitemoehybrid` or `nemotron_h`, and its safetensors) with matrices in
+    /// `matmul_dtype` (F32 or BF16).
+    pub fn load(client: &Client, dir: &Path, matmul_dtype: DType) -> Result<Self> {
+        let config = HybridConfig::load(dir)?;
+        let weights = HybridWeights::load(dir, &config, matmul_dtype, &LoadOptions::default())?;
+        Hybrid::new(client, config, &weights)
+    }
+
+    /// The model's config.
+    pub fn config(&self) -> &HybridConfig {
+        &self.config
+    }
+
+    /// The state before any token, for `rows` rows and attention caches of `capacity`
+    /// columns.
+    pub fn empty_state(&self, rows: usize, capacity: usize) -> Result<HybridState> {
+        let c = &self.config;
+        let m = &c.mamba;
+        let a = &c.attention;
+        let zeros = |dims: &[usize]| HostArray::from_vec(dims, vec![0f32; dims.iter().product()]);
+        let sublayers = c
+            .sublayers
+            .iter()
+            .map(|k| {
+                Ok(match k {
+                    SublayerKind::Mamba => SublayerState::Mamba(LayerState {
+                        conv: zeros(&[rows, m.conv_dim(), m.conv_kernel])?,
+                        ssm: zeros(&[rows, m.num_heads, m.head_dim, m.state_size])?,
+                    }),
+                    SublayerKind::Attention => SublayerState::Attention {
+                        k: zeros(&[rows, capacity, a.num_kv_heads, a.head_dim])?,
+                        v: zeros(&[rows, capacity, a.num_kv_heads, a.head_dim])?,
+                    },
+                    _ => SublayerState::None,
+                })
+            })
+            .collect::<Result<_>>()?;
+        Ok(HybridState {
+            sublayers,
+            valid: zeros(&[rows, capacity])?,
+            column: 0,
+            positions: vec![0; rows],
+        })
+    }
+
+    /// Runs the prompts (token ids, at least one each, all below the vocabulary size), left-
+    /// padded to the longest: the logits at every position and the state after the prompts.
+    pub fn prefill(&self, prompts: &[Vec<u32>]) -> Result<HybridPrefill> {
+        let state = self.empty_state(prompts.len(), 0)?;
+        self.run_prefill(prompts, state, 0)
+    }
+
+    /// [`Hybrid::prefill`] continuing from `state` (one row per prompt, as a prefill or step
+    /// returned it): the prompts are fed after whatever made the state, so a prompt split in
+    /// two gives the whole prompt's results. A state that does not fit is an error naming
+    /// what is wrong.
+    pub fn prefill_from(&self, prompts: &[Vec<u32>], state: HybridState) -> Result<HybridPrefill> {
+        self.check_state("prefill_from", &state, prompts.len())?;
+        self.run_prefill(prompts, state, 0)
+    }
+
+    /// The prefill, with room for `reserve` more columns after the prompts.
+    fn run_prefill(
+        &self,
+        prompts: &[Vec<u32>],
+        state: HybridState,
+        reserve: usize,
+    ) -> Result<HybridPrefill> {
+        if prompts.is_empty() || prompts.iter().any(Vec::is_empty) {
+            return Err(Error::InvalidArgument(
+                "Hybrid::prefill needs at least one prompt, and no empty prompt".into(),
+            ));
+        }
+        let longest = prompts.iter().map(Vec::len).max().unwrap_or(0);
+        let chunk = self
+            .config
+            .mamba
+            .chunk_size
+            .min(longest.next_power_of_two());
+        let len = longest.next_multiple_of(chunk);
+        let mut rows = Vec::with_capacity(prompts.len());
+        for p in prompts {
+            let mut row = vec![None; len - p.len()];
+            row.extend(p.iter().map(|&t| Some(t)));
+            rows.push(row);
+        }
+        let (logits, state) = self.forward(&rows, state, chunk, reserve)?;
+        Ok(HybridPrefill {
+            logits: last_positions(&logits, longest)?,
+            state,
+        })
+    }
+
+    /// One new token per row after `state` (from [`Hybrid::prefill`] or an earlier step): the
+    /// logits `[b, vocab]` and the next state. A state that does not fit, or a token outside
+    /// the vocabulary, is an error naming it.
+    pub fn step(&self, tokens: &[u32], state: HybridState) -> Result<(HostArray, HybridState)> {
+        self.check_state("step", &state, tokens.len())?;
+        let rows: Vec<Vec<Option<u32>>> = tokens.iter().map(|&t| vec![Some(t)]).collect();
+        let (logits, state) = self.forward(&rows, state, 1, CAPACITY_STEP)?;
+        let (b, v) = (tokens.len(), self.config.vocab_size);
+        let logits =
+            HostArray::from_bytes(&TensorType::new(DType::F32, &[b, v]), &logits.to_bytes())?;
+        Ok((logits, state))
+    }
+
+    /// Greedy decoding of `new_tokens` tokens per prompt: a prefill with caches sized for
+    /// them, then one [`Hybrid::step`] per token with the argmax taken on the host.
+    pub fn greedy(&self, prompts: &[Vec<u32>], new_tokens: usize) -> Result<Vec<Vec<u32>>> {
+        let state = self.empty_state(prompts.len(), 0)?;
+        let p = self.run_prefill(prompts, state, new_tokens)?;
+        let len = p.logits.dims()[1];
+        let vocab = self.config.vocab_size;
+        let last = p.logits.to_f64_vec();
+        let mut picks: Vec<u32> = (0..prompts.len())
+            .map(|r| argmax(&last[(r * len + len - 1) * vocab..(r * len + len) * vocab]))
+            .collect();
+        let mut out: Vec<Vec<u32>> = picks.iter().map(|&t| vec![t]).collect();
+        let mut state = p.state;
+        for _ in 1..new_tokens {
+            let (logits, next) = self.step(&picks, state)?;
+            state = next;
+            let v = logits.to_f64_vec();
+            picks = (0..prompts.len())
+                .map(|r| argmax(&v[r * vocab..(r + 1) * vocab]))
+                .collect();
+            for (o, &t) in out.iter_mut().zip(&picks) {
+                o.push(t);
+            }
+        }
+        if new_tokens == 0 {
+            out.iter_mut().for_each(Vec::clear);
+        }
+        Ok(out)
+    }
+
+    /// Feeds `rows` (equal lengths, `None` = padding) after `state`, growing the caches to hold
+    /// them and `reserve` more columns: the logits `[b, L, vocab]` and the next state.
+    fn forward(
+        &self,
+        rows: &[Vec<Option<u32>>],
+        state: HybridState,
+        chunk: usize,
+        reserve: usize,
+    ) -> Result<(HostArray, HybridState)> {
+        let (b, len) = (rows.len(), rows[0].len());
+        let need = state.column + len;
+        let state = if need > state.capacity() {
+            let grown = (need + reserve).max(2 * state.capacity());
+            grow(state, grown.next_multiple_of(CAPACITY_STEP))?
+        } else {
+            state
+        };
+        let cap = state.capacity();
+        let mut ids = vec![0i32; b * len];
+        let mut mask = vec![0f32; b * len];
+        let mut rotary = vec![0i32; b * len];
+        let mut valid: Vec<f32> = state.valid.to_f64_vec().iter().map(|&x| x as f32).collect();
+        let mut positions = state.positions.clone();
+        for (r, row) in rows.iter().enumerate() {
+            for (i, t) in row.iter().enumerate() {
+                if let Some(t) = *t {
+                    ids[r * len + i] = self.token(t)?;
+                    mask[r * len + i] = 1.0;
+                    rotary[r * len + i] = positions[r];
+                    valid[r * cap + state.column + i] = 1.0;
+                    positions[r] += 1;
+                }
+            }
+        }
+        let decode = len == 1;
+        let template = state.sublayers.clone();
+        let program = self.program((decode, b, len, cap, chunk), |g, w| {
+            let tokens = g.parameter("tokens", DType::I32, &[b, len])?;
+            let m = g.parameter("mask", DType::F32, &[b, len])?;
+            let rot = g.parameter("positions", DType::I32, &[b, len])?;
+            let column = g.parameter("column", DType::I32, &[])?;
+            let valid = g.parameter("valid", DType::F32, &[b, cap])?;
+            let mut params = Vec::new();
+            for (i, a) in template.iter().flat_map(|s| s.tensors()).enumerate() {
+                params.push(g.parameter(&format!("state.{i}"), a.dtype(), a.dims())?);
+            }
+            let mut params = params.into_iter();
+            let mut next_param = || {
+                params
+                    .next()
+                    .ok_or_else(|| Error::InvalidArgument("too few state parameters".into()))
+            };
+            let states = template
+                .iter()
+                .map(|s| s.rebuild(&mut next_param))
+                .collect::<Result<Vec<_>>>()?;
+            let step = Step {
+                tokens: &tokens,
+                mask: &m,
+                at: Positions {
+                    rotary: &rot,
+                    column: &column,
+                    valid: &valid,
+                },
+                decode,
+                chunk,
+            };
+            let (logits, next) = forward(&step, &states, w, &self.config)?;
+            let mut outs = vec![logits];
+            outs.extend(next.iter().flat_map(|s| s.tensors().into_iter().cloned()));
+            Ok(outs)
+        })?;
+        let valid = HostArray::from_vec(&[b, cap], valid)?;
+        let mut inputs = vec![
+            HostArray::from_vec(&[b, len], ids)?,
+            HostArray::from_vec(&[b, len], mask)?,
+            HostArray::from_vec(&[b, len], rotary)?,
+            HostArray::scalar(state.column as i32),
+            valid.clone(),
+        ];
+        for s in &state.sublayers {
+            inputs.extend(s.tensors().into_iter().cloned());
+        }
+        let mut out = self.run(&program, &inputs)?.into_iter();
+        let logits = out
+            .next()
+            .ok_or_else(|| Error::InvalidArgument("no logits".into()))?;
+        let mut take = || {
+            out.next()
+                .ok_or_else(|| Error::InvalidArgument("a program returned too few states".into()))
+        };
+        let sublayers = state
+            .sublayers
+            .iter()
+            .map(|s| s.rebuild(&mut take))
+            .collect::<Result<Vec<_>>>()?;
+        Ok((
+            logits,
+            HybridState {
+                sublayers,
+                valid,
+                column: state.column + len,
+                positions,
+            },
+        ))
+    }
+
+    /// Checks that `state` has `b` rows and one state of the right kind and shape per
+    /// sublayer; an error names `op` and the first thing that does not fit.
+    fn check_state(&self, op: &str, state: &HybridState, b: usize) -> Result<()> {
+        let bad = |what: String| Err(Error::InvalidArgument(format!("Hybrid::{op}: {what}")));
+        if b == 0 {
+            return bad("no rows".into());
+        }
+        if state.rows() != b || state.valid.dims().first() != Some(&b) {
+            return bad(format!("the state has {} rows, expected {b}", state.rows()));
+        }
+        if state.column > state.capacity() {
+            return bad(format!(
+                "the state's column {} is beyond its capacity {}",
+                state.column,
+                state.capacity()
+            ));
+        }
+        let want = self.empty_state(b, state.capacity())?;
+        if state.sublayers.len() != want.sublayers.len() {
+            return bad(format!(
+                "{} sublayer states, expected {}",
+                state.sublayers.len(),
+                want.sublayers.len()
+            ));
+        }
+        for (i, (s, w)) in state.sublayers.iter().zip(&want.sublayers).enumerate() {
+            let (got, exp) = (s.tensors(), w.tensors());
+            let fits = got.len() == exp.len()
+                && got
+                    .iter()
+                    .zip(&exp)
+                    .all(|(a, e)| a.dtype() == DType::F32 && a.dims() == e.dims());
+            if !fits {
+                let dims: Vec<_> = got.iter().map(|a| a.dims().to_vec()).collect();
+                let want: Vec<_> = exp.iter().map(|a| a.dims().to_vec()).collect();
+                return bad(format!(
+                    "sublayer {i}'s state is {dims:?}, expected f32 {want:?}"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// `t` as an `i32` id, or an error if it is outside the vocabulary.
+    fn token(&self, t: u32) -> Result<i32> {
+        if (t as usize) < self.config.vocab_size {
+            Ok(t as i32)
+        } else {
+            Err(Error::InvalidArgument(format!(
+                "Hybrid: token {t} is outside the vocabulary (size {})",
+                self.config.vocab_size
+            )))
+        }
+    }
+
+    /// The compiled program `key`, built by `build` (given a graph and the weights as its first
+    /// parameters, returning the outputs) and compiled on first use.
+    fn program(
+        &self,
+        key: ProgramKey,
+        build: impl FnOnce(&Graph, &HybridWeights<Tensor>) -> Result<Vec<Tensor>>,
+    ) -> Result<CompiledGraph> {
+        let mut programs = self
+            .programs
+            .lock()
+            .map_err(|_| Error::InvalidArgument("a Hybrid program cache was poisoned".into()))?;
+        if let Some(p) = programs.get(&key) {
+            return Ok(p.clone());
+        }
+        let g = Graph::new();
+        let w = self
+            .types
+            .try_map(|name, ty| g.parameter(&format!("w.{name}"), ty.dtype, &ty.dims))?;
+        let outs = build(&g, &w)?;
+        g.set_outputs(&outs.iter().collect::<Vec<_>>())?;
+        let program = g.compile(&self.client)?;
+        programs.insert(key, program.clone());
+        Ok(program)
+    }
+
+    /// Runs `program` on the weights and `inputs`, downloading its outputs.
+    fn run(&self, program: &CompiledGraph, inputs: &[HostArray]) -> Result<Vec<HostArray>> {
+        let uploaded = inputs
+            .iter()
+            .map(|a| self.client.buffer_from_host_array(a))
+            .collect::<Result<Vec<Buffer>>>()?;
+        let mut args: Vec<&Buffer> = self.weights.named().into_iter().map(|(_, b)| b).collect();
+        args.extend(uploaded.iter());
+        program
+            .run_buffers(&args)?
+            .iter()
+            .map(Buffer::to_host_array)
+            .collect()
+    }
+}
+
+/// `state` with its attention caches and `valid` widened to `capacity` columns (zeros).
+fn grow(state: HybridState, capacity: usize) -> Result<HybridState> {
+    let widen = |a: &HostArray| -> Result<HostArray> {
+        let dims = a.dims().to_vec();
+        let (b, old) = (dims[0], dims[1]);
+        let inner: usize = dims[2..].iter().product::<usize>() * 4;
+        let bytes = a.to_bytes();
+        let mut out = vec![0u8; b * capacity * inner];
+        for r in 0..b {
+            let src = &bytes[r * old * inner..(r + 1) * old * inner];
+            out[r * capacity * inner..r * capacity * inner + old * inner].copy_from_slice(src);
+        }
+        let mut new_dims = dims;
+        new_dims[1] = capacity;
+        HostArray::from_bytes(&TensorType::new(a.dtype(), &new_dims), &out)
+    };
+    let sublayers = state
+        .sublayers
+        .iter()
+        .map(|s| match s {
+            SublayerState::Attention { k, v } => Ok(SublayerState::Attention {
+                k: widen(k)?,
+                v: widen(v)?,
+            }),
+            other => Ok(other.clone()),
+        })
+        .collect::<Result<_>>()?;
+    Ok(HybridState {
+        sublayers,
+        valid: widen(&state.valid)?,
+        column: state.column,
+        positions: state.positions,
+    })
+}
+
+/// The last `keep` positions of logits `[b, L, vocab]`.
+fn last_positions(logits: &HostArray, keep: usize) -> Result<HostArray> {
+    let dims = logits.dims().to_vec();
+    let (b, len, v) = (dims[0], dims[1], dims[2]);
+    let bytes = logits.to_bytes();
+    let row = |r: usize| &bytes[(r * len + len - keep) * v * 4..(r + 1) * len * v * 4];
+    let out: Vec<u8> = (0..b).flat_map(|r| row(r).to_vec()).collect();
+    HostArray::from_bytes(&TensorType::new(DType::F32, &[b, keep, v]), &out)
+}

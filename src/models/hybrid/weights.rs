@@ -1,0 +1,547 @@
+//! Hybrid weights: each sublayer's tensors in the layout the programs read, and where each
+//! comes from in a family's checkpoint (Bamba's separate gate and up projections are joined
+//! into one matrix, Nemotron-H's per-expert matrices stacked into one per kind).
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use super::config::{Activation, HybridConfig, HybridFamily, MlpConfig, SublayerKind};
+use crate::array::HostArray;
+use crate::dtype::{DType, TensorType};
+use crate::error::{Error, Result};
+use crate::models::mamba2::checkpoint::{random_tensor, Expected, Loader, Rng};
+use crate::models::mamba2::{LayerWeights, LoadOptions};
+use crate::runtime::{Buffer, Client};
+
+/// An attention sublayer's projections, `[out, in]`.
+#[derive(Debug, Clone)]
+pub struct AttentionWeights<T> {
+    /// Queries, `[heads * head_dim, hidden]`.
+    pub q: T,
+    /// Keys, `[kv_heads * head_dim, hidden]`.
+    pub k: T,
+    /// Values, `[kv_heads * head_dim, hidden]`.
+    pub v: T,
+    /// Output, `[hidden, heads * head_dim]`.
+    pub o: T,
+    /// The four biases, when the config has `attention_bias`.
+    pub biases: Option<[T; 4]>,
+}
+
+/// An MLP (or, with a leading experts axis, every expert of a mixture).
+#[derive(Debug, Clone)]
+pub struct MlpWeights<T> {
+    /// `[(2 *) intermediate, hidden]`: for [`Activation::SwiGlu`] the gate's rows, then up's.
+    pub up: T,
+    /// `[hidden, intermediate]`.
+    pub down: T,
+}
+
+/// A mixture of experts.
+#[derive(Debug, Clone)]
+pub struct MoeWeights<T> {
+    /// Router, `[experts, hidden]` (f32).
+    pub router: T,
+    /// Nemotron-H's score correction bias, `[experts]` (f32).
+    pub correction: Option<T>,
+    /// The routed experts, `up` `[experts, (2 *) intermediate, hidden]`, `down`
+    /// `[experts, hidden, intermediate]`.
+    pub experts: MlpWeights<T>,
+    /// The shared expert, if any.
+    pub shared: Option<MlpWeights<T>>,
+}
+
+/// One sublayer: its RMS norm and what follows it.
+#[derive(Debug, Clone)]
+pub enum Sublayer<T> {
+    /// A Mamba-2 mixer (its `norm` is the sublayer's).
+    Mamba(LayerWeights<T>),
+    /// Self-attention.
+    Attention {
+        /// RMS norm weight, `[hidden]`.
+        norm: T,
+        /// Projections.
+        attn: AttentionWeights<T>,
+    },
+    /// A dense MLP.
+    Mlp {
+        /// RMS norm weight, `[hidden]`.
+        norm: T,
+        /// The MLP.
+        mlp: MlpWeights<T>,
+    },
+    /// A mixture of experts.
+    Moe {
+        /// RMS norm weight, `[hidden]`.
+        norm: T,
+        /// The experts.
+        moe: MoeWeights<T>,
+    },
+}
+
+/// All weights of a hybrid model.
+#[derive(Debug, Clone)]
+pub struct HybridWeights<T> {
+    /// Token embedding, `[vocab, hidden]`.
+    pub embedding: T,
+    /// The sublayers, in order.
+    pub sublayers: Vec<Sublayer<T>>,
+    /// Final RMS norm weight, `[hidden]`.
+    pub norm_f: T,
+    /// The head, `[vocab, hidden]`; `None` when tied to the embedding.
+    pub lm_head: Option<T>,
+}
+
+type MapFn<'f, 'a, T, U> = dyn FnMut(&str, &'a T) -> Result<U> + 'f;
+
+impl<T> MlpWeights<T> {
+    fn try_map<'a, U>(&'a self, p: &str, f: &mut MapFn<'_, 'a, T, U>) -> Result<MlpWeights<U>> {
+        Ok(MlpWeights {
+            up: f(&format!("{p}.up"), &self.up)?,
+            down: f(&format!("{p}.down"), &self.down)?,
+        })
+    }
+}
+
+impl<T> Sublayer<T> {
+    fn try_map<'a, U>(&'a self, p: &str, f: &mut MapFn<'_, 'a, T, U>) -> Result<Sublayer<U>> {
+        let norm = |f: &mut MapFn<'_, 'a, T, U>, n: &'a T| f(&format!("{p}.norm"), n);
+        Ok(match self {
+            Sublayer::Mamba(w) => Sublayer::Mamba(w.try_map(|n, t| f(&format!("{p}.{n}"), t))?),
+            Sublayer::Attention { norm: n, attn } => Sublayer::Attention {
+                norm: norm(f, n)?,
+                attn: AttentionWeights {
+                    q: f(&format!("{p}.q"), &attn.q)?,
+                    k: f(&format!("{p}.k"), &attn.k)?,
+                    v: f(&format!("{p}.v"), &attn.v)?,
+                    o: f(&format!("{p}.o"), &attn.o)?,
+                    biases: match &attn.biases {
+                        Some([a, b, c, d]) => Some([
+                            f(&format!("{p}.q_bias"), a)?,
+                            f(&format!("{p}.k_bias"), b)?,
+                            f(&format!("{p}.v_bias"), c)?,
+                            f(&format!("{p}.o_bias"), d)?,
+                        ]),
+                        None => None,
+                    },
+                },
+            },
+            Sublayer::Mlp { norm: n, mlp } => Sublayer::Mlp {
+                norm: norm(f, n)?,
+                mlp: mlp.try_map(p, f)?,
+            },
+            Sublayer::Moe { norm: n, moe } => Sublayer::Moe {
+                norm: norm(f, n)?,
+                moe: MoeWeights {
+                    router: f(&format!("{p}.router"), &moe.router)?,
+                    correction: moe
+                        .correction
+                        .as_ref()
+                        .map(|c| f(&format!("{p}.correction"), c))
+                        .transpose()?,
+                    experts: moe.experts.try_map(&format!("{p}.experts"), f)?,
+                    shared: moe
+                        .shared
+                        .as_ref()
+                        .map(|s| s.try_map(&format!("{p}.shared"), f))
+                        .transpose()?,
+                },
+            },
+        })
+    }
+}
+
+impl<T> HybridWeights<T> {
+    /// The same weights with `f(name, tensor)` applied to each, in a fixed order, with names
+    /// like `embedding`, `sublayers.3.q`, `sublayers.1.mixer.in_proj`.
+    pub fn try_map<'a, U>(
+        &'a self,
+        mut f: impl FnMut(&str, &'a T) -> Result<U>,
+    ) -> Result<HybridWeights<U>> {
+        let embedding = f("embedding", &self.embedding)?;
+        let sublayers = self
+            .sublayers
+            .iter()
+            .enumerate()
+            .map(|(i, s)| s.try_map(&format!("sublayers.{i}"), &mut f))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(HybridWeights {
+            embedding,
+            sublayers,
+            norm_f: f("norm_f", &self.norm_f)?,
+            lm_head: self.lm_head.as_ref().map(|h| f("lm_head", h)).transpose()?,
+        })
+    }
+
+    /// Every tensor with its name, in [`HybridWeights::try_map`]'s order.
+    pub fn named(&self) -> Vec<(String, &T)> {
+        let mut v = Vec::new();
+        let _ = self.try_map(|n, t| {
+            v.push((n.to_string(), t));
+            Ok(())
+        });
+        v
+    }
+}
+
+/// Where a tensor comes from: checkpoint tensors joined along the first axis (one, or a
+/// matrix's parts, or one per expert), each with its shape on disk and as read.
+#[derive(Debug, Clone)]
+struct Source {
+    ty: TensorType,
+    pieces: Vec<(String, Vec<usize>, Vec<usize>)>,
+}
+
+/// Builds the [`Source`]s of one config, matrices in `m`.
+struct Layout<'a> {
+    c: &'a HybridConfig,
+    m: DType,
+}
+
+impl Layout<'_> {
+    fn one(&self, name: String, dtype: DType, dims: &[usize]) -> Source {
+        Source {
+            ty: TensorType::new(dtype, dims),
+            pieces: vec![(name, dims.to_vec(), dims.to_vec())],
+        }
+    }
+    fn matrix(&self, name: String, dims: &[usize]) -> Source {
+        self.one(name, self.m, dims)
+    }
+    fn vector(&self, name: String, n: usize) -> Source {
+        self.one(name, DType::F32, &[n])
+    }
+    /// Parts of `dtype` joined along the first axis, each `part` (`[rows, ...]`).
+    fn joined(&self, names: Vec<String>, dtype: DType, part: &[usize], stack: bool) -> Source {
+        let n = names.len();
+        let mut dims = part.to_vec();
+        if stack {
+            dims.insert(0, n);
+        } else {
+            dims[0] *= n;
+        }
+        Source {
+            ty: TensorType::new(dtype, &dims),
+            pieces: names
+                .into_iter()
+                .map(|s| (s, part.to_vec(), part.to_vec()))
+                .collect(),
+        }
+    }
+
+    fn mamba(&self, p: &str, norm: String) -> LayerWeights<Source> {
+        let c = &self.c.mamba;
+        let (h, di, conv, k, heads) = (
+            c.hidden_size,
+            c.d_inner(),
+            c.conv_dim(),
+            c.conv_kernel,
+            c.num_heads,
+        );
+        LayerWeights {
+            norm: self.vector(norm, h),
+            in_proj: self.matrix(format!("{p}in_proj.weight"), &[c.in_proj_dim(), h]),
+            in_proj_bias: c
+                .use_bias
+                .then(|| self.vector(format!("{p}in_proj.bias"), c.in_proj_dim())),
+            conv_weight: Source {
+                ty: TensorType::new(DType::F32, &[conv, k]),
+                pieces: vec![(format!("{p}conv1d.weight"), vec![conv, 1, k], vec![conv, k])],
+            },
+            conv_bias: c
+                .use_conv_bias
+                .then(|| self.vector(format!("{p}conv1d.bias"), conv)),
+            dt_bias: self.vector(format!("{p}dt_bias"), heads),
+            a_log: self.vector(format!("{p}A_log"), heads),
+            d: self.vector(format!("{p}D"), heads),
+            gated_norm: self.vector(format!("{p}norm.weight"), di),
+            out_proj: self.matrix(format!("{p}out_proj.weight"), &[h, di]),
+            out_proj_bias: c
+                .use_bias
+                .then(|| self.vector(format!("{p}out_proj.bias"), h)),
+        }
+    }
+
+    fn attention(&self, p: &str) -> AttentionWeights<Source> {
+        let a = &self.c.attention;
+        let (h, q, kv) = (
+            self.c.hidden_size,
+            a.num_heads * a.head_dim,
+            a.num_kv_heads * a.head_dim,
+        );
+        let name = |x: &str, what: &str| format!("{p}{x}_proj.{what}");
+        AttentionWeights {
+            q: self.matrix(name("q", "weight"), &[q, h]),
+            k: self.matrix(name("k", "weight"), &[kv, h]),
+            v: self.matrix(name("v", "weight"), &[kv, h]),
+            o: self.matrix(name("o", "weight"), &[h, q]),
+            biases: a.bias.then(|| {
+                [("q", q), ("k", kv), ("v", kv), ("o", h)]
+                    .map(|(x, n)| self.vector(name(x, "bias"), n))
+            }),
+        }
+    }
+
+    /// An MLP stored as one `up` (Granite's fused `input_linear`, Nemotron-H's `up_proj`) or
+    /// as Bamba's `gate_proj` and `up_proj`.
+    fn mlp(&self, up: Vec<String>, down: String, m: MlpConfig) -> MlpWeights<Source> {
+        let (h, i) = (self.c.hidden_size, m.intermediate);
+        let rows = match m.activation {
+            Activation::SwiGlu => 2 * i,
+            Activation::Relu2 => i,
+        };
+        let up = if up.len() == 1 {
+            self.matrix(up.into_iter().next().unwrap_or_default(), &[rows, h])
+        } else {
+            self.joined(up, self.m, &[i, h], false)
+        };
+        MlpWeights {
+            up,
+            down: self.matrix(down, &[h, i]),
+        }
+    }
+
+    fn sublayer(&self, i: usize) -> Result<Sublayer<Source>> {
+        let c = self.c;
+        let l = c.layer_of[i];
+        let kind = c.sublayers[i];
+        let h = c.hidden_size;
+        let nemotron = c.family == HybridFamily::NemotronH;
+        let (norm, p) = match (c.family, kind) {
+            (HybridFamily::NemotronH, _) => (
+                format!("backbone.layers.{l}.norm.weight"),
+                format!("backbone.layers.{l}.mixer."),
+            ),
+            (_, SublayerKind::Mamba) => (
+                format!("model.layers.{l}.input_layernorm.weight"),
+                format!("model.layers.{l}.mamba."),
+            ),
+            (_, SublayerKind::Attention) => (
+                format!("model.layers.{l}.input_layernorm.weight"),
+                format!("model.layers.{l}.self_attn."),
+            ),
+            (HybridFamily::Bamba, _) => (
+                format!("model.layers.{l}.pre_ff_layernorm.weight"),
+                format!("model.layers.{l}.feed_forward."),
+            ),
+            (HybridFamily::Granite, _) => (
+                format!("model.layers.{l}.post_attention_layernorm.weight"),
+                format!("model.layers.{l}."),
+            ),
+        };
+        let missing = |what: &str| {
+            Error::InvalidArgument(format!(
+                "the config has {what} sublayers but no {what} shape"
+            ))
+        };
+        Ok(match kind {
+            SublayerKind::Mamba => Sublayer::Mamba(self.mamba(&p, norm)),
+            SublayerKind::Attention => Sublayer::Attention {
+                norm: self.vector(norm, h),
+                attn: self.attention(&p),
+            },
+            SublayerKind::Mlp => {
+                let m = c.mlp.ok_or_else(|| missing("MLP"))?;
+                let mlp = match c.family {
+                    HybridFamily::Bamba => self.mlp(
+                        vec![format!("{p}gate_proj.weight"), format!("{p}up_proj.weight")],
+                        format!("{p}down_proj.weight"),
+                        m,
+                    ),
+                    HybridFamily::Granite => self.mlp(
+                        vec![format!("{p}shared_mlp.input_linear.weight")],
+                        format!("{p}shared_mlp.output_linear.weight"),
+                        m,
+                    ),
+                    HybridFamily::NemotronH => self.mlp(
+                        vec![format!("{p}up_proj.weight")],
+                        format!("{p}down_proj.weight"),
+                        m,
+                    ),
+                };
+                Sublayer::Mlp {
+                    norm: self.vector(norm, h),
+                    mlp,
+                }
+            }
+            SublayerKind::Moe => {
+                let m = c.moe.ok_or_else(|| missing("experts"))?;
+                let (e, i) = (m.num_experts, m.expert.intermediate);
+                let rows = match m.expert.activation {
+                    Activation::SwiGlu => 2 * i,
+                    Activation::Relu2 => i,
+                };
+                let moe = if nemotron {
+                    let each = |x: &str| {
+                        (0..e)
+                            .map(|j| format!("{p}experts.{j}.{x}.weight"))
+                            .collect()
+                    };
+                    MoeWeights {
+                        router: self.one(format!("{p}gate.weight"), DType::F32, &[e, h]),
+                        correction: Some(
+                            self.vector(format!("{p}gate.e_score_correction_bias"), e),
+                        ),
+                        experts: MlpWeights {
+                            up: self.joined(each("up_proj"), self.m, &[rows, h], true),
+                            down: self.joined(each("down_proj"), self.m, &[h, i], true),
+                        },
+                        shared: m.shared.map(|s| {
+                            self.mlp(
+                                vec![format!("{p}shared_experts.up_proj.weight")],
+                                format!("{p}shared_experts.down_proj.weight"),
+                                s,
+                            )
+                        }),
+                    }
+                } else {
+                    let b = format!("{p}block_sparse_moe.");
+                    MoeWeights {
+                        router: self.one(format!("{b}router.layer.weight"), DType::F32, &[e, h]),
+                        correction: None,
+                        experts: MlpWeights {
+                            up: self.matrix(format!("{b}input_linear.weight"), &[e, rows, h]),
+                            down: self.matrix(format!("{b}output_linear.weight"), &[e, h, i]),
+                        },
+                        shared: m.shared.map(|s| {
+                            self.mlp(
+                                vec![format!("{p}shared_mlp.input_linear.weight")],
+                                format!("{p}shared_mlp.output_linear.weight"),
+                                s,
+                            )
+                        }),
+                    }
+                };
+                Sublayer::Moe {
+                    norm: self.vector(norm, h),
+                    moe,
+                }
+            }
+        })
+    }
+
+    fn weights(&self) -> Result<HybridWeights<Source>> {
+        let c = self.c;
+        let (embedding, norm_f) = match c.family {
+            HybridFamily::Bamba => ("model.embed_tokens.weight", "model.final_layernorm.weight"),
+            HybridFamily::Granite => ("model.embed_tokens.weight", "model.norm.weight"),
+            HybridFamily::NemotronH => ("backbone.embeddings.weight", "backbone.norm_f.weight"),
+        };
+        let (v, h) = (c.vocab_size, c.hidden_size);
+        Ok(HybridWeights {
+            embedding: self.matrix(embedding.into(), &[v, h]),
+            sublayers: (0..c.sublayers.len())
+                .map(|i| self.sublayer(i))
+                .collect::<Result<_>>()?,
+            norm_f: self.vector(norm_f.into(), h),
+            lm_head: (!c.tie_word_embeddings)
+                .then(|| self.matrix("lm_head.weight".into(), &[v, h])),
+        })
+    }
+}
+
+/// Where every tensor of `config`'s model comes from, matrices in `matmul_dtype`.
+fn sources(config: &HybridConfig, matmul_dtype: DType) -> Result<HybridWeights<Source>> {
+    if !matches!(matmul_dtype, DType::F32 | DType::BF16) {
+        return Err(Error::InvalidArgument(format!(
+            "matmul_dtype {matmul_dtype} is not f32 or bf16"
+        )));
+    }
+    config.validate()?;
+    Layout {
+        c: config,
+        m: matmul_dtype,
+    }
+    .weights()
+}
+
+impl HybridWeights<TensorType> {
+    /// The type of every tensor of `config`'s model: matrices (embedding, projections,
+    /// experts, head) in `matmul_dtype` (F32 or BF16); norms, routers and the Mamba-2 mixers'
+    /// vectors F32.
+    pub fn types(config: &HybridConfig, matmul_dtype: DType) -> Result<Self> {
+        sources(config, matmul_dtype)?.try_map(|_, s| Ok(s.ty.clone()))
+    }
+}
+
+impl HybridWeights<HostArray> {
+    /// Loads the checkpoint in `dir` (`model.safetensors`, or an index and its shards) as
+    /// transformers writes it for `config`'s family, converting as [`HybridWeights::types`]
+    /// says. Missing, unexpected, mis-shaped or non-finite tensors are one error listing every
+    /// problem by its checkpoint name.
+    pub fn load(
+        dir: &Path,
+        config: &HybridConfig,
+        matmul_dtype: DType,
+        options: &LoadOptions,
+    ) -> Result<Self> {
+        let sources = sources(config, matmul_dtype)?;
+        let mut expected = Vec::new();
+        let _ = sources.try_map(|_, s| {
+            for (name, disk, dims) in &s.pieces {
+                expected.push(Expected {
+                    key: name.clone(),
+                    names: vec![name.clone()],
+                    ty: TensorType::new(s.ty.dtype, dims),
+                    disk_dims: disk.clone(),
+                });
+            }
+            Ok(())
+        });
+        let tied = config
+            .tie_word_embeddings
+            .then(|| vec![config.vocab_size, config.hidden_size]);
+        let family = match config.family {
+            HybridFamily::Bamba => "Bamba",
+            HybridFamily::Granite => "Granite 4.0-H",
+            HybridFamily::NemotronH => "Nemotron-H",
+        };
+        let mut loader = Loader::expecting(family, expected, tied, options);
+        let index = loader.read_dir(dir)?;
+        let mut values: HashMap<String, HostArray> = loader.finish_values(dir, index.as_ref())?;
+        sources.try_map(|key, s| {
+            let mut bytes = Vec::new();
+            for (name, _, _) in &s.pieces {
+                let a = values.remove(name).ok_or_else(|| {
+                    Error::InvalidArgument(format!("{name} (for {key}) was not loaded"))
+                })?;
+                bytes.extend(a.to_bytes());
+            }
+            HostArray::from_bytes(&s.ty, &bytes)
+        })
+    }
+
+    /// A deterministic random model with HF-like magnitudes: matrices ~ N(0, 0.02) (the
+    /// output projections further divided by sqrt(2 * sublayers)), norms 1, the Mamba-2 mixers'
+    /// `A_log = ln(1..=heads)`, `D = 1` and `dt` bias the inverse softplus of a `dt`
+    /// log-uniform in [0.001, 0.1]. Each tensor draws from its own stream, seeded by `seed` and
+    /// its name.
+    pub fn random(config: &HybridConfig, matmul_dtype: DType, seed: u64) -> Result<Self> {
+        let types = HybridWeights::<TensorType>::types(config, matmul_dtype)?;
+        let out_scale = 0.02 / ((2 * config.sublayers.len()) as f64).sqrt();
+        let heads = config.mamba.num_heads;
+        types.try_map(|name, ty| {
+            let field = name.rsplit('.').next().unwrap_or(name);
+            if field == "A_log" {
+                let v: Vec<f32> = (1..=heads).map(|i| (i as f32).ln()).collect();
+                return HostArray::from_vec(&[heads], v);
+            }
+            let sample: Box<dyn Fn(&mut Rng) -> f64> = match field {
+                "norm" | "norm_f" | "D" => Box::new(|_: &mut Rng| 1.0),
+                "dt_bias" => Box::new(|r: &mut Rng| {
+                    let dt = r.uniform(0.001f64.ln(), 0.1f64.ln()).exp().max(1e-4);
+                    dt + (-(-dt).exp_m1()).ln()
+                }),
+                "out_proj" | "o" | "down" => Box::new(move |r: &mut Rng| out_scale * r.normal()),
+                _ if ty.dims.len() >= 2 => Box::new(|r: &mut Rng| 0.02 * r.normal()),
+                _ => Box::new(|_: &mut Rng| 0.0),
+            };
+            Ok(random_tensor(seed, name, ty.dtype, &ty.dims, &*sample))
+        })
+    }
+
+    /// Uploads every tensor to `client`'s first device.
+    pub fn upload(&self, client: &Client) -> Result<HybridWeights<Buffer>> {
+        self.try_map(|_, a| client.buffer_from_host_array(a))
+    }
+}
