@@ -10,8 +10,8 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod families;
 mod generation_config;
-mod mamba1;
 mod quiet;
 mod subcommands;
 

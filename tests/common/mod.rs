@@ -9,6 +9,7 @@
 #![allow(dead_code, unused_imports)]
 
 pub mod arrays;
+pub mod hybrid;
 pub mod mamba1;
 pub mod mamba2;
 pub mod random;

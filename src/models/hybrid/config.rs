@@ -134,7 +134,9 @@ pub struct HybridConfig {
     pub sublayers: Vec<SublayerKind>,
     /// The checkpoint layer each sublayer belongs to.
     pub layer_of: Vec<usize>,
-    /// The Mamba-2 mixers' config (`num_layers`: how many there are).
+    /// The Mamba-2 mixers' config (`num_layers`: how many there are). Its `time_step_limit`
+    /// clamps `dt` in the prefill only, as transformers does (Nemotron-H's is
+    /// `(time_step_min, inf)`).
     pub mamba: Mamba2Config,
     /// The attention sublayers' shape.
     pub attention: AttentionConfig,
@@ -380,7 +382,7 @@ fn mamba_config(
         Some(v) if v.as_u64().is_some() => v.as_u64().unwrap_or(0) as usize,
         _ => expand.saturating_mul(hidden_size) / num_heads.max(1),
     };
-    if num_heads.saturating_mul(head_dim) != expand.saturating_mul(hidden_size) {
+    if num_layers > 0 && num_heads.saturating_mul(head_dim) != expand.saturating_mul(hidden_size) {
         return Err(Error::InvalidArgument(format!(
             "{heads} ({num_heads}) * {names1} ({head_dim}) is not {expand} * hidden_size \
              ({hidden_size})",
@@ -670,6 +672,9 @@ fn nemotron_h(f: &mut Fields<'_>) -> Result<HybridConfig> {
     let mut mamba = mamba_config(f, hidden_size, vocab_size, mamba_layers, names)?;
     let eps = f.float_or("layer_norm_epsilon", 1e-5);
     mamba.norm_eps = eps;
+    // Nemotron-H's mixer clamps dt from below at time_step_min (its time_step_limit unused).
+    let dt_min = f.float_or("time_step_min", f.float_or("mamba_dt_min", 1e-3));
+    mamba.time_step_limit = (dt_min, f64::INFINITY);
     let relu2 = |intermediate| MlpConfig {
         intermediate,
         activation: Activation::Relu2,

@@ -85,8 +85,14 @@ pub(crate) fn forward(
             w.sublayers.len()
         )));
     }
+    // transformers clamps dt to the limit in the chunked prefill only, not in the decode step.
     let mamba = Mamba2Config {
         chunk_size: s.chunk,
+        time_step_limit: if s.decode {
+            (0.0, f64::INFINITY)
+        } else {
+            cfg.mamba.time_step_limit
+        },
         ..cfg.mamba.clone()
     };
     let mut h = w

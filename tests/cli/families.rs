@@ -1,0 +1,154 @@
+//! `generate --model DIR` on the fixtures of every family but Mamba-2 (Mamba-1, Falcon-Mamba,
+//! Bamba, Granite 4.0-H with and without experts, Nemotron-H): tokens and prompt logits against
+//! HF transformers for a batch of two and a left-padded ragged batch, a `mamba_ssm`-layout
+//! checkpoint, and the flags and model types it refuses.
+
+use std::path::Path;
+
+use crate::common::{max_abs, read_safetensors};
+use crate::{error_line, read_npy, run_ok, scratch};
+
+/// Case `k` of the fixture in `dir` through the CLI: `--json` tokens equal HF's greedy tokens,
+/// `--dump-logits` HF's prompt logits within 1e-4 at every real position (rows of different
+/// lengths are left-padded in both), and the model line names `family`.
+fn check(dir: &Path, k: usize, family: &str) {
+    let cases = read_safetensors(&dir.join("cases.safetensors"));
+    let fixture = dir.to_str().unwrap().to_string();
+    let ids = &cases[&format!("case{k}.input_ids")];
+    let mask = &cases[&format!("case{k}.attention_mask")].values;
+    let (rows, len) = (ids.shape[0], ids.shape[1]);
+    let real = |r: usize| (0..len).filter(move |&t| mask[r * len + t] == 1.0);
+    let prompt_ids: Vec<String> = (0..rows)
+        .map(|r| {
+            real(r)
+                .map(|t| (ids.values[r * len + t] as u32).to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+        .collect();
+    let name = dir.file_name().unwrap().to_str().unwrap();
+    let out_dir = scratch(&format!("family-{name}-{k}"));
+    let (json, npy) = (out_dir.join("out.json"), out_dir.join("logits.npy"));
+    let greedy = &cases[&format!("case{k}.greedy")];
+    let new = greedy.shape[1];
+    let stdout = run_ok(&[
+        "generate",
+        "--model",
+        &fixture,
+        "--prompt-ids",
+        &prompt_ids.join(";"),
+        "--max-new-tokens",
+        &new.to_string(),
+        "--json",
+        json.to_str().unwrap(),
+        "--dump-logits",
+        npy.to_str().unwrap(),
+    ]);
+    assert!(stdout.contains(&format!("({family})")), "{stdout}");
+    let out: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    for r in 0..rows {
+        let ours: Vec<u64> = out["tokens"][r]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t.as_u64().unwrap())
+            .collect();
+        let hf: Vec<u64> = greedy.values[r * new..(r + 1) * new]
+            .iter()
+            .map(|&t| t as u64)
+            .collect();
+        assert_eq!(ours, hf, "{name} case {k} row {r}");
+    }
+    let (shape, logits) = read_npy(&npy);
+    let want = &cases[&format!("case{k}.logits")];
+    assert_eq!(shape, want.shape, "{name} case {k}");
+    let vocab = shape[2];
+    for r in 0..rows {
+        for t in real(r) {
+            let at = (r * len + t) * vocab;
+            let ours: Vec<f64> = logits[at..at + vocab]
+                .iter()
+                .map(|&x| f64::from(x))
+                .collect();
+            let d = max_abs(&ours, &want.values[at..at + vocab]);
+            assert!(
+                d < 1e-4,
+                "{name} case {k} row {r} position {t}: logits differ by {d}"
+            );
+        }
+    }
+}
+
+#[test]
+fn generate_runs_mamba_checkpoints_as_transformers_does() {
+    check(&crate::common::mamba1::fixture("tiny"), 2, "Mamba-1");
+}
+
+#[test]
+fn generate_runs_falcon_mamba_checkpoints_as_transformers_does() {
+    check(&crate::common::mamba1::fixture("falcon"), 2, "Falcon-Mamba");
+}
+
+#[test]
+fn generate_runs_the_hybrids_as_transformers_does() {
+    for (name, family) in [
+        ("bamba", "Bamba"),
+        ("granite", "Granite 4.0-H"),
+        ("granite_dense", "Granite 4.0-H"),
+        ("nemotron", "Nemotron-H"),
+    ] {
+        let dir = crate::common::hybrid::fixture(name);
+        check(&dir, 3, family);
+    }
+    check(&crate::common::hybrid::fixture("nemotron"), 1, "Nemotron-H");
+}
+
+#[test]
+fn what_mamba1_does_not_take_yet_is_a_one_line_error() {
+    let e = error_line(&[
+        "generate",
+        "--model",
+        "tests/fixtures/mamba1/tiny",
+        "--top-k",
+        "5",
+        "--stream",
+    ]);
+    assert!(e.contains("--top-k") && e.contains("--stream"), "{e}");
+    let e = error_line(&["bench", "--model", "tests/fixtures/mamba1/falcon"]);
+    assert!(e.contains("\"falcon_mamba\" runs with `generate`"), "{e}");
+    let e = error_line(&["bench", "--model", "tests/fixtures/hybrid/nemotron"]);
+    assert!(e.contains("\"nemotron_h\" runs with `generate`"), "{e}");
+}
+
+#[test]
+fn an_unknown_model_type_is_a_one_line_error_listing_the_supported_ones() {
+    let dir = scratch("llama");
+    std::fs::write(dir.join("config.json"), r#"{"model_type": "llama"}"#).unwrap();
+    let e = error_line(&["generate", "--model", dir.to_str().unwrap()]);
+    assert!(e.contains("\"llama\" is not supported"), "{e}");
+    for t in [
+        "mamba2",
+        "falcon_mamba",
+        "bamba",
+        "granitemoehybrid",
+        "nemotron_h",
+    ] {
+        assert!(e.contains(t), "{e}");
+    }
+}
+
+#[test]
+fn generate_runs_a_mamba_ssm_checkpoint_as_mamba1() {
+    let dir = crate::common::mamba1::as_mamba_ssm();
+    let stdout = run_ok(&[
+        "generate",
+        "--model",
+        dir.to_str().unwrap(),
+        "--prompt-ids",
+        "1,2,3",
+        "--max-new-tokens",
+        "4",
+    ]);
+    assert!(stdout.contains("(Mamba-1)"), "{stdout}");
+}

@@ -1,0 +1,35 @@
+//! The hybrid fixtures' directories, and copies of them with a config or checkpoint edited.
+
+use std::path::PathBuf;
+
+/// The fixture `name` of `tests/fixtures/hybrid/` (`bamba`, `granite`, `granite_dense`,
+/// `nemotron`).
+pub fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/hybrid")
+        .join(name)
+}
+
+/// A copy of the fixture `name` in a fresh directory named for `case`, with `edit` applied to
+/// its config text and the checkpoint's tensors for which `keep` (given the name) is false
+/// left out.
+pub fn copy_with(
+    name: &str,
+    case: &str,
+    edit: impl Fn(&str) -> String,
+    keep: impl Fn(&str) -> bool,
+) -> PathBuf {
+    let dir =
+        std::env::temp_dir().join(format!("stablegraph-hybrid-{case}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let from = fixture(name);
+    let config = std::fs::read_to_string(from.join("config.json")).unwrap();
+    std::fs::write(dir.join("config.json"), edit(&config)).unwrap();
+    let bytes = std::fs::read(from.join("model.safetensors")).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let tensors: Vec<(String, safetensors::tensor::TensorView)> =
+        st.tensors().into_iter().filter(|(n, _)| keep(n)).collect();
+    safetensors::serialize_to_file(tensors, None, &dir.join("model.safetensors")).unwrap();
+    dir
+}

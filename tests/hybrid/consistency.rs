@@ -1,0 +1,101 @@
+//! Continuation: a ragged batch fed in two pieces (the second through `prefill_from`, the
+//! Mamba-2 states and the attention caches carried over) gives the whole prompt's logits and
+//! next step, for every family; decoding past the caches' first capacity (which then grow)
+//! gives the same tokens as caches sized for the whole run.
+
+use crate::common;
+
+use common::{client, max_abs};
+use stablegraph::models::hybrid::Hybrid;
+use stablegraph::DType;
+
+const NAMES: [&str; 4] = ["bamba", "granite", "granite_dense", "nemotron"];
+
+fn model(name: &str) -> Hybrid {
+    Hybrid::load(&client(), &common::hybrid::fixture(name), DType::F32).unwrap()
+}
+
+/// Two rows of different lengths with ids in the fixtures' range.
+fn rows() -> Vec<Vec<u32>> {
+    vec![
+        (0..12).map(|i| 3 + (i * 7 % 90)).collect(),
+        (0..7).map(|i| 5 + (i * 11 % 88)).collect(),
+    ]
+}
+
+#[test]
+fn two_pieces_equal_the_whole_prompt() {
+    let rows = rows();
+    let cuts = [5, 3];
+    for name in NAMES {
+        let m = model(name);
+        let vocab = m.config().vocab_size;
+        let whole = m.prefill(&rows).unwrap();
+        let first: Vec<Vec<u32>> = rows
+            .iter()
+            .zip(cuts)
+            .map(|(r, c)| r[..c].to_vec())
+            .collect();
+        let rest: Vec<Vec<u32>> = rows
+            .iter()
+            .zip(cuts)
+            .map(|(r, c)| r[c..].to_vec())
+            .collect();
+        let a = m.prefill(&first).unwrap();
+        let b = m.prefill_from(&rest, a.state).unwrap();
+        let (w, p) = (whole.logits.to_f64_vec(), b.logits.to_f64_vec());
+        let (lw, lp) = (whole.logits.dims()[1], b.logits.dims()[1]);
+        for (r, piece) in rest.iter().enumerate() {
+            for j in 0..piece.len() {
+                let ours = &p[(r * lp + lp - piece.len() + j) * vocab..][..vocab];
+                let all = &w[(r * lw + lw - piece.len() + j) * vocab..][..vocab];
+                let d = max_abs(ours, all);
+                assert!(
+                    d < 1e-4,
+                    "{name} row {r} position {j}: pieces differ by {d}"
+                );
+            }
+        }
+        let next = [7, 9];
+        let (s1, _) = m.step(&next, whole.state).unwrap();
+        let (s2, _) = m.step(&next, b.state).unwrap();
+        let d = max_abs(&s1.to_f64_vec(), &s2.to_f64_vec());
+        assert!(d < 1e-4, "{name}: the step after the pieces differs by {d}");
+    }
+}
+
+#[test]
+fn caches_grow_past_their_capacity() {
+    let rows = rows();
+    for name in ["bamba", "nemotron"] {
+        let m = model(name);
+        let sized = m.greedy(&rows, 70).unwrap();
+        let pre = m.prefill(&rows).unwrap();
+        assert!(pre.state.capacity() < 12 + 70, "{name}: no growth to test");
+        let vocab = m.config().vocab_size;
+        let len = pre.logits.dims()[1];
+        let last = pre.logits.to_f64_vec();
+        let argmax = |v: &[f64]| {
+            (0..v.len()).fold(0, |best, i| if v[i] > v[best] { i } else { best }) as u32
+        };
+        let mut picks: Vec<u32> = (0..2)
+            .map(|r| argmax(&last[(r * len + len - 1) * vocab..][..vocab]))
+            .collect();
+        let mut grown: Vec<Vec<u32>> = picks.iter().map(|&t| vec![t]).collect();
+        let mut state = pre.state;
+        for _ in 1..70 {
+            let (logits, next) = m.step(&picks, state).unwrap();
+            state = next;
+            let v = logits.to_f64_vec();
+            picks = (0..2).map(|r| argmax(&v[r * vocab..][..vocab])).collect();
+            for (g, &t) in grown.iter_mut().zip(&picks) {
+                g.push(t);
+            }
+        }
+        assert!(
+            state.capacity() >= 12 + 70,
+            "{name}: the caches did not grow"
+        );
+        assert_eq!(grown, sized, "{name}: grown caches decode differently");
+    }
+}
