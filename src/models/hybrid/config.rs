@@ -251,36 +251,7 @@ impl HybridConfig {
                 problems.push(e.to_string());
             }
         }
-        let a = &self.attention;
-        if self.count(SublayerKind::Attention) > 0 {
-            for (name, v) in [
-                ("num_attention_heads", a.num_heads),
-                ("num_key_value_heads", a.num_kv_heads),
-                ("head_dim", a.head_dim),
-            ] {
-                if v == 0 {
-                    problems.push(format!("{name} is 0"));
-                }
-            }
-            if a.num_kv_heads > 0 && !a.num_heads.is_multiple_of(a.num_kv_heads) {
-                problems.push(format!(
-                    "num_attention_heads ({}) is not a multiple of num_key_value_heads ({})",
-                    a.num_heads, a.num_kv_heads
-                ));
-            }
-            if a.rotary_dim > a.head_dim || !a.rotary_dim.is_multiple_of(2) {
-                problems.push(format!(
-                    "the rotary width ({}) is odd or wider than head_dim ({})",
-                    a.rotary_dim, a.head_dim
-                ));
-            }
-            if a.num_heads
-                .checked_mul(a.head_dim)
-                .is_none_or(|w| w > 1 << 24)
-            {
-                problems.push("num_attention_heads * head_dim is too large".into());
-            }
-        }
+        problems.extend(self.attention_problems());
         for (kind, shape, what) in [
             (
                 SublayerKind::Mlp,
@@ -299,32 +270,7 @@ impl HybridConfig {
                 ));
             }
         }
-        if let Some(m) = self.moe.filter(|_| self.count(SublayerKind::Moe) > 0) {
-            if m.top_k == 0 || m.top_k > m.num_experts {
-                problems.push(format!(
-                    "num_experts_per_tok ({}) is not within 1..={} experts",
-                    m.top_k, m.num_experts
-                ));
-            }
-            if let Routing::SigmoidGrouped {
-                n_group,
-                topk_group,
-                ..
-            } = m.routing
-            {
-                if n_group == 0 || !m.num_experts.is_multiple_of(n_group) {
-                    problems.push(format!(
-                        "n_group ({n_group}) does not divide the {} experts",
-                        m.num_experts
-                    ));
-                } else if m.num_experts / n_group < 2 || topk_group == 0 || topk_group > n_group {
-                    problems.push(format!(
-                        "topk_group ({topk_group}) is not within 1..={n_group} groups of at \
-                         least two experts"
-                    ));
-                }
-            }
-        }
+        problems.extend(self.moe_problems());
         for (name, v) in [
             ("hidden_size", self.hidden_size),
             ("vocab_size", self.vocab_size),
@@ -363,6 +309,82 @@ impl HybridConfig {
                 problems.join("; ")
             )))
         }
+    }
+    /// What is wrong with the attention shape, if the model has attention sublayers.
+    fn attention_problems(&self) -> Vec<String> {
+        let a = &self.attention;
+        let mut problems = Vec::new();
+        if self.count(SublayerKind::Attention) > 0 {
+            for (name, v) in [
+                ("num_attention_heads", a.num_heads),
+                ("num_key_value_heads", a.num_kv_heads),
+                ("head_dim", a.head_dim),
+            ] {
+                if v == 0 {
+                    problems.push(format!("{name} is 0"));
+                }
+            }
+            if a.num_kv_heads > 0 && !a.num_heads.is_multiple_of(a.num_kv_heads) {
+                problems.push(format!(
+                    "num_attention_heads ({}) is not a multiple of num_key_value_heads ({})",
+                    a.num_heads, a.num_kv_heads
+                ));
+            }
+            if a.rotary_dim > a.head_dim || !a.rotary_dim.is_multiple_of(2) {
+                problems.push(format!(
+                    "the rotary width ({}) is odd or wider than head_dim ({})",
+                    a.rotary_dim, a.head_dim
+                ));
+            }
+            if a.num_heads
+                .checked_mul(a.head_dim)
+                .is_none_or(|w| w > 1 << 24)
+            {
+                problems.push("num_attention_heads * head_dim is too large".into());
+            }
+        }
+        problems
+    }
+
+    /// What is wrong with the experts' shape and routing, if the model has experts.
+    fn moe_problems(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        if let Some(m) = self.moe.filter(|_| self.count(SublayerKind::Moe) > 0) {
+            let bytes = [2 * m.expert.intermediate, self.hidden_size, 4]
+                .iter()
+                .try_fold(m.num_experts, |n, &d| n.checked_mul(d));
+            if bytes.is_none_or(|b| isize::try_from(b).is_err()) {
+                problems.push(format!(
+                    "{} experts are too large to address",
+                    m.num_experts
+                ));
+            }
+            if m.top_k == 0 || m.top_k > m.num_experts {
+                problems.push(format!(
+                    "num_experts_per_tok ({}) is not within 1..={} experts",
+                    m.top_k, m.num_experts
+                ));
+            }
+            if let Routing::SigmoidGrouped {
+                n_group,
+                topk_group,
+                ..
+            } = m.routing
+            {
+                if n_group == 0 || !m.num_experts.is_multiple_of(n_group) {
+                    problems.push(format!(
+                        "n_group ({n_group}) does not divide the {} experts",
+                        m.num_experts
+                    ));
+                } else if m.num_experts / n_group < 2 || topk_group == 0 || topk_group > n_group {
+                    problems.push(format!(
+                        "topk_group ({topk_group}) is not within 1..={n_group} groups of at \
+                     least two experts"
+                    ));
+                }
+            }
+        }
+        problems
     }
 }
 
@@ -460,19 +482,11 @@ fn refuse_mlp_bias(f: &Fields<'_>) -> Result<()> {
     Ok(())
 }
 
-/// Bamba and Granite: every layer is a mixer (Mamba-2 or attention) then a feed-forward part.
-fn bamba_or_granite(f: &mut Fields<'_>, family: HybridFamily) -> Result<HybridConfig> {
-    let granite = family == HybridFamily::Granite;
-    check_act(f, "hidden_act", &["silu", "swish"])?;
-    check_rope_type(f.v)?;
-    refuse_mlp_bias(f)?;
-    let hidden_size = f.size("hidden_size");
-    let vocab_size = f.size("vocab_size");
-    let layers = f.size("num_hidden_layers");
-    let heads = f.size("num_attention_heads");
-    let kv_heads = f.size_or("num_key_value_heads", heads);
-    let head_dim = f.size_or("head_dim", hidden_size / heads.max(1));
-    let mixers: Vec<bool> = if granite {
+/// Which layers of Bamba or Granite are attention (the others Mamba-2): Granite's
+/// `layer_types` (`mamba`/`attention`, or transformers 5's `linear_attention`/`full_attention`),
+/// Bamba's `attn_layer_indices`.
+fn attention_layers(f: &Fields<'_>, granite: bool, layers: usize) -> Result<Vec<bool>> {
+    Ok(if granite {
         match f
             .v
             .get("layer_types")
@@ -501,13 +515,15 @@ fn bamba_or_granite(f: &mut Fields<'_>, family: HybridFamily) -> Result<HybridCo
             )));
         }
         (0..layers).map(|l| indices.contains(&(l as u64))).collect()
-    };
-    if mixers.len() != layers {
-        return Err(Error::InvalidArgument(format!(
-            "layer_types has {} entries, num_hidden_layers is {layers}",
-            mixers.len()
-        )));
-    }
+    })
+}
+
+/// Bamba's or Granite's feed-forward part: Granite's experts with the shared MLP, or the
+/// shared MLP alone (no experts), or Bamba's MLP.
+fn feed_forward(
+    f: &mut Fields<'_>,
+    granite: bool,
+) -> (SublayerKind, Option<MlpConfig>, Option<MoeConfig>) {
     let experts = if granite {
         f.size_or("num_local_experts", 0)
     } else {
@@ -517,7 +533,7 @@ fn bamba_or_granite(f: &mut Fields<'_>, family: HybridFamily) -> Result<HybridCo
         intermediate,
         activation: Activation::SwiGlu,
     };
-    let (ff, mlp, moe) = if experts > 0 {
+    if experts > 0 {
         let moe = MoeConfig {
             num_experts: experts,
             top_k: f.size_or("num_experts_per_tok", 2),
@@ -535,7 +551,29 @@ fn bamba_or_granite(f: &mut Fields<'_>, family: HybridFamily) -> Result<HybridCo
             Some(gated(f.size("intermediate_size"))),
             None,
         )
-    };
+    }
+}
+
+/// Bamba and Granite: every layer is a mixer (Mamba-2 or attention) then a feed-forward part.
+fn bamba_or_granite(f: &mut Fields<'_>, family: HybridFamily) -> Result<HybridConfig> {
+    let granite = family == HybridFamily::Granite;
+    check_act(f, "hidden_act", &["silu", "swish"])?;
+    check_rope_type(f.v)?;
+    refuse_mlp_bias(f)?;
+    let hidden_size = f.size("hidden_size");
+    let vocab_size = f.size("vocab_size");
+    let layers = f.size("num_hidden_layers");
+    let heads = f.size("num_attention_heads");
+    let kv_heads = f.size_or("num_key_value_heads", heads);
+    let head_dim = f.size_or("head_dim", hidden_size / heads.max(1));
+    let mixers = attention_layers(f, granite, layers)?;
+    if mixers.len() != layers {
+        return Err(Error::InvalidArgument(format!(
+            "layer_types has {} entries, num_hidden_layers is {layers}",
+            mixers.len()
+        )));
+    }
+    let (ff, mlp, moe) = feed_forward(f, granite);
     let mut sublayers = Vec::new();
     let mut layer_of = Vec::new();
     for (l, &attention) in mixers.iter().enumerate() {
@@ -601,14 +639,10 @@ fn bamba_or_granite(f: &mut Fields<'_>, family: HybridFamily) -> Result<HybridCo
     })
 }
 
-/// Nemotron-H: one mixer per layer, after `layers_block_type` (or the older
-/// `hybrid_override_pattern` string: `M` Mamba-2, `*` attention, `-` MLP, `E` experts).
-fn nemotron_h(f: &mut Fields<'_>) -> Result<HybridConfig> {
-    check_act(f, "mlp_hidden_act", &["relu2"])?;
-    check_act(f, "mamba_hidden_act", &["silu", "swish"])?;
-    refuse_mlp_bias(f)?;
-    let hidden_size = f.size("hidden_size");
-    let vocab_size = f.size("vocab_size");
+/// Nemotron-H's sublayers: `layers_block_type` (or the older `hybrid_override_pattern`
+/// string: `M` Mamba-2, `*` attention, `-` MLP, `E` experts), checked against
+/// `num_hidden_layers` when both are given.
+fn nemotron_pattern(f: &mut Fields<'_>) -> Result<Vec<SublayerKind>> {
     let kinds: Vec<SublayerKind> = match (
         f.v.get("layers_block_type")
             .or_else(|| f.v.get("layer_types")),
@@ -652,6 +686,18 @@ fn nemotron_h(f: &mut Fields<'_>) -> Result<HybridConfig> {
             )));
         }
     }
+    Ok(kinds)
+}
+
+/// Nemotron-H: one mixer per layer, after `layers_block_type` (or the older
+/// `hybrid_override_pattern` string: `M` Mamba-2, `*` attention, `-` MLP, `E` experts).
+fn nemotron_h(f: &mut Fields<'_>) -> Result<HybridConfig> {
+    check_act(f, "mlp_hidden_act", &["relu2"])?;
+    check_act(f, "mamba_hidden_act", &["silu", "swish"])?;
+    refuse_mlp_bias(f)?;
+    let hidden_size = f.size("hidden_size");
+    let vocab_size = f.size("vocab_size");
+    let kinds = nemotron_pattern(f)?;
     let heads = f.size_or("num_attention_heads", 1);
     let head_dim =
         f.v.get("head_dim")

@@ -57,6 +57,15 @@ pub struct HybridPrefill {
     pub state: HybridState,
 }
 
+/// The host inputs of a forward pass, and the rows' positions after it.
+struct Fed {
+    ids: HostArray,
+    mask: HostArray,
+    rotary: HostArray,
+    valid: HostArray,
+    positions: Vec<i32>,
+}
+
 /// What a compiled program computes: (decode, rows, positions, capacity, chunk).
 type ProgramKey = (bool, usize, usize, usize, usize);
 
@@ -262,22 +271,7 @@ impl Hybrid {
             state
         };
         let cap = state.capacity();
-        let mut ids = vec![0i32; b * len];
-        let mut mask = vec![0f32; b * len];
-        let mut rotary = vec![0i32; b * len];
-        let mut valid: Vec<f32> = state.valid.to_f64_vec().iter().map(|&x| x as f32).collect();
-        let mut positions = state.positions.clone();
-        for (r, row) in rows.iter().enumerate() {
-            for (i, t) in row.iter().enumerate() {
-                if let Some(t) = *t {
-                    ids[r * len + i] = self.token(t)?;
-                    mask[r * len + i] = 1.0;
-                    rotary[r * len + i] = positions[r];
-                    valid[r * cap + state.column + i] = 1.0;
-                    positions[r] += 1;
-                }
-            }
-        }
+        let fed = self.feed(rows, &state)?;
         let decode = len == 1;
         let template = state.sublayers.clone();
         let program = self.program((decode, b, len, cap, chunk), |g, w| {
@@ -316,13 +310,12 @@ impl Hybrid {
             outs.extend(next.iter().flat_map(|s| s.tensors().into_iter().cloned()));
             Ok(outs)
         })?;
-        let valid = HostArray::from_vec(&[b, cap], valid)?;
         let mut inputs = vec![
-            HostArray::from_vec(&[b, len], ids)?,
-            HostArray::from_vec(&[b, len], mask)?,
-            HostArray::from_vec(&[b, len], rotary)?,
+            fed.ids,
+            fed.mask,
+            fed.rotary,
             HostArray::scalar(state.column as i32),
-            valid.clone(),
+            fed.valid.clone(),
         ];
         for s in &state.sublayers {
             inputs.extend(s.tensors().into_iter().cloned());
@@ -344,11 +337,40 @@ impl Hybrid {
             logits,
             HybridState {
                 sublayers,
-                valid,
+                valid: fed.valid,
                 column: state.column + len,
-                positions,
+                positions: fed.positions,
             },
         ))
+    }
+
+    /// The host inputs for feeding `rows` (equal lengths, `None` = padding) after `state`
+    /// (whose caches have room for them).
+    fn feed(&self, rows: &[Vec<Option<u32>>], state: &HybridState) -> Result<Fed> {
+        let (b, len, cap) = (rows.len(), rows[0].len(), state.capacity());
+        let mut ids = vec![0i32; b * len];
+        let mut mask = vec![0f32; b * len];
+        let mut rotary = vec![0i32; b * len];
+        let mut valid: Vec<f32> = state.valid.to_f64_vec().iter().map(|&x| x as f32).collect();
+        let mut positions = state.positions.clone();
+        for (r, row) in rows.iter().enumerate() {
+            for (i, t) in row.iter().enumerate() {
+                if let Some(t) = *t {
+                    ids[r * len + i] = self.token(t)?;
+                    mask[r * len + i] = 1.0;
+                    rotary[r * len + i] = positions[r];
+                    valid[r * cap + state.column + i] = 1.0;
+                    positions[r] += 1;
+                }
+            }
+        }
+        Ok(Fed {
+            ids: HostArray::from_vec(&[b, len], ids)?,
+            mask: HostArray::from_vec(&[b, len], mask)?,
+            rotary: HostArray::from_vec(&[b, len], rotary)?,
+            valid: HostArray::from_vec(&[b, cap], valid)?,
+            positions,
+        })
     }
 
     /// Checks that `state` has `b` rows and one state of the right kind and shape per

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use super::config::{Activation, HybridConfig, HybridFamily, MlpConfig, SublayerKind};
+use super::config::{Activation, HybridConfig, HybridFamily, MlpConfig, MoeConfig, SublayerKind};
 use crate::array::HostArray;
 use crate::dtype::{DType, TensorType};
 use crate::error::{Error, Result};
@@ -301,12 +301,61 @@ impl Layout<'_> {
         }
     }
 
+    /// A mixture of experts: Nemotron-H's one tensor per expert (stacked) and `gate`, or
+    /// Granite's `block_sparse_moe` with experts already stacked; the shared expert.
+    fn moe(&self, p: &str, m: MoeConfig) -> MoeWeights<Source> {
+        let h = self.c.hidden_size;
+        let (e, i) = (m.num_experts, m.expert.intermediate);
+        let rows = match m.expert.activation {
+            Activation::SwiGlu => 2 * i,
+            Activation::Relu2 => i,
+        };
+        if self.c.family == HybridFamily::NemotronH {
+            let each = |x: &str| {
+                (0..e)
+                    .map(|j| format!("{p}experts.{j}.{x}.weight"))
+                    .collect()
+            };
+            MoeWeights {
+                router: self.one(format!("{p}gate.weight"), DType::F32, &[e, h]),
+                correction: Some(self.vector(format!("{p}gate.e_score_correction_bias"), e)),
+                experts: MlpWeights {
+                    up: self.joined(each("up_proj"), self.m, &[rows, h], true),
+                    down: self.joined(each("down_proj"), self.m, &[h, i], true),
+                },
+                shared: m.shared.map(|s| {
+                    self.mlp(
+                        vec![format!("{p}shared_experts.up_proj.weight")],
+                        format!("{p}shared_experts.down_proj.weight"),
+                        s,
+                    )
+                }),
+            }
+        } else {
+            let b = format!("{p}block_sparse_moe.");
+            MoeWeights {
+                router: self.one(format!("{b}router.layer.weight"), DType::F32, &[e, h]),
+                correction: None,
+                experts: MlpWeights {
+                    up: self.matrix(format!("{b}input_linear.weight"), &[e, rows, h]),
+                    down: self.matrix(format!("{b}output_linear.weight"), &[e, h, i]),
+                },
+                shared: m.shared.map(|s| {
+                    self.mlp(
+                        vec![format!("{p}shared_mlp.input_linear.weight")],
+                        format!("{p}shared_mlp.output_linear.weight"),
+                        s,
+                    )
+                }),
+            }
+        }
+    }
+
     fn sublayer(&self, i: usize) -> Result<Sublayer<Source>> {
         let c = self.c;
         let l = c.layer_of[i];
         let kind = c.sublayers[i];
         let h = c.hidden_size;
-        let nemotron = c.family == HybridFamily::NemotronH;
         let (norm, p) = match (c.family, kind) {
             (HybridFamily::NemotronH, _) => (
                 format!("backbone.layers.{l}.norm.weight"),
@@ -366,55 +415,9 @@ impl Layout<'_> {
             }
             SublayerKind::Moe => {
                 let m = c.moe.ok_or_else(|| missing("experts"))?;
-                let (e, i) = (m.num_experts, m.expert.intermediate);
-                let rows = match m.expert.activation {
-                    Activation::SwiGlu => 2 * i,
-                    Activation::Relu2 => i,
-                };
-                let moe = if nemotron {
-                    let each = |x: &str| {
-                        (0..e)
-                            .map(|j| format!("{p}experts.{j}.{x}.weight"))
-                            .collect()
-                    };
-                    MoeWeights {
-                        router: self.one(format!("{p}gate.weight"), DType::F32, &[e, h]),
-                        correction: Some(
-                            self.vector(format!("{p}gate.e_score_correction_bias"), e),
-                        ),
-                        experts: MlpWeights {
-                            up: self.joined(each("up_proj"), self.m, &[rows, h], true),
-                            down: self.joined(each("down_proj"), self.m, &[h, i], true),
-                        },
-                        shared: m.shared.map(|s| {
-                            self.mlp(
-                                vec![format!("{p}shared_experts.up_proj.weight")],
-                                format!("{p}shared_experts.down_proj.weight"),
-                                s,
-                            )
-                        }),
-                    }
-                } else {
-                    let b = format!("{p}block_sparse_moe.");
-                    MoeWeights {
-                        router: self.one(format!("{b}router.layer.weight"), DType::F32, &[e, h]),
-                        correction: None,
-                        experts: MlpWeights {
-                            up: self.matrix(format!("{b}input_linear.weight"), &[e, rows, h]),
-                            down: self.matrix(format!("{b}output_linear.weight"), &[e, h, i]),
-                        },
-                        shared: m.shared.map(|s| {
-                            self.mlp(
-                                vec![format!("{p}shared_mlp.input_linear.weight")],
-                                format!("{p}shared_mlp.output_linear.weight"),
-                                s,
-                            )
-                        }),
-                    }
-                };
                 Sublayer::Moe {
                     norm: self.vector(norm, h),
-                    moe,
+                    moe: self.moe(&p, m),
                 }
             }
         })
