@@ -8,6 +8,7 @@ use serde_json::Value;
 
 use super::hybrid::{self, Hybrid, HybridFamily};
 use super::mamba1::{self, Mamba1};
+use super::mamba2::GenerateOptions;
 use crate::array::HostArray;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -24,8 +25,12 @@ pub trait CausalLm {
     /// The logits at every position of the prompts (left-padded to the longest), `[b, L,
     /// vocab]` f32.
     fn prefill_logits(&self, prompts: &[Vec<u32>]) -> Result<HostArray>;
-    /// `new_tokens` greedy tokens per prompt.
+    /// `new_tokens` greedy tokens per prompt, one step program call per token (the argmax on
+    /// the host).
     fn greedy(&self, prompts: &[Vec<u32>], new_tokens: usize) -> Result<Vec<Vec<u32>>>;
+    /// Up to `options.max_new_tokens` tokens per prompt in one program (prefill and a
+    /// device-side decode loop; greedy or sampled, with penalties, stopping at `eos`).
+    fn generate(&self, prompts: &[Vec<u32>], options: &GenerateOptions) -> Result<Vec<Vec<u32>>>;
 }
 
 impl CausalLm for Mamba1 {
@@ -51,6 +56,9 @@ impl CausalLm for Mamba1 {
     }
     fn greedy(&self, prompts: &[Vec<u32>], new_tokens: usize) -> Result<Vec<Vec<u32>>> {
         Mamba1::greedy(self, prompts, new_tokens)
+    }
+    fn generate(&self, prompts: &[Vec<u32>], options: &GenerateOptions) -> Result<Vec<Vec<u32>>> {
+        Mamba1::generate(self, prompts, options)
     }
 }
 
@@ -88,6 +96,9 @@ impl CausalLm for Hybrid {
     }
     fn greedy(&self, prompts: &[Vec<u32>], new_tokens: usize) -> Result<Vec<Vec<u32>>> {
         Hybrid::greedy(self, prompts, new_tokens)
+    }
+    fn generate(&self, prompts: &[Vec<u32>], options: &GenerateOptions) -> Result<Vec<Vec<u32>>> {
+        Hybrid::generate(self, prompts, options)
     }
 }
 

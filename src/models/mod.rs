@@ -1,5 +1,6 @@
 //! Models built only from the public graph API.
 
+pub(crate) mod engine;
 pub mod family;
 pub mod hybrid;
 pub mod mamba1;

@@ -9,3 +9,4 @@ mod common;
 mod checkpoints;
 mod consistency;
 mod fixtures;
+mod generate;

@@ -14,6 +14,7 @@ use crate::compiled::CompiledGraph;
 use crate::dtype::{DType, TensorType};
 use crate::error::{Error, Result};
 use crate::models::argmax;
+use crate::models::engine::Variant;
 use crate::models::mamba2::{LayerState, LoadOptions};
 use crate::ops::{Graph, Tensor};
 use crate::runtime::{Buffer, Client};
@@ -58,16 +59,27 @@ pub struct HybridPrefill {
 }
 
 /// The host inputs of a forward pass, and the rows' positions after it.
-struct Fed {
-    ids: HostArray,
-    mask: HostArray,
-    rotary: HostArray,
-    valid: HostArray,
-    positions: Vec<i32>,
+pub(super) struct Fed {
+    pub(super) ids: HostArray,
+    pub(super) mask: HostArray,
+    pub(super) rotary: HostArray,
+    pub(super) valid: HostArray,
+    pub(super) positions: Vec<i32>,
 }
 
-/// What a compiled program computes: (decode, rows, positions, capacity, chunk).
-type ProgramKey = (bool, usize, usize, usize, usize);
+/// What a compiled program computes: (its kind, rows, positions, capacity, chunk).
+pub(super) type ProgramKey = (Kind, usize, usize, usize, usize);
+
+/// The kinds of program.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(super) enum Kind {
+    /// Prompts after a state.
+    Prefill,
+    /// One token per row after a state.
+    Step,
+    /// Generation in one program, up to this many tokens.
+    Generate(usize, Variant),
+}
 
 /// A Bamba, Granite 4.0-H or Nemotron-H model whose weights live on `client`'s first device.
 pub struct Hybrid {
@@ -191,23 +203,33 @@ impl Hybrid {
             ));
         }
         let longest = prompts.iter().map(Vec::len).max().unwrap_or(0);
+        let (rows, chunk) = self.padded_rows(prompts);
+        let (logits, state) = self.forward(&rows, state, chunk, reserve)?;
+        Ok(HybridPrefill {
+            logits: last_positions(&logits, longest)?,
+            state,
+        })
+    }
+
+    /// The prompts left-padded (`None`) to a multiple of the Mamba-2 prefill's chunk: the
+    /// config's chunk, or the power of two above the longest prompt when that is smaller.
+    pub(super) fn padded_rows(&self, prompts: &[Vec<u32>]) -> (Vec<Vec<Option<u32>>>, usize) {
+        let longest = prompts.iter().map(Vec::len).max().unwrap_or(1);
         let chunk = self
             .config
             .mamba
             .chunk_size
             .min(longest.next_power_of_two());
         let len = longest.next_multiple_of(chunk);
-        let mut rows = Vec::with_capacity(prompts.len());
-        for p in prompts {
-            let mut row = vec![None; len - p.len()];
-            row.extend(p.iter().map(|&t| Some(t)));
-            rows.push(row);
-        }
-        let (logits, state) = self.forward(&rows, state, chunk, reserve)?;
-        Ok(HybridPrefill {
-            logits: last_positions(&logits, longest)?,
-            state,
-        })
+        let rows = prompts
+            .iter()
+            .map(|p| {
+                let mut row = vec![None; len - p.len()];
+                row.extend(p.iter().map(|&t| Some(t)));
+                row
+            })
+            .collect();
+        (rows, chunk)
     }
 
     /// One new token per row after `state` (from [`Hybrid::prefill`] or an earlier step): the
@@ -274,7 +296,8 @@ impl Hybrid {
         let fed = self.feed(rows, &state)?;
         let decode = len == 1;
         let template = state.sublayers.clone();
-        let program = self.program((decode, b, len, cap, chunk), |g, w| {
+        let kind = if decode { Kind::Step } else { Kind::Prefill };
+        let program = self.program((kind, b, len, cap, chunk), |g, w| {
             let tokens = g.parameter("tokens", DType::I32, &[b, len])?;
             let m = g.parameter("mask", DType::F32, &[b, len])?;
             let rot = g.parameter("positions", DType::I32, &[b, len])?;
@@ -346,7 +369,7 @@ impl Hybrid {
 
     /// The host inputs for feeding `rows` (equal lengths, `None` = padding) after `state`
     /// (whose caches have room for them).
-    fn feed(&self, rows: &[Vec<Option<u32>>], state: &HybridState) -> Result<Fed> {
+    pub(super) fn feed(&self, rows: &[Vec<Option<u32>>], state: &HybridState) -> Result<Fed> {
         let (b, len, cap) = (rows.len(), rows[0].len(), state.capacity());
         let mut ids = vec![0i32; b * len];
         let mut mask = vec![0f32; b * len];
@@ -430,7 +453,7 @@ impl Hybrid {
 
     /// The compiled program `key`, built by `build` (given a graph and the weights as its first
     /// parameters, returning the outputs) and compiled on first use.
-    fn program(
+    pub(super) fn program(
         &self,
         key: ProgramKey,
         build: impl FnOnce(&Graph, &HybridWeights<Tensor>) -> Result<Vec<Tensor>>,
@@ -454,7 +477,11 @@ impl Hybrid {
     }
 
     /// Runs `program` on the weights and `inputs`, downloading its outputs.
-    fn run(&self, program: &CompiledGraph, inputs: &[HostArray]) -> Result<Vec<HostArray>> {
+    pub(super) fn run(
+        &self,
+        program: &CompiledGraph,
+        inputs: &[HostArray],
+    ) -> Result<Vec<HostArray>> {
         let uploaded = inputs
             .iter()
             .map(|a| self.client.buffer_from_host_array(a))

@@ -12,7 +12,9 @@ use crate::compiled::CompiledGraph;
 use crate::dtype::{DType, TensorType};
 use crate::error::{Error, Result};
 use crate::models::argmax;
+use crate::models::engine::{self, decode_loop, rows, Decoding, Stepper, Variant};
 use crate::models::mamba2::LoadOptions;
+use crate::models::mamba2::{GenerateOptions, LayerState};
 use crate::ops::{Graph, Tensor};
 use crate::runtime::{Buffer, Client};
 
@@ -39,6 +41,8 @@ enum Kind {
     PrefillFrom,
     /// One token per row.
     Step,
+    /// Generation in one program, up to this many tokens.
+    Generate(usize, Variant),
 }
 
 /// What a prefill returns.
@@ -147,15 +151,7 @@ impl Mamba1 {
             ));
         }
         let b = prompts.len();
-        let mut ids = vec![0i32; b * len];
-        let mut mask = vec![0f32; b * len];
-        for (r, p) in prompts.iter().enumerate() {
-            let pad = len - p.len();
-            for (i, &t) in p.iter().enumerate() {
-                ids[r * len + pad + i] = self.token(t, "prefill")?;
-                mask[r * len + pad + i] = 1.0;
-            }
-        }
+        let (ids, mask) = self.padded(prompts, len, "prefill")?;
         let kind = if init.is_some() {
             Kind::PrefillFrom
         } else {
@@ -174,10 +170,7 @@ impl Mamba1 {
             outs.extend(states.into_iter().flat_map(|s| [s.conv, s.ssm]));
             Ok(outs)
         })?;
-        let mut inputs = vec![
-            HostArray::from_vec(&[b, len], ids)?,
-            HostArray::from_vec(&[b, len], mask)?,
-        ];
+        let mut inputs = vec![ids, mask];
         for s in init.unwrap_or_default() {
             inputs.extend([s.conv.clone(), s.ssm.clone()]);
         }
@@ -300,6 +293,89 @@ impl Mamba1 {
         Ok(out)
     }
 
+    /// The prompts left-padded to `len` positions: token ids `[b, len]` i32 and the mask
+    /// `[b, len]` f32 (1 at real tokens); a token outside the vocabulary is an error naming
+    /// `op`.
+    fn padded(&self, prompts: &[Vec<u32>], len: usize, op: &str) -> Result<(HostArray, HostArray)> {
+        let b = prompts.len();
+        let mut ids = vec![0i32; b * len];
+        let mut mask = vec![0f32; b * len];
+        for (r, p) in prompts.iter().enumerate() {
+            let pad = len - p.len();
+            for (i, &t) in p.iter().enumerate() {
+                ids[r * len + pad + i] = self.token(t, op)?;
+                mask[r * len + pad + i] = 1.0;
+            }
+        }
+        Ok((
+            HostArray::from_vec(&[b, len], ids)?,
+            HostArray::from_vec(&[b, len], mask)?,
+        ))
+    }
+
+    /// Generates up to `options.max_new_tokens` tokens per prompt in ONE execution: the
+    /// prefill and a device-side `while` loop of steps that picks each token (greedy or
+    /// sampled, with penalties, stopping a row at `eos`, whose later positions repeat it), as
+    /// [`Mamba2::generate`](crate::models::mamba2::Mamba2::generate) does. Options out of range
+    /// are an error naming them.
+    pub fn generate(
+        &self,
+        prompts: &[Vec<u32>],
+        options: &GenerateOptions,
+    ) -> Result<Vec<Vec<u32>>> {
+        engine::check_options(options, self.config.vocab_size)?;
+        let len = prompts.iter().map(Vec::len).max().unwrap_or(0);
+        if prompts.is_empty() || prompts.iter().any(Vec::is_empty) {
+            return Err(Error::InvalidArgument(
+                "Mamba1::generate needs at least one prompt, and no empty prompt".into(),
+            ));
+        }
+        if options.max_new_tokens == 0 {
+            return Ok(vec![Vec::new(); prompts.len()]);
+        }
+        let (b, v) = (prompts.len(), engine::variant(options));
+        let capacity = crate::models::mamba2::generate_capacity(options.max_new_tokens);
+        let (ids, mask) = self.padded(prompts, len, "generate")?;
+        let key = (Kind::Generate(capacity, v), b, len, self.scan);
+        let program = self.program(key, |g, w| {
+            let tokens = g.parameter("tokens", DType::I32, &[b, len])?;
+            let m = g.parameter("mask", DType::F32, &[b, len])?;
+            let c = engine::control_parameters(g, b, len + capacity, v)?;
+            let (logits, states) = block::prefill(&tokens, &m, w, &self.config, self.scan, None)?;
+            let vocab = self.config.vocab_size as isize;
+            let start = Decoding {
+                logits: logits
+                    .narrow(1, len - 1, 1)?
+                    .reshape(&[b as isize, vocab])?,
+                states,
+                done: g.full(0.0, DType::Pred, &[b])?,
+                key: c.key,
+                history: c.history,
+            };
+            let steps = Steps {
+                w,
+                cfg: &self.config,
+            };
+            let (out, _) = decode_loop(&steps, start, &c.max_new, &c.picker, capacity, v)?;
+            Ok(vec![out])
+        })?;
+        let mut inputs = vec![ids, mask];
+        let vocab = self.config.vocab_size;
+        inputs.extend(engine::control_inputs(
+            prompts,
+            options,
+            vocab,
+            len,
+            len + capacity,
+            v,
+        )?);
+        let out = self.run(&program, &inputs)?;
+        let tokens = out
+            .first()
+            .ok_or_else(|| Error::InvalidArgument("generate returned nothing".into()))?;
+        engine::rows_of_tokens(tokens, options.max_new_tokens)
+    }
+
     /// `t` as an `i32` id, or an error naming `op` if it is outside the vocabulary.
     fn token(&self, t: u32, op: &str) -> Result<i32> {
         if (t as usize) < self.config.vocab_size {
@@ -347,6 +423,30 @@ impl Mamba1 {
             .run_buffers(&args)?
             .iter()
             .map(Buffer::to_host_array)
+            .collect()
+    }
+}
+
+/// Mamba-1's step inside the decode loop.
+struct Steps<'a> {
+    w: &'a Mamba1Weights<Tensor>,
+    cfg: &'a Mamba1Config,
+}
+
+impl Stepper for Steps<'_> {
+    type State = Vec<LayerState<Tensor>>;
+    fn step(&self, token: &Tensor, state: &Self::State) -> Result<(Tensor, Self::State)> {
+        block::step(token, state, self.w, self.cfg)
+    }
+    fn hold(&self, done: &Tensor, old: &Self::State, next: Self::State) -> Result<Self::State> {
+        next.into_iter()
+            .zip(old)
+            .map(|(n, s)| {
+                Ok(LayerState {
+                    conv: rows(done, 3)?.select(&s.conv, &n.conv)?,
+                    ssm: rows(done, 3)?.select(&s.ssm, &n.ssm)?,
+                })
+            })
             .collect()
     }
 }

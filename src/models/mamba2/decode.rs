@@ -6,10 +6,13 @@ use super::block::{self, LayerState};
 use super::generate::{generate_capacity, GenerateOptions};
 use super::model::{LogitsAt, Mamba2};
 use super::weights::Mamba2Weights;
+use super::Mamba2Config;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+pub(super) use crate::models::engine::Variant;
+use crate::models::engine::{decode_loop, penalty_parameters, rows, Decoding, Picker, Stepper};
 use crate::ops::{Carry, Graph, Tensor};
-use crate::sampling::{self, PenaltySettings, SampleSettings, Sampling, TokenHistory};
+use crate::sampling::{SampleSettings, Sampling};
 
 impl Carry for LayerState<Tensor> {
     fn flatten(&self, out: &mut Vec<Tensor>) {
@@ -24,113 +27,25 @@ impl Carry for LayerState<Tensor> {
     }
 }
 
-/// What a generate program takes and returns besides its tokens.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Variant {
-    /// Sampling (else greedy).
-    pub(super) sample: bool,
-    /// Continues from a state given as parameters.
-    pub(super) from_state: bool,
-    /// Returns the final state.
-    pub(super) state_out: bool,
-    /// Continues in later calls (a stream segment): needs the logits after the last token.
-    pub(super) segment: bool,
-    /// Applies penalties (takes their settings and a token history).
-    pub(super) penalties: bool,
+/// Mamba-2's step inside the decode loop.
+struct Steps<'a> {
+    w: &'a Mamba2Weights<Tensor>,
+    cfg: &'a Mamba2Config,
 }
 
-impl Variant {
-    /// Whether the token the loop picks last must be stepped through the model: when the state
-    /// or the logits after it are wanted.
-    fn needs_last_step(&self) -> bool {
-        self.state_out || self.segment
+impl Stepper for Steps<'_> {
+    type State = Vec<LayerState<Tensor>>;
+    fn step(&self, token: &Tensor, state: &Self::State) -> Result<(Tensor, Self::State)> {
+        block::step(token, state, self.w, self.cfg)
     }
-}
-
-/// Where decoding stands between steps, on the device.
-struct Decoding {
-    /// The logits of the next token, `[b, vocab]`.
-    logits: Tensor,
-    /// One state per layer.
-    states: Vec<LayerState<Tensor>>,
-    /// The rows that have emitted `eos`, pred `[b]`.
-    done: Tensor,
-    /// The sampling key.
-    key: Tensor,
-    /// The context so far, when penalties are on.
-    history: Option<TokenHistory>,
-}
-
-/// The part of the decode loop's carry after the model's: the tokens written so far, which rows
-/// are done, the key, and the history (flattened in that order; no history, no tensor).
-struct Tail {
-    out: Tensor,
-    done: Tensor,
-    key: Tensor,
-    history: Option<TokenHistory>,
-}
-
-impl Carry for Tail {
-    fn flatten(&self, out: &mut Vec<Tensor>) {
-        out.extend([self.out.clone(), self.done.clone(), self.key.clone()]);
-        if let Some(h) = &self.history {
-            h.flatten(out);
+    fn hold(&self, done: &Tensor, old: &Self::State, next: Self::State) -> Result<Self::State> {
+        let mut next = next;
+        for (n, s) in next.iter_mut().zip(old) {
+            n.conv = rows(done, 3)?.select(&s.conv, &n.conv)?;
+            n.ssm = rows(done, 4)?.select(&s.ssm, &n.ssm)?;
         }
+        Ok(next)
     }
-    fn unflatten(template: &Self, values: &mut dyn Iterator<Item = Tensor>) -> Option<Self> {
-        let (out, done, key) = (values.next()?, values.next()?, values.next()?);
-        let history = match &template.history {
-            Some(h) => Some(TokenHistory::unflatten(h, values)?),
-            None => None,
-        };
-        Some(Tail {
-            out,
-            done,
-            key,
-            history,
-        })
-    }
-}
-
-/// How a decode program picks its tokens: its runtime settings.
-struct Picker {
-    /// The end-of-sequence token, rank-0 i32 (-1 for none).
-    eos: Tensor,
-    /// The sampling settings, when the program samples (else it is greedy).
-    sample: Option<SampleSettings>,
-    /// The penalty settings, when the program applies penalties.
-    penalties: Option<PenaltySettings>,
-}
-
-impl Picker {
-    /// One token per row from `logits` (penalised for `history` when penalties are on), `eos`
-    /// for the rows in `done`; and the key for the next draw.
-    fn pick(
-        &self,
-        logits: &Tensor,
-        done: &Tensor,
-        key: &Tensor,
-        history: Option<&TokenHistory>,
-    ) -> Result<(Tensor, Tensor)> {
-        let penalized = match (&self.penalties, history) {
-            (Some(p), Some(h)) => Some(sampling::penalize(logits, p, h)?),
-            _ => None,
-        };
-        let logits = penalized.as_ref().unwrap_or(logits);
-        let (token, key) = match &self.sample {
-            Some(settings) => sampling::sample(logits, settings, key)?,
-            None => (sampling::greedy(logits)?, key.clone()),
-        };
-        let token = done.not()?.select(&token, &self.eos)?;
-        Ok((token, key))
-    }
-}
-
-/// A `[b]` pred reshaped to `[b, 1, ...]` of `rank` dimensions, to select whole rows.
-fn rows(done: &Tensor, rank: usize) -> Result<Tensor> {
-    let mut dims = vec![1isize; rank];
-    dims[0] = done.dims()[0] as isize;
-    done.reshape(&dims)
 }
 
 impl Mamba2 {
@@ -228,7 +143,17 @@ impl Mamba2 {
             sample,
             penalties,
         };
-        let (out, end) = self.decode_loop(&w, start, &max_new, &picker, capacity, v)?;
+        let (out, end) = decode_loop(
+            &Steps {
+                w: &w,
+                cfg: self.config(),
+            },
+            start,
+            &max_new,
+            &picker,
+            capacity,
+            v,
+        )?;
         let states = end.states;
         let mut outs = vec![out];
         if v.state_out {
@@ -239,102 +164,6 @@ impl Mamba2 {
         }
         g.set_outputs(&outs.iter().collect::<Vec<_>>())?;
         self.placed(g, batch)
-    }
-
-    /// Up to `max_steps` (rank-0 i32, at most `capacity`) decode steps from `start` inside one
-    /// `while` loop, each picking its token as `picker` says, ending early when every row has
-    /// emitted `picker.eos` (rank-0 i32, -1 for none). Returns the tokens `[b, capacity]`
-    /// (positions after a row's `eos`, and those the loop did not reach, hold `max(eos, 0)`)
-    /// and where decoding stands. With `v.state_out` a row that had stopped keeps the state it
-    /// stopped with.
-    fn decode_loop(
-        &self,
-        w: &Mamba2Weights<Tensor>,
-        start: Decoding,
-        max_steps: &Tensor,
-        picker: &Picker,
-        capacity: usize,
-        v: Variant,
-    ) -> Result<(Tensor, Decoding)> {
-        let g = max_steps.graph();
-        let eos = &picker.eos;
-        let batch = start.done.dims()[0];
-        let out = eos.maximum(0.0)?.broadcast_to(&[batch, capacity])?;
-        let i = g.scalar(0.0, DType::I32)?;
-        let zero = g.scalar(0.0, DType::I32)?;
-        // Picks a token per row (the eos for rows that have stopped) and writes it at `i`.
-        let pick = |i: &Tensor, logits: &Tensor, t: &Tail| {
-            let (token, key) = picker.pick(logits, &t.done, &t.key, t.history.as_ref())?;
-            let out = t
-                .out
-                .dynamic_update_slice(&token.expand_dims(1)?, &[&zero, i])?;
-            Ok::<_, crate::error::Error>((token, out, key))
-        };
-        // Without the final state, the last token needs no step: the loop stops one short and
-        // its last pick follows it.
-        let steps = if v.needs_last_step() {
-            max_steps.clone()
-        } else {
-            max_steps.sub(1.0)?
-        };
-        let tail = Tail {
-            out,
-            done: start.done,
-            key: start.key,
-            history: start.history,
-        };
-        let init = (i, start.logits, start.states, tail);
-        let (i, logits, states, tail) = g.while_loop(
-            &init,
-            |(i, _, _, t)| {
-                let more = i.lt(&steps)?;
-                let open = t.done.not()?.astype(DType::I32)?.max(&[0])?.gt(0.0)?;
-                more.and(&open)
-            },
-            |(i, logits, states, t)| {
-                let (token, out, key) = pick(i, logits, t)?;
-                let (logits, mut next) = block::step(&token, states, w, self.config())?;
-                if v.state_out {
-                    for (n, s) in next.iter_mut().zip(states) {
-                        n.conv = rows(&t.done, 3)?.select(&s.conv, &n.conv)?;
-                        n.ssm = rows(&t.done, 4)?.select(&s.ssm, &n.ssm)?;
-                    }
-                }
-                let done = t.done.or(&token.eq(eos)?)?;
-                let history = t.history.as_ref().map(|h| h.push(&token)).transpose()?;
-                let tail = Tail {
-                    out,
-                    done,
-                    key,
-                    history,
-                };
-                Ok((i.add(1.0)?, logits, next, tail))
-            },
-        )?;
-        let tail = if v.needs_last_step() {
-            tail
-        } else {
-            // `i < max_steps` here; after an early end (every row stopped) this writes an eos.
-            // The history after this last token is not needed.
-            let (token, out, key) = pick(&i, &logits, &tail)?;
-            let done = tail.done.or(&token.eq(eos)?)?;
-            Tail {
-                out,
-                done,
-                key,
-                history: tail.history,
-            }
-        };
-        Ok((
-            tail.out,
-            Decoding {
-                logits,
-                states,
-                done: tail.done,
-                key: tail.key,
-                history: tail.history,
-            },
-        ))
     }
 
     /// The segment program of [`Mamba2::generate_stream`]: up to `segment` decode steps from
@@ -382,7 +211,17 @@ impl Mamba2 {
             sample,
             penalties,
         };
-        let (out, end) = self.decode_loop(&w, start, &max_steps, &picker, segment, v)?;
+        let (out, end) = decode_loop(
+            &Steps {
+                w: &w,
+                cfg: self.config(),
+            },
+            start,
+            &max_steps,
+            &picker,
+            segment,
+            v,
+        )?;
         let mut outs = vec![out, end.logits];
         for s in end.states {
             outs.push(s.conv);
@@ -396,21 +235,4 @@ impl Mamba2 {
         g.set_outputs(&outs.iter().collect::<Vec<_>>())?;
         self.placed(g, batch)
     }
-}
-
-/// With `v.penalties`, the [`PenaltySettings`] and a [`TokenHistory`] of `width` positions as
-/// parameters of `g`.
-fn penalty_parameters(
-    g: &Graph,
-    v: Variant,
-    batch: usize,
-    width: usize,
-) -> Result<(Option<PenaltySettings>, Option<TokenHistory>)> {
-    if !v.penalties {
-        return Ok((None, None));
-    }
-    Ok((
-        Some(PenaltySettings::parameters(g, batch)?),
-        Some(TokenHistory::parameters(g, batch, width)?),
-    ))
 }

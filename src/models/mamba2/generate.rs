@@ -281,23 +281,7 @@ impl Mamba2 {
     /// Checks generation options against the model: sampling settings and penalties in range,
     /// `eos` in the vocabulary, `max_new_tokens` at most [`MAX_NEW_TOKENS`].
     pub(super) fn check_options(&self, options: &GenerateOptions) -> Result<()> {
-        options.sampling.check(self.config().vocab_size)?;
-        options.penalties.check()?;
-        if options.max_new_tokens > MAX_NEW_TOKENS {
-            return Err(Error::InvalidArgument(format!(
-                "options.max_new_tokens ({}) is more than {MAX_NEW_TOKENS}",
-                options.max_new_tokens
-            )));
-        }
-        if let Some(e) = options.eos {
-            if e as usize >= self.config().vocab_size {
-                return Err(Error::InvalidArgument(format!(
-                    "options.eos ({e}) is outside the vocabulary of {}",
-                    self.config().vocab_size
-                )));
-            }
-        }
-        Ok(())
+        crate::models::engine::check_options(options, self.config().vocab_size)
     }
 
     /// The [`SampleSettings`] parameters of `sampling` for `batch` rows, on the device.
@@ -351,7 +335,7 @@ pub const MAX_NEW_TOKENS: usize = 1 << 24;
 
 /// The compiled capacity for `max_new_tokens`: the next power of two, at least 16. Every
 /// request up to it runs in the same program, the count being a runtime input.
-pub(super) fn generate_capacity(max_new_tokens: usize) -> usize {
+pub(crate) fn generate_capacity(max_new_tokens: usize) -> usize {
     max_new_tokens.next_power_of_two().max(16)
 }
 

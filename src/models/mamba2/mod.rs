@@ -22,6 +22,7 @@ pub use crate::sampling::{Penalties, Sampling};
 pub use block::LayerState;
 pub use checkpoint::LoadOptions;
 pub use config::Mamba2Config;
+pub(crate) use generate::generate_capacity;
 pub use generate::{GenerateOptions, MAX_NEW_TOKENS};
 pub use model::{Mamba2, Prefill, CPU_MAX_CHUNK, MAX_PREFILL_CHUNK};
 pub use parallel::Parallel;

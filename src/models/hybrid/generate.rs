@@ -1,0 +1,234 @@
+//! Hybrid generation in one program: the prefill, then the shared decode loop
+//! ([`crate::models::engine`]) stepping the model with its Mamba-2 states and its attention
+//! caches (preallocated to the prompt and the capacity, each step's keys and values written in
+//! place at its column) carried on the device.
+
+use super::graph::{forward, Step, SublayerState};
+use super::layers::Positions;
+use super::model::{Hybrid, Kind};
+use super::weights::HybridWeights;
+use super::HybridConfig;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::models::engine::{self, decode_loop, rows, Decoding, Stepper};
+use crate::models::mamba2::{generate_capacity, GenerateOptions, LayerState};
+use crate::ops::{Carry, Tensor};
+
+impl Carry for SublayerState<Tensor> {
+    fn flatten(&self, out: &mut Vec<Tensor>) {
+        out.extend(self.tensors().into_iter().cloned());
+    }
+    fn unflatten(template: &Self, values: &mut dyn Iterator<Item = Tensor>) -> Option<Self> {
+        template
+            .rebuild(&mut || {
+                values
+                    .next()
+                    .ok_or_else(|| Error::InvalidArgument(String::new()))
+            })
+            .ok()
+    }
+}
+
+/// What the decode loop carries for a hybrid: every sublayer's state, which cache columns
+/// hold real tokens (`[b, C]` f32), the column of the next token (rank-0 i32, the same for
+/// every row) and each row's next rotary position (`[b]` i32).
+struct Carried {
+    sublayers: Vec<SublayerState<Tensor>>,
+    valid: Tensor,
+    column: Tensor,
+    positions: Tensor,
+}
+
+impl Carry for Carried {
+    fn flatten(&self, out: &mut Vec<Tensor>) {
+        self.sublayers.flatten(out);
+        out.extend([
+            self.valid.clone(),
+            self.column.clone(),
+            self.positions.clone(),
+        ]);
+    }
+    fn unflatten(template: &Self, values: &mut dyn Iterator<Item = Tensor>) -> Option<Self> {
+        Some(Carried {
+            sublayers: Vec::unflatten(&template.sublayers, values)?,
+            valid: values.next()?,
+            column: values.next()?,
+            positions: values.next()?,
+        })
+    }
+}
+
+/// A hybrid's step inside the decode loop.
+struct Steps<'a> {
+    w: &'a HybridWeights<Tensor>,
+    cfg: &'a HybridConfig,
+}
+
+impl Stepper for Steps<'_> {
+    type State = Carried;
+    fn step(&self, token: &Tensor, state: &Carried) -> Result<(Tensor, Carried)> {
+        let g = token.graph();
+        let b = token.dims()[0];
+        let tokens = token.reshape(&[b as isize, 1])?;
+        let mask = g.ones(DType::F32, &[b, 1])?;
+        let rotary = state.positions.reshape(&[b as isize, 1])?;
+        let zero = g.scalar(0.0, DType::I32)?;
+        let valid = state
+            .valid
+            .dynamic_update_slice(&mask, &[&zero, &state.column])?;
+        let step = Step {
+            tokens: &tokens,
+            mask: &mask,
+            at: Positions {
+                rotary: &rotary,
+                column: &state.column,
+                valid: &valid,
+            },
+            decode: true,
+            chunk: 1,
+        };
+        let (logits, sublayers) = forward(&step, &state.sublayers, self.w, self.cfg)?;
+        let logits = logits.reshape(&[b as isize, self.cfg.vocab_size as isize])?;
+        Ok((
+            logits,
+            Carried {
+                sublayers,
+                valid,
+                column: state.column.add(1.0)?,
+                positions: state.positions.add(1.0)?,
+            },
+        ))
+    }
+
+    fn hold(&self, done: &Tensor, old: &Carried, next: Carried) -> Result<Carried> {
+        let keep = |o: &Tensor, n: &Tensor| rows(done, n.rank())?.select(o, n);
+        let sublayers = next
+            .sublayers
+            .iter()
+            .zip(&old.sublayers)
+            .map(|(n, o)| {
+                Ok(match (n, o) {
+                    (SublayerState::Mamba(n), SublayerState::Mamba(o)) => {
+                        SublayerState::Mamba(LayerState {
+                            conv: keep(&o.conv, &n.conv)?,
+                            ssm: keep(&o.ssm, &n.ssm)?,
+                        })
+                    }
+                    (
+                        SublayerState::Attention { k, v },
+                        SublayerState::Attention { k: ok, v: ov },
+                    ) => SublayerState::Attention {
+                        k: keep(ok, k)?,
+                        v: keep(ov, v)?,
+                    },
+                    _ => SublayerState::None,
+                })
+            })
+            .collect::<Result<_>>()?;
+        Ok(Carried {
+            sublayers,
+            valid: keep(&old.valid, &next.valid)?,
+            column: next.column,
+            positions: keep(&old.positions, &next.positions)?,
+        })
+    }
+}
+
+impl Hybrid {
+    /// Generates up to `options.max_new_tokens` tokens per prompt in ONE execution: the
+    /// prefill and a device-side `while` loop of steps that picks each token (greedy or
+    /// sampled, with penalties, stopping a row at `eos`, whose later positions repeat it), as
+    /// [`Mamba2::generate`](crate::models::mamba2::Mamba2::generate) does. The attention
+    /// caches hold the prompt and the capacity (the next power of two of `max_new_tokens`, at
+    /// least 16); each step writes its keys and values in place. Options out of range are an
+    /// error naming them.
+    pub fn generate(
+        &self,
+        prompts: &[Vec<u32>],
+        options: &GenerateOptions,
+    ) -> Result<Vec<Vec<u32>>> {
+        let cfg = self.config();
+        engine::check_options(options, cfg.vocab_size)?;
+        if prompts.is_empty() || prompts.iter().any(Vec::is_empty) {
+            return Err(Error::InvalidArgument(
+                "Hybrid::generate needs at least one prompt, and no empty prompt".into(),
+            ));
+        }
+        if options.max_new_tokens == 0 {
+            return Ok(vec![Vec::new(); prompts.len()]);
+        }
+        let (b, v) = (prompts.len(), engine::variant(options));
+        let (rows_in, chunk) = self.padded_rows(prompts);
+        let len = rows_in[0].len();
+        let capacity = generate_capacity(options.max_new_tokens);
+        let cap = len + capacity;
+        let empty = self.empty_state(b, cap)?;
+        let fed = self.feed(&rows_in, &empty)?;
+        let key = (Kind::Generate(capacity, v), b, len, cap, chunk);
+        let program = self.program(key, |g, w| {
+            let tokens = g.parameter("tokens", DType::I32, &[b, len])?;
+            let mask = g.parameter("mask", DType::F32, &[b, len])?;
+            let rotary = g.parameter("positions", DType::I32, &[b, len])?;
+            let valid = g.parameter("valid", DType::F32, &[b, cap])?;
+            let c = engine::control_parameters(g, b, len + capacity, v)?;
+            let zeros = |dims: &[usize]| g.zeros(DType::F32, dims);
+            let states = empty
+                .sublayers
+                .iter()
+                .map(|s| {
+                    let mut dims = s.tensors().into_iter().map(|t| t.dims().to_vec());
+                    s.rebuild(&mut || {
+                        let d = dims.next().unwrap_or_default();
+                        zeros(&d)
+                    })
+                })
+                .collect::<Result<Vec<_>>>()?;
+            let column = g.scalar(0.0, DType::I32)?;
+            let step = Step {
+                tokens: &tokens,
+                mask: &mask,
+                at: Positions {
+                    rotary: &rotary,
+                    column: &column,
+                    valid: &valid,
+                },
+                decode: false,
+                chunk,
+            };
+            let (logits, sublayers) = forward(&step, &states, w, cfg)?;
+            let vocab = cfg.vocab_size as isize;
+            let start = Decoding {
+                logits: logits
+                    .narrow(1, len - 1, 1)?
+                    .reshape(&[b as isize, vocab])?,
+                states: Carried {
+                    sublayers,
+                    valid,
+                    column: g.scalar(len as f64, DType::I32)?,
+                    positions: mask.sum(&[1])?.astype(DType::I32)?,
+                },
+                done: g.full(0.0, DType::Pred, &[b])?,
+                key: c.key,
+                history: c.history,
+            };
+            let steps = Steps { w, cfg };
+            let (out, _) = decode_loop(&steps, start, &c.max_new, &c.picker, capacity, v)?;
+            Ok(vec![out])
+        })?;
+        let mut inputs = vec![fed.ids, fed.mask, fed.rotary, fed.valid];
+        let width = len + capacity;
+        inputs.extend(engine::control_inputs(
+            prompts,
+            options,
+            cfg.vocab_size,
+            len,
+            width,
+            v,
+        )?);
+        let out = self.run(&program, &inputs)?;
+        let tokens = out
+            .first()
+            .ok_or_else(|| Error::InvalidArgument("generate returned nothing".into()))?;
+        engine::rows_of_tokens(tokens, options.max_new_tokens)
+    }
+}

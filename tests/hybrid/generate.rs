@@ -1,0 +1,106 @@
+//! Generation in one program (prefill and the device-side decode loop) for every family but
+//! Mamba-2: greedy equals transformers' greedy tokens (the fixtures'), ragged batches
+//! included; sampling with `top_k` 1 is greedy; a seed repeats its draw; a row stops at
+//! `eos` and repeats it; penalties change the greedy path as the host loop would not.
+
+use crate::common;
+
+use common::{client, read_safetensors};
+use stablegraph::models::family::{self, CausalLm};
+use stablegraph::models::mamba2::{GenerateOptions, Penalties, Sampling};
+use stablegraph::DType;
+
+/// Every fixture directory: the hybrids and Mamba-1's.
+fn fixtures() -> Vec<std::path::PathBuf> {
+    let mut dirs: Vec<_> = ["bamba", "granite", "granite_dense", "nemotron"]
+        .iter()
+        .map(|n| common::hybrid::fixture(n))
+        .collect();
+    dirs.extend(["tiny", "falcon"].iter().map(|n| common::mamba1::fixture(n)));
+    dirs
+}
+
+fn greedy(n: usize) -> GenerateOptions {
+    GenerateOptions {
+        max_new_tokens: n,
+        sampling: Sampling::Greedy,
+        eos: None,
+        penalties: Penalties::NONE,
+    }
+}
+
+#[test]
+fn greedy_generation_in_one_program_equals_transformers() {
+    for dir in fixtures() {
+        let model = family::load(&client(), &dir, DType::F32).unwrap();
+        let cases = read_safetensors(&dir.join("cases.safetensors"));
+        for k in [1, 3] {
+            let rows = crate::fixtures::prompts(&cases, k);
+            let want = &cases[&format!("case{k}.greedy")];
+            let new = want.shape[1];
+            let got = model.generate(&rows, &greedy(new)).unwrap();
+            for (r, toks) in got.iter().enumerate() {
+                let hf: Vec<u32> = want.values[r * new..(r + 1) * new]
+                    .iter()
+                    .map(|&t| t as u32)
+                    .collect();
+                assert_eq!(toks, &hf, "{} case {k} row {r}", dir.display());
+            }
+        }
+    }
+}
+
+#[test]
+fn sampling_options_behave_in_one_program() {
+    let rows = vec![vec![5, 9, 14, 20, 33], vec![40, 41]];
+    for dir in fixtures() {
+        let model = family::load(&client(), &dir, DType::F32).unwrap();
+        let name = dir.display();
+        let plain = model.generate(&rows, &greedy(12)).unwrap();
+        assert_eq!(plain, model.greedy(&rows, 12).unwrap(), "{name}: host loop");
+        let sample = |seed, top_k| GenerateOptions {
+            sampling: Sampling::Sample {
+                temperature: 1.0,
+                top_k,
+                top_p: 1.0,
+                seed,
+            },
+            ..greedy(12)
+        };
+        assert_eq!(
+            model.generate(&rows, &sample(3, 1)).unwrap(),
+            plain,
+            "{name}: top_k 1 is greedy"
+        );
+        let a = model.generate(&rows, &sample(7, 0)).unwrap();
+        assert_eq!(a, model.generate(&rows, &sample(7, 0)).unwrap(), "{name}: seed");
+        let draws: Vec<_> = (0..4)
+            .map(|s| model.generate(&rows, &sample(s, 0)).unwrap())
+            .collect();
+        assert!(draws.iter().any(|d| d != &a), "{name}: seeds all drew the same");
+        // A row stops at its first eos and repeats it.
+        let eos = plain[0][3];
+        let stopped = model
+            .generate(&rows, &GenerateOptions { eos: Some(eos), ..greedy(12) })
+            .unwrap();
+        let first = plain[0].iter().position(|&t| t == eos).unwrap();
+        assert_eq!(stopped[0][..=first], plain[0][..=first], "{name}");
+        assert!(stopped[0][first..].iter().all(|&t| t == eos), "{name}: {stopped:?}");
+        // No repeated bigram: the greedy path changes where it repeated one.
+        let penalties = Penalties {
+            no_repeat_ngram_size: 2,
+            ..Penalties::NONE
+        };
+        let fresh = model
+            .generate(&rows, &GenerateOptions { penalties, ..greedy(12) })
+            .unwrap();
+        for (r, row) in fresh.iter().enumerate() {
+            let mut all = rows[r].clone();
+            all.extend(row);
+            let pairs: Vec<_> = all.windows(2).collect();
+            for (i, p) in pairs.iter().enumerate() {
+                assert!(!pairs[..i].contains(p), "{name} row {r}: bigram {p:?} repeated");
+            }
+        }
+    }
+}
