@@ -6,7 +6,7 @@
 use crate::common;
 
 use common::{client, read_safetensors};
-use stablegraph::models::family::{self, CausalLm};
+use stablegraph::models::family;
 use stablegraph::models::mamba2::{GenerateOptions, Penalties, Sampling};
 use stablegraph::DType;
 
