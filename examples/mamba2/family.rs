@@ -1,8 +1,9 @@
 //! `generate --model DIR` for a checkpoint of a family other than Mamba-2 (Mamba-1,
-//! Falcon-Mamba, Bamba, Granite 4.0-H, Nemotron-H; `stablegraph::models::family`): greedy
-//! decoding (a prefill program, then one step program call per token with the argmax on the
-//! host). What the Mamba-2 engine adds (sampling, penalties, streaming, state files, several
-//! devices) is refused by name.
+//! Falcon-Mamba, Bamba, Granite 4.0-H, Nemotron-H; `stablegraph::models::family`): generation
+//! in one program (the prefill and the device-side decode loop), greedy or sampled, with
+//! penalties and `--eos`, defaults from the checkpoint's generation_config.json as for Mamba-2.
+//! What only the Mamba-2 engine has yet (streaming, state files, several devices, its prefill
+//! chunking and bf16-dot switch) is refused by name.
 
 use std::path::Path;
 use std::time::Instant;
@@ -13,8 +14,8 @@ use stablegraph::models::family::{self, CausalLm};
 use stablegraph::runtime::Client;
 use stablegraph::DType;
 
-use crate::generate::{cut_at_eos, dump_logits};
-use crate::load::{Bf16Dots, ModelArgs, Precision, PromptArgs, SamplingArgs};
+use crate::generate::{cut_at_eos, describe_settings, dump_logits, settings_json};
+use crate::load::{Bf16Dots, ModelArgs, Precision, PromptArgs, SamplingArgs, Source};
 use crate::text::Codec;
 use crate::{ids_text, peak_rss_mb, progress, seconds, write_json};
 
@@ -29,19 +30,9 @@ pub(crate) struct Outputs<'a> {
 }
 
 /// The flags' check: the Mamba-2-only ones are an error naming them.
-fn refuse(family: &str, m: &ModelArgs, s: &SamplingArgs, o: &Outputs) -> Result<()> {
+fn refuse(family: &str, m: &ModelArgs, o: &Outputs) -> Result<()> {
     let mut given: Vec<&str> = o.refused.clone();
-    if s.temperature.is_some_and(|t| t != 0.0) {
-        given.push("--temperature (other than 0)");
-    }
     let set = [
-        (s.top_k.is_some(), "--top-k"),
-        (s.top_p.is_some(), "--top-p"),
-        (s.repeat_penalty.is_some(), "--repeat-penalty"),
-        (s.presence_penalty.is_some(), "--presence-penalty"),
-        (s.frequency_penalty.is_some(), "--frequency-penalty"),
-        (s.repeat_last_n.is_some(), "--repeat-last-n"),
-        (s.no_repeat_ngram_size.is_some(), "--no-repeat-ngram-size"),
         (m.devices != 1, "--devices"),
         (m.prefill_chunk.is_some(), "--prefill-chunk"),
         (!matches!(m.bf16_dots, Bf16Dots::Auto), "--bf16-dots"),
@@ -49,7 +40,7 @@ fn refuse(family: &str, m: &ModelArgs, s: &SamplingArgs, o: &Outputs) -> Result<
     given.extend(set.iter().filter(|(on, _)| *on).map(|(_, name)| *name));
     if !given.is_empty() {
         bail!(
-            "{family} checkpoints run greedy decoding only for now; not with {}",
+            "{family} checkpoints do not take {} yet (only Mamba-2's engine has them)",
             given.join(", ")
         );
     }
@@ -57,10 +48,13 @@ fn refuse(family: &str, m: &ModelArgs, s: &SamplingArgs, o: &Outputs) -> Result<
 }
 
 /// The family of the checkpoint in `dir` by its `model_type` (for the refusal message).
-fn family_name(dir: &Path) -> String {
+fn family_name(dir: &Path) -> &'static str {
     match crate::load::model_type(dir).ok().flatten().as_deref() {
-        Some("mamba") | None => "Mamba-1".into(),
-        Some(t) => format!("{t:?}"),
+        Some("falcon_mamba") => "Falcon-Mamba",
+        Some("bamba") => "Bamba",
+        Some("granitemoehybrid") => "Granite 4.0-H",
+        Some("nemotron_h") => "Nemotron-H",
+        _ => "Mamba-1",
     }
 }
 
@@ -72,7 +66,7 @@ pub(crate) fn generate(
     s: &SamplingArgs,
     o: &Outputs,
 ) -> Result<()> {
-    refuse(&family_name(dir), m, s, o)?;
+    refuse(family_name(dir), m, o)?;
     progress("loading the PJRT plugin");
     let client = match &m.plugin {
         Some(path) => Client::from_plugin_path(path)?,
@@ -88,17 +82,23 @@ pub(crate) fn generate(
     let vocab = model.vocab_size();
     let codec = Codec::for_model(Some(dir), vocab)?;
     let prompts = p.prompts(&codec, vocab)?;
-    progress("compiling and running the prefill and the step");
-    let t = Instant::now();
-    model.greedy(&prompts, s.max_new_tokens.min(2))?;
-    let first_s = seconds(t);
+    let source = Source::Checkpoint {
+        dir: dir.to_path_buf(),
+        shipped: false,
+    };
+    let (options, settings_from) = s.options_for(&source, vocab)?;
+    progress("compiling and running the prefill and generate programs");
     let t = Instant::now();
     let logits = model.prefill_logits(&prompts)?;
+    model.generate(&prompts, &options)?;
+    let first_s = seconds(t);
+    let t = Instant::now();
+    model.prefill_logits(&prompts)?;
     let prefill_s = seconds(t);
     let t = Instant::now();
-    let tokens = model.greedy(&prompts, s.max_new_tokens)?;
+    let tokens = model.generate(&prompts, &options)?;
     let generate_s = seconds(t);
-    let tokens = cut_at_eos(tokens, s.eos);
+    let tokens = cut_at_eos(tokens, options.eos);
     if let Some(path) = o.dump_logits {
         let lens: Vec<usize> = prompts.iter().map(Vec::len).collect();
         dump_logits(path, &logits, &lens)?;
@@ -117,7 +117,20 @@ pub(crate) fn generate(
         generate_s,
         steps: s.max_new_tokens.saturating_sub(1),
     };
-    report(&client, &description, &prompts, &tokens, &timings, s, o)
+    let settings = Settings {
+        text: describe_settings(&options, settings_from.as_deref()),
+        json: settings_json(&options, settings_from.as_deref()),
+        max_new_tokens: options.max_new_tokens,
+    };
+    report(
+        &client,
+        &description,
+        &prompts,
+        &tokens,
+        &timings,
+        &settings,
+        o,
+    )
 }
 
 /// One line on the model.
@@ -131,7 +144,14 @@ fn describe(dir: &Path, model: &dyn CausalLm, dtype: DType) -> String {
     )
 }
 
-/// The timed runs: the first (compiling), the prefill alone, and the whole greedy run.
+/// How tokens were picked, for people and for `--json`.
+struct Settings {
+    text: String,
+    json: serde_json::Value,
+    max_new_tokens: usize,
+}
+
+/// The timed runs: the first (compiling), the prefill alone, and the whole generation.
 struct Timings {
     first_s: f64,
     prefill_s: f64,
@@ -147,7 +167,7 @@ fn report(
     prompts: &[Vec<u32>],
     tokens: &[Vec<u32>],
     t: &Timings,
-    s: &SamplingArgs,
+    settings: &Settings,
     o: &Outputs,
 ) -> Result<()> {
     let prompt_tokens: usize = prompts.iter().map(Vec::len).sum();
@@ -155,21 +175,24 @@ fn report(
     let decode_s = t.generate_s - prefill_s;
     let decode_tps =
         (steps > 0 && decode_s > 0.0).then(|| (steps * prompts.len()) as f64 / decode_s);
-    // The first run compiled both programs, prefilled, and stepped once (if at all).
+    // The first run compiled both programs, prefilled, and generated.
     let step_s = if steps > 0 {
         decode_s / steps as f64
     } else {
         0.0
     };
-    let compile_s = (t.first_s - prefill_s - step_s).max(0.0);
+    let compile_s = (t.first_s - prefill_s - t.generate_s).max(0.0);
     println!("model     {description}");
-    println!("settings  greedy; a prefill program, then one step program call per token (the argmax on the host)");
+    println!(
+        "settings  {}; one program (prefill and a device-side decode loop)",
+        settings.text
+    );
     println!(
         "prompt    {} row(s), {prompt_tokens} tokens in all",
         prompts.len()
     );
     println!(
-        "compile   {compile_s:.2} s (first prefill and step {:.2} s)",
+        "compile   {compile_s:.2} s (first prefill and generation {:.2} s)",
         t.first_s
     );
     println!(
@@ -198,9 +221,9 @@ fn report(
             "peak_rss_mb": peak,
             "prefill_s": prefill_s,
             "generate_s": t.generate_s,
-            "max_new_tokens": s.max_new_tokens,
+            "max_new_tokens": settings.max_new_tokens,
             "model": description,
-            "settings": {"sampling": "greedy"},
+            "settings": settings.json,
         });
         write_json(path, &value)?;
     }

@@ -185,7 +185,10 @@ pub(crate) fn generate(a: GenerateArgs) -> Result<()> {
     print_rows(&l, &run.tokens)?;
     let (batch, bucket) = l.shape();
     println!("model     {}", l.description);
-    println!("settings  {}", describe_settings(&l));
+    println!(
+        "settings  {}",
+        describe_settings(&l.options, l.settings_from.as_deref())
+    );
     l.print_devices();
     println!("prompt    {batch} row(s), {prompt_tokens} tokens in all (padded to {bucket})");
     println!(
@@ -232,7 +235,7 @@ pub(crate) fn generate(a: GenerateArgs) -> Result<()> {
             "devices": l.model.devices(),
             "parallel": l.parallel_name(),
             "weight_bytes_per_device": l.model.weight_bytes_per_device(),
-            "settings": settings_json(&l),
+            "settings": settings_json(&l.options, l.settings_from.as_deref()),
         });
         write_json(path, &value)?;
     }
@@ -306,7 +309,10 @@ fn generate_streamed(l: &Loaded, options: &GenerateOptions) -> Result<()> {
     println!();
     let generated = cut_at_eos(tokens, options.eos)[0].len();
     println!("model     {}", l.description);
-    println!("settings  {}", describe_settings(l));
+    println!(
+        "settings  {}",
+        describe_settings(&l.options, l.settings_from.as_deref())
+    );
     println!(
         "generate  {} prompt tokens and {generated} new in {:.2} s, streamed in segments of \
          {STREAM_SEGMENT} (compile included)",
@@ -354,7 +360,10 @@ fn generate_with_state(l: &Loaded, a: &GenerateArgs, options: &GenerateOptions) 
     let tokens = cut_at_eos(tokens, options.eos);
     print_rows(l, &tokens)?;
     println!("model     {}", l.description);
-    println!("settings  {}", describe_settings(l));
+    println!(
+        "settings  {}",
+        describe_settings(&l.options, l.settings_from.as_deref())
+    );
     println!(
         "generate  {} prompt tokens and {} new in {seconds_taken:.2} s (compile included)",
         l.prompt_tokens(),
@@ -373,7 +382,7 @@ fn generate_with_state(l: &Loaded, a: &GenerateArgs, options: &GenerateOptions) 
         let value = json!({
             "tokens": tokens,
             "model": l.description,
-            "settings": settings_json(l),
+            "settings": settings_json(&l.options, l.settings_from.as_deref()),
         });
         write_json(path, &value)?;
     }
@@ -381,8 +390,7 @@ fn generate_with_state(l: &Loaded, a: &GenerateArgs, options: &GenerateOptions) 
 }
 
 /// The sampling and penalty settings in words, and where their defaults came from.
-pub(crate) fn describe_settings(l: &Loaded) -> String {
-    let o = &l.options;
+pub(crate) fn describe_settings(o: &GenerateOptions, from: Option<&Path>) -> String {
     let mut text = match o.sampling {
         Sampling::Greedy => "greedy".to_string(),
         Sampling::Sample {
@@ -415,7 +423,7 @@ pub(crate) fn describe_settings(l: &Loaded) -> String {
         on.push("no penalties".into());
     }
     text = format!("{text}; {}", on.join(", "));
-    if let Some(path) = &l.settings_from {
+    if let Some(path) = from {
         let shown = path
             .strip_prefix(env!("CARGO_MANIFEST_DIR"))
             .unwrap_or(path);
@@ -426,8 +434,7 @@ pub(crate) fn describe_settings(l: &Loaded) -> String {
 
 /// The settings used, as JSON (`sampling`, `penalties`, `generation_config`: the file whose
 /// defaults they took, or null).
-pub(crate) fn settings_json(l: &Loaded) -> serde_json::Value {
-    let o = &l.options;
+pub(crate) fn settings_json(o: &GenerateOptions, from: Option<&Path>) -> serde_json::Value {
     let sampling = match o.sampling {
         Sampling::Greedy => json!({ "mode": "greedy" }),
         Sampling::Sample {
@@ -453,7 +460,7 @@ pub(crate) fn settings_json(l: &Loaded) -> serde_json::Value {
             "repeat_last_n": p.repeat_last_n,
             "no_repeat_ngram_size": p.no_repeat_ngram_size,
         },
-        "generation_config": l.settings_from.as_ref().map(|p| p.display().to_string()),
+        "generation_config": from.map(|p| p.display().to_string()),
     })
 }
 

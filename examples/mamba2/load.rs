@@ -515,7 +515,7 @@ impl SamplingArgs {
     /// The generation options for a model from `source` with `vocab` tokens (see
     /// [`SamplingArgs::options`]), and the generation_config.json they took defaults from:
     /// the checkpoint's, when it has one and --temperature is not 0.
-    fn options_for(
+    pub(crate) fn options_for(
         &self,
         source: &Source,
         vocab: usize,

@@ -105,20 +105,68 @@ fn generate_runs_the_hybrids_as_transformers_does() {
 }
 
 #[test]
-fn what_mamba1_does_not_take_yet_is_a_one_line_error() {
+fn what_only_mamba2_takes_yet_is_a_one_line_error() {
     let e = error_line(&[
         "generate",
         "--model",
         "tests/fixtures/mamba1/tiny",
-        "--top-k",
-        "5",
+        "--devices",
+        "2",
         "--stream",
     ]);
-    assert!(e.contains("--top-k") && e.contains("--stream"), "{e}");
+    assert!(e.contains("Mamba-1 checkpoints do not take"), "{e}");
+    assert!(e.contains("--devices") && e.contains("--stream"), "{e}");
     let e = error_line(&["bench", "--model", "tests/fixtures/mamba1/falcon"]);
     assert!(e.contains("\"falcon_mamba\" runs with `generate`"), "{e}");
     let e = error_line(&["bench", "--model", "tests/fixtures/hybrid/nemotron"]);
     assert!(e.contains("\"nemotron_h\" runs with `generate`"), "{e}");
+}
+
+#[test]
+fn every_family_samples_with_the_flags_mamba2_takes() {
+    for dir in [
+        "tests/fixtures/hybrid/bamba",
+        "tests/fixtures/mamba1/falcon",
+    ] {
+        let out = scratch(&format!("sample-{}", dir.replace('/', "-")));
+        let run = |seed: &str, file: &str| {
+            let json = out.join(file);
+            let stdout = run_ok(&[
+                "generate",
+                "--model",
+                dir,
+                "--prompt-ids",
+                "5,6,7;8,9",
+                "--max-new-tokens",
+                "12",
+                "--temperature",
+                "0.9",
+                "--top-k",
+                "40",
+                "--top-p",
+                "0.95",
+                "--repeat-penalty",
+                "1.3",
+                "--seed",
+                seed,
+                "--json",
+                json.to_str().unwrap(),
+            ]);
+            assert!(stdout.contains("sampled: temperature 0.9"), "{stdout}");
+            let v: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+            assert_eq!(v["settings"]["sampling"]["mode"], "sample", "{v}");
+            v["tokens"].clone()
+        };
+        let a = run("1", "a.json");
+        assert_eq!(
+            a,
+            run("1", "b.json"),
+            "{dir}: the same seed drew differently"
+        );
+        let others: Vec<_> = ["2", "3", "4"].iter().map(|s| run(s, "c.json")).collect();
+        assert!(others.iter().any(|o| o != &a), "{dir}: every seed drew {a}");
+    }
 }
 
 #[test]

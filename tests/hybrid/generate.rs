@@ -16,7 +16,11 @@ fn fixtures() -> Vec<std::path::PathBuf> {
         .iter()
         .map(|n| common::hybrid::fixture(n))
         .collect();
-    dirs.extend(["tiny", "falcon"].iter().map(|n| common::mamba1::fixture(n)));
+    dirs.extend(
+        ["tiny", "falcon"]
+            .iter()
+            .map(|n| common::mamba1::fixture(n)),
+    );
     dirs
 }
 
@@ -73,33 +77,58 @@ fn sampling_options_behave_in_one_program() {
             "{name}: top_k 1 is greedy"
         );
         let a = model.generate(&rows, &sample(7, 0)).unwrap();
-        assert_eq!(a, model.generate(&rows, &sample(7, 0)).unwrap(), "{name}: seed");
+        assert_eq!(
+            a,
+            model.generate(&rows, &sample(7, 0)).unwrap(),
+            "{name}: seed"
+        );
         let draws: Vec<_> = (0..4)
             .map(|s| model.generate(&rows, &sample(s, 0)).unwrap())
             .collect();
-        assert!(draws.iter().any(|d| d != &a), "{name}: seeds all drew the same");
+        assert!(
+            draws.iter().any(|d| d != &a),
+            "{name}: seeds all drew the same"
+        );
         // A row stops at its first eos and repeats it.
         let eos = plain[0][3];
         let stopped = model
-            .generate(&rows, &GenerateOptions { eos: Some(eos), ..greedy(12) })
+            .generate(
+                &rows,
+                &GenerateOptions {
+                    eos: Some(eos),
+                    ..greedy(12)
+                },
+            )
             .unwrap();
         let first = plain[0].iter().position(|&t| t == eos).unwrap();
         assert_eq!(stopped[0][..=first], plain[0][..=first], "{name}");
-        assert!(stopped[0][first..].iter().all(|&t| t == eos), "{name}: {stopped:?}");
+        assert!(
+            stopped[0][first..].iter().all(|&t| t == eos),
+            "{name}: {stopped:?}"
+        );
         // No repeated bigram: the greedy path changes where it repeated one.
         let penalties = Penalties {
             no_repeat_ngram_size: 2,
             ..Penalties::NONE
         };
         let fresh = model
-            .generate(&rows, &GenerateOptions { penalties, ..greedy(12) })
+            .generate(
+                &rows,
+                &GenerateOptions {
+                    penalties,
+                    ..greedy(12)
+                },
+            )
             .unwrap();
         for (r, row) in fresh.iter().enumerate() {
             let mut all = rows[r].clone();
             all.extend(row);
             let pairs: Vec<_> = all.windows(2).collect();
             for (i, p) in pairs.iter().enumerate() {
-                assert!(!pairs[..i].contains(p), "{name} row {r}: bigram {p:?} repeated");
+                assert!(
+                    !pairs[..i].contains(p),
+                    "{name} row {r}: bigram {p:?} repeated"
+                );
             }
         }
     }
