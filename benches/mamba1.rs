@@ -7,7 +7,10 @@
 //!    anything is reported;
 //! 2. `step`: `Mamba1::step` at batch 1 after a 128-token prompt, per-token latency over 32
 //!    steps (a host loop: each step uploads the token and the states and downloads the logits
-//!    and the states).
+//!    and the states);
+//! 3. `generate`: `Mamba1::generate` (one program: the prefill and the device-side decode
+//!    loop), greedy, 64 new tokens after a 128-token prompt: the decode ms per token, the time
+//!    of a one-token generation (the prefill) taken off.
 //!
 //! Tables go to stdout, the figures to `target/bench/mamba1.json`.
 //!
@@ -26,6 +29,7 @@ use common::{
     write_report,
 };
 use stablegraph::models::mamba1::{Mamba1, Mamba1Config, Mamba1Weights, Scan};
+use stablegraph::models::mamba2::{GenerateOptions, Penalties, Sampling};
 use stablegraph::runtime::Client;
 use stablegraph::DType;
 
@@ -68,6 +72,7 @@ fn main() -> Result<()> {
     common::progress::note(format!("random weights + upload {:.1}s", secs_since(t)));
     let mut figures = prefill_section(&assoc, &looped, lens, runs)?;
     figures.push(step_section(&looped)?);
+    figures.push(generate_section(&looped, runs)?);
     let json = report_json(
         &[("bench", "mamba1".into())],
         &[("quick", quick.to_string())],
@@ -171,5 +176,42 @@ fn step_section(model: &Mamba1) -> Result<String> {
         ("section", json_string("step")),
         ("p50_ms", json_number(p50 * 1e3)),
         ("p99_ms", json_number(p99 * 1e3)),
+    ]))
+}
+
+/// One-program generation of 64 tokens after a 128-token prompt: the decode ms per token (the
+/// whole run less a one-token generation, over 63 steps), median of `runs`.
+fn generate_section(model: &Mamba1, runs: usize) -> Result<String> {
+    let p = prompt(128);
+    let options = GenerateOptions {
+        max_new_tokens: 64,
+        sampling: Sampling::Greedy,
+        eos: None,
+        penalties: Penalties::NONE,
+    };
+    let one = GenerateOptions {
+        max_new_tokens: 1,
+        ..options.clone()
+    };
+    model.generate(&p, &options)?; // compiles
+    model.generate(&p, &one)?;
+    let mut per_token = Vec::new();
+    for _ in 0..runs {
+        // One token: the prefill (logits at the last position only) and one pick.
+        let t = Instant::now();
+        model.generate(&p, &one)?;
+        let prefill = secs_since(t);
+        let t = Instant::now();
+        model.generate(&p, &options)?;
+        per_token.push((secs_since(t) - prefill) / 63.0);
+    }
+    let ms = median(&sorted(per_token)) * 1e3;
+    println!(
+        "generate (one program, batch 1, 64 tokens after 128): {ms:.2} ms per token, {:.1} tokens/s",
+        1e3 / ms
+    );
+    Ok(json_object(&[
+        ("section", json_string("generate")),
+        ("decode_ms_per_token", json_number(ms)),
     ]))
 }

@@ -116,6 +116,8 @@ mod doc_pages {
     struct Mamba2;
     #[doc = include_str!("../docs/mamba1.md")]
     struct Mamba1;
+    #[doc = include_str!("../docs/hybrid.md")]
+    struct Hybrid;
     #[doc = include_str!("../docs/training.md")]
     struct Training;
     #[doc = include_str!("../docs/devices.md")]

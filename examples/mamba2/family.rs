@@ -2,9 +2,11 @@
 //! Falcon-Mamba, Bamba, Granite 4.0-H, Nemotron-H; `stablegraph::models::family`): generation
 //! in one program (the prefill and the device-side decode loop), greedy or sampled, with
 //! penalties and `--eos`, defaults from the checkpoint's generation_config.json as for Mamba-2.
-//! What only the Mamba-2 engine has yet (streaming, state files, several devices, its prefill
+//! Streams in segments as Mamba-2 does (`--stream`, or by default on a terminal for one text
+//! prompt). What only the Mamba-2 engine has yet (state files, several devices, its prefill
 //! chunking and bf16-dot switch) is refused by name.
 
+use std::io::IsTerminal as _;
 use std::path::Path;
 use std::time::Instant;
 
@@ -14,13 +16,19 @@ use stablegraph::models::family::{self, CausalLm};
 use stablegraph::runtime::Client;
 use stablegraph::DType;
 
-use crate::generate::{cut_at_eos, describe_settings, dump_logits, settings_json};
+use crate::generate::{
+    cut_at_eos, describe_settings, dump_logits, print_stream, settings_json, Shown, STREAM_SEGMENT,
+};
 use crate::load::{Bf16Dots, ModelArgs, Precision, PromptArgs, SamplingArgs, Source};
 use crate::text::Codec;
 use crate::{ids_text, peak_rss_mb, progress, seconds, write_json};
 
 /// The `generate` flags besides the model, prompt and sampling ones.
 pub(crate) struct Outputs<'a> {
+    /// `--stream`.
+    pub(crate) stream: bool,
+    /// `--no-stream`.
+    pub(crate) no_stream: bool,
     /// `--json FILE`.
     pub(crate) json: Option<&'a Path>,
     /// `--dump-logits FILE`.
@@ -87,6 +95,21 @@ pub(crate) fn generate(
         shipped: false,
     };
     let (options, settings_from) = s.options_for(&source, vocab)?;
+    let terminal = std::io::stdout().is_terminal() && codec.is_text();
+    if o.stream || (terminal && !o.no_stream && prompts.len() == 1) {
+        let description = describe(dir, model.as_ref(), dtype);
+        let shown = Shown {
+            codec: &codec,
+            prompts: &prompts,
+            description: &description,
+            settings: describe_settings(&options, settings_from.as_deref()),
+        };
+        return print_stream(&shown, options.eos, |on_tokens| {
+            model
+                .generate_stream(&prompts, &options, STREAM_SEGMENT, on_tokens)
+                .map_err(Into::into)
+        });
+    }
     progress("compiling and running the prefill and generate programs");
     let t = Instant::now();
     let logits = model.prefill_logits(&prompts)?;

@@ -12,6 +12,7 @@ use stablegraph::HostArray;
 
 use crate::family;
 use crate::load::{load, model_type, Loaded, ModelArgs, PromptArgs, SamplingArgs};
+use crate::text::Codec;
 use crate::{cache_hits, ids_text, peak_rss_mb, progress, seconds, write_json};
 
 /// The flags of `generate`.
@@ -144,11 +145,12 @@ pub(crate) fn warm_up(l: &Loaded, options: &GenerateOptions) -> Result<(f64, boo
 pub(crate) fn generate(a: GenerateArgs) -> Result<()> {
     if let Some(dir) = a.model.model.as_deref().filter(|d| is_other_family(d)) {
         let refused = [
-            (a.stream, "--stream"),
             (a.state_in.is_some(), "--state-in"),
             (a.state_out.is_some(), "--state-out"),
         ];
         let outputs = family::Outputs {
+            stream: a.stream,
+            no_stream: a.no_stream,
             json: a.json.as_deref(),
             dump_logits: a.dump_logits.as_deref(),
             refused: refused
@@ -259,13 +261,42 @@ fn print_rows(l: &Loaded, rows: &[Vec<u32>]) -> Result<()> {
 }
 
 /// Segment length of `generate --stream`.
-const STREAM_SEGMENT: usize = 16;
+pub(crate) const STREAM_SEGMENT: usize = 16;
 
 /// `generate --stream`: prints the prompt's text, then the row's text (or ids) as its tokens
 /// arrive.
 fn generate_streamed(l: &Loaded, options: &GenerateOptions) -> Result<()> {
+    let shown = Shown {
+        codec: &l.codec,
+        prompts: &l.prompts,
+        description: &l.description,
+        settings: describe_settings(&l.options, l.settings_from.as_deref()),
+    };
+    print_stream(&shown, options.eos, |on_tokens| {
+        l.model
+            .generate_stream(&l.prompts, options, STREAM_SEGMENT, on_tokens)
+            .map_err(Into::into)
+    })
+}
+
+/// What a streamed generation prints besides its tokens.
+pub(crate) struct Shown<'a> {
+    pub(crate) codec: &'a Codec,
+    pub(crate) prompts: &'a [Vec<u32>],
+    pub(crate) description: &'a str,
+    pub(crate) settings: String,
+}
+
+/// Prints the prompt's text, then runs `stream` (a generation in segments of
+/// [`STREAM_SEGMENT`] handing each segment's tokens to the callback it is given) and prints
+/// the row's text (or ids) as its tokens arrive, then the model, settings and time.
+pub(crate) fn print_stream(
+    shown: &Shown,
+    eos: Option<u32>,
+    stream: impl FnOnce(&mut dyn FnMut(&[Vec<u32>]) -> bool) -> Result<Vec<Vec<u32>>>,
+) -> Result<()> {
     ensure!(
-        l.prompts.len() == 1,
+        shown.prompts.len() == 1,
         "--stream prints one row; give one prompt (or --no-stream)"
     );
     progress("compiling and running prefill and the generate segment");
@@ -274,49 +305,44 @@ fn generate_streamed(l: &Loaded, options: &GenerateOptions) -> Result<()> {
     let mut printed = String::new();
     let mut failure = None;
     let mut out = std::io::stdout();
-    echo_prompt(l)?;
-    let tokens = l
-        .model
-        .generate_stream(&l.prompts, options, STREAM_SEGMENT, |fresh| {
-            all.extend(&fresh[0]);
-            let shown = match l.codec.decode_settled(&all) {
-                Ok(Some(text)) => text,
-                Ok(None) => ids_text(&all) + ",",
-                Err(e) => {
-                    failure = Some(e.context("decoding"));
-                    return false;
-                }
-            };
-            // Print what is new; a decode that rewrote earlier text waits for the next one.
-            if let Some(new) = shown.strip_prefix(printed.as_str()) {
-                print!("{new}");
-                let _ = out.flush();
-                printed = shown;
+    echo_prompt(shown.codec, &shown.prompts[0])?;
+    let tokens = stream(&mut |fresh: &[Vec<u32>]| {
+        all.extend(&fresh[0]);
+        let text = match shown.codec.decode_settled(&all) {
+            Ok(Some(text)) => text,
+            Ok(None) => ids_text(&all) + ",",
+            Err(e) => {
+                failure = Some(e.context("decoding"));
+                return false;
             }
-            true
-        })
-        .context("generate")?;
+        };
+        // Print what is new; a decode that rewrote earlier text waits for the next one.
+        if let Some(new) = text.strip_prefix(printed.as_str()) {
+            print!("{new}");
+            let _ = out.flush();
+            printed = text;
+        }
+        true
+    })
+    .context("generate")?;
     if let Some(e) = failure {
         println!();
         return Err(e);
     }
     // What the last tokens settled (an incomplete UTF-8 tail is shown as U+FFFD now).
-    if let Some(text) = l.codec.decode(&all).context("decoding")? {
+    if let Some(text) = shown.codec.decode(&all).context("decoding")? {
         if let Some(new) = text.strip_prefix(printed.as_str()) {
             print!("{new}");
         }
     }
     println!();
-    let generated = cut_at_eos(tokens, options.eos)[0].len();
-    println!("model     {}", l.description);
-    println!(
-        "settings  {}",
-        describe_settings(&l.options, l.settings_from.as_deref())
-    );
+    let generated = cut_at_eos(tokens, eos)[0].len();
+    println!("model     {}", shown.description);
+    println!("settings  {}", shown.settings);
     println!(
         "generate  {} prompt tokens and {generated} new in {:.2} s, streamed in segments of \
          {STREAM_SEGMENT} (compile included)",
-        l.prompt_tokens(),
+        shown.prompts[0].len(),
         seconds(t)
     );
     Ok(())
@@ -324,12 +350,8 @@ fn generate_streamed(l: &Loaded, options: &GenerateOptions) -> Result<()> {
 
 /// Prints the prompt's text before the streamed continuation (dimmed on a terminal), so that the
 /// new text reads in its context; prints nothing for prompts that are not text.
-fn echo_prompt(l: &Loaded) -> Result<()> {
-    let Some(prompt) = l
-        .codec
-        .decode(&l.prompts[0])
-        .context("decoding the prompt")?
-    else {
+fn echo_prompt(codec: &Codec, prompt: &[u32]) -> Result<()> {
+    let Some(prompt) = codec.decode(prompt).context("decoding the prompt")? else {
         return Ok(());
     };
     if std::io::stdout().is_terminal() {

@@ -359,3 +359,187 @@ pub(crate) fn rows_of_tokens(out: &HostArray, max_new: usize) -> Result<Vec<Vec<
         })
         .collect())
 }
+
+/// The segment program of a streamed generation for a model whose state `state_parameters`
+/// adds to `g`: parameters (after the weights) `logits` `[b, vocab]`, the state, `done` (pred
+/// `[b]`), `key`, `max_steps`, `eos`, with `v.sample` the [`SampleSettings`], and with
+/// `v.penalties` the [`PenaltySettings`] and the [`TokenHistory`] of `width` positions. Up to
+/// `segment` decode steps; returns the outputs: the tokens `[b, segment]`, then the new
+/// logits, state, `done`, `key`, and with `v.penalties` the history (the order
+/// [`stream_segments`] reads).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn segment_outputs<M: Stepper>(
+    g: &Graph,
+    model: &M,
+    batch: usize,
+    vocab: usize,
+    segment: usize,
+    width: usize,
+    v: Variant,
+    state_parameters: impl FnOnce(&Graph) -> Result<M::State>,
+) -> Result<Vec<Tensor>> {
+    let logits = g.parameter("logits", DType::F32, &[batch, vocab])?;
+    let states = state_parameters(g)?;
+    let done = g.parameter("done", DType::Pred, &[batch])?;
+    let key = g.parameter("key", DType::U32, &[2])?;
+    let max_steps = g.parameter("max_steps", DType::I32, &[])?;
+    let eos = g.parameter("eos", DType::I32, &[])?;
+    let sample = if v.sample {
+        Some(SampleSettings::parameters(g, batch)?)
+    } else {
+        None
+    };
+    let (penalties, history) = penalty_parameters(g, v, batch, width)?;
+    let start = Decoding {
+        logits,
+        states,
+        done,
+        key,
+        history,
+    };
+    let picker = Picker {
+        eos,
+        sample,
+        penalties,
+    };
+    let (out, end) = decode_loop(model, start, &max_steps, &picker, segment, v)?;
+    let mut outs = vec![out, end.logits];
+    end.states.flatten(&mut outs);
+    outs.push(end.done);
+    outs.push(end.key);
+    if let Some(h) = end.history {
+        outs.extend([h.tokens, h.matched, h.len]);
+    }
+    Ok(outs)
+}
+
+/// Where a streamed generation starts: the logits after the prompts (`[b, vocab]`) and the
+/// state after them, flattened (as the segment program takes it), with the prompts left-padded
+/// to `len` positions in a penalty history of `width`.
+pub(crate) struct StreamStart {
+    /// The logits of the first new token.
+    pub(crate) logits: HostArray,
+    /// The state's tensors, in the segment program's order.
+    pub(crate) state: Vec<HostArray>,
+    /// The prompts' padded length.
+    pub(crate) len: usize,
+    /// The penalty history's width (`len` and the new tokens' room).
+    pub(crate) width: usize,
+}
+
+/// Runs a streamed generation segment by segment through `run` (the segment program of
+/// [`segment_outputs`], up to `segment` tokens a call), handing each segment's new tokens
+/// (one list per row, cut after a row's `eos`) to `on_tokens`, which stops the stream by
+/// returning `false`. Returns every row's tokens, rows that stopped repeating their `eos` to
+/// `max_new_tokens` as `generate` does.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn stream_segments(
+    prompts: &[Vec<u32>],
+    options: &GenerateOptions,
+    vocab: usize,
+    segment: usize,
+    start: StreamStart,
+    v: Variant,
+    mut run: impl FnMut(&[HostArray]) -> Result<Vec<HostArray>>,
+    mut on_tokens: impl FnMut(&[Vec<u32>]) -> bool,
+) -> Result<Vec<Vec<u32>>> {
+    let batch = prompts.len();
+    let mut all = vec![Vec::new(); batch];
+    let mut fixed = vec![HostArray::scalar(options.eos.map_or(-1, |e| e as i32))];
+    if v.sample {
+        fixed.extend(SampleSettings::host_values(
+            &options.sampling,
+            batch,
+            vocab,
+        )?);
+    }
+    let mut history = Vec::new();
+    if v.penalties {
+        let settings = PenaltySettings::host_values(&options.penalties, batch)?;
+        fixed.extend(settings.into_iter().map(|(_, a)| a));
+        let h = TokenHistory::host_values(prompts, start.len, start.width)?;
+        history.extend(h.into_iter().map(|(_, a)| a));
+    }
+    let (mut logits, mut state) = (start.logits, start.state);
+    let mut done = HostArray::from_vec(&[batch], vec![false; batch])?;
+    let mut key = HostArray::from_vec(&[2], options.sampling.key().to_vec())?;
+    let eos = options.eos.map_or(-1, |e| e as i32);
+    let mut stopped = vec![false; batch];
+    let mut made = 0;
+    while made < options.max_new_tokens && stopped.iter().any(|s| !s) {
+        let steps = segment.min(options.max_new_tokens - made);
+        let (n_state, n_history) = (state.len(), history.len());
+        let mut inputs = vec![logits];
+        inputs.extend(state);
+        // Fits an i32: steps <= MAX_NEW_TOKENS.
+        inputs.extend([done, key, HostArray::scalar(steps as i32)]);
+        inputs.extend(fixed.iter().cloned());
+        inputs.extend(history);
+        let mut outs = run(&inputs)?.into_iter();
+        let short = || Error::InvalidArgument("a generate segment returned too little".into());
+        let tokens = outs.next().ok_or_else(short)?;
+        logits = outs.next().ok_or_else(short)?;
+        state = outs.by_ref().take(n_state).collect();
+        done = outs.next().ok_or_else(short)?;
+        key = outs.next().ok_or_else(short)?;
+        history = outs.collect();
+        if state.len() != n_state || history.len() != n_history {
+            return Err(short());
+        }
+        let mut fresh = vec![Vec::new(); batch];
+        for (r, row) in rows_of_tokens(&tokens, steps)?.into_iter().enumerate() {
+            for t in row {
+                if stopped[r] {
+                    break;
+                }
+                fresh[r].push(t);
+                stopped[r] = eos >= 0 && t as i32 == eos;
+            }
+            all[r].extend(&fresh[r]);
+        }
+        made += steps;
+        if !on_tokens(&fresh) {
+            break;
+        }
+    }
+    if let Some(e) = options.eos {
+        for row in &mut all {
+            if row.last() == Some(&e) {
+                row.resize(options.max_new_tokens, e);
+            }
+        }
+    }
+    Ok(all)
+}
+
+/// The logits of the last position of `[b, L, vocab]` f32 logits, as `[b, vocab]`.
+pub(crate) fn last_position(logits: &HostArray) -> Result<HostArray> {
+    let (b, len, vocab) = match *logits.dims() {
+        [b, len, vocab] if len > 0 => (b, len, vocab),
+        _ => {
+            return Err(Error::InvalidArgument(format!(
+                "expected logits [b, L, vocab], got {:?}",
+                logits.dims()
+            )))
+        }
+    };
+    let bytes = logits.to_bytes();
+    let row = vocab * 4;
+    let out: Vec<u8> = (0..b)
+        .flat_map(|r| bytes[((r + 1) * len - 1) * row..(r + 1) * len * row].to_vec())
+        .collect();
+    HostArray::from_bytes(
+        &crate::dtype::TensorType::new(DType::F32, &[b, vocab]),
+        &out,
+    )
+}
+
+/// Checks a stream's `segment` (1 to [`MAX_NEW_TOKENS`]).
+pub(crate) fn check_segment(segment: usize) -> Result<()> {
+    if segment == 0 || segment > MAX_NEW_TOKENS {
+        return Err(Error::InvalidArgument(format!(
+            "generate_stream: segment ({segment}) is not in 1..={MAX_NEW_TOKENS}"
+        )));
+    }
+    Ok(())
+}

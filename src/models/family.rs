@@ -31,6 +31,15 @@ pub trait CausalLm {
     /// Up to `options.max_new_tokens` tokens per prompt in one program (prefill and a
     /// device-side decode loop; greedy or sampled, with penalties, stopping at `eos`).
     fn generate(&self, prompts: &[Vec<u32>], options: &GenerateOptions) -> Result<Vec<Vec<u32>>>;
+    /// [`CausalLm::generate`] in segments of up to `segment` tokens, each segment's new tokens
+    /// handed to `on_tokens` as they exist (`false` stops early).
+    fn generate_stream(
+        &self,
+        prompts: &[Vec<u32>],
+        options: &GenerateOptions,
+        segment: usize,
+        on_tokens: &mut dyn FnMut(&[Vec<u32>]) -> bool,
+    ) -> Result<Vec<Vec<u32>>>;
 }
 
 impl CausalLm for Mamba1 {
@@ -59,6 +68,15 @@ impl CausalLm for Mamba1 {
     }
     fn generate(&self, prompts: &[Vec<u32>], options: &GenerateOptions) -> Result<Vec<Vec<u32>>> {
         Mamba1::generate(self, prompts, options)
+    }
+    fn generate_stream(
+        &self,
+        prompts: &[Vec<u32>],
+        options: &GenerateOptions,
+        segment: usize,
+        on_tokens: &mut dyn FnMut(&[Vec<u32>]) -> bool,
+    ) -> Result<Vec<Vec<u32>>> {
+        Mamba1::generate_stream(self, prompts, options, segment, on_tokens)
     }
 }
 
@@ -99,6 +117,15 @@ impl CausalLm for Hybrid {
     }
     fn generate(&self, prompts: &[Vec<u32>], options: &GenerateOptions) -> Result<Vec<Vec<u32>>> {
         Hybrid::generate(self, prompts, options)
+    }
+    fn generate_stream(
+        &self,
+        prompts: &[Vec<u32>],
+        options: &GenerateOptions,
+        segment: usize,
+        on_tokens: &mut dyn FnMut(&[Vec<u32>]) -> bool,
+    ) -> Result<Vec<Vec<u32>>> {
+        Hybrid::generate_stream(self, prompts, options, segment, on_tokens)
     }
 }
 

@@ -112,14 +112,41 @@ fn what_only_mamba2_takes_yet_is_a_one_line_error() {
         "tests/fixtures/mamba1/tiny",
         "--devices",
         "2",
-        "--stream",
+        "--state-out",
+        "x.safetensors",
     ]);
     assert!(e.contains("Mamba-1 checkpoints do not take"), "{e}");
-    assert!(e.contains("--devices") && e.contains("--stream"), "{e}");
+    assert!(e.contains("--devices") && e.contains("--state-out"), "{e}");
     let e = error_line(&["bench", "--model", "tests/fixtures/mamba1/falcon"]);
     assert!(e.contains("\"falcon_mamba\" runs with `generate`"), "{e}");
     let e = error_line(&["bench", "--model", "tests/fixtures/hybrid/nemotron"]);
     assert!(e.contains("\"nemotron_h\" runs with `generate`"), "{e}");
+}
+
+#[test]
+fn every_family_streams_what_it_generates() {
+    let dir = "tests/fixtures/hybrid/nemotron";
+    let args = |stream: &'static str| {
+        [
+            "generate",
+            "--model",
+            dir,
+            "--prompt-ids",
+            "5,6,7",
+            "--max-new-tokens",
+            "20",
+            "--temperature",
+            "0.8",
+            "--seed",
+            "4",
+            stream,
+        ]
+    };
+    let streamed = run_ok(&args("--stream"));
+    assert!(streamed.contains("streamed in segments of 16"), "{streamed}");
+    let whole = run_ok(&args("--no-stream"));
+    let row = whole.lines().next().unwrap().trim_start_matches("row 0").trim();
+    assert!(streamed.starts_with(&format!("{row},")), "{streamed}\nagainst\n{whole}");
 }
 
 #[test]

@@ -1,7 +1,7 @@
 //! Continuation: a ragged batch fed in two pieces (the second through `prefill_from`, the
 //! Mamba-2 states and the attention caches carried over) gives the whole prompt's logits and
 //! next step, for every family; decoding past the caches' first capacity (which then grow)
-//! gives the same tokens as caches sized for the whole run.
+//! gives the same tokens as caches sized for the whole run; gathered and dense experts agree.
 
 use crate::common;
 
@@ -97,5 +97,18 @@ fn caches_grow_past_their_capacity() {
             "{name}: the caches did not grow"
         );
         assert_eq!(grown, sized, "{name}: grown caches decode differently");
+    }
+}
+
+#[test]
+fn gathered_and_dense_experts_agree() {
+    let rows = rows();
+    for name in ["granite", "nemotron"] {
+        let pre = model(name).prefill(&rows).unwrap();
+        let (gathered, _) = model(name).step(&[7, 9], pre.state.clone()).unwrap();
+        let dense = model(name).with_gathered_experts(false);
+        let (all, _) = dense.step(&[7, 9], pre.state).unwrap();
+        let d = max_abs(&gathered.to_f64_vec(), &all.to_f64_vec());
+        assert!(d < 1e-5, "{name}: gathered and dense experts differ by {d}");
     }
 }

@@ -1,7 +1,7 @@
 //! Generation in one program (prefill and the device-side decode loop) for every family but
 //! Mamba-2: greedy equals transformers' greedy tokens (the fixtures'), ragged batches
 //! included; sampling with `top_k` 1 is greedy; a seed repeats its draw; a row stops at
-//! `eos` and repeats it; penalties change the greedy path as the host loop would not.
+//! `eos` and repeats it; penalties hold; a stream in segments gives the same tokens.
 
 use crate::common;
 
@@ -131,5 +131,48 @@ fn sampling_options_behave_in_one_program() {
                 );
             }
         }
+    }
+}
+
+#[test]
+fn streams_equal_one_program_generation() {
+    let rows = vec![vec![5, 9, 14, 20, 33], vec![40, 41]];
+    let options = GenerateOptions {
+        max_new_tokens: 13,
+        sampling: Sampling::Sample {
+            temperature: 0.8,
+            top_k: 20,
+            top_p: 0.9,
+            seed: 5,
+        },
+        eos: None,
+        penalties: Penalties {
+            repetition_penalty: 1.3,
+            ..Penalties::NONE
+        },
+    };
+    for dir in fixtures() {
+        let model = family::load(&client(), &dir, DType::F32).unwrap();
+        let name = dir.display();
+        let whole = model.generate(&rows, &options).unwrap();
+        let mut seen: Vec<Vec<u32>> = vec![Vec::new(); 2];
+        let mut calls = 0;
+        let streamed = model
+            .generate_stream(&rows, &options, 5, &mut |fresh: &[Vec<u32>]| {
+                calls += 1;
+                for (s, f) in seen.iter_mut().zip(fresh) {
+                    s.extend(f);
+                }
+                true
+            })
+            .unwrap();
+        assert_eq!(streamed, whole, "{name}: streamed tokens");
+        assert_eq!(seen, whole, "{name}: tokens handed over");
+        assert_eq!(calls, 3, "{name}: 13 tokens in segments of 5");
+        // Stopping after the first segment.
+        let first = model
+            .generate_stream(&rows, &options, 5, &mut |_: &[Vec<u32>]| false)
+            .unwrap();
+        assert_eq!(first[0], whole[0][..5], "{name}: the first segment");
     }
 }

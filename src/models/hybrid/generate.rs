@@ -8,9 +8,10 @@ use super::layers::Positions;
 use super::model::{Hybrid, Kind};
 use super::weights::HybridWeights;
 use super::HybridConfig;
+use crate::array::HostArray;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::models::engine::{self, decode_loop, rows, Decoding, Stepper};
+use crate::models::engine::{self, decode_loop, rows, Decoding, Stepper, Variant};
 use crate::models::mamba2::{generate_capacity, GenerateOptions, LayerState};
 use crate::ops::{Carry, Tensor};
 
@@ -62,6 +63,7 @@ impl Carry for Carried {
 struct Steps<'a> {
     w: &'a HybridWeights<Tensor>,
     cfg: &'a HybridConfig,
+    gather: bool,
 }
 
 impl Stepper for Steps<'_> {
@@ -85,6 +87,7 @@ impl Stepper for Steps<'_> {
                 valid: &valid,
             },
             decode: true,
+            gather: self.gather,
             chunk: 1,
         };
         let (logits, sublayers) = forward(&step, &state.sublayers, self.w, self.cfg)?;
@@ -193,6 +196,7 @@ impl Hybrid {
                     valid: &valid,
                 },
                 decode: false,
+                gather: false,
                 chunk,
             };
             let (logits, sublayers) = forward(&step, &states, w, cfg)?;
@@ -211,7 +215,11 @@ impl Hybrid {
                 key: c.key,
                 history: c.history,
             };
-            let steps = Steps { w, cfg };
+            let steps = Steps {
+                w,
+                cfg,
+                gather: self.gathers(),
+            };
             let (out, _) = decode_loop(&steps, start, &c.max_new, &c.picker, capacity, v)?;
             Ok(vec![out])
         })?;
@@ -230,5 +238,82 @@ impl Hybrid {
             .first()
             .ok_or_else(|| Error::InvalidArgument("generate returned nothing".into()))?;
         engine::rows_of_tokens(tokens, options.max_new_tokens)
+    }
+}
+
+impl Hybrid {
+    /// [`Hybrid::generate`] in segments of up to `segment` tokens (at least 1), handing each
+    /// segment's new tokens (one list per row, cut after a row's `eos`) to `on_tokens` as soon
+    /// as they exist; `on_tokens` returning `false` stops early. One prefill (its caches sized
+    /// for the whole generation), then one execution of a segment program (the shared decode
+    /// loop, the caches written in place) per `segment` tokens. Returns every row's tokens, the
+    /// same as `generate`'s.
+    pub fn generate_stream(
+        &self,
+        prompts: &[Vec<u32>],
+        options: &GenerateOptions,
+        segment: usize,
+        on_tokens: impl FnMut(&[Vec<u32>]) -> bool,
+    ) -> Result<Vec<Vec<u32>>> {
+        let cfg = self.config();
+        let vocab = cfg.vocab_size;
+        engine::check_options(options, vocab)?;
+        engine::check_segment(segment)?;
+        let capacity = generate_capacity(options.max_new_tokens);
+        let pre = self.prefill_reserving(prompts, capacity)?;
+        if options.max_new_tokens == 0 {
+            return Ok(vec![Vec::new(); prompts.len()]);
+        }
+        let (b, state) = (prompts.len(), pre.state);
+        let v = Variant {
+            segment: true,
+            ..engine::variant(options)
+        };
+        let (len, cap) = (state.column, state.capacity());
+        let width = len + capacity;
+        let template = state.sublayers.clone();
+        let key = (Kind::Segment(segment, v), b, width, cap, 0);
+        let program = self.program(key, |g, w| {
+            let steps = Steps {
+                w,
+                cfg,
+                gather: self.gathers(),
+            };
+            engine::segment_outputs(g, &steps, b, vocab, segment, width, v, |g| {
+                let mut n = 0;
+                let mut param = |dtype: DType, dims: &[usize]| {
+                    n += 1;
+                    g.parameter(&format!("state.{n}"), dtype, dims)
+                };
+                let mut sublayers = Vec::with_capacity(template.len());
+                for s in &template {
+                    let mut dims = s.tensors().into_iter().map(|t| t.dims().to_vec());
+                    sublayers.push(
+                        s.rebuild(&mut || param(DType::F32, &dims.next().unwrap_or_default()))?,
+                    );
+                }
+                Ok(Carried {
+                    sublayers,
+                    valid: param(DType::F32, &[b, cap])?,
+                    column: param(DType::I32, &[])?,
+                    positions: param(DType::I32, &[b])?,
+                })
+            })
+        })?;
+        let mut flat: Vec<HostArray> = Vec::new();
+        for s in &state.sublayers {
+            flat.extend(s.tensors().into_iter().cloned());
+        }
+        flat.push(state.valid);
+        flat.push(HostArray::scalar(state.column as i32));
+        flat.push(HostArray::from_vec(&[b], state.positions)?);
+        let start = engine::StreamStart {
+            logits: engine::last_position(&pre.logits)?,
+            state: flat,
+            len,
+            width,
+        };
+        let run = |inputs: &[HostArray]| self.run(&program, inputs);
+        engine::stream_segments(prompts, options, vocab, segment, start, v, run, on_tokens)
     }
 }

@@ -66,12 +66,16 @@ pub(crate) struct Step<'a> {
     pub at: Positions<'a>,
     /// Whether this is a decode step (`L` = 1: Mamba-2's O(1) step, experts gathered).
     pub decode: bool,
+    /// Whether each token's experts are gathered (only the chosen experts' matrices read),
+    /// else every expert runs and the unchosen ones weigh 0.
+    pub gather: bool,
     /// The chunk of the Mamba-2 prefill (a divisor of `L`).
     pub chunk: usize,
 }
 
 /// The model over `s`'s tokens after `states` (one per sublayer): the logits `[b, L, vocab]`
-/// f32 and the states after the tokens.
+/// f32 and the states after the tokens. A decode step (`L` = 1) runs on `[b, hidden]`, so its
+/// products are matrices times vectors.
 pub(crate) fn forward(
     s: &Step<'_>,
     states: &[SublayerState<Tensor>],
@@ -100,6 +104,10 @@ pub(crate) fn forward(
         .take(s.tokens)?
         .astype(DType::F32)?
         .mul(cfg.embedding_multiplier)?;
+    if s.decode {
+        // One position: [b, hidden], so every product is a matrix times vectors.
+        h = h.squeeze(&[1])?;
+    }
     let mut next = Vec::with_capacity(states.len());
     for (layer, state) in w.sublayers.iter().zip(states) {
         let (out, st) = sublayer(&h, s, layer, state, &mamba, cfg)?;
@@ -107,7 +115,10 @@ pub(crate) fn forward(
         next.push(st);
     }
     let normed = rms(&h, cfg.norm_eps)?.mul(&w.norm_f)?;
-    let logits = linear(&normed, w.lm_head.as_ref().unwrap_or(&w.embedding), None)?;
+    let mut logits = linear(&normed, w.lm_head.as_ref().unwrap_or(&w.embedding), None)?;
+    if s.decode {
+        logits = logits.expand_dims(1)?;
+    }
     Ok((logits.div(cfg.logits_scaling)?, next))
 }
 
@@ -125,15 +136,22 @@ fn sublayer(
     Ok(match (layer, state) {
         (Sublayer::Mamba(w), SublayerState::Mamba(init)) => {
             let (out, st) = if s.decode {
-                let (out, st) = mixer_step(&h.squeeze(&[1])?, init, w, mamba)?;
-                (out.expand_dims(1)?, st)
+                mixer_step(h, init, w, mamba)?
             } else {
                 mixer_prefill(h, s.mask, w, mamba, Some(init))?
             };
             (out, SublayerState::Mamba(st))
         }
         (Sublayer::Attention { norm: n, attn }, SublayerState::Attention { k, v }) => {
-            let (out, k, v) = attention(&norm(n)?, &s.at, k, v, attn, &cfg.attention)?;
+            let x = if s.decode {
+                norm(n)?.expand_dims(1)?
+            } else {
+                norm(n)?
+            };
+            let (mut out, k, v) = attention(&x, &s.at, k, v, attn, &cfg.attention)?;
+            if s.decode {
+                out = out.squeeze(&[1])?;
+            }
             (out, SublayerState::Attention { k, v })
         }
         (Sublayer::Mlp { norm: n, mlp: m }, SublayerState::None) => {
@@ -142,7 +160,7 @@ fn sublayer(
         }
         (Sublayer::Moe { norm: n, moe: m }, SublayerState::None) => {
             let c = cfg.moe.as_ref().ok_or_else(mismatch)?;
-            (moe(&norm(n)?, m, c, s.decode)?, SublayerState::None)
+            (moe(&norm(n)?, m, c, s.gather)?, SublayerState::None)
         }
         _ => return Err(mismatch()),
     })

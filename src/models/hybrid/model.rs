@@ -79,6 +79,8 @@ pub(super) enum Kind {
     Step,
     /// Generation in one program, up to this many tokens.
     Generate(usize, Variant),
+    /// A stream's segment of this many tokens.
+    Segment(usize, Variant),
 }
 
 /// A Bamba, Granite 4.0-H or Nemotron-H model whose weights live on `client`'s first device.
@@ -87,6 +89,8 @@ pub struct Hybrid {
     config: HybridConfig,
     types: HybridWeights<TensorType>,
     weights: HybridWeights<Buffer>,
+    /// Whether decode steps gather the chosen experts (the default) or run them all.
+    gather: bool,
     programs: Mutex<HashMap<ProgramKey, CompiledGraph>>,
 }
 
@@ -124,8 +128,23 @@ impl Hybrid {
             weights: weights.upload(client)?,
             config,
             types,
+            gather: true,
             programs: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// With `gather` (the default), a decode step's mixture of experts reads only each
+    /// token's chosen experts' matrices; without, every expert runs on every token and the
+    /// unchosen ones weigh 0 (as the prefill does). The same results up to rounding.
+    pub fn with_gathered_experts(mut self, gather: bool) -> Self {
+        self.gather = gather;
+        self.programs = Mutex::new(HashMap::new());
+        self
+    }
+
+    /// Whether decode steps gather the chosen experts.
+    pub(super) fn gathers(&self) -> bool {
+        self.gather
     }
 
     /// Loads the HF checkpoint in `dir` (`config.json` with `model_type` `bamba`,
@@ -188,6 +207,16 @@ impl Hybrid {
     pub fn prefill_from(&self, prompts: &[Vec<u32>], state: HybridState) -> Result<HybridPrefill> {
         self.check_state("prefill_from", &state, prompts.len())?;
         self.run_prefill(prompts, state, 0)
+    }
+
+    /// [`Hybrid::prefill`] with caches that have room for `reserve` more tokens.
+    pub(super) fn prefill_reserving(
+        &self,
+        prompts: &[Vec<u32>],
+        reserve: usize,
+    ) -> Result<HybridPrefill> {
+        let state = self.empty_state(prompts.len(), 0)?;
+        self.run_prefill(prompts, state, reserve)
     }
 
     /// The prefill, with room for `reserve` more columns after the prompts.
@@ -326,6 +355,7 @@ impl Hybrid {
                     valid: &valid,
                 },
                 decode,
+                gather: decode && self.gather,
                 chunk,
             };
             let (logits, next) = forward(&step, &states, w, &self.config)?;

@@ -43,6 +43,8 @@ enum Kind {
     Step,
     /// Generation in one program, up to this many tokens.
     Generate(usize, Variant),
+    /// A stream's segment of this many tokens, with a penalty history of this width.
+    Segment(usize, Variant, usize),
 }
 
 /// What a prefill returns.
@@ -374,6 +376,56 @@ impl Mamba1 {
             .first()
             .ok_or_else(|| Error::InvalidArgument("generate returned nothing".into()))?;
         engine::rows_of_tokens(tokens, options.max_new_tokens)
+    }
+
+    /// [`Mamba1::generate`] in segments of up to `segment` tokens (at least 1), handing each
+    /// segment's new tokens (one list per row, cut after a row's `eos`) to `on_tokens` as soon
+    /// as they exist; `on_tokens` returning `false` stops early. One prefill, then one
+    /// execution of a segment program (the shared decode loop) per `segment` tokens. Returns
+    /// every row's tokens, the same as `generate`'s.
+    pub fn generate_stream(
+        &self,
+        prompts: &[Vec<u32>],
+        options: &GenerateOptions,
+        segment: usize,
+        on_tokens: impl FnMut(&[Vec<u32>]) -> bool,
+    ) -> Result<Vec<Vec<u32>>> {
+        let vocab = self.config.vocab_size;
+        engine::check_options(options, vocab)?;
+        engine::check_segment(segment)?;
+        let pre = self.prefill(prompts)?;
+        if options.max_new_tokens == 0 {
+            return Ok(vec![Vec::new(); prompts.len()]);
+        }
+        let b = prompts.len();
+        let v = Variant {
+            segment: true,
+            ..engine::variant(options)
+        };
+        let len = pre.logits.dims()[1];
+        let width = len + crate::models::mamba2::generate_capacity(options.max_new_tokens);
+        let key = (Kind::Segment(segment, v, width), b, 0, self.scan);
+        let program = self.program(key, |g, w| {
+            let steps = Steps {
+                w,
+                cfg: &self.config,
+            };
+            engine::segment_outputs(g, &steps, b, vocab, segment, width, v, |g| {
+                self.state_parameters(g, b)
+            })
+        })?;
+        let start = engine::StreamStart {
+            logits: engine::last_position(&pre.logits)?,
+            state: pre
+                .states
+                .into_iter()
+                .flat_map(|s| [s.conv, s.ssm])
+                .collect(),
+            len,
+            width,
+        };
+        let run = |inputs: &[HostArray]| self.run(&program, inputs);
+        engine::stream_segments(prompts, options, vocab, segment, start, v, run, on_tokens)
     }
 
     /// `t` as an `i32` id, or an error naming `op` if it is outside the vocabulary.
