@@ -3,15 +3,15 @@
 //! random weights), beside the same shape with Mamba-2 mixers only, through the CPU plugin
 //! that `Client::cpu()` resolves:
 //!
-//! 1. `context`: a prompt of 128, 512 and 2048 tokens, then 32 new tokens in one program
-//!    (`Hybrid::generate`, greedy): the prefill's tokens/s (a generation of one token: the
-//!    prefill with the logits of the last position only), and the decode ms per token (the
-//!    32-token run less that, over 31 steps). The
+//! 1. `context`: a prompt of 128, 512 and 2048 tokens: the prefill's tokens/s (a generation
+//!    of one token: the prefill with the logits of the last position only), and the decode ms
+//!    per token (`Hybrid::generate_stream`, greedy, 64 tokens in segments of 16, timed between
+//!    segments, each segment one program call of 16 device-side steps). The
 //!    attention layers read their whole key/value cache (prompt + capacity) every step, so the
 //!    hybrid's step grows with the context; the Mamba-2-only shape's stays flat. The two
 //!    shapes take turns run by run.
 //! 2. `experts`: a Granite-style mixture of experts (8 experts, top 2, with a shared expert)
-//!    decoding 32 tokens with each token's experts gathered (the default) and with every
+//!    decoding as above with each token's experts gathered (the default) and with every
 //!    expert run densely, taking turns.
 //!
 //! Tables go to stdout, the figures to `target/bench/hybrid.json`.
@@ -77,16 +77,24 @@ fn greedy(n: usize) -> GenerateOptions {
     }
 }
 
-/// Generation of one token (the prefill, its logits at the last position only, and one pick)
-/// and of `new` tokens: (prefill s, decode s per token).
-fn time_once(m: &Hybrid, p: &[Vec<u32>], new: usize) -> Result<(f64, f64)> {
+/// The prefill (a generation of one token: the prefill with the logits of the last position
+/// only, and one pick) in s, and the decode s per token: a stream of 64 tokens in segments of
+/// 16, timed between the segments after the first (whose call holds the prefill), so that
+/// the prefill's noise stays out of the decode figure.
+fn time_once(m: &Hybrid, p: &[Vec<u32>]) -> Result<(f64, f64)> {
     let t = Instant::now();
     m.generate(p, &greedy(1))?;
     let prefill = secs_since(t);
-    let t = Instant::now();
-    m.generate(p, &greedy(new))?;
-    let all = secs_since(t);
-    Ok((prefill, ((all - prefill) / (new - 1) as f64).max(0.0)))
+    let mut marks = Vec::new();
+    m.generate_stream(p, &greedy(64), 16, |_| {
+        marks.push(Instant::now());
+        true
+    })?;
+    let per_token: Vec<f64> = marks
+        .windows(2)
+        .map(|w| w[1].duration_since(w[0]).as_secs_f64() / 16.0)
+        .collect();
+    Ok((prefill, median(&sorted(per_token))))
 }
 
 fn main() -> Result<()> {
@@ -102,8 +110,7 @@ fn main() -> Result<()> {
     let plain = model(&client, &bamba(&[])?)?;
     common::progress::note(format!("random weights + upload {:.1}s", secs_since(t)));
     let mut figures = Vec::new();
-    let new = 32;
-    println!("Bamba-style shape (12 layers, 768 wide, random weights), batch 1, {new} new tokens in one program (median of {runs} runs, the shapes taking turns)");
+    println!("Bamba-style shape (12 layers, 768 wide, random weights), batch 1: prefill, and decode in a stream of 64 tokens in segments of 16 (median of {runs} runs, the shapes taking turns)");
     println!(
         "{:>6}  {:>22}  {:>22}  {:>22}  {:>22}",
         "prompt",
@@ -115,12 +122,12 @@ fn main() -> Result<()> {
     for &len in lens {
         let p = prompt(len);
         // First calls compile.
-        time_once(&hybrid, &p, new)?;
-        time_once(&plain, &p, new)?;
+        time_once(&hybrid, &p)?;
+        time_once(&plain, &p)?;
         let (mut h, mut m) = (Vec::new(), Vec::new());
         for _ in 0..runs {
-            h.push(time_once(&hybrid, &p, new)?);
-            m.push(time_once(&plain, &p, new)?);
+            h.push(time_once(&hybrid, &p)?);
+            m.push(time_once(&plain, &p)?);
         }
         let med = |v: &[(f64, f64)], i: usize| {
             median(&sorted(
@@ -169,13 +176,13 @@ fn experts_section(client: &Client, runs: usize) -> Result<Vec<String>> {
     let weights = HybridWeights::random(&cfg, DType::F32, 0)?;
     let gathered = Hybrid::new(client, cfg.clone(), &weights)?;
     let dense = Hybrid::new(client, cfg, &weights)?.with_gathered_experts(false);
-    let (p, new) = (prompt(128), 32);
-    time_once(&gathered, &p, new)?;
-    time_once(&dense, &p, new)?;
+    let p = prompt(128);
+    time_once(&gathered, &p)?;
+    time_once(&dense, &p)?;
     let (mut g, mut d) = (Vec::new(), Vec::new());
     for _ in 0..runs {
-        g.push(time_once(&gathered, &p, new)?.1);
-        d.push(time_once(&dense, &p, new)?.1);
+        g.push(time_once(&gathered, &p)?.1);
+        d.push(time_once(&dense, &p)?.1);
     }
     let (g, d) = (median(&sorted(g)), median(&sorted(d)));
     println!(

@@ -3,8 +3,9 @@
 //! in one program (the prefill and the device-side decode loop), greedy or sampled, with
 //! penalties and `--eos`, defaults from the checkpoint's generation_config.json as for Mamba-2.
 //! Streams in segments as Mamba-2 does (`--stream`, or by default on a terminal for one text
-//! prompt). What only the Mamba-2 engine has yet (state files, several devices, its prefill
-//! chunking and bf16-dot switch) is refused by name.
+//! prompt), and continues from and writes state files (`--state-in/--state-out`: the Mamba-2
+//! states and, for the hybrids, the attention caches). What only the Mamba-2 engine has yet
+//! (several devices, its prefill chunking and bf16-dot switch) is refused by name.
 
 use std::io::IsTerminal as _;
 use std::path::Path;
@@ -13,6 +14,7 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use serde_json::json;
 use stablegraph::models::family::{self, CausalLm};
+use stablegraph::models::mamba2::GenerateOptions;
 use stablegraph::runtime::Client;
 use stablegraph::DType;
 
@@ -29,17 +31,19 @@ pub(crate) struct Outputs<'a> {
     pub(crate) stream: bool,
     /// `--no-stream`.
     pub(crate) no_stream: bool,
+    /// `--state-in FILE`.
+    pub(crate) state_in: Option<&'a Path>,
+    /// `--state-out FILE`.
+    pub(crate) state_out: Option<&'a Path>,
     /// `--json FILE`.
     pub(crate) json: Option<&'a Path>,
     /// `--dump-logits FILE`.
     pub(crate) dump_logits: Option<&'a Path>,
-    /// Flags this path does not take, by name, when given.
-    pub(crate) refused: Vec<&'static str>,
 }
 
 /// The flags' check: the Mamba-2-only ones are an error naming them.
-fn refuse(family: &str, m: &ModelArgs, o: &Outputs) -> Result<()> {
-    let mut given: Vec<&str> = o.refused.clone();
+fn refuse(family: &str, m: &ModelArgs) -> Result<()> {
+    let mut given: Vec<&str> = Vec::new();
     let set = [
         (m.devices != 1, "--devices"),
         (m.prefill_chunk.is_some(), "--prefill-chunk"),
@@ -74,7 +78,7 @@ pub(crate) fn generate(
     s: &SamplingArgs,
     o: &Outputs,
 ) -> Result<()> {
-    refuse(family_name(dir), m, o)?;
+    refuse(family_name(dir), m)?;
     progress("loading the PJRT plugin");
     let client = match &m.plugin {
         Some(path) => Client::from_plugin_path(path)?,
@@ -95,9 +99,20 @@ pub(crate) fn generate(
         shipped: false,
     };
     let (options, settings_from) = s.options_for(&source, vocab)?;
+    let description = describe(dir, model.as_ref(), dtype);
+    let loaded = Loaded {
+        model: model.as_ref(),
+        codec: &codec,
+        prompts: &prompts,
+        options: &options,
+        settings_from: settings_from.as_deref(),
+        description: &description,
+    };
+    if o.state_in.is_some() || o.state_out.is_some() {
+        return with_state_files(&loaded, o);
+    }
     let terminal = std::io::stdout().is_terminal() && codec.is_text();
     if o.stream || (terminal && !o.no_stream && prompts.len() == 1) {
-        let description = describe(dir, model.as_ref(), dtype);
         let shown = Shown {
             codec: &codec,
             prompts: &prompts,
@@ -126,14 +141,7 @@ pub(crate) fn generate(
         let lens: Vec<usize> = prompts.iter().map(Vec::len).collect();
         dump_logits(path, &logits, &lens)?;
     }
-    for (r, row) in tokens.iter().enumerate() {
-        let shown = match codec.decode(row)? {
-            Some(text) => format!("{text:?}"),
-            None => ids_text(row),
-        };
-        println!("row {r:<5} {shown}");
-    }
-    let description = describe(dir, model.as_ref(), dtype);
+    print_rows(&codec, &tokens)?;
     let timings = Timings {
         first_s,
         prefill_s,
@@ -154,6 +162,55 @@ pub(crate) fn generate(
         &settings,
         o,
     )
+}
+
+/// What `generate` works with once the model is loaded.
+struct Loaded<'a> {
+    model: &'a dyn CausalLm,
+    codec: &'a Codec,
+    prompts: &'a [Vec<u32>],
+    options: &'a GenerateOptions,
+    settings_from: Option<&'a Path>,
+    description: &'a str,
+}
+
+/// `generate --state-in/--state-out`: one generation from the given state file (or none),
+/// writing the state after it.
+fn with_state_files(l: &Loaded, o: &Outputs) -> Result<()> {
+    progress("compiling and running generate from the state");
+    let t = Instant::now();
+    let tokens = l
+        .model
+        .generate_with_state_files(l.prompts, l.options, o.state_in, o.state_out)
+        .context("generate")?;
+    let taken = seconds(t);
+    let tokens = cut_at_eos(tokens, l.options.eos);
+    print_rows(l.codec, &tokens)?;
+    println!("model     {}", l.description);
+    println!(
+        "settings  {}",
+        describe_settings(l.options, l.settings_from)
+    );
+    println!(
+        "generate  {} prompt tokens and {} new in {taken:.2} s (compile included)",
+        l.prompts.iter().map(Vec::len).sum::<usize>(),
+        tokens.iter().map(Vec::len).sum::<usize>()
+    );
+    if let Some(path) = o.state_in {
+        println!("state     continued from {}", path.display());
+    }
+    if let Some(path) = o.state_out {
+        println!("state     written to {}", path.display());
+    }
+    if let Some(path) = o.json {
+        let value = json!({
+            "tokens": tokens,
+            "model": l.description,
+            "settings": settings_json(l.options, l.settings_from),
+        });
+        write_json(path, &value)?;
+    }
+    Ok(())
 }
 
 /// One line on the model.
@@ -249,6 +306,18 @@ fn report(
             "settings": settings.json,
         });
         write_json(path, &value)?;
+    }
+    Ok(())
+}
+
+/// Prints each row's tokens as text (or ids).
+fn print_rows(codec: &Codec, tokens: &[Vec<u32>]) -> Result<()> {
+    for (r, row) in tokens.iter().enumerate() {
+        let shown = match codec.decode(row)? {
+            Some(text) => format!("{text:?}"),
+            None => ids_text(row),
+        };
+        println!("row {r:<5} {shown}");
     }
     Ok(())
 }

@@ -144,20 +144,13 @@ pub(crate) fn warm_up(l: &Loaded, options: &GenerateOptions) -> Result<(f64, boo
 /// `generate`.
 pub(crate) fn generate(a: GenerateArgs) -> Result<()> {
     if let Some(dir) = a.model.model.as_deref().filter(|d| is_other_family(d)) {
-        let refused = [
-            (a.state_in.is_some(), "--state-in"),
-            (a.state_out.is_some(), "--state-out"),
-        ];
         let outputs = family::Outputs {
             stream: a.stream,
             no_stream: a.no_stream,
+            state_in: a.state_in.as_deref(),
+            state_out: a.state_out.as_deref(),
             json: a.json.as_deref(),
             dump_logits: a.dump_logits.as_deref(),
-            refused: refused
-                .iter()
-                .filter(|(on, _)| *on)
-                .map(|(_, n)| *n)
-                .collect(),
         };
         return family::generate(dir, &a.model, &a.prompt, &a.sampling, &outputs);
     }

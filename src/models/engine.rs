@@ -431,7 +431,7 @@ pub(crate) struct StreamStart {
 /// [`segment_outputs`], up to `segment` tokens a call), handing each segment's new tokens
 /// (one list per row, cut after a row's `eos`) to `on_tokens`, which stops the stream by
 /// returning `false`. Returns every row's tokens, rows that stopped repeating their `eos` to
-/// `max_new_tokens` as `generate` does.
+/// `max_new_tokens` as `generate` does, and the state after the last segment (flattened).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn stream_segments(
     prompts: &[Vec<u32>],
@@ -442,7 +442,7 @@ pub(crate) fn stream_segments(
     v: Variant,
     mut run: impl FnMut(&[HostArray]) -> Result<Vec<HostArray>>,
     mut on_tokens: impl FnMut(&[Vec<u32>]) -> bool,
-) -> Result<Vec<Vec<u32>>> {
+) -> Result<(Vec<Vec<u32>>, Vec<HostArray>)> {
     let batch = prompts.len();
     let mut all = vec![Vec::new(); batch];
     let mut fixed = vec![HostArray::scalar(options.eos.map_or(-1, |e| e as i32))];
@@ -509,7 +509,7 @@ pub(crate) fn stream_segments(
             }
         }
     }
-    Ok(all)
+    Ok((all, state))
 }
 
 /// The logits of the last position of `[b, L, vocab]` f32 logits, as `[b, vocab]`.
@@ -542,4 +542,57 @@ pub(crate) fn check_segment(segment: usize) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+/// Writes named f32 or i32 host arrays to `path` as safetensors (a state file).
+pub(crate) fn save_tensors(path: &std::path::Path, tensors: &[(String, &HostArray)]) -> Result<()> {
+    use safetensors::tensor::{Dtype, TensorView};
+    let data: Vec<(String, Dtype, Vec<usize>, Vec<u8>)> = tensors
+        .iter()
+        .map(|(name, a)| {
+            let dtype = match a.dtype() {
+                DType::F32 => Ok(Dtype::F32),
+                DType::I32 => Ok(Dtype::I32),
+                other => Err(Error::InvalidArgument(format!(
+                    "state: {name} is {other}, expected f32 or i32"
+                ))),
+            }?;
+            Ok((name.clone(), dtype, a.dims().to_vec(), a.to_bytes()))
+        })
+        .collect::<Result<_>>()?;
+    let views = data
+        .iter()
+        .map(|(name, dtype, dims, bytes)| {
+            let view = TensorView::new(*dtype, dims.clone(), bytes)
+                .map_err(|e| Error::InvalidArgument(format!("state: {name}: {e}")))?;
+            Ok((name.clone(), view))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    safetensors::serialize_to_file(views, None, path).map_err(|e| {
+        Error::InvalidArgument(format!("writing the state to {}: {e}", path.display()))
+    })
+}
+
+/// Reads every tensor of the safetensors state file `path` (f32 or i32) by name. An
+/// unreadable file, or a tensor of another dtype, is an error naming the file and tensor.
+pub(crate) fn load_tensors(
+    path: &std::path::Path,
+) -> Result<std::collections::BTreeMap<String, HostArray>> {
+    use safetensors::tensor::Dtype;
+    let bytes = std::fs::read(path)
+        .map_err(|e| Error::io(format!("reading the state {}", path.display()), e))?;
+    let bad = |why: String| Error::InvalidArgument(format!("state {}: {why}", path.display()));
+    let file = safetensors::SafeTensors::deserialize(&bytes).map_err(|e| bad(format!("{e}")))?;
+    file.tensors()
+        .into_iter()
+        .map(|(name, t)| {
+            let dtype = match t.dtype() {
+                Dtype::F32 => DType::F32,
+                Dtype::I32 => DType::I32,
+                other => return Err(bad(format!("{name} is {other:?}, expected F32 or I32"))),
+            };
+            let ty = crate::dtype::TensorType::new(dtype, t.shape());
+            Ok((name, HostArray::from_bytes(&ty, t.data())?))
+        })
+        .collect()
 }

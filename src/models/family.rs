@@ -40,6 +40,16 @@ pub trait CausalLm {
         segment: usize,
         on_tokens: &mut dyn FnMut(&[Vec<u32>]) -> bool,
     ) -> Result<Vec<Vec<u32>>>;
+    /// [`CausalLm::generate`] continuing from the state file `state_in` (when given), and
+    /// writing the state after the prompts and every token emitted to `state_out` (when
+    /// given), in the family's state layout (safetensors).
+    fn generate_with_state_files(
+        &self,
+        prompts: &[Vec<u32>],
+        options: &GenerateOptions,
+        state_in: Option<&Path>,
+        state_out: Option<&Path>,
+    ) -> Result<Vec<Vec<u32>>>;
 }
 
 impl CausalLm for Mamba1 {
@@ -77,6 +87,20 @@ impl CausalLm for Mamba1 {
         on_tokens: &mut dyn FnMut(&[Vec<u32>]) -> bool,
     ) -> Result<Vec<Vec<u32>>> {
         Mamba1::generate_stream(self, prompts, options, segment, on_tokens)
+    }
+    fn generate_with_state_files(
+        &self,
+        prompts: &[Vec<u32>],
+        options: &GenerateOptions,
+        state_in: Option<&Path>,
+        state_out: Option<&Path>,
+    ) -> Result<Vec<Vec<u32>>> {
+        let states = state_in.map(mamba1::load_states).transpose()?;
+        let (tokens, states) = self.generate_from(prompts, states.as_deref(), options)?;
+        if let Some(path) = state_out {
+            mamba1::save_states(path, &states)?;
+        }
+        Ok(tokens)
     }
 }
 
@@ -126,6 +150,23 @@ impl CausalLm for Hybrid {
         on_tokens: &mut dyn FnMut(&[Vec<u32>]) -> bool,
     ) -> Result<Vec<Vec<u32>>> {
         Hybrid::generate_stream(self, prompts, options, segment, on_tokens)
+    }
+    fn generate_with_state_files(
+        &self,
+        prompts: &[Vec<u32>],
+        options: &GenerateOptions,
+        state_in: Option<&Path>,
+        state_out: Option<&Path>,
+    ) -> Result<Vec<Vec<u32>>> {
+        let layers = self.config().sublayers.len();
+        let state = state_in
+            .map(|p| hybrid::HybridState::load(p, layers))
+            .transpose()?;
+        let (tokens, state) = self.generate_from(prompts, state, options)?;
+        if let Some(path) = state_out {
+            state.save(path)?;
+        }
+        Ok(tokens)
     }
 }
 

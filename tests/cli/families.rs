@@ -112,11 +112,11 @@ fn what_only_mamba2_takes_yet_is_a_one_line_error() {
         "tests/fixtures/mamba1/tiny",
         "--devices",
         "2",
-        "--state-out",
-        "x.safetensors",
+        "--prefill-chunk",
+        "64",
     ]);
     assert!(e.contains("Mamba-1 checkpoints do not take"), "{e}");
-    assert!(e.contains("--devices") && e.contains("--state-out"), "{e}");
+    assert!(e.contains("--devices") && e.contains("--prefill-chunk"), "{e}");
     let e = error_line(&["bench", "--model", "tests/fixtures/mamba1/falcon"]);
     assert!(e.contains("\"falcon_mamba\" runs with `generate`"), "{e}");
     let e = error_line(&["bench", "--model", "tests/fixtures/hybrid/nemotron"]);
@@ -143,10 +143,63 @@ fn every_family_streams_what_it_generates() {
         ]
     };
     let streamed = run_ok(&args("--stream"));
-    assert!(streamed.contains("streamed in segments of 16"), "{streamed}");
+    assert!(
+        streamed.contains("streamed in segments of 16"),
+        "{streamed}"
+    );
     let whole = run_ok(&args("--no-stream"));
-    let row = whole.lines().next().unwrap().trim_start_matches("row 0").trim();
-    assert!(streamed.starts_with(&format!("{row},")), "{streamed}\nagainst\n{whole}");
+    let row = whole
+        .lines()
+        .next()
+        .unwrap()
+        .trim_start_matches("row 0")
+        .trim();
+    assert!(
+        streamed.starts_with(&format!("{row},")),
+        "{streamed}\nagainst\n{whole}"
+    );
+}
+
+#[test]
+fn every_family_continues_from_a_state_file() {
+    for dir in [
+        "tests/fixtures/hybrid/granite",
+        "tests/fixtures/mamba1/tiny",
+    ] {
+        let out = scratch(&format!("state-{}", dir.replace('/', "-")));
+        let (state, json) = (out.join("state.safetensors"), out.join("out.json"));
+        let tokens = |args: &[&str]| {
+            let mut all = vec!["generate", "--model", dir, "--temperature", "0"];
+            all.extend(args);
+            all.extend(["--json", json.to_str().unwrap()]);
+            let stdout = run_ok(&all);
+            let v: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+            let row: Vec<u64> = v["tokens"][0]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| t.as_u64().unwrap())
+                .collect();
+            (stdout, row)
+        };
+        let first = ["--prompt-ids", "5,6,7", "--max-new-tokens", "4"];
+        let (stdout, made) =
+            tokens(&[&first[..], &["--state-out", state.to_str().unwrap()]].concat());
+        assert!(stdout.contains("state     written to"), "{stdout}");
+        let rest = ["--prompt-ids", "8,9", "--max-new-tokens", "5"];
+        let (stdout, continued) =
+            tokens(&[&rest[..], &["--state-in", state.to_str().unwrap()]].concat());
+        assert!(stdout.contains("state     continued from"), "{stdout}");
+        let whole: Vec<String> = [5, 6, 7]
+            .iter()
+            .chain(&made)
+            .chain(&[8, 9])
+            .map(|t| t.to_string())
+            .collect();
+        let (_, direct) = tokens(&["--prompt-ids", &whole.join(","), "--max-new-tokens", "5"]);
+        assert_eq!(continued, direct, "{dir}");
+    }
 }
 
 #[test]

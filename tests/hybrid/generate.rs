@@ -1,7 +1,8 @@
 //! Generation in one program (prefill and the device-side decode loop) for every family but
 //! Mamba-2: greedy equals transformers' greedy tokens (the fixtures'), ragged batches
 //! included; sampling with `top_k` 1 is greedy; a seed repeats its draw; a row stops at
-//! `eos` and repeats it; penalties hold; a stream in segments gives the same tokens.
+//! `eos` and repeats it; penalties hold; a stream in segments gives the same tokens; state
+//! files carry a conversation across calls.
 
 use crate::common;
 
@@ -175,4 +176,62 @@ fn streams_equal_one_program_generation() {
             .unwrap();
         assert_eq!(first[0], whole[0][..5], "{name}: the first segment");
     }
+}
+
+#[test]
+fn state_files_continue_as_the_whole_prompt_does() {
+    // Generating after a prompt fed in two calls (the state saved and loaded between them)
+    // equals generating after the whole prompt; the second call's state file holds the rest.
+    let first = vec![vec![5, 9, 14, 20, 33, 7], vec![40, 41, 42]];
+    let rest = vec![vec![11, 12], vec![13, 14, 15]];
+    let whole: Vec<Vec<u32>> = first
+        .iter()
+        .zip(&rest)
+        .map(|(a, b)| a.iter().chain(b).copied().collect())
+        .collect();
+    let dir = std::env::temp_dir().join(format!("stablegraph-states-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for fixture in fixtures() {
+        let model = family::load(&client(), &fixture, DType::F32).unwrap();
+        let name = fixture.display();
+        let path = dir.join(format!(
+            "{}.safetensors",
+            fixture.file_name().unwrap().to_str().unwrap()
+        ));
+        let none = greedy(0);
+        let made = model
+            .generate_with_state_files(&first, &none, None, Some(&path))
+            .unwrap();
+        assert!(made.iter().all(Vec::is_empty), "{name}");
+        let continued = model
+            .generate_with_state_files(&rest, &greedy(10), Some(&path), Some(&path))
+            .unwrap();
+        assert_eq!(
+            continued,
+            model.generate(&whole, &greedy(10)).unwrap(),
+            "{name}"
+        );
+        // The state after those 10 tokens continues too: one more call against the host loop.
+        let more = model
+            .generate_with_state_files(&[vec![3], vec![4]], &greedy(4), Some(&path), None)
+            .unwrap();
+        let longer: Vec<Vec<u32>> = whole
+            .iter()
+            .zip(&continued)
+            .zip([3, 4])
+            .map(|((w, c), t)| w.iter().chain(c).chain(&[t]).copied().collect())
+            .collect();
+        assert_eq!(
+            more,
+            model.greedy(&longer, 4).unwrap(),
+            "{name}: a third call"
+        );
+    }
+    // A state of another family is an error naming the file.
+    let bamba = family::load(&client(), &common::hybrid::fixture("bamba"), DType::F32).unwrap();
+    let e = bamba
+        .generate_with_state_files(&rest, &greedy(2), Some(&dir.join("tiny.safetensors")), None)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("tiny.safetensors"), "{e}");
 }

@@ -5,7 +5,7 @@
 
 use super::graph::{forward, Step, SublayerState};
 use super::layers::Positions;
-use super::model::{Hybrid, Kind};
+use super::model::{Hybrid, HybridState, Kind};
 use super::weights::HybridWeights;
 use super::HybridConfig;
 use crate::array::HostArray;
@@ -255,22 +255,58 @@ impl Hybrid {
         segment: usize,
         on_tokens: impl FnMut(&[Vec<u32>]) -> bool,
     ) -> Result<Vec<Vec<u32>>> {
+        Ok(self
+            .segments(prompts, None, options, segment, false, on_tokens)?
+            .0)
+    }
+
+    /// [`Hybrid::generate`] continuing from `state` (when given: as a prefill, step or earlier
+    /// `generate_from` returned it, one row per prompt), returning with the tokens the state
+    /// after the prompts and every token emitted (a row that stopped at `eos` keeps its state
+    /// from there; the attention caches grow to hold the new tokens), for
+    /// [`Hybrid::prefill_from`] or another `generate_from`.
+    pub fn generate_from(
+        &self,
+        prompts: &[Vec<u32>],
+        state: Option<HybridState>,
+        options: &GenerateOptions,
+    ) -> Result<(Vec<Vec<u32>>, HybridState)> {
+        let segment = generate_capacity(options.max_new_tokens);
+        self.segments(prompts, state, options, segment, true, |_| true)
+    }
+
+    /// The prefill (after `init`, when given) with caches sized for the generation, then
+    /// segments of up to `segment` tokens; with `state_out` rows that stopped keep their state.
+    /// Returns the tokens and the last state.
+    fn segments(
+        &self,
+        prompts: &[Vec<u32>],
+        init: Option<HybridState>,
+        options: &GenerateOptions,
+        segment: usize,
+        state_out: bool,
+        on_tokens: impl FnMut(&[Vec<u32>]) -> bool,
+    ) -> Result<(Vec<Vec<u32>>, HybridState)> {
         let cfg = self.config();
         let vocab = cfg.vocab_size;
         engine::check_options(options, vocab)?;
         engine::check_segment(segment)?;
         let capacity = generate_capacity(options.max_new_tokens);
-        let pre = self.prefill_reserving(prompts, capacity)?;
+        let pre = self.prefill_reserving(prompts, init, capacity)?;
         if options.max_new_tokens == 0 {
-            return Ok(vec![Vec::new(); prompts.len()]);
+            return Ok((vec![Vec::new(); prompts.len()], pre.state));
         }
         let (b, state) = (prompts.len(), pre.state);
         let v = Variant {
             segment: true,
+            state_out,
             ..engine::variant(options)
         };
         let (len, cap) = (state.column, state.capacity());
-        let width = len + capacity;
+        // The penalty history: this call's prompts (padded as fed) and new tokens.
+        let fed = pre.logits.dims()[1].max(1);
+        let prompt_width = self.padded_rows(prompts).0[0].len().max(fed);
+        let width = prompt_width + capacity;
         let template = state.sublayers.clone();
         let key = (Kind::Segment(segment, v), b, width, cap, 0);
         let program = self.program(key, |g, w| {
@@ -280,24 +316,7 @@ impl Hybrid {
                 gather: self.gathers(),
             };
             engine::segment_outputs(g, &steps, b, vocab, segment, width, v, |g| {
-                let mut n = 0;
-                let mut param = |dtype: DType, dims: &[usize]| {
-                    n += 1;
-                    g.parameter(&format!("state.{n}"), dtype, dims)
-                };
-                let mut sublayers = Vec::with_capacity(template.len());
-                for s in &template {
-                    let mut dims = s.tensors().into_iter().map(|t| t.dims().to_vec());
-                    sublayers.push(
-                        s.rebuild(&mut || param(DType::F32, &dims.next().unwrap_or_default()))?,
-                    );
-                }
-                Ok(Carried {
-                    sublayers,
-                    valid: param(DType::F32, &[b, cap])?,
-                    column: param(DType::I32, &[])?,
-                    positions: param(DType::I32, &[b])?,
-                })
+                carried_parameters(g, &template, b, cap)
             })
         })?;
         let mut flat: Vec<HostArray> = Vec::new();
@@ -305,15 +324,77 @@ impl Hybrid {
             flat.extend(s.tensors().into_iter().cloned());
         }
         flat.push(state.valid);
-        flat.push(HostArray::scalar(state.column as i32));
+        flat.push(HostArray::scalar(len as i32));
         flat.push(HostArray::from_vec(&[b], state.positions)?);
         let start = engine::StreamStart {
             logits: engine::last_position(&pre.logits)?,
             state: flat,
-            len,
+            len: prompt_width,
             width,
         };
         let run = |inputs: &[HostArray]| self.run(&program, inputs);
-        engine::stream_segments(prompts, options, vocab, segment, start, v, run, on_tokens)
+        let (tokens, flat) =
+            engine::stream_segments(prompts, options, vocab, segment, start, v, run, on_tokens)?;
+        Ok((tokens, unflatten_state(&template, flat)?))
     }
+}
+
+/// A [`Carried`] of parameters shaped like `template`'s sublayer states, with `b` rows and
+/// caches of `cap` columns.
+fn carried_parameters(
+    g: &crate::ops::Graph,
+    template: &[SublayerState<HostArray>],
+    b: usize,
+    cap: usize,
+) -> Result<Carried> {
+    let mut n = 0;
+    let mut param = |dtype: DType, dims: &[usize]| {
+        n += 1;
+        g.parameter(&format!("state.{n}"), dtype, dims)
+    };
+    let mut sublayers = Vec::with_capacity(template.len());
+    for s in template {
+        let mut dims = s.tensors().into_iter().map(|t| t.dims().to_vec());
+        sublayers.push(s.rebuild(&mut || param(DType::F32, &dims.next().unwrap_or_default()))?);
+    }
+    Ok(Carried {
+        sublayers,
+        valid: param(DType::F32, &[b, cap])?,
+        column: param(DType::I32, &[])?,
+        positions: param(DType::I32, &[b])?,
+    })
+}
+
+/// A [`HybridState`] from a segment program's flattened state (shaped like `template`).
+fn unflatten_state(
+    template: &[SublayerState<HostArray>],
+    flat: Vec<HostArray>,
+) -> Result<HybridState> {
+    let short = || Error::InvalidArgument("a generate segment returned too small a state".into());
+    let mut it = flat.into_iter();
+    let sublayers = template
+        .iter()
+        .map(|s| s.rebuild(&mut || it.next().ok_or_else(short)))
+        .collect::<Result<Vec<_>>>()?;
+    let valid = it.next().ok_or_else(short)?;
+    let column = it
+        .next()
+        .ok_or_else(short)?
+        .as_array::<i32>()?
+        .iter()
+        .copied()
+        .next();
+    let positions: Vec<i32> = it
+        .next()
+        .ok_or_else(short)?
+        .as_array::<i32>()?
+        .iter()
+        .copied()
+        .collect();
+    Ok(HybridState {
+        sublayers,
+        valid,
+        column: column.ok_or_else(short)? as usize,
+        positions,
+    })
 }

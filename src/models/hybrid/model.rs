@@ -45,6 +45,81 @@ impl HybridState {
     pub fn capacity(&self) -> usize {
         self.valid.dims().get(1).copied().unwrap_or(0)
     }
+
+    /// Writes the state to `path` as safetensors: `sublayers.{i}.conv` and `.ssm` (Mamba-2
+    /// mixers), `sublayers.{i}.k` and `.v` (attention caches), `valid` (f32), `column` and
+    /// `positions` (i32).
+    pub fn save(&self, path: &Path) -> Result<()> {
+        let mut named: Vec<(String, &HostArray)> = Vec::new();
+        for (i, s) in self.sublayers.iter().enumerate() {
+            let names: &[&str] = match s {
+                SublayerState::Mamba(_) => &["conv", "ssm"],
+                SublayerState::Attention { .. } => &["k", "v"],
+                SublayerState::None => &[],
+            };
+            for (n, t) in names.iter().zip(s.tensors()) {
+                named.push((format!("sublayers.{i}.{n}"), t));
+            }
+        }
+        let column = HostArray::scalar(i32::try_from(self.column).unwrap_or(i32::MAX));
+        let positions = HostArray::from_vec(&[self.rows()], self.positions.clone())?;
+        named.push(("valid".into(), &self.valid));
+        named.push(("column".into(), &column));
+        named.push(("positions".into(), &positions));
+        crate::models::engine::save_tensors(path, &named)
+    }
+
+    /// Reads a state written by [`HybridState::save`] for a model of `sublayers` sublayers. A
+    /// file that is not such a state (unreadable, not safetensors, a missing or extra tensor)
+    /// is an error naming the file and tensor; the model checks the shapes when it continues.
+    pub fn load(path: &Path, sublayers: usize) -> Result<HybridState> {
+        let mut t = crate::models::engine::load_tensors(path)?;
+        let bad = |why: String| Error::InvalidArgument(format!("state {}: {why}", path.display()));
+        let mut take = |name: String| {
+            t.remove(&name)
+                .ok_or_else(|| bad(format!("{name} is missing")))
+        };
+        let mut states = Vec::with_capacity(sublayers);
+        for i in 0..sublayers {
+            let p = format!("sublayers.{i}");
+            states.push(if let Ok(ssm) = take(format!("{p}.ssm")) {
+                SublayerState::Mamba(LayerState {
+                    conv: take(format!("{p}.conv"))?,
+                    ssm,
+                })
+            } else if let Ok(k) = take(format!("{p}.k")) {
+                SublayerState::Attention {
+                    k,
+                    v: take(format!("{p}.v"))?,
+                }
+            } else {
+                SublayerState::None
+            });
+        }
+        let valid = take("valid".into())?;
+        let column = take("column".into())?;
+        let positions: Vec<i32> = take("positions".into())?
+            .as_array::<i32>()?
+            .iter()
+            .copied()
+            .collect();
+        if let Some(extra) = t.keys().next() {
+            return Err(bad(format!("unexpected tensor {extra}")));
+        }
+        let column = column
+            .as_array::<i32>()?
+            .iter()
+            .copied()
+            .next()
+            .unwrap_or(-1);
+        let column = usize::try_from(column).map_err(|_| bad(format!("column {column}")))?;
+        Ok(HybridState {
+            sublayers: states,
+            valid,
+            column,
+            positions,
+        })
+    }
 }
 
 /// What a prefill returns.
@@ -209,13 +284,21 @@ impl Hybrid {
         self.run_prefill(prompts, state, 0)
     }
 
-    /// [`Hybrid::prefill`] with caches that have room for `reserve` more tokens.
+    /// [`Hybrid::prefill`] (or, after `state`, [`Hybrid::prefill_from`]) with caches that
+    /// have room for `reserve` more tokens.
     pub(super) fn prefill_reserving(
         &self,
         prompts: &[Vec<u32>],
+        state: Option<HybridState>,
         reserve: usize,
     ) -> Result<HybridPrefill> {
-        let state = self.empty_state(prompts.len(), 0)?;
+        let state = match state {
+            Some(s) => {
+                self.check_state("generate_from", &s, prompts.len())?;
+                s
+            }
+            None => self.empty_state(prompts.len(), 0)?,
+        };
         self.run_prefill(prompts, state, reserve)
     }
 
@@ -267,7 +350,7 @@ impl Hybrid {
     pub fn step(&self, tokens: &[u32], state: HybridState) -> Result<(HostArray, HybridState)> {
         self.check_state("step", &state, tokens.len())?;
         let rows: Vec<Vec<Option<u32>>> = tokens.iter().map(|&t| vec![Some(t)]).collect();
-        let (logits, state) = self.forward(&rows, state, 1, CAPACITY_STEP)?;
+        let (logits, state) = self.forward(&rows, state, 1, 0)?;
         let (b, v) = (tokens.len(), self.config.vocab_size);
         let logits =
             HostArray::from_bytes(&TensorType::new(DType::F32, &[b, v]), &logits.to_bytes())?;
@@ -314,9 +397,9 @@ impl Hybrid {
         reserve: usize,
     ) -> Result<(HostArray, HybridState)> {
         let (b, len) = (rows.len(), rows[0].len());
-        let need = state.column + len;
+        let need = state.column + len + reserve;
         let state = if need > state.capacity() {
-            let grown = (need + reserve).max(2 * state.capacity());
+            let grown = need.max(2 * state.capacity());
             grow(state, grown.next_multiple_of(CAPACITY_STEP))?
         } else {
             state

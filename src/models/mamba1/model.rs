@@ -29,6 +29,9 @@ pub struct Mamba1 {
     programs: Mutex<HashMap<ProgramKey, CompiledGraph>>,
 }
 
+/// Generated tokens (one list per row) and the states after them.
+type Generated = (Vec<Vec<u32>>, Vec<Mamba1State<HostArray>>);
+
 /// What a compiled program computes: (its kind, rows, positions, scan).
 type ProgramKey = (Kind, usize, usize, Scan);
 
@@ -390,16 +393,50 @@ impl Mamba1 {
         segment: usize,
         on_tokens: impl FnMut(&[Vec<u32>]) -> bool,
     ) -> Result<Vec<Vec<u32>>> {
+        Ok(self
+            .segments(prompts, None, options, segment, false, on_tokens)?
+            .0)
+    }
+
+    /// [`Mamba1::generate`] continuing from `states` (when given: one per block, as a prefill,
+    /// step or earlier `generate_from` returned them), returning with the tokens the states
+    /// after the prompts and every token emitted (a row that stopped at `eos` keeps its state
+    /// from there), for [`Mamba1::prefill_from`] or another `generate_from`.
+    pub fn generate_from(
+        &self,
+        prompts: &[Vec<u32>],
+        states: Option<&[Mamba1State<HostArray>]>,
+        options: &GenerateOptions,
+    ) -> Result<Generated> {
+        let segment = crate::models::mamba2::generate_capacity(options.max_new_tokens);
+        self.segments(prompts, states, options, segment, true, |_| true)
+    }
+
+    /// The prefill (from `init`, when given), then segments of up to `segment` tokens; with
+    /// `state_out` rows that stopped keep their state. Returns the tokens and the last state.
+    fn segments(
+        &self,
+        prompts: &[Vec<u32>],
+        init: Option<&[Mamba1State<HostArray>]>,
+        options: &GenerateOptions,
+        segment: usize,
+        state_out: bool,
+        on_tokens: impl FnMut(&[Vec<u32>]) -> bool,
+    ) -> Result<Generated> {
         let vocab = self.config.vocab_size;
         engine::check_options(options, vocab)?;
         engine::check_segment(segment)?;
-        let pre = self.prefill(prompts)?;
+        let pre = match init {
+            Some(states) => self.prefill_from(prompts, states)?,
+            None => self.prefill(prompts)?,
+        };
         if options.max_new_tokens == 0 {
-            return Ok(vec![Vec::new(); prompts.len()]);
+            return Ok((vec![Vec::new(); prompts.len()], pre.states));
         }
         let b = prompts.len();
         let v = Variant {
             segment: true,
+            state_out,
             ..engine::variant(options)
         };
         let len = pre.logits.dims()[1];
@@ -425,7 +462,9 @@ impl Mamba1 {
             width,
         };
         let run = |inputs: &[HostArray]| self.run(&program, inputs);
-        engine::stream_segments(prompts, options, vocab, segment, start, v, run, on_tokens)
+        let (tokens, state) =
+            engine::stream_segments(prompts, options, vocab, segment, start, v, run, on_tokens)?;
+        Ok((tokens, pair_states(state.into_iter())?))
     }
 
     /// `t` as an `i32` id, or an error naming `op` if it is outside the vocabulary.
@@ -511,6 +550,43 @@ fn pair_states(mut it: impl Iterator<Item = HostArray>) -> Result<Vec<Mamba1Stat
             .next()
             .ok_or_else(|| Error::InvalidArgument("a conv state without its ssm state".into()))?;
         states.push(Mamba1State { conv, ssm });
+    }
+    Ok(states)
+}
+
+/// Writes Mamba-1 states (one per block) to `path` as safetensors: `layers.{i}.conv` and
+/// `layers.{i}.ssm`, f32 (the layout of Mamba-2's state files).
+pub fn save_states(path: &Path, states: &[Mamba1State<HostArray>]) -> Result<()> {
+    let mut named = Vec::new();
+    for (i, s) in states.iter().enumerate() {
+        named.push((format!("layers.{i}.conv"), &s.conv));
+        named.push((format!("layers.{i}.ssm"), &s.ssm));
+    }
+    engine::save_tensors(path, &named)
+}
+
+/// Reads states written by [`save_states`]. A file that is not such a state (unreadable, not
+/// safetensors, a missing or extra tensor) is an error naming the file and tensor; the model
+/// checks the shapes when it continues from them.
+pub fn load_states(path: &Path) -> Result<Vec<Mamba1State<HostArray>>> {
+    let mut tensors = engine::load_tensors(path)?;
+    let bad = |why: String| Error::InvalidArgument(format!("state {}: {why}", path.display()));
+    let mut states = Vec::new();
+    while let Some(ssm) = tensors.remove(&format!("layers.{}.ssm", states.len())) {
+        let key = format!("layers.{}.conv", states.len());
+        let conv = tensors
+            .remove(&key)
+            .ok_or_else(|| bad(format!("{key} is missing")))?;
+        states.push(Mamba1State { conv, ssm });
+    }
+    if let Some(extra) = tensors.keys().next() {
+        return Err(bad(format!(
+            "unexpected tensor {extra} after {} layers",
+            states.len()
+        )));
+    }
+    if states.is_empty() {
+        return Err(bad("no layers.0.ssm".into()));
     }
     Ok(states)
 }
