@@ -116,7 +116,10 @@ fn what_only_mamba2_takes_yet_is_a_one_line_error() {
         "64",
     ]);
     assert!(e.contains("Mamba-1 checkpoints do not take"), "{e}");
-    assert!(e.contains("--devices") && e.contains("--prefill-chunk"), "{e}");
+    assert!(
+        e.contains("--devices") && e.contains("--prefill-chunk"),
+        "{e}"
+    );
     let e = error_line(&["bench", "--model", "tests/fixtures/mamba1/falcon"]);
     assert!(e.contains("\"falcon_mamba\" runs with `generate`"), "{e}");
     let e = error_line(&["bench", "--model", "tests/fixtures/hybrid/nemotron"]);
