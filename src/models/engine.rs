@@ -596,3 +596,136 @@ pub(crate) fn load_tensors(
         })
         .collect()
 }
+
+/// Checks host weights against the types a model expects (by name, in order); an error names
+/// `family` and every tensor of the wrong dtype or shape.
+pub(crate) fn check_weight_types(
+    family: &str,
+    want: &[(String, &crate::dtype::TensorType)],
+    got: &[(String, &HostArray)],
+) -> Result<()> {
+    let mut wrong: Vec<String> = Vec::new();
+    if want.len() != got.len() {
+        wrong.push(format!("{} tensors, expected {}", got.len(), want.len()));
+    }
+    for ((name, ty), (_, a)) in want.iter().zip(got) {
+        if a.dtype() != ty.dtype || a.dims() != ty.dims.as_slice() {
+            wrong.push(format!(
+                "{name} is {:?} {:?}, expected {ty}",
+                a.dtype(),
+                a.dims()
+            ));
+        }
+    }
+    if wrong.is_empty() {
+        return Ok(());
+    }
+    Err(Error::InvalidArgument(format!(
+        "{family} weights do not fit the config: {}",
+        wrong.join("; ")
+    )))
+}
+
+/// A model's compiled programs by what they compute (`K`), and its weights on the device,
+/// which every program takes first.
+pub(crate) struct Programs<K> {
+    client: crate::runtime::Client,
+    weights: Vec<crate::runtime::Buffer>,
+    cache: std::sync::Mutex<std::collections::HashMap<K, crate::compiled::CompiledGraph>>,
+}
+
+impl<K: std::hash::Hash + Eq> Programs<K> {
+    /// No programs yet, for `weights` on `client`'s first device.
+    pub(crate) fn new(
+        client: &crate::runtime::Client,
+        weights: Vec<crate::runtime::Buffer>,
+    ) -> Self {
+        Programs {
+            client: client.clone(),
+            weights,
+            cache: std::sync::Mutex::new(std::collections::HashMap::new()),
+        }
+    }
+
+    /// Forgets the compiled programs (after a setting that changes them).
+    pub(crate) fn clear(&mut self) {
+        self.cache = std::sync::Mutex::new(std::collections::HashMap::new());
+    }
+
+    /// The program `key`, compiled from the graph `build` returns (its outputs set) on first
+    /// use.
+    pub(crate) fn get(
+        &self,
+        key: K,
+        build: impl FnOnce() -> Result<Graph>,
+    ) -> Result<crate::compiled::CompiledGraph> {
+        let mut cache = self
+            .cache
+            .lock()
+            .map_err(|_| Error::InvalidArgument("a program cache was poisoned".into()))?;
+        if let Some(p) = cache.get(&key) {
+            return Ok(p.clone());
+        }
+        let program = build()?.compile(&self.client)?;
+        cache.insert(key, program.clone());
+        Ok(program)
+    }
+
+    /// Runs `program` on the weights and `inputs` (uploaded), downloading its outputs.
+    pub(crate) fn run(
+        &self,
+        program: &crate::compiled::CompiledGraph,
+        inputs: &[HostArray],
+    ) -> Result<Vec<HostArray>> {
+        let uploaded = inputs
+            .iter()
+            .map(|a| self.client.buffer_from_host_array(a))
+            .collect::<Result<Vec<_>>>()?;
+        let mut args: Vec<&crate::runtime::Buffer> = self.weights.iter().collect();
+        args.extend(uploaded.iter());
+        program
+            .run_buffers(&args)?
+            .iter()
+            .map(crate::runtime::Buffer::to_host_array)
+            .collect()
+    }
+}
+
+/// Greedy decoding on the host: the argmax of `logits` (`[b, L, vocab]`, the prompts'
+/// prefill) at the last position, then `new_tokens - 1` calls of `step` (the last tokens in,
+/// the next logits `[b, vocab]` out), each followed by the argmax. The path the tests hold the
+/// device-side loop against.
+pub(crate) fn greedy_on_host(
+    logits: &HostArray,
+    new_tokens: usize,
+    mut step: impl FnMut(&[u32]) -> Result<HostArray>,
+) -> Result<Vec<Vec<u32>>> {
+    let argmax_rows = |a: &HostArray| -> Vec<u32> {
+        let vocab = a.dims().last().copied().unwrap_or(1).max(1);
+        a.to_f64_vec().chunks(vocab).map(argmax).collect()
+    };
+    let rows = logits.dims()[0];
+    if new_tokens == 0 {
+        return Ok(vec![Vec::new(); rows]);
+    }
+    let mut picks = argmax_rows(&last_position(logits)?);
+    let mut out: Vec<Vec<u32>> = picks.iter().map(|&t| vec![t]).collect();
+    for _ in 1..new_tokens {
+        picks = argmax_rows(&step(&picks)?);
+        for (o, &t) in out.iter_mut().zip(&picks) {
+            o.push(t);
+        }
+    }
+    Ok(out)
+}
+
+/// The index of the largest value (the first of equals).
+fn argmax(v: &[f64]) -> u32 {
+    let mut best = 0;
+    for (i, x) in v.iter().enumerate() {
+        if *x > v[best] {
+            best = i;
+        }
+    }
+    best as u32
+}

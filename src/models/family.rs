@@ -52,6 +52,37 @@ pub trait CausalLm {
     ) -> Result<Vec<Vec<u32>>>;
 }
 
+/// The [`CausalLm`] methods a model type has under the same names and signatures.
+macro_rules! delegate_generation {
+    ($ty:ident) => {
+        fn vocab_size(&self) -> usize {
+            self.config().vocab_size
+        }
+        fn prefill_logits(&self, prompts: &[Vec<u32>]) -> Result<HostArray> {
+            Ok(self.prefill(prompts)?.logits)
+        }
+        fn greedy(&self, prompts: &[Vec<u32>], new_tokens: usize) -> Result<Vec<Vec<u32>>> {
+            $ty::greedy(self, prompts, new_tokens)
+        }
+        fn generate(
+            &self,
+            prompts: &[Vec<u32>],
+            options: &GenerateOptions,
+        ) -> Result<Vec<Vec<u32>>> {
+            $ty::generate(self, prompts, options)
+        }
+        fn generate_stream(
+            &self,
+            prompts: &[Vec<u32>],
+            options: &GenerateOptions,
+            segment: usize,
+            on_tokens: &mut dyn FnMut(&[Vec<u32>]) -> bool,
+        ) -> Result<Vec<Vec<u32>>> {
+            $ty::generate_stream(self, prompts, options, segment, on_tokens)
+        }
+    };
+}
+
 impl CausalLm for Mamba1 {
     fn family(&self) -> &'static str {
         if self.config().mixer_rms_eps.is_some() {
@@ -67,27 +98,7 @@ impl CausalLm for Mamba1 {
             c.num_layers, c.hidden_size, c.state_size, c.vocab_size
         )
     }
-    fn vocab_size(&self) -> usize {
-        self.config().vocab_size
-    }
-    fn prefill_logits(&self, prompts: &[Vec<u32>]) -> Result<HostArray> {
-        Ok(self.prefill(prompts)?.logits)
-    }
-    fn greedy(&self, prompts: &[Vec<u32>], new_tokens: usize) -> Result<Vec<Vec<u32>>> {
-        Mamba1::greedy(self, prompts, new_tokens)
-    }
-    fn generate(&self, prompts: &[Vec<u32>], options: &GenerateOptions) -> Result<Vec<Vec<u32>>> {
-        Mamba1::generate(self, prompts, options)
-    }
-    fn generate_stream(
-        &self,
-        prompts: &[Vec<u32>],
-        options: &GenerateOptions,
-        segment: usize,
-        on_tokens: &mut dyn FnMut(&[Vec<u32>]) -> bool,
-    ) -> Result<Vec<Vec<u32>>> {
-        Mamba1::generate_stream(self, prompts, options, segment, on_tokens)
-    }
+    delegate_generation!(Mamba1);
     fn generate_with_state_files(
         &self,
         prompts: &[Vec<u32>],
@@ -130,27 +141,7 @@ impl CausalLm for Hybrid {
             c.hidden_size, c.mamba.state_size, c.vocab_size
         )
     }
-    fn vocab_size(&self) -> usize {
-        self.config().vocab_size
-    }
-    fn prefill_logits(&self, prompts: &[Vec<u32>]) -> Result<HostArray> {
-        Ok(self.prefill(prompts)?.logits)
-    }
-    fn greedy(&self, prompts: &[Vec<u32>], new_tokens: usize) -> Result<Vec<Vec<u32>>> {
-        Hybrid::greedy(self, prompts, new_tokens)
-    }
-    fn generate(&self, prompts: &[Vec<u32>], options: &GenerateOptions) -> Result<Vec<Vec<u32>>> {
-        Hybrid::generate(self, prompts, options)
-    }
-    fn generate_stream(
-        &self,
-        prompts: &[Vec<u32>],
-        options: &GenerateOptions,
-        segment: usize,
-        on_tokens: &mut dyn FnMut(&[Vec<u32>]) -> bool,
-    ) -> Result<Vec<Vec<u32>>> {
-        Hybrid::generate_stream(self, prompts, options, segment, on_tokens)
-    }
+    delegate_generation!(Hybrid);
     fn generate_with_state_files(
         &self,
         prompts: &[Vec<u32>],

@@ -1,9 +1,7 @@
 //! A hybrid model on a PJRT client: its weights on the device, prefill over prompts (logits at
 //! every position and the state after them), the one-token step, and greedy decoding.
 
-use std::collections::HashMap;
 use std::path::Path;
-use std::sync::Mutex;
 
 use super::config::{HybridConfig, SublayerKind};
 use super::graph::{forward, Step, SublayerState};
@@ -13,11 +11,10 @@ use crate::array::HostArray;
 use crate::compiled::CompiledGraph;
 use crate::dtype::{DType, TensorType};
 use crate::error::{Error, Result};
-use crate::models::argmax;
-use crate::models::engine::Variant;
+use crate::models::engine::{self, Programs, Variant};
 use crate::models::mamba2::{LayerState, LoadOptions};
 use crate::ops::{Graph, Tensor};
-use crate::runtime::{Buffer, Client};
+use crate::runtime::Client;
 
 /// The attention caches grow in steps of this many columns (at least).
 const CAPACITY_STEP: usize = 64;
@@ -160,13 +157,12 @@ pub(super) enum Kind {
 
 /// A Bamba, Granite 4.0-H or Nemotron-H model whose weights live on `client`'s first device.
 pub struct Hybrid {
-    client: Client,
     config: HybridConfig,
     types: HybridWeights<TensorType>,
-    weights: HybridWeights<Buffer>,
     /// Whether decode steps gather the chosen experts (the default) or run them all.
     gather: bool,
-    programs: Mutex<HashMap<ProgramKey, CompiledGraph>>,
+    /// The weights on the device and the compiled programs.
+    programs: Programs<ProgramKey>,
 }
 
 impl Hybrid {
@@ -178,33 +174,17 @@ impl Hybrid {
         weights: &HybridWeights<HostArray>,
     ) -> Result<Self> {
         let types = HybridWeights::<TensorType>::types(&config, weights.embedding.dtype())?;
-        let (want, got) = (types.named(), weights.named());
-        let mut wrong: Vec<String> = Vec::new();
-        if want.len() != got.len() {
-            wrong.push(format!("{} tensors, expected {}", got.len(), want.len()));
-        }
-        for ((name, ty), (_, a)) in want.iter().zip(&got) {
-            if a.dtype() != ty.dtype || a.dims() != ty.dims.as_slice() {
-                wrong.push(format!(
-                    "{name} is {:?} {:?}, expected {ty}",
-                    a.dtype(),
-                    a.dims()
-                ));
-            }
-        }
-        if !wrong.is_empty() {
-            return Err(Error::InvalidArgument(format!(
-                "hybrid weights do not fit the config: {}",
-                wrong.join("; ")
-            )));
-        }
+        engine::check_weight_types("hybrid", &types.named(), &weights.named())?;
+        let buffers = weights
+            .named()
+            .into_iter()
+            .map(|(_, a)| client.buffer_from_host_array(a))
+            .collect::<Result<Vec<_>>>()?;
         Ok(Hybrid {
-            client: client.clone(),
-            weights: weights.upload(client)?,
             config,
             types,
             gather: true,
-            programs: Mutex::new(HashMap::new()),
+            programs: Programs::new(client, buffers),
         })
     }
 
@@ -213,7 +193,7 @@ impl Hybrid {
     /// unchosen ones weigh 0 (as the prefill does). The same results up to rounding.
     pub fn with_gathered_experts(mut self, gather: bool) -> Self {
         self.gather = gather;
-        self.programs = Mutex::new(HashMap::new());
+        self.programs.clear();
         self
     }
 
@@ -362,29 +342,15 @@ impl Hybrid {
     pub fn greedy(&self, prompts: &[Vec<u32>], new_tokens: usize) -> Result<Vec<Vec<u32>>> {
         let state = self.empty_state(prompts.len(), 0)?;
         let p = self.run_prefill(prompts, state, new_tokens)?;
-        let len = p.logits.dims()[1];
-        let vocab = self.config.vocab_size;
-        let last = p.logits.to_f64_vec();
-        let mut picks: Vec<u32> = (0..prompts.len())
-            .map(|r| argmax(&last[(r * len + len - 1) * vocab..(r * len + len) * vocab]))
-            .collect();
-        let mut out: Vec<Vec<u32>> = picks.iter().map(|&t| vec![t]).collect();
-        let mut state = p.state;
-        for _ in 1..new_tokens {
-            let (logits, next) = self.step(&picks, state)?;
-            state = next;
-            let v = logits.to_f64_vec();
-            picks = (0..prompts.len())
-                .map(|r| argmax(&v[r * vocab..(r + 1) * vocab]))
-                .collect();
-            for (o, &t) in out.iter_mut().zip(&picks) {
-                o.push(t);
-            }
-        }
-        if new_tokens == 0 {
-            out.iter_mut().for_each(Vec::clear);
-        }
-        Ok(out)
+        let mut state = Some(p.state);
+        engine::greedy_on_host(&p.logits, new_tokens, |picks| {
+            let s = state
+                .take()
+                .ok_or_else(|| Error::InvalidArgument("no state".into()))?;
+            let (logits, next) = self.step(picks, s)?;
+            state = Some(next);
+            Ok(logits)
+        })
     }
 
     /// Feeds `rows` (equal lengths, `None` = padding) after `state`, growing the caches to hold
@@ -571,22 +537,15 @@ impl Hybrid {
         key: ProgramKey,
         build: impl FnOnce(&Graph, &HybridWeights<Tensor>) -> Result<Vec<Tensor>>,
     ) -> Result<CompiledGraph> {
-        let mut programs = self
-            .programs
-            .lock()
-            .map_err(|_| Error::InvalidArgument("a Hybrid program cache was poisoned".into()))?;
-        if let Some(p) = programs.get(&key) {
-            return Ok(p.clone());
-        }
-        let g = Graph::new();
-        let w = self
-            .types
-            .try_map(|name, ty| g.parameter(&format!("w.{name}"), ty.dtype, &ty.dims))?;
-        let outs = build(&g, &w)?;
-        g.set_outputs(&outs.iter().collect::<Vec<_>>())?;
-        let program = g.compile(&self.client)?;
-        programs.insert(key, program.clone());
-        Ok(program)
+        self.programs.get(key, || {
+            let g = Graph::new();
+            let w = self
+                .types
+                .try_map(|name, ty| g.parameter(&format!("w.{name}"), ty.dtype, &ty.dims))?;
+            let outs = build(&g, &w)?;
+            g.set_outputs(&outs.iter().collect::<Vec<_>>())?;
+            Ok(g)
+        })
     }
 
     /// Runs `program` on the weights and `inputs`, downloading its outputs.
@@ -595,17 +554,7 @@ impl Hybrid {
         program: &CompiledGraph,
         inputs: &[HostArray],
     ) -> Result<Vec<HostArray>> {
-        let uploaded = inputs
-            .iter()
-            .map(|a| self.client.buffer_from_host_array(a))
-            .collect::<Result<Vec<Buffer>>>()?;
-        let mut args: Vec<&Buffer> = self.weights.named().into_iter().map(|(_, b)| b).collect();
-        args.extend(uploaded.iter());
-        program
-            .run_buffers(&args)?
-            .iter()
-            .map(Buffer::to_host_array)
-            .collect()
+        self.programs.run(program, inputs)
     }
 }
 

@@ -1,9 +1,7 @@
 //! A Mamba-1 model on a PJRT client: its weights on the device, prefill over prompts (logits at
 //! every position and the states after them), and the one-token step.
 
-use std::collections::HashMap;
 use std::path::Path;
-use std::sync::Mutex;
 
 use super::block::{self, Mamba1State, Scan};
 use super::{Mamba1Config, Mamba1Weights};
@@ -11,22 +9,19 @@ use crate::array::HostArray;
 use crate::compiled::CompiledGraph;
 use crate::dtype::{DType, TensorType};
 use crate::error::{Error, Result};
-use crate::models::argmax;
-use crate::models::engine::{self, decode_loop, rows, Decoding, Stepper, Variant};
+use crate::models::engine::{self, decode_loop, rows, Decoding, Programs, Stepper, Variant};
 use crate::models::mamba2::LoadOptions;
 use crate::models::mamba2::{GenerateOptions, LayerState};
 use crate::ops::{Graph, Tensor};
-use crate::runtime::{Buffer, Client};
+use crate::runtime::Client;
 
 /// A Mamba-1 (or Falcon-Mamba) model whose weights live on `client`'s first device.
 pub struct Mamba1 {
-    client: Client,
     config: Mamba1Config,
     types: Mamba1Weights<TensorType>,
-    weights: Mamba1Weights<Buffer>,
     scan: Scan,
-    /// Compiled programs by what they compute.
-    programs: Mutex<HashMap<ProgramKey, CompiledGraph>>,
+    /// The weights on the device and the compiled programs.
+    programs: Programs<ProgramKey>,
 }
 
 /// Generated tokens (one list per row) and the states after them.
@@ -71,29 +66,13 @@ impl Mamba1 {
     ) -> Result<Self> {
         let matmul = weights.embedding.dtype();
         let types = Mamba1Weights::<TensorType>::types(&config, matmul)?;
-        let (want, got) = (types.named(), weights.named());
-        let mut wrong: Vec<String> = Vec::new();
-        if want.len() != got.len() {
-            wrong.push(format!("{} tensors, expected {}", got.len(), want.len()));
-        }
-        for ((name, ty), (_, a)) in want.iter().zip(&got) {
-            if a.dtype() != ty.dtype || a.dims() != ty.dims.as_slice() {
-                wrong.push(format!(
-                    "{name} is {:?} {:?}, expected {ty}",
-                    a.dtype(),
-                    a.dims()
-                ));
-            }
-        }
-        if !wrong.is_empty() {
-            return Err(Error::InvalidArgument(format!(
-                "Mamba-1 weights do not fit the config: {}",
-                wrong.join("; ")
-            )));
-        }
+        engine::check_weight_types("Mamba-1", &types.named(), &weights.named())?;
+        let buffers = weights
+            .named()
+            .into_iter()
+            .map(|(_, a)| client.buffer_from_host_array(a))
+            .collect::<Result<Vec<_>>>()?;
         Ok(Mamba1 {
-            client: client.clone(),
-            weights: weights.upload(client)?,
             config,
             types,
             scan: if client.platform_name().is_ok_and(|p| p == "cpu") {
@@ -101,7 +80,7 @@ impl Mamba1 {
             } else {
                 Scan::Associative
             },
-            programs: Mutex::new(HashMap::new()),
+            programs: Programs::new(client, buffers),
         })
     }
 
@@ -273,29 +252,12 @@ impl Mamba1 {
     /// per token with the argmax taken on the host.
     pub fn greedy(&self, prompts: &[Vec<u32>], new_tokens: usize) -> Result<Vec<Vec<u32>>> {
         let p = self.prefill(prompts)?;
-        let len = p.logits.dims()[1];
-        let vocab = self.config.vocab_size;
-        let last: Vec<f64> = p.logits.to_f64_vec();
-        let mut picks: Vec<u32> = (0..prompts.len())
-            .map(|r| argmax(&last[(r * len + len - 1) * vocab..(r * len + len) * vocab]))
-            .collect();
-        let mut out: Vec<Vec<u32>> = picks.iter().map(|&t| vec![t]).collect();
         let mut states = p.states;
-        for _ in 1..new_tokens {
-            let (logits, next) = self.step(&picks, &states)?;
+        engine::greedy_on_host(&p.logits, new_tokens, |picks| {
+            let (logits, next) = self.step(picks, &states)?;
             states = next;
-            let v = logits.to_f64_vec();
-            picks = (0..prompts.len())
-                .map(|r| argmax(&v[r * vocab..(r + 1) * vocab]))
-                .collect();
-            for (o, &t) in out.iter_mut().zip(&picks) {
-                o.push(t);
-            }
-        }
-        if new_tokens == 0 {
-            out.iter_mut().for_each(Vec::clear);
-        }
-        Ok(out)
+            Ok(logits)
+        })
     }
 
     /// The prompts left-padded to `len` positions: token ids `[b, len]` i32 and the mask
@@ -486,35 +448,18 @@ impl Mamba1 {
         key: ProgramKey,
         build: impl FnOnce(&Graph, &Mamba1Weights<Tensor>) -> Result<Vec<Tensor>>,
     ) -> Result<CompiledGraph> {
-        let mut programs = self
-            .programs
-            .lock()
-            .map_err(|_| Error::InvalidArgument("a Mamba1 program cache was poisoned".into()))?;
-        if let Some(p) = programs.get(&key) {
-            return Ok(p.clone());
-        }
-        let g = Graph::new();
-        let w = block::weight_parameters(&g, &self.types)?;
-        let outs = build(&g, &w)?;
-        g.set_outputs(&outs.iter().collect::<Vec<_>>())?;
-        let program = g.compile(&self.client)?;
-        programs.insert(key, program.clone());
-        Ok(program)
+        self.programs.get(key, || {
+            let g = Graph::new();
+            let w = block::weight_parameters(&g, &self.types)?;
+            let outs = build(&g, &w)?;
+            g.set_outputs(&outs.iter().collect::<Vec<_>>())?;
+            Ok(g)
+        })
     }
 
     /// Runs `program` on the weights and `inputs`, downloading its outputs.
     fn run(&self, program: &CompiledGraph, inputs: &[HostArray]) -> Result<Vec<HostArray>> {
-        let uploaded = inputs
-            .iter()
-            .map(|a| self.client.buffer_from_host_array(a))
-            .collect::<Result<Vec<Buffer>>>()?;
-        let mut args: Vec<&Buffer> = self.weights.named().into_iter().map(|(_, b)| b).collect();
-        args.extend(uploaded.iter());
-        program
-            .run_buffers(&args)?
-            .iter()
-            .map(Buffer::to_host_array)
-            .collect()
+        self.programs.run(program, inputs)
     }
 }
 
