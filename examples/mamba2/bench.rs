@@ -7,7 +7,8 @@ use clap::Args;
 use serde_json::json;
 use stablegraph::models::mamba2::GenerateOptions;
 
-use crate::generate::{warm_up, Timed};
+use crate::family;
+use crate::generate::{is_other_family, warm_up, Timed};
 use crate::load::{load, Loaded, ModelArgs, PromptArgs, SamplingArgs};
 use crate::{bars, cache_hits, peak_rss_mb, progress, write_json};
 
@@ -69,6 +70,9 @@ fn step_collectives(l: &Loaded) -> Result<Option<String>> {
 
 /// `emit`.
 pub(crate) fn emit(a: EmitArgs) -> Result<()> {
+    if let Some(dir) = a.model.model.as_deref().filter(|d| is_other_family(d)) {
+        return family::emit(dir, &a.model, &a.prompt, &a.sampling, &a.out_dir);
+    }
     let l = load(&a.model, &a.prompt, &a.sampling, false)?;
     let options = l.options.clone();
     let (batch, bucket) = l.shape();
@@ -88,7 +92,8 @@ pub(crate) fn emit(a: EmitArgs) -> Result<()> {
     Ok(())
 }
 
-fn median(mut v: Vec<f64>) -> Option<f64> {
+/// The median of the finite values of `v`.
+pub(crate) fn median(mut v: Vec<f64>) -> Option<f64> {
     v.retain(|x| x.is_finite());
     v.sort_by(f64::total_cmp);
     let n = v.len();
@@ -102,6 +107,10 @@ fn median(mut v: Vec<f64>) -> Option<f64> {
 /// `bench`: the 130M shape unless --model or --shape says otherwise.
 pub(crate) fn bench(a: BenchArgs) -> Result<()> {
     ensure!(a.repeat > 0, "--repeat must be at least 1");
+    if let Some(dir) = a.model.model.as_deref().filter(|d| is_other_family(d)) {
+        let json = a.json.as_deref();
+        return family::bench(dir, &a.model, &a.prompt, &a.sampling, a.repeat, json);
+    }
     let l = load(&a.model, &a.prompt, &a.sampling, true)?;
     let options = l.options.clone();
     let (first_s, cached) = warm_up(&l, &options)?;
@@ -224,7 +233,12 @@ fn print_runs(runs: &[Timed], prompt_tokens: usize) -> Medians {
 }
 
 /// One row of the runs table: tokens/s to 0.1, ms per token to 0.01, `-` where unknown.
-fn print_row(label: &str, prefill_tps: Option<f64>, decode_tps: Option<f64>, ms: Option<f64>) {
+pub(crate) fn print_row(
+    label: &str,
+    prefill_tps: Option<f64>,
+    decode_tps: Option<f64>,
+    ms: Option<f64>,
+) {
     let fmt =
         |x: Option<f64>, decimals: usize| x.map_or("-".to_string(), |x| format!("{x:.decimals$}"));
     println!(

@@ -18,6 +18,7 @@ use stablegraph::models::mamba2::GenerateOptions;
 use stablegraph::runtime::Client;
 use stablegraph::DType;
 
+use crate::bench::{median, print_row};
 use crate::generate::{
     cut_at_eos, describe_settings, dump_logits, print_stream, settings_json, Shown, STREAM_SEGMENT,
 };
@@ -70,14 +71,19 @@ fn family_name(dir: &Path) -> &'static str {
     }
 }
 
-/// Runs `generate` for the checkpoint in `dir`.
-pub(crate) fn generate(
-    dir: &Path,
-    m: &ModelArgs,
-    p: &PromptArgs,
-    s: &SamplingArgs,
-    o: &Outputs,
-) -> Result<()> {
+/// A checkpoint of another family than Mamba-2, opened with the flags' prompts and options.
+struct Opened {
+    client: Client,
+    model: Box<dyn CausalLm>,
+    codec: Codec,
+    prompts: Vec<Vec<u32>>,
+    options: GenerateOptions,
+    settings_from: Option<std::path::PathBuf>,
+    description: String,
+}
+
+/// Opens the checkpoint in `dir` as the flags say (the Mamba-2-only ones refused by name).
+fn open(dir: &Path, m: &ModelArgs, p: &PromptArgs, s: &SamplingArgs) -> Result<Opened> {
     refuse(family_name(dir), m)?;
     progress("loading the PJRT plugin");
     let client = match &m.plugin {
@@ -100,6 +106,140 @@ pub(crate) fn generate(
     };
     let (options, settings_from) = s.options_for(&source, vocab)?;
     let description = describe(dir, model.as_ref(), dtype);
+    Ok(Opened {
+        client,
+        model,
+        codec,
+        prompts,
+        options,
+        settings_from,
+        description,
+    })
+}
+
+/// `emit --model DIR` for another family: the prefill, step and generate programs' text.
+pub(crate) fn emit(
+    dir: &Path,
+    m: &ModelArgs,
+    p: &PromptArgs,
+    s: &SamplingArgs,
+    out_dir: &Path,
+) -> Result<()> {
+    let o = open(dir, m, p, s)?;
+    progress("lowering the programs");
+    let texts = o.model.stablehlo(&o.prompts, &o.options)?;
+    std::fs::create_dir_all(out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
+    for (name, text) in ["prefill", "step", "generate"].iter().zip(&texts) {
+        let path = out_dir.join(format!("{name}.mlir"));
+        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+        println!("{} ({} lines)", path.display(), text.lines().count());
+    }
+    println!(
+        "{}: batch {}, longest prompt {}, {} new tokens",
+        o.description,
+        o.prompts.len(),
+        o.prompts.iter().map(Vec::len).max().unwrap_or(0),
+        o.options.max_new_tokens
+    );
+    Ok(())
+}
+
+/// One timed run: prefill tokens/s, and decode tokens/s and ms per token when measurable.
+type Run = (f64, Option<f64>, Option<f64>);
+
+/// `bench --model DIR` for another family: after a compiling run, `repeat` timed runs of the
+/// prefill (a one-token generation: the logits of the last position only) and the whole
+/// generation, one program each; prefill tokens/s, decode tokens/s and ms per token (the
+/// generation less the prefill, over its steps), and their medians.
+pub(crate) fn bench(
+    dir: &Path,
+    m: &ModelArgs,
+    p: &PromptArgs,
+    s: &SamplingArgs,
+    repeat: usize,
+    json_path: Option<&Path>,
+) -> Result<()> {
+    let o = open(dir, m, p, s)?;
+    let one = GenerateOptions {
+        max_new_tokens: 1,
+        ..o.options.clone()
+    };
+    progress("compiling and running the generate programs");
+    let t = Instant::now();
+    o.model.generate(&o.prompts, &one)?;
+    o.model.generate(&o.prompts, &o.options)?;
+    let first_s = seconds(t);
+    let prompt_tokens: usize = o.prompts.iter().map(Vec::len).sum();
+    let steps = o.options.max_new_tokens.saturating_sub(1);
+    let mut runs: Vec<Run> = Vec::new();
+    for i in 0..repeat {
+        progress(&format!("timed run {}/{repeat}", i + 1));
+        let t = Instant::now();
+        o.model.generate(&o.prompts, &one)?;
+        let prefill_s = seconds(t);
+        let t = Instant::now();
+        o.model.generate(&o.prompts, &o.options)?;
+        let decode_s = (seconds(t) - prefill_s).max(0.0);
+        let decode = (steps > 0 && decode_s > 0.0).then_some(decode_s);
+        runs.push((
+            prompt_tokens as f64 / prefill_s,
+            decode.map(|d| (steps * o.prompts.len()) as f64 / d),
+            decode.map(|d| d / steps as f64 * 1e3),
+        ));
+    }
+    println!("model     {}", o.description);
+    println!(
+        "shape     {} row(s), {prompt_tokens} prompt tokens, {} new tokens per row",
+        o.prompts.len(),
+        o.options.max_new_tokens
+    );
+    println!(
+        "{:<8} {:>14} {:>14} {:>14}",
+        "run", "prefill tok/s", "decode tok/s", "ms per token"
+    );
+    for (i, r) in runs.iter().enumerate() {
+        print_row(&(i + 1).to_string(), Some(r.0), r.1, r.2);
+    }
+    let med = |f: &dyn Fn(&Run) -> Option<f64>| median(runs.iter().filter_map(f).collect());
+    let (p, d, ms) = (med(&|r| Some(r.0)), med(&|r| r.1), med(&|r| r.2));
+    print_row("median", p, d, ms);
+    println!("first     {first_s:.2} s (compiling both programs and running them)");
+    if let Some(path) = json_path {
+        let value = json!({
+            "median": {"prefill_tokens_per_s": p, "decode_tokens_per_s": d, "ms_per_token": ms},
+            "runs": runs.iter().map(|r| json!({
+                "prefill_tokens_per_s": r.0, "decode_tokens_per_s": r.1, "ms_per_token": r.2,
+            })).collect::<Vec<_>>(),
+            "prompt_len": o.prompts.iter().map(Vec::len).collect::<Vec<_>>(),
+            "max_new_tokens": o.options.max_new_tokens,
+            "first_s": first_s,
+            "compiles": o.client.cache_stats().compiles,
+            "peak_rss_mb": peak_rss_mb(),
+            "model": o.description,
+            "settings": settings_json(&o.options, o.settings_from.as_deref()),
+        });
+        write_json(path, &value)?;
+    }
+    Ok(())
+}
+
+/// Runs `generate` for the checkpoint in `dir`.
+pub(crate) fn generate(
+    dir: &Path,
+    m: &ModelArgs,
+    p: &PromptArgs,
+    s: &SamplingArgs,
+    o: &Outputs,
+) -> Result<()> {
+    let Opened {
+        client,
+        model,
+        codec,
+        prompts,
+        options,
+        settings_from,
+        description,
+    } = open(dir, m, p, s)?;
     let loaded = Loaded {
         model: model.as_ref(),
         codec: &codec,

@@ -56,7 +56,7 @@ pub(crate) struct GenerateArgs {
 
 /// Whether `dir` holds a checkpoint of another family than Mamba-2 that `generate` runs
 /// (its config.json's `model_type` says so).
-fn is_other_family(dir: &Path) -> bool {
+pub(crate) fn is_other_family(dir: &Path) -> bool {
     dir.join("config.json").is_file()
         && model_type(dir).is_ok_and(|t| {
             t.is_some_and(|t| {

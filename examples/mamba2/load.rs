@@ -122,8 +122,8 @@ pub(crate) fn read_config(dir: &Path) -> Result<Mamba2Config> {
     match model_type(dir)?.as_deref() {
         None | Some("mamba2") => {}
         Some(t) if family::model_types().contains(&t) => bail!(
-            "--model {}: model_type {t:?} runs with `generate` (greedy); this subcommand runs \
-             Mamba-2 (model_type \"mamba2\") only",
+            "--model {}: model_type {t:?} runs with `generate`, `emit` and `bench`; this \
+             subcommand runs Mamba-2 (model_type \"mamba2\") only",
             dir.display()
         ),
         Some(t) => bail!(

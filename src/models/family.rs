@@ -40,6 +40,9 @@ pub trait CausalLm {
         segment: usize,
         on_tokens: &mut dyn FnMut(&[Vec<u32>]) -> bool,
     ) -> Result<Vec<Vec<u32>>>;
+    /// The StableHLO text of the prefill, step and generate programs for `prompts` and
+    /// `options`.
+    fn stablehlo(&self, prompts: &[Vec<u32>], options: &GenerateOptions) -> Result<[String; 3]>;
     /// [`CausalLm::generate`] continuing from the state file `state_in` (when given), and
     /// writing the state after the prompts and every token emitted to `state_out` (when
     /// given), in the family's state layout (safetensors).
@@ -79,6 +82,13 @@ macro_rules! delegate_generation {
             on_tokens: &mut dyn FnMut(&[Vec<u32>]) -> bool,
         ) -> Result<Vec<Vec<u32>>> {
             $ty::generate_stream(self, prompts, options, segment, on_tokens)
+        }
+        fn stablehlo(
+            &self,
+            prompts: &[Vec<u32>],
+            options: &GenerateOptions,
+        ) -> Result<[String; 3]> {
+            $ty::stablehlo(self, prompts, options)
         }
     };
 }

@@ -120,10 +120,24 @@ fn what_only_mamba2_takes_yet_is_a_one_line_error() {
         e.contains("--devices") && e.contains("--prefill-chunk"),
         "{e}"
     );
-    let e = error_line(&["bench", "--model", "tests/fixtures/mamba1/falcon"]);
-    assert!(e.contains("\"falcon_mamba\" runs with `generate`"), "{e}");
-    let e = error_line(&["bench", "--model", "tests/fixtures/hybrid/nemotron"]);
-    assert!(e.contains("\"nemotron_h\" runs with `generate`"), "{e}");
+    for (dir, t) in [
+        ("mamba1/falcon", "falcon_mamba"),
+        ("hybrid/nemotron", "nemotron_h"),
+    ] {
+        let e = error_line(&[
+            "grad",
+            "--model",
+            &format!("tests/fixtures/{dir}"),
+            "--prompt",
+            "ab",
+            "--dump-grads",
+            "x.safetensors",
+        ]);
+        assert!(
+            e.contains(&format!("\"{t}\" runs with `generate`, `emit` and `bench`")),
+            "{e}"
+        );
+    }
 }
 
 #[test]
@@ -161,6 +175,59 @@ fn every_family_streams_what_it_generates() {
         streamed.starts_with(&format!("{row},")),
         "{streamed}\nagainst\n{whole}"
     );
+}
+
+#[test]
+fn every_family_emits_and_benches() {
+    let out = scratch("family-emit");
+    let stdout = run_ok(&[
+        "emit",
+        "--model",
+        "tests/fixtures/hybrid/granite",
+        "--prompt-ids",
+        "5,6,7;8,9",
+        "--max-new-tokens",
+        "8",
+        "--out-dir",
+        out.to_str().unwrap(),
+    ]);
+    assert!(stdout.contains("Granite 4.0-H"), "{stdout}");
+    let generate = std::fs::read_to_string(out.join("generate.mlir")).unwrap();
+    // One program: the decode loop, the KV caches updated in place inside it.
+    assert!(
+        generate.contains("stablehlo.while"),
+        "no loop in generate.mlir"
+    );
+    assert!(
+        generate.contains("dynamic_update_slice"),
+        "no in-place cache update"
+    );
+    for name in ["prefill", "step"] {
+        let text = std::fs::read_to_string(out.join(format!("{name}.mlir"))).unwrap();
+        assert!(text.contains("func.func"), "{name}.mlir: {text:.200}");
+    }
+    let json = out.join("bench.json");
+    let stdout = run_ok(&[
+        "bench",
+        "--model",
+        "tests/fixtures/mamba1/falcon",
+        "--prompt-ids",
+        "5,6,7",
+        "--max-new-tokens",
+        "8",
+        "--repeat",
+        "2",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(stdout.contains("median"), "{stdout}");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert!(
+        v["median"]["prefill_tokens_per_s"].as_f64().unwrap() > 0.0,
+        "{v}"
+    );
+    assert_eq!(v["runs"].as_array().unwrap().len(), 2, "{v}");
 }
 
 #[test]

@@ -30,6 +30,9 @@ impl Carry for SublayerState<Tensor> {
     }
 }
 
+/// A program's outputs made from a graph and the weights as its first parameters.
+type Build<'a> = dyn Fn(&crate::ops::Graph, &HybridWeights<Tensor>) -> Result<Vec<Tensor>> + 'a;
+
 /// What the decode loop carries for a hybrid: every sublayer's state, which cache columns
 /// hold real tokens (`[b, C]` f32), the column of the next token (rank-0 i32, the same for
 /// every row) and each row's next rotary position (`[b]` i32).
@@ -169,59 +172,7 @@ impl Hybrid {
         let fed = self.feed(&rows_in, &empty)?;
         let key = (Kind::Generate(capacity, v), b, len, cap, chunk);
         let program = self.program(key, |g, w| {
-            let tokens = g.parameter("tokens", DType::I32, &[b, len])?;
-            let mask = g.parameter("mask", DType::F32, &[b, len])?;
-            let rotary = g.parameter("positions", DType::I32, &[b, len])?;
-            let valid = g.parameter("valid", DType::F32, &[b, cap])?;
-            let c = engine::control_parameters(g, b, len + capacity, v)?;
-            let zeros = |dims: &[usize]| g.zeros(DType::F32, dims);
-            let states = empty
-                .sublayers
-                .iter()
-                .map(|s| {
-                    let mut dims = s.tensors().into_iter().map(|t| t.dims().to_vec());
-                    s.rebuild(&mut || {
-                        let d = dims.next().unwrap_or_default();
-                        zeros(&d)
-                    })
-                })
-                .collect::<Result<Vec<_>>>()?;
-            let column = g.scalar(0.0, DType::I32)?;
-            let step = Step {
-                tokens: &tokens,
-                mask: &mask,
-                at: Positions {
-                    rotary: &rotary,
-                    column: &column,
-                    valid: &valid,
-                },
-                decode: false,
-                gather: false,
-                chunk,
-            };
-            let (logits, sublayers) = forward(&step, &states, w, cfg)?;
-            let vocab = cfg.vocab_size as isize;
-            let start = Decoding {
-                logits: logits
-                    .narrow(1, len - 1, 1)?
-                    .reshape(&[b as isize, vocab])?,
-                states: Carried {
-                    sublayers,
-                    valid,
-                    column: g.scalar(len as f64, DType::I32)?,
-                    positions: mask.sum(&[1])?.astype(DType::I32)?,
-                },
-                done: g.full(0.0, DType::Pred, &[b])?,
-                key: c.key,
-                history: c.history,
-            };
-            let steps = Steps {
-                w,
-                cfg,
-                gather: self.gathers(),
-            };
-            let (out, _) = decode_loop(&steps, start, &c.max_new, &c.picker, capacity, v)?;
-            Ok(vec![out])
+            self.generate_outputs(g, w, (b, len, cap, chunk), capacity, v, &empty)
         })?;
         let mut inputs = vec![fed.ids, fed.mask, fed.rotary, fed.valid];
         let width = len + capacity;
@@ -238,6 +189,102 @@ impl Hybrid {
             .first()
             .ok_or_else(|| Error::InvalidArgument("generate returned nothing".into()))?;
         engine::rows_of_tokens(tokens, options.max_new_tokens)
+    }
+
+    /// The generate program's output (the tokens `[b, capacity]`) for `(b, len, cap, chunk)`
+    /// (rows, prompt positions, cache columns, Mamba-2 chunk), from the state `empty`.
+    fn generate_outputs(
+        &self,
+        g: &crate::ops::Graph,
+        w: &HybridWeights<Tensor>,
+        (b, len, cap, chunk): (usize, usize, usize, usize),
+        capacity: usize,
+        v: Variant,
+        empty: &HybridState,
+    ) -> Result<Vec<Tensor>> {
+        let cfg = self.config();
+        let tokens = g.parameter("tokens", DType::I32, &[b, len])?;
+        let mask = g.parameter("mask", DType::F32, &[b, len])?;
+        let rotary = g.parameter("positions", DType::I32, &[b, len])?;
+        let valid = g.parameter("valid", DType::F32, &[b, cap])?;
+        let c = engine::control_parameters(g, b, len + capacity, v)?;
+        let zeros = |dims: &[usize]| g.zeros(DType::F32, dims);
+        let states = empty
+            .sublayers
+            .iter()
+            .map(|s| {
+                let mut dims = s.tensors().into_iter().map(|t| t.dims().to_vec());
+                s.rebuild(&mut || {
+                    let d = dims.next().unwrap_or_default();
+                    zeros(&d)
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let column = g.scalar(0.0, DType::I32)?;
+        let step = Step {
+            tokens: &tokens,
+            mask: &mask,
+            at: Positions {
+                rotary: &rotary,
+                column: &column,
+                valid: &valid,
+            },
+            decode: false,
+            gather: false,
+            chunk,
+        };
+        let (logits, sublayers) = forward(&step, &states, w, cfg)?;
+        let vocab = cfg.vocab_size as isize;
+        let start = Decoding {
+            logits: logits
+                .narrow(1, len - 1, 1)?
+                .reshape(&[b as isize, vocab])?,
+            states: Carried {
+                sublayers,
+                valid,
+                column: g.scalar(len as f64, DType::I32)?,
+                positions: mask.sum(&[1])?.astype(DType::I32)?,
+            },
+            done: g.full(0.0, DType::Pred, &[b])?,
+            key: c.key,
+            history: c.history,
+        };
+        let steps = Steps {
+            w,
+            cfg,
+            gather: self.gathers(),
+        };
+        let (out, _) = decode_loop(&steps, start, &c.max_new, &c.picker, capacity, v)?;
+        Ok(vec![out])
+    }
+
+    /// The StableHLO text of the prefill, step and generate programs for `prompts` (left-padded
+    /// as the prefill pads them) and `options`, as `generate` and the host-side calls would
+    /// compile them; for reading and for the CLI's `emit`.
+    pub fn stablehlo(
+        &self,
+        prompts: &[Vec<u32>],
+        options: &GenerateOptions,
+    ) -> Result<[String; 3]> {
+        engine::check_options(options, self.config().vocab_size)?;
+        if prompts.is_empty() || prompts.iter().any(Vec::is_empty) {
+            return Err(Error::InvalidArgument(
+                "Hybrid::stablehlo needs at least one prompt, and no empty prompt".into(),
+            ));
+        }
+        let (rows_in, chunk) = self.padded_rows(prompts);
+        let (b, len) = (prompts.len(), rows_in[0].len());
+        let capacity = generate_capacity(options.max_new_tokens);
+        let cap = len + capacity;
+        let empty = self.empty_state(b, cap)?;
+        let text = |f: &Build<'_>| self.graph(f)?.to_stablehlo();
+        let v = engine::variant(options);
+        let sublayers = &empty.sublayers;
+        Ok([
+            text(&|g, w| self.forward_outputs(g, w, (b, len, cap, chunk), false, sublayers))?,
+            text(&|g, w| self.forward_outputs(g, w, (b, 1, cap, 1), true, sublayers))?,
+            text(&|g, w| self.generate_outputs(g, w, (b, len, cap, chunk), capacity, v, &empty))?,
+        ])
     }
 }
 

@@ -376,41 +376,7 @@ impl Hybrid {
         let template = state.sublayers.clone();
         let kind = if decode { Kind::Step } else { Kind::Prefill };
         let program = self.program((kind, b, len, cap, chunk), |g, w| {
-            let tokens = g.parameter("tokens", DType::I32, &[b, len])?;
-            let m = g.parameter("mask", DType::F32, &[b, len])?;
-            let rot = g.parameter("positions", DType::I32, &[b, len])?;
-            let column = g.parameter("column", DType::I32, &[])?;
-            let valid = g.parameter("valid", DType::F32, &[b, cap])?;
-            let mut params = Vec::new();
-            for (i, a) in template.iter().flat_map(|s| s.tensors()).enumerate() {
-                params.push(g.parameter(&format!("state.{i}"), a.dtype(), a.dims())?);
-            }
-            let mut params = params.into_iter();
-            let mut next_param = || {
-                params
-                    .next()
-                    .ok_or_else(|| Error::InvalidArgument("too few state parameters".into()))
-            };
-            let states = template
-                .iter()
-                .map(|s| s.rebuild(&mut next_param))
-                .collect::<Result<Vec<_>>>()?;
-            let step = Step {
-                tokens: &tokens,
-                mask: &m,
-                at: Positions {
-                    rotary: &rot,
-                    column: &column,
-                    valid: &valid,
-                },
-                decode,
-                gather: decode && self.gather,
-                chunk,
-            };
-            let (logits, next) = forward(&step, &states, w, &self.config)?;
-            let mut outs = vec![logits];
-            outs.extend(next.iter().flat_map(|s| s.tensors().into_iter().cloned()));
-            Ok(outs)
+            self.forward_outputs(g, w, (b, len, cap, chunk), decode, &template)
         })?;
         let mut inputs = vec![
             fed.ids,
@@ -444,6 +410,55 @@ impl Hybrid {
                 positions: fed.positions,
             },
         ))
+    }
+
+    /// The outputs of a forward program for `(b, len, cap, chunk)` (rows, positions, cache
+    /// columns, Mamba-2 chunk) after states shaped like `template`: the logits `[b, len,
+    /// vocab]`, then the states' tensors. Parameters after the weights: `tokens`, `mask`,
+    /// `positions` (rotary), `column`, `valid`, the states.
+    pub(super) fn forward_outputs(
+        &self,
+        g: &Graph,
+        w: &HybridWeights<Tensor>,
+        (b, len, cap, chunk): (usize, usize, usize, usize),
+        decode: bool,
+        template: &[SublayerState<HostArray>],
+    ) -> Result<Vec<Tensor>> {
+        let tokens = g.parameter("tokens", DType::I32, &[b, len])?;
+        let m = g.parameter("mask", DType::F32, &[b, len])?;
+        let rot = g.parameter("positions", DType::I32, &[b, len])?;
+        let column = g.parameter("column", DType::I32, &[])?;
+        let valid = g.parameter("valid", DType::F32, &[b, cap])?;
+        let mut params = Vec::new();
+        for (i, a) in template.iter().flat_map(|s| s.tensors()).enumerate() {
+            params.push(g.parameter(&format!("state.{i}"), a.dtype(), a.dims())?);
+        }
+        let mut params = params.into_iter();
+        let mut next_param = || {
+            params
+                .next()
+                .ok_or_else(|| Error::InvalidArgument("too few state parameters".into()))
+        };
+        let states = template
+            .iter()
+            .map(|s| s.rebuild(&mut next_param))
+            .collect::<Result<Vec<_>>>()?;
+        let step = Step {
+            tokens: &tokens,
+            mask: &m,
+            at: Positions {
+                rotary: &rot,
+                column: &column,
+                valid: &valid,
+            },
+            decode,
+            gather: decode && self.gather,
+            chunk,
+        };
+        let (logits, next) = forward(&step, &states, w, &self.config)?;
+        let mut outs = vec![logits];
+        outs.extend(next.iter().flat_map(|s| s.tensors().into_iter().cloned()));
+        Ok(outs)
     }
 
     /// The host inputs for feeding `rows` (equal lengths, `None` = padding) after `state`
@@ -530,22 +545,29 @@ impl Hybrid {
         }
     }
 
-    /// The compiled program `key`, built by `build` (given a graph and the weights as its first
-    /// parameters, returning the outputs) and compiled on first use.
+    /// The graph `build` makes (given a graph and the weights as its first parameters,
+    /// returning the outputs).
+    pub(super) fn graph(
+        &self,
+        build: impl FnOnce(&Graph, &HybridWeights<Tensor>) -> Result<Vec<Tensor>>,
+    ) -> Result<Graph> {
+        let g = Graph::new();
+        let w = self
+            .types
+            .try_map(|name, ty| g.parameter(&format!("w.{name}"), ty.dtype, &ty.dims))?;
+        let outs = build(&g, &w)?;
+        g.set_outputs(&outs.iter().collect::<Vec<_>>())?;
+        Ok(g)
+    }
+
+    /// The compiled program `key`, built by `build` (as for [`Hybrid::graph`]) and compiled on
+    /// first use.
     pub(super) fn program(
         &self,
         key: ProgramKey,
         build: impl FnOnce(&Graph, &HybridWeights<Tensor>) -> Result<Vec<Tensor>>,
     ) -> Result<CompiledGraph> {
-        self.programs.get(key, || {
-            let g = Graph::new();
-            let w = self
-                .types
-                .try_map(|name, ty| g.parameter(&format!("w.{name}"), ty.dtype, &ty.dims))?;
-            let outs = build(&g, &w)?;
-            g.set_outputs(&outs.iter().collect::<Vec<_>>())?;
-            Ok(g)
-        })
+        self.programs.get(key, || self.graph(build))
     }
 
     /// Runs `program` on the weights and `inputs`, downloading its outputs.

@@ -141,18 +141,9 @@ impl Mamba1 {
         } else {
             Kind::Prefill
         };
+        let from_state = init.is_some();
         let program = self.program((kind, b, len, self.scan), |g, w| {
-            let tokens = g.parameter("tokens", DType::I32, &[b, len])?;
-            let m = g.parameter("mask", DType::F32, &[b, len])?;
-            let start = match init {
-                Some(_) => Some(self.state_parameters(g, b)?),
-                None => None,
-            };
-            let (logits, states) =
-                block::prefill(&tokens, &m, w, &self.config, self.scan, start.as_deref())?;
-            let mut outs = vec![logits];
-            outs.extend(states.into_iter().flat_map(|s| [s.conv, s.ssm]));
-            Ok(outs)
+            self.prefill_outputs(g, w, b, len, from_state)
         })?;
         let mut inputs = vec![ids, mask];
         for s in init.unwrap_or_default() {
@@ -232,12 +223,7 @@ impl Mamba1 {
             .map(|&t| self.token(t, "step"))
             .collect::<Result<Vec<i32>>>()?;
         let program = self.program((Kind::Step, b, 1, Scan::Loop), |g, w| {
-            let tok = g.parameter("tokens", DType::I32, &[b])?;
-            let params = self.state_parameters(g, b)?;
-            let (logits, next) = block::step(&tok, &params, w, &self.config)?;
-            let mut outs = vec![logits];
-            outs.extend(next.into_iter().flat_map(|s| [s.conv, s.ssm]));
-            Ok(outs)
+            self.step_outputs(g, w, b)
         })?;
         let mut inputs = vec![HostArray::from_vec(&[b], ids)?];
         inputs.extend(states.iter().flat_map(|s| [s.conv.clone(), s.ssm.clone()]));
@@ -304,28 +290,7 @@ impl Mamba1 {
         let capacity = crate::models::mamba2::generate_capacity(options.max_new_tokens);
         let (ids, mask) = self.padded(prompts, len, "generate")?;
         let key = (Kind::Generate(capacity, v), b, len, self.scan);
-        let program = self.program(key, |g, w| {
-            let tokens = g.parameter("tokens", DType::I32, &[b, len])?;
-            let m = g.parameter("mask", DType::F32, &[b, len])?;
-            let c = engine::control_parameters(g, b, len + capacity, v)?;
-            let (logits, states) = block::prefill(&tokens, &m, w, &self.config, self.scan, None)?;
-            let vocab = self.config.vocab_size as isize;
-            let start = Decoding {
-                logits: logits
-                    .narrow(1, len - 1, 1)?
-                    .reshape(&[b as isize, vocab])?,
-                states,
-                done: g.full(0.0, DType::Pred, &[b])?,
-                key: c.key,
-                history: c.history,
-            };
-            let steps = Steps {
-                w,
-                cfg: &self.config,
-            };
-            let (out, _) = decode_loop(&steps, start, &c.max_new, &c.picker, capacity, v)?;
-            Ok(vec![out])
-        })?;
+        let program = self.program(key, |g, w| self.generate_outputs(g, w, b, len, capacity, v))?;
         let mut inputs = vec![ids, mask];
         let vocab = self.config.vocab_size;
         inputs.extend(engine::control_inputs(
@@ -441,20 +406,126 @@ impl Mamba1 {
         }
     }
 
-    /// The compiled program `key`, built by `build` (given a graph and the weights as its first
-    /// parameters, returning the outputs) and compiled on first use.
+    /// The prefill program's outputs for `b` rows of `len` positions (after states given as
+    /// parameters when `from_state`): the logits at every position, then each block's state.
+    fn prefill_outputs(
+        &self,
+        g: &Graph,
+        w: &Mamba1Weights<Tensor>,
+        b: usize,
+        len: usize,
+        from_state: bool,
+    ) -> Result<Vec<Tensor>> {
+        let tokens = g.parameter("tokens", DType::I32, &[b, len])?;
+        let m = g.parameter("mask", DType::F32, &[b, len])?;
+        let start = match from_state {
+            true => Some(self.state_parameters(g, b)?),
+            false => None,
+        };
+        let (logits, states) =
+            block::prefill(&tokens, &m, w, &self.config, self.scan, start.as_deref())?;
+        let mut outs = vec![logits];
+        outs.extend(states.into_iter().flat_map(|s| [s.conv, s.ssm]));
+        Ok(outs)
+    }
+
+    /// The step program's outputs for `b` rows: the logits, then each block's state.
+    fn step_outputs(&self, g: &Graph, w: &Mamba1Weights<Tensor>, b: usize) -> Result<Vec<Tensor>> {
+        let tok = g.parameter("tokens", DType::I32, &[b])?;
+        let params = self.state_parameters(g, b)?;
+        let (logits, next) = block::step(&tok, &params, w, &self.config)?;
+        let mut outs = vec![logits];
+        outs.extend(next.into_iter().flat_map(|s| [s.conv, s.ssm]));
+        Ok(outs)
+    }
+
+    /// The generate program's output (the tokens `[b, capacity]`) for `b` rows of `len`
+    /// prompt positions.
+    fn generate_outputs(
+        &self,
+        g: &Graph,
+        w: &Mamba1Weights<Tensor>,
+        b: usize,
+        len: usize,
+        capacity: usize,
+        v: Variant,
+    ) -> Result<Vec<Tensor>> {
+        let tokens = g.parameter("tokens", DType::I32, &[b, len])?;
+        let m = g.parameter("mask", DType::F32, &[b, len])?;
+        let c = engine::control_parameters(g, b, len + capacity, v)?;
+        let (logits, states) = block::prefill(&tokens, &m, w, &self.config, self.scan, None)?;
+        let vocab = self.config.vocab_size as isize;
+        let start = Decoding {
+            logits: logits
+                .narrow(1, len - 1, 1)?
+                .reshape(&[b as isize, vocab])?,
+            states,
+            done: g.full(0.0, DType::Pred, &[b])?,
+            key: c.key,
+            history: c.history,
+        };
+        let steps = Steps {
+            w,
+            cfg: &self.config,
+        };
+        let (out, _) = decode_loop(&steps, start, &c.max_new, &c.picker, capacity, v)?;
+        Ok(vec![out])
+    }
+
+    /// The StableHLO text of the prefill, step and generate programs for `prompts` (left-padded
+    /// to the longest) and `options`, as `generate` would compile them; for reading and for
+    /// the CLI's `emit`.
+    pub fn stablehlo(
+        &self,
+        prompts: &[Vec<u32>],
+        options: &GenerateOptions,
+    ) -> Result<[String; 3]> {
+        engine::check_options(options, self.config.vocab_size)?;
+        let len = prompts.iter().map(Vec::len).max().unwrap_or(0);
+        if prompts.is_empty() || len == 0 {
+            return Err(Error::InvalidArgument(
+                "Mamba1::stablehlo needs at least one prompt".into(),
+            ));
+        }
+        let b = prompts.len();
+        let capacity = crate::models::mamba2::generate_capacity(options.max_new_tokens);
+        let v = engine::variant(options);
+        Ok([
+            self.text(|g, w| self.prefill_outputs(g, w, b, len, false))?,
+            self.text(|g, w| self.step_outputs(g, w, b))?,
+            self.text(|g, w| self.generate_outputs(g, w, b, len, capacity, v))?,
+        ])
+    }
+
+    /// The graph `build` makes (given a graph and the weights as its first parameters,
+    /// returning the outputs).
+    fn graph(
+        &self,
+        build: impl FnOnce(&Graph, &Mamba1Weights<Tensor>) -> Result<Vec<Tensor>>,
+    ) -> Result<Graph> {
+        let g = Graph::new();
+        let w = block::weight_parameters(&g, &self.types)?;
+        let outs = build(&g, &w)?;
+        g.set_outputs(&outs.iter().collect::<Vec<_>>())?;
+        Ok(g)
+    }
+
+    /// The StableHLO text of the graph `build` makes.
+    fn text(
+        &self,
+        build: impl FnOnce(&Graph, &Mamba1Weights<Tensor>) -> Result<Vec<Tensor>>,
+    ) -> Result<String> {
+        self.graph(build)?.to_stablehlo()
+    }
+
+    /// The compiled program `key`, built by `build` (as for [`Mamba1::graph`]) and compiled on
+    /// first use.
     fn program(
         &self,
         key: ProgramKey,
         build: impl FnOnce(&Graph, &Mamba1Weights<Tensor>) -> Result<Vec<Tensor>>,
     ) -> Result<CompiledGraph> {
-        self.programs.get(key, || {
-            let g = Graph::new();
-            let w = block::weight_parameters(&g, &self.types)?;
-            let outs = build(&g, &w)?;
-            g.set_outputs(&outs.iter().collect::<Vec<_>>())?;
-            Ok(g)
-        })
+        self.programs.get(key, || self.graph(build))
     }
 
     /// Runs `program` on the weights and `inputs`, downloading its outputs.
