@@ -1,6 +1,6 @@
-//! What every causal language model here offers, whatever its family, and loading a checkpoint
-//! of any family but Mamba-2 (whose richer engine is [`crate::models::mamba2::Mamba2`]) by the
-//! `model_type` of its `config.json`.
+//! What every causal language model here offers, whatever its family ([`CausalLm`]), and
+//! loading a checkpoint of any family by the `model_type` of its `config.json` ([`load`]).
+//! Mamba-2 has more besides ([`Mamba2`]: several devices, prompt buckets, training).
 
 use std::path::Path;
 
@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use super::hybrid::{self, Hybrid, HybridFamily};
 use super::mamba1::{self, Mamba1};
-use super::mamba2::GenerateOptions;
+use super::mamba2::{GenerateOptions, Mamba2, Mamba2Config, Mamba2State, Mamba2Weights};
 use crate::array::HostArray;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -171,8 +171,94 @@ impl CausalLm for Hybrid {
     }
 }
 
-/// Every `model_type` a checkpoint may have: `mamba2` (and `mamba_ssm`'s Mamba-2 configs),
-/// then those [`load`] reads.
+impl CausalLm for Mamba2 {
+    fn family(&self) -> &'static str {
+        "Mamba-2"
+    }
+    fn describe(&self) -> String {
+        let c = self.config();
+        format!(
+            "{} layers, {} wide, state {}, vocab {}",
+            c.num_layers, c.hidden_size, c.state_size, c.vocab_size
+        )
+    }
+    fn vocab_size(&self) -> usize {
+        self.config().vocab_size
+    }
+    fn prefill_logits(&self, prompts: &[Vec<u32>]) -> Result<HostArray> {
+        let all = self.prefill_all_positions(prompts)?.logits;
+        let longest = prompts.iter().map(Vec::len).max().unwrap_or(0);
+        last_positions(&all, longest)
+    }
+    fn greedy(&self, prompts: &[Vec<u32>], new_tokens: usize) -> Result<Vec<Vec<u32>>> {
+        let p = self.prefill(prompts)?;
+        let (b, vocab) = (prompts.len(), self.config().vocab_size);
+        let first = HostArray::from_bytes(
+            &crate::dtype::TensorType::new(DType::F32, &[b, 1, vocab]),
+            &p.logits.to_bytes(),
+        )?;
+        let mut state = Some(p.state);
+        super::engine::greedy_on_host(&first, new_tokens, |picks| {
+            let s = state
+                .take()
+                .ok_or_else(|| Error::InvalidArgument("no state".into()))?;
+            let (logits, next) = self.step(picks, s)?;
+            state = Some(next);
+            Ok(logits)
+        })
+    }
+    fn generate(&self, prompts: &[Vec<u32>], options: &GenerateOptions) -> Result<Vec<Vec<u32>>> {
+        Mamba2::generate(self, prompts, options)
+    }
+    fn generate_stream(
+        &self,
+        prompts: &[Vec<u32>],
+        options: &GenerateOptions,
+        segment: usize,
+        on_tokens: &mut dyn FnMut(&[Vec<u32>]) -> bool,
+    ) -> Result<Vec<Vec<u32>>> {
+        Mamba2::generate_stream(self, prompts, options, segment, on_tokens)
+    }
+    fn stablehlo(&self, prompts: &[Vec<u32>], options: &GenerateOptions) -> Result<[String; 3]> {
+        let longest = prompts.iter().map(Vec::len).max().unwrap_or(0);
+        let bucket = self.prompt_bucket(longest.max(1)).ok_or_else(|| {
+            Error::InvalidArgument(format!("prompts of {longest} tokens have no bucket"))
+        })?;
+        Mamba2::stablehlo(self, prompts.len(), bucket, options)
+    }
+    fn generate_with_state_files(
+        &self,
+        prompts: &[Vec<u32>],
+        options: &GenerateOptions,
+        state_in: Option<&Path>,
+        state_out: Option<&Path>,
+    ) -> Result<Vec<Vec<u32>>> {
+        let state = state_in
+            .map(|p| Mamba2State::load(p, self.client()))
+            .transpose()?;
+        let (tokens, state) = self.generate_from(prompts, state, options)?;
+        if let Some(path) = state_out {
+            state.save(path)?;
+        }
+        Ok(tokens)
+    }
+}
+
+/// The last `keep` positions of logits `[b, L, vocab]` f32.
+fn last_positions(logits: &HostArray, keep: usize) -> Result<HostArray> {
+    let dims = logits.dims().to_vec();
+    let (b, len, v) = (dims[0], dims[1], dims[2]);
+    let keep = keep.min(len);
+    let bytes = logits.to_bytes();
+    let row = |r: usize| &bytes[(r * len + len - keep) * v * 4..(r + 1) * len * v * 4];
+    let out: Vec<u8> = (0..b).flat_map(|r| row(r).to_vec()).collect();
+    HostArray::from_bytes(
+        &crate::dtype::TensorType::new(DType::F32, &[b, keep, v]),
+        &out,
+    )
+}
+
+/// Every `model_type` [`load`] reads.
 pub fn model_types() -> Vec<&'static str> {
     let mut v = vec!["mamba2"];
     v.extend(mamba1::MODEL_TYPES);
@@ -180,9 +266,10 @@ pub fn model_types() -> Vec<&'static str> {
     v
 }
 
-/// Loads the checkpoint in `dir` of a family other than Mamba-2, chosen by its config.json's
-/// `model_type` (a `mamba_ssm` config without one is Mamba-1), with matrices in
-/// `matmul_dtype`. Another `model_type` is an error listing the supported ones.
+/// Loads the checkpoint in `dir`, its family chosen by its config.json's `model_type` (a
+/// `mamba_ssm` config without one is Mamba-2 when its `ssm_cfg.layer` says so, Mamba-1
+/// otherwise), with matrices in `matmul_dtype`, on `client`'s first device. Another
+/// `model_type` is an error listing the supported ones.
 pub fn load(client: &Client, dir: &Path, matmul_dtype: DType) -> Result<Box<dyn CausalLm>> {
     let path = dir.join("config.json");
     let text = std::fs::read_to_string(&path)
@@ -200,6 +287,10 @@ pub fn load(client: &Client, dir: &Path, matmul_dtype: DType) -> Result<Box<dyn 
         Some(t) if hybrid::MODEL_TYPES.contains(&t) => {
             Ok(Box::new(Hybrid::load(client, dir, matmul_dtype)?))
         }
+        Some("mamba2") => Ok(Box::new(load_mamba2(client, dir, matmul_dtype)?)),
+        None if v.pointer("/ssm_cfg/layer").and_then(Value::as_str) == Some("Mamba2") => {
+            Ok(Box::new(load_mamba2(client, dir, matmul_dtype)?))
+        }
         _ => Err(Error::InvalidArgument(format!(
             "{}: model_type {} is not supported here (supported: {})",
             path.display(),
@@ -207,4 +298,11 @@ pub fn load(client: &Client, dir: &Path, matmul_dtype: DType) -> Result<Box<dyn 
             model_types().join(", ")
         ))),
     }
+}
+
+/// A Mamba-2 checkpoint on `client`'s first device.
+fn load_mamba2(client: &Client, dir: &Path, matmul_dtype: DType) -> Result<Mamba2> {
+    let config = Mamba2Config::from_file(dir.join("config.json"))?;
+    let weights = Mamba2Weights::load(dir, &config, matmul_dtype)?;
+    Mamba2::new(client, config, &weights)
 }

@@ -161,3 +161,19 @@ pub fn read_safetensors(path: &Path) -> HashMap<String, Stored> {
         })
         .collect()
 }
+
+/// The real tokens of each row of fixture case `k` (`case{k}.input_ids` where
+/// `case{k}.attention_mask` is 1), in order.
+pub fn fixture_prompts(cases: &HashMap<String, Stored>, k: usize) -> Vec<Vec<u32>> {
+    let ids = &cases[&format!("case{k}.input_ids")];
+    let mask = &cases[&format!("case{k}.attention_mask")].values;
+    let (rows, len) = (ids.shape[0], ids.shape[1]);
+    (0..rows)
+        .map(|r| {
+            (0..len)
+                .filter(|&t| mask[r * len + t] == 1.0)
+                .map(|t| ids.values[r * len + t] as u32)
+                .collect()
+        })
+        .collect()
+}

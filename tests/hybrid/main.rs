@@ -9,4 +9,3 @@ mod common;
 mod checkpoints;
 mod consistency;
 mod fixtures;
-mod generate;

@@ -231,6 +231,11 @@ impl Mamba2 {
         }
     }
 
+    /// The client the model runs on.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
     /// The configuration.
     pub fn config(&self) -> &Mamba2Config {
         &self.config

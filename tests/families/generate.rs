@@ -1,5 +1,5 @@
-//! Generation in one program (prefill and the device-side decode loop) for every family but
-//! Mamba-2: greedy equals transformers' greedy tokens (the fixtures'), ragged batches
+//! Generation in one program (prefill and the device-side decode loop) for every family through
+//! `family::load` and `CausalLm`: greedy equals transformers' greedy tokens (the fixtures'), ragged batches
 //! included; sampling with `top_k` 1 is greedy; a seed repeats its draw; a row stops at
 //! `eos` and repeats it; penalties hold; a stream in segments gives the same tokens; state
 //! files carry a conversation across calls.
@@ -40,7 +40,7 @@ fn greedy_generation_in_one_program_equals_transformers() {
         let model = family::load(&client(), &dir, DType::F32).unwrap();
         let cases = read_safetensors(&dir.join("cases.safetensors"));
         for k in [1, 3] {
-            let rows = crate::fixtures::prompts(&cases, k);
+            let rows = common::fixture_prompts(&cases, k);
             let want = &cases[&format!("case{k}.greedy")];
             let new = want.shape[1];
             let got = model.generate(&rows, &greedy(new)).unwrap();
@@ -194,10 +194,15 @@ fn state_files_continue_as_the_whole_prompt_does() {
     for fixture in fixtures() {
         let model = family::load(&client(), &fixture, DType::F32).unwrap();
         let name = fixture.display();
-        let path = dir.join(format!(
-            "{}.safetensors",
-            fixture.file_name().unwrap().to_str().unwrap()
-        ));
+        let family = fixture
+            .parent()
+            .unwrap()
+            .file_name()
+            .unwrap()
+            .to_str()
+            .unwrap();
+        let case = fixture.file_name().unwrap().to_str().unwrap();
+        let path = dir.join(format!("{family}-{case}.safetensors"));
         let none = greedy(0);
         let made = model
             .generate_with_state_files(&first, &none, None, Some(&path))
@@ -230,8 +235,13 @@ fn state_files_continue_as_the_whole_prompt_does() {
     // A state of another family is an error naming the file.
     let bamba = family::load(&client(), &common::hybrid::fixture("bamba"), DType::F32).unwrap();
     let e = bamba
-        .generate_with_state_files(&rest, &greedy(2), Some(&dir.join("tiny.safetensors")), None)
+        .generate_with_state_files(
+            &rest,
+            &greedy(2),
+            Some(&dir.join("mamba1-tiny.safetensors")),
+            None,
+        )
         .unwrap_err()
         .to_string();
-    assert!(e.contains("tiny.safetensors"), "{e}");
+    assert!(e.contains("mamba1-tiny.safetensors"), "{e}");
 }

@@ -1,0 +1,9 @@
+//! Every family through one face (`stablegraph::models::family::load`, `CausalLm`): Mamba-2,
+//! Mamba-1, Falcon-Mamba, Bamba, Granite 4.0-H and Nemotron-H, each on its HF fixtures:
+//! one-program generation against transformers' greedy tokens, the sampling options, streams
+//! and state files ([`generate`]).
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod generate;
