@@ -5,8 +5,9 @@
 //! `cargo run --release --example mamba2 -- generate` (the README's main job) runs the small
 //! byte-level model shipped in `models/mamba2-bytes/` (the default `train` run made it) on a
 //! 128-byte prompt and generates 128 bytes; `--shape 130m` runs the 130M shape with seeded random
-//! weights instead, and `--model DIR` loads an HF or `mamba_ssm` checkpoint. `--help` on each
-//! subcommand lists its flags.
+//! weights instead, and `--model DIR` loads an HF or `mamba_ssm` checkpoint of any family its
+//! `config.json` names (Mamba-1 and the hybrids through `family`). `--help` on each subcommand
+//! lists its flags.
 //!
 //! Modules: `load` (which model, the prompts, the sampling options), `text` (tokenizer or byte
 //! vocabulary), `generate`, `bench` (and `emit`), `data` (training bytes and batches), `train`,
@@ -48,7 +49,8 @@ latency is that difference / the number of decode steps (the longest row). Gener
 first --eos. Peak RSS is VmHWM from /proc/self/status. Set STABLEGRAPH_CACHE=memory to measure \
 a real compile every time.";
 
-/// Mamba-2 with stablegraph: generate, emit StableHLO, benchmark, train, gradients.
+/// State-space models with stablegraph: generate, emit StableHLO, benchmark (Mamba-2, Mamba-1,
+/// Falcon-Mamba, Bamba, Granite 4.0-H, Nemotron-H); train and gradients (Mamba-2).
 #[derive(Parser)]
 #[command(name = "mamba2")]
 struct Cli {
