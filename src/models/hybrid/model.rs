@@ -500,6 +500,13 @@ impl Hybrid {
         if state.rows() != b || state.valid.dims().first() != Some(&b) {
             return bad(format!("the state has {} rows, expected {b}", state.rows()));
         }
+        if state.valid.dims().len() != 2 || state.valid.dtype() != DType::F32 {
+            return bad(format!(
+                "the state's valid columns are {:?} {:?}, expected f32 [rows, capacity]",
+                state.valid.dtype(),
+                state.valid.dims()
+            ));
+        }
         if state.column > state.capacity() {
             return bad(format!(
                 "the state's column {} is beyond its capacity {}",
