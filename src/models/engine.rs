@@ -512,8 +512,8 @@ pub(crate) fn stream_segments(
     Ok((all, state))
 }
 
-/// The logits of the last position of `[b, L, vocab]` f32 logits, as `[b, vocab]`.
-pub(crate) fn last_position(logits: &HostArray) -> Result<HostArray> {
+/// The last `keep` positions (at most `L`) of `[b, L, vocab]` f32 logits, `[b, keep, vocab]`.
+pub(crate) fn last_positions(logits: &HostArray, keep: usize) -> Result<HostArray> {
     let (b, len, vocab) = match *logits.dims() {
         [b, len, vocab] if len > 0 => (b, len, vocab),
         _ => {
@@ -523,14 +523,25 @@ pub(crate) fn last_position(logits: &HostArray) -> Result<HostArray> {
             )))
         }
     };
+    let keep = keep.min(len);
     let bytes = logits.to_bytes();
     let row = vocab * 4;
     let out: Vec<u8> = (0..b)
-        .flat_map(|r| bytes[((r + 1) * len - 1) * row..(r + 1) * len * row].to_vec())
+        .flat_map(|r| bytes[((r + 1) * len - keep) * row..(r + 1) * len * row].to_vec())
         .collect();
     HostArray::from_bytes(
-        &crate::dtype::TensorType::new(DType::F32, &[b, vocab]),
+        &crate::dtype::TensorType::new(DType::F32, &[b, keep, vocab]),
         &out,
+    )
+}
+
+/// The logits of the last position of `[b, L, vocab]` f32 logits, as `[b, vocab]`.
+pub(crate) fn last_position(logits: &HostArray) -> Result<HostArray> {
+    let last = last_positions(logits, 1)?;
+    let dims = [last.dims()[0], last.dims()[2]];
+    HostArray::from_bytes(
+        &crate::dtype::TensorType::new(DType::F32, &dims),
+        &last.to_bytes(),
     )
 }
 

@@ -188,7 +188,7 @@ impl CausalLm for Mamba2 {
     fn prefill_logits(&self, prompts: &[Vec<u32>]) -> Result<HostArray> {
         let all = self.prefill_all_positions(prompts)?.logits;
         let longest = prompts.iter().map(Vec::len).max().unwrap_or(0);
-        last_positions(&all, longest)
+        super::engine::last_positions(&all, longest)
     }
     fn greedy(&self, prompts: &[Vec<u32>], new_tokens: usize) -> Result<Vec<Vec<u32>>> {
         let p = self.prefill(prompts)?;
@@ -242,20 +242,6 @@ impl CausalLm for Mamba2 {
         }
         Ok(tokens)
     }
-}
-
-/// The last `keep` positions of logits `[b, L, vocab]` f32.
-fn last_positions(logits: &HostArray, keep: usize) -> Result<HostArray> {
-    let dims = logits.dims().to_vec();
-    let (b, len, v) = (dims[0], dims[1], dims[2]);
-    let keep = keep.min(len);
-    let bytes = logits.to_bytes();
-    let row = |r: usize| &bytes[(r * len + len - keep) * v * 4..(r + 1) * len * v * 4];
-    let out: Vec<u8> = (0..b).flat_map(|r| row(r).to_vec()).collect();
-    HostArray::from_bytes(
-        &crate::dtype::TensorType::new(DType::F32, &[b, keep, v]),
-        &out,
-    )
 }
 
 /// Every `model_type` [`load`] reads.

@@ -8,7 +8,7 @@ use crate::common;
 
 use std::collections::HashMap;
 
-use common::{client, max_abs, read_safetensors, Stored};
+use common::{client, fixture_prompts as prompts, max_abs, read_safetensors, Stored};
 use stablegraph::models::mamba1::{Mamba1, Scan};
 use stablegraph::DType;
 
@@ -22,21 +22,6 @@ fn fixture(name: &str) -> (Mamba1, Cases) {
     let dir = common::mamba1::fixture(name);
     let model = Mamba1::load(&client(), &dir, DType::F32).unwrap();
     (model, read_safetensors(&dir.join("cases.safetensors")))
-}
-
-/// The real tokens of each row (the attention mask's ones), in order.
-fn prompts(cases: &Cases, k: usize) -> Vec<Vec<u32>> {
-    let ids = &cases[&format!("case{k}.input_ids")];
-    let mask = &cases[&format!("case{k}.attention_mask")].values;
-    let (rows, len) = (ids.shape[0], ids.shape[1]);
-    (0..rows)
-        .map(|r| {
-            (0..len)
-                .filter(|&t| mask[r * len + t] == 1.0)
-                .map(|t| ids.values[r * len + t] as u32)
-                .collect()
-        })
-        .collect()
 }
 
 /// Every case of the fixture `name` against transformers: the prefill with both scans, the

@@ -298,7 +298,7 @@ impl Hybrid {
         let (rows, chunk) = self.padded_rows(prompts);
         let (logits, state) = self.forward(&rows, state, chunk, reserve)?;
         Ok(HybridPrefill {
-            logits: last_positions(&logits, longest)?,
+            logits: engine::last_positions(&logits, longest)?,
             state,
         })
     }
@@ -620,14 +620,4 @@ fn grow(state: HybridState, capacity: usize) -> Result<HybridState> {
         column: state.column,
         positions: state.positions,
     })
-}
-
-/// The last `keep` positions of logits `[b, L, vocab]`.
-fn last_positions(logits: &HostArray, keep: usize) -> Result<HostArray> {
-    let dims = logits.dims().to_vec();
-    let (b, len, v) = (dims[0], dims[1], dims[2]);
-    let bytes = logits.to_bytes();
-    let row = |r: usize| &bytes[(r * len + len - keep) * v * 4..(r + 1) * len * v * 4];
-    let out: Vec<u8> = (0..b).flat_map(|r| row(r).to_vec()).collect();
-    HostArray::from_bytes(&TensorType::new(DType::F32, &[b, keep, v]), &out)
 }
