@@ -10,7 +10,7 @@ use stablegraph::models::mamba2::GenerateOptions;
 use crate::family;
 use crate::generate::{is_other_family, warm_up, Timed};
 use crate::load::{load, Loaded, ModelArgs, PromptArgs, SamplingArgs};
-use crate::{bars, cache_hits, peak_rss_mb, progress, write_json};
+use crate::{bars, cache_hits, peak_rss_mb, progress, write_run_json};
 
 /// The flags of `emit`.
 #[derive(Args)]
@@ -165,10 +165,9 @@ pub(crate) fn bench(a: BenchArgs) -> Result<()> {
             "compile_from_cache": cached,
             "compiles": l.client.cache_stats().compiles,
             "cache_hits": cache_hits(&l.client),
-            "peak_rss_mb": peak,
             "model": l.description,
         });
-        write_json(path, &value)?;
+        write_run_json(path, value, &l.model)?;
     }
     Ok(())
 }

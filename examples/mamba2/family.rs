@@ -24,7 +24,7 @@ use crate::generate::{
 };
 use crate::load::{Bf16Dots, ModelArgs, Precision, PromptArgs, SamplingArgs, Source};
 use crate::text::Codec;
-use crate::{ids_text, peak_rss_mb, progress, seconds, write_json};
+use crate::{ids_text, peak_rss_mb, progress, seconds, write_run_json};
 
 /// The `generate` flags besides the model, prompt and sampling ones.
 pub(crate) struct Outputs<'a> {
@@ -214,11 +214,10 @@ pub(crate) fn bench(
             "max_new_tokens": o.options.max_new_tokens,
             "first_s": first_s,
             "compiles": o.client.cache_stats().compiles,
-            "peak_rss_mb": peak_rss_mb(),
             "model": o.description,
             "settings": settings_json(&o.options, o.settings_from.as_deref()),
         });
-        write_json(path, &value)?;
+        write_run_json(path, value, o.model.as_ref())?;
     }
     Ok(())
 }
@@ -293,15 +292,7 @@ pub(crate) fn generate(
         json: settings_json(&options, settings_from.as_deref()),
         max_new_tokens: options.max_new_tokens,
     };
-    report(
-        &client,
-        &description,
-        &prompts,
-        &tokens,
-        &timings,
-        &settings,
-        o,
-    )
+    report(&loaded, &client, &tokens, &timings, &settings, o)
 }
 
 /// What `generate` works with once the model is loaded.
@@ -348,7 +339,7 @@ fn with_state_files(l: &Loaded, o: &Outputs) -> Result<()> {
             "model": l.description,
             "settings": settings_json(l.options, l.settings_from),
         });
-        write_json(path, &value)?;
+        write_run_json(path, value, l.model)?;
     }
     Ok(())
 }
@@ -382,19 +373,18 @@ struct Timings {
 
 /// Prints the figures and writes `--json`.
 fn report(
+    l: &Loaded,
     client: &Client,
-    description: &str,
-    prompts: &[Vec<u32>],
     tokens: &[Vec<u32>],
     t: &Timings,
     settings: &Settings,
     o: &Outputs,
 ) -> Result<()> {
-    let prompt_tokens: usize = prompts.iter().map(Vec::len).sum();
+    let prompt_tokens: usize = l.prompts.iter().map(Vec::len).sum();
     let (steps, prefill_s) = (t.steps, t.prefill_s);
     let decode_s = t.generate_s - prefill_s;
     let decode_tps =
-        (steps > 0 && decode_s > 0.0).then(|| (steps * prompts.len()) as f64 / decode_s);
+        (steps > 0 && decode_s > 0.0).then(|| (steps * l.prompts.len()) as f64 / decode_s);
     // The first run compiled both programs, prefilled, and generated.
     let step_s = if steps > 0 {
         decode_s / steps as f64
@@ -402,14 +392,14 @@ fn report(
         0.0
     };
     let compile_s = (t.first_s - prefill_s - t.generate_s).max(0.0);
-    println!("model     {description}");
+    println!("model     {}", l.description);
     println!(
         "settings  {}; one program (prefill and a device-side decode loop)",
         settings.text
     );
     println!(
         "prompt    {} row(s), {prompt_tokens} tokens in all",
-        prompts.len()
+        l.prompts.len()
     );
     println!(
         "compile   {compile_s:.2} s (first prefill and generation {:.2} s)",
@@ -433,19 +423,18 @@ fn report(
     if let Some(path) = o.json {
         let value = json!({
             "tokens": tokens,
-            "prompt_len": prompts.iter().map(Vec::len).collect::<Vec<_>>(),
+            "prompt_len": l.prompts.iter().map(Vec::len).collect::<Vec<_>>(),
             "prefill_tokens_per_s": prompt_tokens as f64 / prefill_s,
             "decode_tokens_per_s": decode_tps,
             "compile_s": compile_s,
             "compiles": client.cache_stats().compiles,
-            "peak_rss_mb": peak,
             "prefill_s": prefill_s,
             "generate_s": t.generate_s,
             "max_new_tokens": settings.max_new_tokens,
-            "model": description,
+            "model": l.description,
             "settings": settings.json,
         });
-        write_json(path, &value)?;
+        write_run_json(path, value, l.model)?;
     }
     Ok(())
 }

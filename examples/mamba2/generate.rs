@@ -13,7 +13,7 @@ use stablegraph::HostArray;
 use crate::family;
 use crate::load::{load, model_type, Loaded, ModelArgs, PromptArgs, SamplingArgs};
 use crate::text::Codec;
-use crate::{cache_hits, ids_text, peak_rss_mb, progress, seconds, write_json};
+use crate::{cache_hits, ids_text, peak_rss_mb, progress, seconds, write_run_json};
 
 /// The flags of `generate`.
 #[derive(Args)]
@@ -221,7 +221,6 @@ pub(crate) fn generate(a: GenerateArgs) -> Result<()> {
             "compile_from_cache": cached,
             "compiles": l.client.cache_stats().compiles,
             "cache_hits": cache_hits(&l.client),
-            "peak_rss_mb": peak,
             "prefill_s": run.prefill_s,
             "generate_s": run.generate_s,
             "generated_tokens": run.generated(),
@@ -232,7 +231,7 @@ pub(crate) fn generate(a: GenerateArgs) -> Result<()> {
             "weight_bytes_per_device": l.model.weight_bytes_per_device(),
             "settings": settings_json(&l.options, l.settings_from.as_deref()),
         });
-        write_json(path, &value)?;
+        write_run_json(path, value, &l.model)?;
     }
     Ok(())
 }
@@ -399,7 +398,7 @@ fn generate_with_state(l: &Loaded, a: &GenerateArgs, options: &GenerateOptions) 
             "model": l.description,
             "settings": settings_json(&l.options, l.settings_from.as_deref()),
         });
-        write_json(path, &value)?;
+        write_run_json(path, value, &l.model)?;
     }
     Ok(())
 }

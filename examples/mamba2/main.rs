@@ -29,6 +29,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
+use stablegraph::models::family::CausalLm;
 use stablegraph::runtime::{self, Client, XlaLogLevel};
 
 use bench::{BenchArgs, EmitArgs};
@@ -145,6 +146,21 @@ pub(crate) fn peak_rss_mb() -> Option<f64> {
 /// Token ids as `1,2,3`.
 pub(crate) fn ids_text(row: &[u32]) -> String {
     row.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
+}
+
+/// Writes `value` (an object) as pretty JSON to `path` with what every run reports besides:
+/// the matrices' `dtype`, the model's `weight_bytes` and the process's `peak_rss_mb`.
+pub(crate) fn write_run_json(
+    path: &Path,
+    mut value: serde_json::Value,
+    model: &dyn CausalLm,
+) -> Result<()> {
+    if let Some(object) = value.as_object_mut() {
+        object.insert("dtype".into(), model.matmul_dtype().to_string().into());
+        object.insert("weight_bytes".into(), model.weight_bytes().into());
+        object.insert("peak_rss_mb".into(), peak_rss_mb().into());
+    }
+    write_json(path, &value)
 }
 
 /// Writes `value` as pretty JSON to `path`, creating its directory.

@@ -658,6 +658,22 @@ impl<K: std::hash::Hash + Eq> Programs<K> {
         }
     }
 
+    /// The bytes of the weights on the device.
+    pub(crate) fn weight_bytes(&self) -> usize {
+        self.weights
+            .iter()
+            .map(|b| b.element_count() * b.dtype().size_in_bytes())
+            .sum()
+    }
+
+    /// The dtype of the matrices: that of the largest weight (f32 when there is none).
+    pub(crate) fn matmul_dtype(&self) -> crate::dtype::DType {
+        self.weights
+            .iter()
+            .max_by_key(|b| b.element_count())
+            .map_or(crate::dtype::DType::F32, |b| b.dtype())
+    }
+
     /// Forgets the compiled programs (after a setting that changes them).
     pub(crate) fn clear(&mut self) {
         self.cache = std::sync::Mutex::new(std::collections::HashMap::new());

@@ -22,6 +22,11 @@ pub trait CausalLm {
     fn describe(&self) -> String;
     /// The vocabulary size.
     fn vocab_size(&self) -> usize;
+    /// The dtype of the matrices (f32 or bf16).
+    fn matmul_dtype(&self) -> DType;
+    /// The bytes of the weights on the device (on each device, for a model split over
+    /// several).
+    fn weight_bytes(&self) -> usize;
     /// The logits at every position of the prompts (left-padded to the longest), `[b, L,
     /// vocab]` f32.
     fn prefill_logits(&self, prompts: &[Vec<u32>]) -> Result<HostArray>;
@@ -58,6 +63,12 @@ pub trait CausalLm {
 /// The [`CausalLm`] methods a model type has under the same names and signatures.
 macro_rules! delegate_generation {
     ($ty:ident) => {
+        fn matmul_dtype(&self) -> DType {
+            $ty::matmul_dtype(self)
+        }
+        fn weight_bytes(&self) -> usize {
+            $ty::weight_bytes(self)
+        }
         fn vocab_size(&self) -> usize {
             self.config().vocab_size
         }
@@ -181,6 +192,12 @@ impl CausalLm for Mamba2 {
             "{} layers, {} wide, state {}, vocab {}",
             c.num_layers, c.hidden_size, c.state_size, c.vocab_size
         )
+    }
+    fn matmul_dtype(&self) -> DType {
+        Mamba2::matmul_dtype(self)
+    }
+    fn weight_bytes(&self) -> usize {
+        self.weight_bytes_per_device()
     }
     fn vocab_size(&self) -> usize {
         self.config().vocab_size

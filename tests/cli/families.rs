@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use crate::common::{max_abs, read_safetensors};
-use crate::{error_line, read_npy, run_ok, scratch};
+use crate::{check_run_facts, error_line, read_npy, run_ok, scratch, TINY};
 
 /// Case `k` of the fixture in `dir` through the CLI: `--json` tokens equal HF's greedy tokens,
 /// `--dump-logits` HF's prompt logits within 1e-4 at every real position (rows of different
@@ -228,6 +228,30 @@ fn every_family_emits_and_benches() {
         "{v}"
     );
     assert_eq!(v["runs"].as_array().unwrap().len(), 2, "{v}");
+    check_run_facts(&v, "tests/fixtures/mamba1/falcon", "f32");
+    // With bf16 matrices the weights take fewer bytes, and the JSON says so.
+    for dir in [
+        "tests/fixtures/mamba1/falcon",
+        "tests/fixtures/hybrid/granite",
+        TINY,
+    ] {
+        run_ok(&[
+            "generate",
+            "--model",
+            dir,
+            "--prompt-ids",
+            "5,6,7",
+            "--max-new-tokens",
+            "4",
+            "--dtype",
+            "bf16",
+            "--json",
+            json.to_str().unwrap(),
+        ]);
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        check_run_facts(&v, dir, "bf16");
+    }
 }
 
 #[test]

@@ -79,6 +79,37 @@ pub fn run_ok(args: &[&str]) -> String {
 
 pub const TINY: &str = "tests/fixtures/mamba2/tiny";
 
+/// The bytes the tensors of the checkpoint in `dir` (`model.safetensors`) take in f32, read
+/// from its header: what `--json`'s `weight_bytes` must say for an f32 run.
+pub fn f32_checkpoint_bytes(dir: &str) -> u64 {
+    let bytes = std::fs::read(Path::new(dir).join("model.safetensors")).unwrap();
+    let tensors = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let elements: usize = tensors
+        .tensors()
+        .iter()
+        .map(|(_, t)| t.shape().iter().product::<usize>())
+        .sum();
+    4 * elements as u64
+}
+
+/// Checks the figures every `--json` reports: the matrices' `dtype`, `weight_bytes` (for f32,
+/// the checkpoint's tensors in f32; for bf16, fewer) and `peak_rss_mb`.
+pub fn check_run_facts(json: &serde_json::Value, dir: &str, dtype: &str) {
+    assert_eq!(json["dtype"], dtype, "{json}");
+    let (got, f32_bytes) = (
+        json["weight_bytes"].as_u64().unwrap(),
+        f32_checkpoint_bytes(dir),
+    );
+    match dtype {
+        "f32" => assert_eq!(got, f32_bytes, "{json}"),
+        _ => assert!(
+            got < f32_bytes && got > f32_bytes / 2,
+            "{got} of {f32_bytes}"
+        ),
+    }
+    assert!(json["peak_rss_mb"].as_f64().unwrap() > 0.0, "{json}");
+}
+
 /// A fresh scratch directory for one test.
 pub fn scratch(name: &str) -> PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))

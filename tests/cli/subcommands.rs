@@ -8,7 +8,7 @@ use std::process::Command;
 use serde_json::Value;
 
 use crate::common::read_safetensors;
-use crate::{binary, read_npy, run, run_ok, scratch, text, TINY};
+use crate::{binary, check_run_facts, read_npy, run, run_ok, scratch, text, TINY};
 
 #[test]
 fn errors_are_one_line() {
@@ -103,7 +103,7 @@ fn generate_writes_json_and_logits_matching_transformers() {
     }
     assert!(json["prefill_tokens_per_s"].as_f64().unwrap() > 0.0);
     assert!(json["compile_s"].is_number());
-    assert!(json["peak_rss_mb"].as_f64().unwrap() > 0.0);
+    check_run_facts(&json, TINY, "f32");
     assert_eq!(json["prompt_len"], serde_json::json!([12, 5]));
     // Three programs (generate, prefill, and the prefill with every position's logits for
     // --dump-logits), each compiled or loaded from the disk cache once, though generate and

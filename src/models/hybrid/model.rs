@@ -202,6 +202,16 @@ impl Hybrid {
         self.gather
     }
 
+    /// The dtype of the matrices (f32 or bf16).
+    pub fn matmul_dtype(&self) -> DType {
+        self.programs.matmul_dtype()
+    }
+
+    /// The bytes of the weights on the device.
+    pub fn weight_bytes(&self) -> usize {
+        self.programs.weight_bytes()
+    }
+
     /// Loads the HF checkpoint in `dir` (`config.json` with `model_type` `bamba`,
     /// `granitemoehybrid` or `nemotron_h`, and its safetensors) with matrices in
     /// `matmul_dtype` (F32 or BF16).

@@ -84,6 +84,16 @@ impl Mamba1 {
         })
     }
 
+    /// The dtype of the matrices (f32 or bf16).
+    pub fn matmul_dtype(&self) -> DType {
+        self.programs.matmul_dtype()
+    }
+
+    /// The bytes of the weights on the device.
+    pub fn weight_bytes(&self) -> usize {
+        self.programs.weight_bytes()
+    }
+
     /// Loads the HF checkpoint in `dir` (`config.json` with `model_type` `mamba` or
     /// `falcon_mamba`, and its safetensors) with matrices in `matmul_dtype` (F32 or BF16).
     pub fn load(client: &Client, dir: &Path, matmul_dtype: DType) -> Result<Self> {

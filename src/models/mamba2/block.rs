@@ -143,14 +143,35 @@ pub struct LayerState<T> {
     pub ssm: T,
 }
 
-/// `x @ w^T` for `w` stored `[out, in]`, returning f32: a dot in `w`'s dtype, except for one
-/// row of f32 `x` against a matrix of another dtype (a bf16 decode step at batch 1), which is
-/// `sum(f32(w) * x)` over `in`: XLA fuses the conversion into one pass over `w`'s own bytes
-/// (no f32 copy, f32 products and sums), where a bf16 dot on a CPU without bf16 dot
-/// instructions, or converting the whole matrix first, is several times slower.
+/// `x @ w^T` for `w` stored `[out, in]`, returning f32: a dot in `w`'s dtype, converted to f32.
+///
+/// One row of f32 `x` against a matrix of another dtype (a low-precision decode step at batch 1)
+/// takes another form, because XLA's CPU backend hands dots to YNNPACK only when both sides have
+/// two rows or more, and runs a one-row bf16 dot in its own loop, ten times slower than f32:
+/// - bf16 `w`, on a processor with bf16 dot instructions: the row is repeated to two and the
+///   product is one bf16 dot (YNNPACK's, bf16 inputs and sums rounded to bf16 as for more rows);
+/// - otherwise `sum(f32(w) * x)` over `in`, one fused pass over `w`'s own bytes in f32.
+///
+/// Both read the matrix's bytes once, with no f32 copy (`docs/performance.md`, "Low-precision
+/// weights").
 pub(crate) fn linear(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
     let rows: usize = x.dims()[..x.rank().saturating_sub(1)].iter().product();
-    let y = if rows == 1 && x.dtype() == DType::F32 && w.dtype() != DType::F32 && w.rank() == 2 {
+    let one_row = rows == 1 && x.dtype() == DType::F32 && w.dtype() != DType::F32 && w.rank() == 2;
+    let y = if one_row && w.dtype() == DType::BF16 && host_has_bf16_dot() {
+        let n_in = w.dims()[1];
+        let two = x
+            .reshape(&[1, n_in as isize])?
+            .astype(DType::BF16)?
+            .broadcast_to(&[2, n_in])?;
+        let mut out: Vec<isize> = x.dims().iter().map(|&d| d as isize).collect();
+        if let Some(last) = out.last_mut() {
+            *last = w.dims()[0] as isize;
+        }
+        two.dot_general(w, &[], &[(1, 1)])?
+            .narrow(0, 0, 1)?
+            .reshape(&out)?
+            .astype(DType::F32)?
+    } else if one_row {
         let mut row: Vec<isize> = x.dims().iter().map(|&d| d as isize).collect();
         row.insert(row.len().saturating_sub(1), 1);
         w.astype(DType::F32)?.mul(&x.reshape(&row)?)?.sum(&[-1])?
@@ -163,6 +184,19 @@ pub(crate) fn linear(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Te
         Some(b) => y.add(&b.astype(DType::F32)?),
         None => Ok(y),
     }
+}
+
+/// Whether this processor has a bf16 dot instruction XLA's CPU backend can use (AVX512-BF16 or
+/// AMX-BF16), as `/proc/cpuinfo` lists its flags (read once); `true` where that file cannot say.
+pub(crate) fn host_has_bf16_dot() -> bool {
+    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *HAS.get_or_init(|| match std::fs::read_to_string("/proc/cpuinfo") {
+        Ok(info) => info.lines().filter(|l| l.starts_with("flags")).any(|l| {
+            l.split_whitespace()
+                .any(|f| f == "avx512_bf16" || f == "amx_bf16")
+        }),
+        Err(_) => true,
+    })
 }
 
 /// RMSNorm over the last axis: `x * rsqrt(mean(x^2) + eps) * w`.

@@ -186,13 +186,16 @@ impl Mamba2 {
         if let Some(choice) = self.bf16_dots {
             return choice;
         }
-        !self.on_cpu || host_has_bf16_dot()
+        !self.on_cpu || block::host_has_bf16_dot()
     }
 
     /// Sets how bf16 matrices enter their products (see [`Mamba2::bf16_dots`]); `None`
     /// restores the automatic choice. Converting keeps the bf16 bytes on the device (the
     /// conversion is in the program; `generate` hoists it out of its loop) and computes in f32,
-    /// which is also more precise. No effect on f32 weights.
+    /// which is also more precise. No effect on f32 weights, nor on the products of one row
+    /// in a program that reads the bf16 matrices as they are (a batch-1 [`Mamba2::step`]):
+    /// those are bf16 dots wherever the processor has bf16 dot instructions (see
+    /// `block::linear`).
     pub fn with_bf16_dots(mut self, choice: Option<bool>) -> Mamba2 {
         self.bf16_dots = choice;
         self.programs
@@ -651,16 +654,4 @@ pub(super) fn layer_states(
         })
         .collect::<Result<Vec<_>>>()?;
     Ok(Mamba2State { layers })
-}
-
-/// Whether this processor has a bf16 dot instruction XLA's CPU backend can use (AVX512-BF16 or
-/// AMX-BF16), as `/proc/cpuinfo` lists its flags; `true` where that file cannot say.
-fn host_has_bf16_dot() -> bool {
-    match std::fs::read_to_string("/proc/cpuinfo") {
-        Ok(info) => info.lines().filter(|l| l.starts_with("flags")).any(|l| {
-            l.split_whitespace()
-                .any(|f| f == "avx512_bf16" || f == "amx_bf16")
-        }),
-        Err(_) => true,
-    }
 }
