@@ -17,6 +17,8 @@ pub enum HostArray {
     U32(ArrayD<u32>),
     /// `U64`
     U64(ArrayD<u64>),
+    /// `I8`
+    I8(ArrayD<i8>),
     /// `I32`
     I32(ArrayD<i32>),
     /// `I64`
@@ -41,6 +43,7 @@ macro_rules! with_host_array {
             $crate::array::HostArray::U8($a) => $body,
             $crate::array::HostArray::U32($a) => $body,
             $crate::array::HostArray::U64($a) => $body,
+            $crate::array::HostArray::I8($a) => $body,
             $crate::array::HostArray::I32($a) => $body,
             $crate::array::HostArray::I64($a) => $body,
             $crate::array::HostArray::F16($a) => $body,
@@ -85,6 +88,7 @@ host_element!(bool, Pred);
 host_element!(u8, U8);
 host_element!(u32, U32);
 host_element!(u64, U64);
+host_element!(i8, I8);
 host_element!(i32, I32);
 host_element!(i64, I64);
 host_element!(f16, F16);
@@ -153,6 +157,7 @@ impl HostArray {
             DType::U8 => make::<u8>(d, bytes),
             DType::U32 => make::<u32>(d, bytes),
             DType::U64 => make::<u64>(d, bytes),
+            DType::I8 => make::<i8>(d, bytes),
             DType::I32 => make::<i32>(d, bytes),
             DType::I64 => make::<i64>(d, bytes),
             DType::F16 => make::<f16>(d, bytes),
@@ -185,6 +190,7 @@ impl HostArray {
             HostArray::U8(a) => a.iter().map(|&x| f64::from(x)).collect(),
             HostArray::U32(a) => a.iter().map(|&x| f64::from(x)).collect(),
             HostArray::U64(a) => a.iter().map(|&x| x as f64).collect(),
+            HostArray::I8(a) => a.iter().map(|&x| f64::from(x)).collect(),
             HostArray::I32(a) => a.iter().map(|&x| f64::from(x)).collect(),
             HostArray::I64(a) => a.iter().map(|&x| x as f64).collect(),
             HostArray::F16(a) => a.iter().map(|&x| x.to_f64()).collect(),
@@ -222,6 +228,7 @@ mod tests {
             (HostArray::scalar(1u8), DType::U8),
             (HostArray::scalar(1u32), DType::U32),
             (HostArray::scalar(1u64), DType::U64),
+            (HostArray::scalar(1i8), DType::I8),
             (HostArray::scalar(1i32), DType::I32),
             (HostArray::scalar(1i64), DType::I64),
             (HostArray::scalar(f16::ONE), DType::F16),

@@ -15,6 +15,8 @@ pub enum DType {
     U32,
     /// Unsigned 64-bit integer.
     U64,
+    /// Signed 8-bit integer.
+    I8,
     /// Signed 32-bit integer.
     I32,
     /// Signed 64-bit integer.
@@ -53,11 +55,12 @@ struct Facts {
 
 impl DType {
     /// Every supported element type.
-    pub const ALL: [DType; 10] = [
+    pub const ALL: [DType; 11] = [
         DType::Pred,
         DType::U8,
         DType::U32,
         DType::U64,
+        DType::I8,
         DType::I32,
         DType::I64,
         DType::F16,
@@ -74,6 +77,7 @@ impl DType {
             DType::U8 => ("u8", "ui8", 1, Unsigned, 6),
             DType::U32 => ("u32", "ui32", 4, Unsigned, 8),
             DType::U64 => ("u64", "ui64", 8, Unsigned, 9),
+            DType::I8 => ("i8", "i8", 1, Signed, 2),
             DType::I32 => ("i32", "i32", 4, Signed, 4),
             DType::I64 => ("i64", "i64", 8, Signed, 5),
             DType::F16 => ("f16", "f16", 2, Float, 10),
@@ -228,6 +232,7 @@ macro_rules! element {
 }
 
 element!(u8, DType::U8, 0);
+element!(i8, DType::I8, 0);
 element!(u32, DType::U32, 0);
 element!(u64, DType::U64, 0);
 element!(i32, DType::I32, 0);
@@ -263,6 +268,7 @@ mod tests {
         assert_eq!(DType::U8.size_in_bytes(), std::mem::size_of::<u8>());
         assert_eq!(DType::U32.size_in_bytes(), std::mem::size_of::<u32>());
         assert_eq!(DType::U64.size_in_bytes(), std::mem::size_of::<u64>());
+        assert_eq!(DType::I8.size_in_bytes(), std::mem::size_of::<i8>());
         assert_eq!(DType::I32.size_in_bytes(), std::mem::size_of::<i32>());
         assert_eq!(DType::I64.size_in_bytes(), std::mem::size_of::<i64>());
         assert_eq!(DType::F16.size_in_bytes(), std::mem::size_of::<f16>());
@@ -279,6 +285,7 @@ mod tests {
             (DType::U8, "u8", "ui8", true, true, false),
             (DType::U32, "u32", "ui32", true, true, false),
             (DType::U64, "u64", "ui64", true, true, false),
+            (DType::I8, "i8", "i8", true, false, false),
             (DType::I32, "i32", "i32", true, false, false),
             (DType::I64, "i64", "i64", true, false, false),
             (DType::F16, "f16", "f16", false, false, true),
@@ -301,10 +308,11 @@ mod tests {
 
     #[test]
     fn pjrt_codes_match_the_header() {
-        // `PJRT_Buffer_Type` in pjrt_c_api.h: PRED 1, S32 4, S64 5, U8 6, U32 8, U64 9, F16 10,
+        // `PJRT_Buffer_Type` in pjrt_c_api.h: PRED 1, S8 2, S32 4, S64 5, U8 6, U32 8, U64 9, F16 10,
         // F32 11, F64 12, BF16 13.
         let header = [
             (DType::Pred, 1),
+            (DType::I8, 2),
             (DType::I32, 4),
             (DType::I64, 5),
             (DType::U8, 6),
@@ -325,8 +333,8 @@ mod tests {
         for d in DType::ALL {
             assert_eq!(DType::from_pjrt(d.to_pjrt()), Some(d));
         }
-        // S8 (2) and C64 (14) are PJRT types we do not support.
-        assert_eq!(DType::from_pjrt(2), None);
+        // S16 (3) and C64 (14) are PJRT types we do not support.
+        assert_eq!(DType::from_pjrt(3), None);
         assert_eq!(DType::from_pjrt(14), None);
     }
 

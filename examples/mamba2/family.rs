@@ -22,7 +22,7 @@ use crate::bench::{median, print_row};
 use crate::generate::{
     cut_at_eos, describe_settings, dump_logits, print_stream, settings_json, Shown, STREAM_SEGMENT,
 };
-use crate::load::{Bf16Dots, ModelArgs, Precision, PromptArgs, SamplingArgs, Source};
+use crate::load::{Bf16Dots, ModelArgs, PromptArgs, SamplingArgs, Source};
 use crate::text::Codec;
 use crate::{ids_text, peak_rss_mb, progress, seconds, write_run_json};
 
@@ -90,10 +90,7 @@ fn open(dir: &Path, m: &ModelArgs, p: &PromptArgs, s: &SamplingArgs) -> Result<O
         Some(path) => Client::from_plugin_path(path)?,
         None => Client::cpu()?,
     };
-    let dtype = match m.dtype {
-        Precision::F32 => DType::F32,
-        Precision::Bf16 => DType::BF16,
-    };
+    let dtype = m.dtype.dtype();
     progress(&format!("loading weights from {}", dir.display()));
     let model =
         family::load(&client, dir, dtype).with_context(|| format!("--model {}", dir.display()))?;
@@ -351,7 +348,7 @@ fn describe(dir: &Path, model: &dyn CausalLm, dtype: DType) -> String {
         dir.display(),
         model.family(),
         model.describe(),
-        if dtype == DType::F32 { "f32" } else { "bf16" }
+        crate::load::dtype_name(dtype)
     )
 }
 

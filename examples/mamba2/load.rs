@@ -35,7 +35,9 @@ pub(crate) struct ModelArgs {
     /// Mamba-2 130M shape (24 layers, 768 wide, vocab 50288).
     #[arg(long, value_enum)]
     pub(crate) shape: Option<Shape>,
-    /// Matrix dtype: bf16 keeps the matrices and their products in bf16, the rest in f32.
+    /// Matrix dtype: bf16 keeps the matrices and their products in bf16, the rest in f32; int8
+    /// quantizes the Mamba-2 matrices at load to 8 bits with one f32 scale per row (products in
+    /// f32).
     #[arg(long, value_enum, default_value_t = Precision::F32)]
     pub(crate) dtype: Precision,
     /// Seed of the random weights (with --shape, or when the 130M shape is the default).
@@ -190,6 +192,27 @@ pub(crate) enum Bf16Dots {
 pub(crate) enum Precision {
     F32,
     Bf16,
+    Int8,
+}
+
+impl Precision {
+    /// The dtype the models take for these matrices.
+    pub(crate) fn dtype(self) -> DType {
+        match self {
+            Precision::F32 => DType::F32,
+            Precision::Bf16 => DType::BF16,
+            Precision::Int8 => stablegraph::models::quant::QUANTIZED,
+        }
+    }
+}
+
+/// The matrices' dtype for people and `--json`: `f32`, `bf16`, or `int8` for 8-bit matrices.
+pub(crate) fn dtype_name(dtype: DType) -> String {
+    if dtype == stablegraph::models::quant::QUANTIZED {
+        "int8".into()
+    } else {
+        dtype.to_string()
+    }
 }
 
 /// The prompts.
@@ -357,17 +380,14 @@ pub(crate) fn load(
         (None, n) => Client::cpu_with_devices(n),
     }
     .context("creating the PJRT client")?;
-    let dtype = match m.dtype {
-        Precision::F32 => DType::F32,
-        Precision::Bf16 => DType::BF16,
-    };
+    let dtype = m.dtype.dtype();
     let (weights, source) = load_weights(m, &source, &config, dtype)?;
     let mut description = format!(
         "{source}: {} layers, {} wide, vocab {}, {} matrices",
         config.num_layers,
         config.hidden_size,
         config.vocab_size,
-        dtype.mlir_name()
+        dtype_name(dtype)
     );
     if m.devices > 1 {
         let how = match m.parallel {

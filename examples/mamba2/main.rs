@@ -156,7 +156,10 @@ pub(crate) fn write_run_json(
     model: &dyn CausalLm,
 ) -> Result<()> {
     if let Some(object) = value.as_object_mut() {
-        object.insert("dtype".into(), model.matmul_dtype().to_string().into());
+        object.insert(
+            "dtype".into(),
+            load::dtype_name(model.matmul_dtype()).into(),
+        );
         object.insert("weight_bytes".into(), model.weight_bytes().into());
         object.insert("peak_rss_mb".into(), peak_rss_mb().into());
     }

@@ -152,6 +152,7 @@ fn host_values(ty: &TensorType, i: usize) -> HostArray {
                 DType::U8 => vec![(x + 4.0) as u8],
                 DType::U32 => ((x + 4.0) as u32).to_le_bytes().to_vec(),
                 DType::U64 => ((x + 4.0) as u64).to_le_bytes().to_vec(),
+                DType::I8 => vec![x as i8 as u8],
                 DType::I32 => (x as i32).to_le_bytes().to_vec(),
                 DType::I64 => (x as i64).to_le_bytes().to_vec(),
                 DType::F16 => half::f16::from_f64(x / 2.0).to_le_bytes().to_vec(),

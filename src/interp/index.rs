@@ -18,6 +18,7 @@ fn int_array(h: &HostArray) -> Option<ArrayD<i128>> {
         HostArray::U8(a) => Some(a.mapv(i128::from)),
         HostArray::U32(a) => Some(a.mapv(i128::from)),
         HostArray::U64(a) => Some(a.mapv(i128::from)),
+        HostArray::I8(a) => Some(a.mapv(i128::from)),
         HostArray::I32(a) => Some(a.mapv(i128::from)),
         HostArray::I64(a) => Some(a.mapv(i128::from)),
         _ => None,
@@ -166,7 +167,7 @@ pub(super) fn scatter_add(ctx: &Ctx) -> Result<HostArray> {
             }
         };
     }
-    let out = scatter_each!(U8, U32, U64, I32, I64, F32, F64);
+    let out = scatter_each!(U8, U32, U64, I8, I32, I64, F32, F64);
     out.ok_or_else(|| ctx.err(format!("cannot add {} into {}", updates.ty(), table.ty())))
 }
 

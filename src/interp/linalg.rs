@@ -6,6 +6,7 @@ use ndarray::{ArrayD, Dimension, IxDyn};
 use super::scalar::Num;
 use super::{row_major_index, Ctx};
 use crate::array::HostArray;
+use crate::dtype::DType;
 
 use crate::error::Result;
 
@@ -110,14 +111,33 @@ fn dot<T: Num>(lhs: &ArrayD<T>, rhs: &ArrayD<T>, plan: &Plan) -> ArrayD<T> {
 /// `DotGeneral`: batch dimensions pair up, contracting dimensions are summed over; the output is
 /// batch dimensions, then the lhs's free dimensions, then the rhs's, each in operand order.
 /// Integers wrap; `f16`/`bf16` accumulate in `f32` and `f32`/`f64` in `f64`, rounded once.
+/// Widening products (`i8 x i8` and `u8 x i8` into `i32`, `bf16 x bf16` into `f32`) sum in
+/// the result's dtype.
 pub(super) fn dot_general(ctx: &Ctx, dims: DotDims) -> Result<HostArray> {
     let args = ctx.args(2)?;
     let (lhs, rhs) = (args[0], args[1]);
     let plan = plan(&dims, lhs.dims(), rhs.dims());
+    let out = ctx.out()?.dtype;
+    let widening = match (lhs, rhs, out) {
+        (HostArray::I8(a), HostArray::I8(b), DType::I32) => {
+            Some(dot(&a.mapv(i32::from), &b.mapv(i32::from), &plan).into())
+        }
+        (HostArray::U8(a), HostArray::I8(b), DType::I32) => {
+            Some(dot(&a.mapv(i32::from), &b.mapv(i32::from), &plan).into())
+        }
+        (HostArray::BF16(a), HostArray::BF16(b), DType::F32) => {
+            Some(dot(&a.mapv(bf16::to_f32), &b.mapv(bf16::to_f32), &plan).into())
+        }
+        _ => None,
+    };
+    if let Some(result) = widening {
+        return Ok(result);
+    }
     let result = match (lhs, rhs) {
         (HostArray::U8(a), HostArray::U8(b)) => dot(a, b, &plan).into(),
         (HostArray::U32(a), HostArray::U32(b)) => dot(a, b, &plan).into(),
         (HostArray::U64(a), HostArray::U64(b)) => dot(a, b, &plan).into(),
+        (HostArray::I8(a), HostArray::I8(b)) => dot(a, b, &plan).into(),
         (HostArray::I32(a), HostArray::I32(b)) => dot(a, b, &plan).into(),
         (HostArray::I64(a), HostArray::I64(b)) => dot(a, b, &plan).into(),
         (HostArray::F16(a), HostArray::F16(b)) => {

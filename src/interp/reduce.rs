@@ -77,6 +77,7 @@ pub(super) fn reduce_array(x: &HostArray, kind: ReduceKind, axes: &[usize]) -> O
         HostArray::U8(a) => reduce_num(a, kind, axes).into(),
         HostArray::U32(a) => reduce_num(a, kind, axes).into(),
         HostArray::U64(a) => reduce_num(a, kind, axes).into(),
+        HostArray::I8(a) => reduce_num(a, kind, axes).into(),
         HostArray::I32(a) => reduce_num(a, kind, axes).into(),
         HostArray::I64(a) => reduce_num(a, kind, axes).into(),
         HostArray::F16(a) => reduce_num(&a.mapv(f16::to_f32), kind, axes)
@@ -143,6 +144,7 @@ pub(super) fn cumsum(ctx: &Ctx, axis: usize) -> Result<HostArray> {
         HostArray::U8(a) => running_sum(a, axis).into(),
         HostArray::U32(a) => running_sum(a, axis).into(),
         HostArray::U64(a) => running_sum(a, axis).into(),
+        HostArray::I8(a) => running_sum(a, axis).into(),
         HostArray::I32(a) => running_sum(a, axis).into(),
         HostArray::I64(a) => running_sum(a, axis).into(),
         HostArray::F16(a) => running_sum(&a.mapv(f16::to_f32), axis)

@@ -186,6 +186,7 @@ macro_rules! unsigned_int {
     };
 }
 
+signed_int!(i8, u8);
 signed_int!(i32, u32);
 signed_int!(i64, u64);
 unsigned_int!(u8);
@@ -327,7 +328,7 @@ macro_rules! to_scalar {
 }
 
 to_scalar!(Unsigned, u64: u8, u32, u64);
-to_scalar!(Signed, i64: i32, i64);
+to_scalar!(Signed, i64: i8, i32, i64);
 to_scalar!(Float, f64: f16, bf16, f32, f64);
 
 impl FromScalar for bool {
@@ -357,7 +358,7 @@ macro_rules! int_from_scalar {
     )*};
 }
 
-int_from_scalar!(u8, u32, u64, i32, i64);
+int_from_scalar!(u8, u32, u64, i8, i32, i64);
 
 impl FromScalar for f64 {
     fn from_scalar(s: Scalar) -> Self {
@@ -467,7 +468,7 @@ macro_rules! ord_key {
     )*};
 }
 
-ord_key!(bool, u8, u32, u64, i32, i64);
+ord_key!(bool, u8, u32, u64, i8, i32, i64);
 
 macro_rules! float_key {
     ($($t:ty),*) => {$(

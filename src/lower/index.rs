@@ -62,6 +62,7 @@ impl Lowering<'_> {
         let rows = table.dims[0];
         let dtype_max: u64 = match idx.dtype {
             DType::U8 => u8::MAX.into(),
+            DType::I8 => i8::MAX as u64,
             DType::I32 => i32::MAX as u64,
             DType::U32 => u32::MAX.into(),
             DType::I64 => i64::MAX as u64,

@@ -124,6 +124,7 @@ pub(super) fn element(dtype: DType, bytes: &[u8]) -> String {
     match dtype {
         DType::Pred => (raw != 0).to_string(),
         DType::U8 | DType::U32 | DType::U64 => raw.to_string(),
+        DType::I8 => (raw as u8 as i8).to_string(),
         DType::I32 => (raw as u32 as i32).to_string(),
         DType::I64 => (raw as i64).to_string(),
         DType::F16 => float(
@@ -235,6 +236,8 @@ pub(super) fn special(dtype: DType, which: Special) -> String {
         (DType::U8, Special::Highest) => vec![u8::MAX],
         (DType::U32, Special::Highest) => u32::MAX.to_le_bytes().to_vec(),
         (DType::U64, Special::Highest) => u64::MAX.to_le_bytes().to_vec(),
+        (DType::I8, Special::Lowest) => i8::MIN.to_le_bytes().to_vec(),
+        (DType::I8, Special::Highest) => i8::MAX.to_le_bytes().to_vec(),
         (DType::I32, Special::Lowest) => i32::MIN.to_le_bytes().to_vec(),
         (DType::I32, Special::Highest) => i32::MAX.to_le_bytes().to_vec(),
         (DType::I64, Special::Lowest) => i64::MIN.to_le_bytes().to_vec(),

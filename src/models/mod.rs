@@ -5,3 +5,4 @@ pub mod family;
 pub mod hybrid;
 pub mod mamba1;
 pub mod mamba2;
+pub mod quant;

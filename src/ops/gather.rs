@@ -80,6 +80,7 @@ impl Tensor {
         // value of the indices' own dtype.
         let dtype_max = match self.dtype() {
             DType::U8 => u8::MAX as usize,
+            DType::I8 => i8::MAX as usize,
             DType::I32 => i32::MAX as usize,
             DType::U32 => u32::MAX as usize,
             _ => usize::MAX,

@@ -10,7 +10,8 @@ use std::panic::Location;
 use super::graph::graph_error;
 use super::op::Op;
 use super::tensor::Tensor;
-use super::util::{axes, node, same_graph, types, Loc};
+use super::util::{axes, node, same_graph, typed_node, types, Loc};
+use crate::dtype::{DType, TensorType};
 use crate::error::Result;
 
 impl Tensor {
@@ -42,6 +43,56 @@ impl Tensor {
             norm(rhs, &rc)?,
         );
         self.dot_general_at(rhs, &lb, &rb, &lc, &rc, loc)
+    }
+
+    /// [`Tensor::dot_general`] with a result dtype of its own: a widening product, `i8 x i8`
+    /// or `u8 x i8` summed into `i32`, `bf16 x bf16` into `f32` (StableHLO's `dot_general`
+    /// with a result type wider than its operands; XLA's CPU backend runs these forms through
+    /// YNNPACK from two rows on). `out` equal to the operands' dtype is `dot_general`. Not
+    /// differentiable between floats; nothing flows through integer products.
+    #[track_caller]
+    pub fn dot_general_as(
+        &self,
+        rhs: &Tensor,
+        batch: &[(isize, isize)],
+        contract: &[(isize, isize)],
+        out: DType,
+    ) -> Result<Tensor> {
+        let loc = Location::caller();
+        let axis = |t: &Tensor, a: isize| super::util::axis("dot_general_as", t, a, loc);
+        let lb = batch
+            .iter()
+            .map(|p| axis(self, p.0))
+            .collect::<Result<Vec<_>>>()?;
+        let rb = batch
+            .iter()
+            .map(|p| axis(rhs, p.1))
+            .collect::<Result<Vec<_>>>()?;
+        let lc = contract
+            .iter()
+            .map(|p| axis(self, p.0))
+            .collect::<Result<Vec<_>>>()?;
+        let rc = contract
+            .iter()
+            .map(|p| axis(rhs, p.1))
+            .collect::<Result<Vec<_>>>()?;
+        let free = |t: &Tensor, b: &[usize], c: &[usize]| -> Vec<usize> {
+            (0..t.rank())
+                .filter(|a| !b.contains(a) && !c.contains(a))
+                .map(|a| t.dims()[a])
+                .collect()
+        };
+        let mut dims: Vec<usize> = lb.iter().map(|&a| self.dims()[a]).collect();
+        dims.extend(free(self, &lb, &lc));
+        dims.extend(free(rhs, &rb, &rc));
+        let op = Op::DotGeneral {
+            lhs_batch: lb,
+            rhs_batch: rb,
+            lhs_contract: lc,
+            rhs_contract: rc,
+        };
+        let ty = TensorType::new(out, &dims);
+        typed_node(self.graph(), op, &[self, rhs], ty, "dot_general_as", loc)
     }
 
     pub(crate) fn dot_general_at(

@@ -154,6 +154,7 @@ pub(crate) fn scalar_bytes(value: f64, dtype: DType) -> std::result::Result<Vec<
         DType::U8 => vec![int(0.0, 256.0)? as u8],
         DType::U32 => (int(0.0, 2f64.powi(32))? as u32).to_le_bytes().to_vec(),
         DType::U64 => (int(0.0, 2f64.powi(64))? as u64).to_le_bytes().to_vec(),
+        DType::I8 => vec![int(-128.0, 128.0)? as i8 as u8],
         DType::I32 => (int(-(2f64.powi(31)), 2f64.powi(31))? as i32)
             .to_le_bytes()
             .to_vec(),
@@ -175,6 +176,7 @@ pub(crate) fn int_scalar_bytes(value: i128, dtype: DType) -> std::result::Result
         DType::U8 => u8::try_from(value).ok().map(|v| v.to_le_bytes().to_vec()),
         DType::U32 => u32::try_from(value).ok().map(|v| v.to_le_bytes().to_vec()),
         DType::U64 => u64::try_from(value).ok().map(|v| v.to_le_bytes().to_vec()),
+        DType::I8 => i8::try_from(value).ok().map(|v| v.to_le_bytes().to_vec()),
         DType::I32 => i32::try_from(value).ok().map(|v| v.to_le_bytes().to_vec()),
         DType::I64 => i64::try_from(value).ok().map(|v| v.to_le_bytes().to_vec()),
         DType::F16 => Some(f16::from_f64(value as f64))

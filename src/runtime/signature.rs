@@ -217,7 +217,7 @@ mod tests {
             None
         );
         assert_eq!(
-            main_parameters("func.func @main(%a: tensor<4xi8>) {").types,
+            main_parameters("func.func @main(%a: tensor<4xi16>) {").types,
             None
         );
         assert_eq!(

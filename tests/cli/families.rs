@@ -252,6 +252,36 @@ fn every_family_emits_and_benches() {
             serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
         check_run_facts(&v, dir, "bf16");
     }
+    // 8-bit matrices: Mamba-2 runs them; the other families say they do not, in one line.
+    run_ok(&[
+        "generate",
+        "--model",
+        TINY,
+        "--prompt-ids",
+        "5,6,7",
+        "--max-new-tokens",
+        "4",
+        "--dtype",
+        "int8",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    check_run_facts(&v, TINY, "int8");
+    let e = error_line(&[
+        "generate",
+        "--model",
+        "tests/fixtures/hybrid/granite",
+        "--prompt-ids",
+        "5,6,7",
+        "--dtype",
+        "int8",
+    ]);
+    assert!(
+        e.contains("8-bit matrices run Mamba-2 checkpoints only"),
+        "{e}"
+    );
 }
 
 #[test]

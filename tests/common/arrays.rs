@@ -29,6 +29,7 @@ pub fn from_samples(dtype: DType, dims: &[usize], s: &[Sample]) -> HostArray {
         DType::U8 => conv(dims, s, |v| v as u8, |b| b as u8),
         DType::U32 => conv(dims, s, |v| v as u32, |b| b as u32),
         DType::U64 => conv(dims, s, |v| v as u64, |b| b),
+        DType::I8 => conv(dims, s, |v| v as i8, |b| b as u8 as i8),
         DType::I32 => conv(dims, s, |v| v as i32, |b| b as u32 as i32),
         DType::I64 => conv(dims, s, |v| v as i64, |b| b as i64),
         DType::F16 => conv(dims, s, f16::from_f64, |b| f16::from_bits(b as u16)),

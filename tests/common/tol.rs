@@ -106,6 +106,7 @@ fn elems(a: &HostArray) -> Elems {
         HostArray::U8(a) => ints(a),
         HostArray::U32(a) => ints(a),
         HostArray::U64(a) => ints(a),
+        HostArray::I8(a) => ints(a),
         HostArray::I32(a) => ints(a),
         HostArray::I64(a) => ints(a),
         HostArray::F16(a) => floats(a, |x| x.to_f64(), |x| u64::from(x.to_bits())),

@@ -11,6 +11,7 @@ mod common;
 mod consistency;
 mod fixtures;
 mod parallel;
+mod quant;
 mod ssd;
 mod state;
 mod train;

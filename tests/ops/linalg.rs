@@ -183,6 +183,78 @@ fn dot_general_random_dimension_numbers() {
 }
 
 #[test]
+fn widening_dot_general_products() {
+    // The widening products XLA's CPU backend hands to YNNPACK (an 8-bit matrix against int8
+    // columns, bf16 into f32), on the interpreter and the device, against an f64 einsum.
+    let mut s = Suite::new("dot_general_as", 1502);
+    type Case = (
+        DType,
+        DType,
+        DType,
+        &'static [usize],
+        &'static [usize],
+        &'static str,
+    );
+    let cases: [Case; 6] = [
+        (U8, I8, I32, &[5, 7], &[7, 2], "ik,kj->ij"),
+        (U8, I8, I32, &[33, 64], &[64, 3], "ik,kj->ij"),
+        (I8, I8, I32, &[4, 9], &[9, 2], "ik,kj->ij"),
+        (I8, I8, I32, &[2, 3, 5], &[2, 5, 4], "bik,bkj->bij"),
+        (BF16, BF16, F32, &[6, 16], &[16, 2], "ik,kj->ij"),
+        (BF16, BF16, F32, &[3, 40], &[5, 40], "ik,jk->ij"),
+    ];
+    for (lt, rt, out, ld, rd, spec) in cases {
+        s.case(format!(
+            "dot_general_as {lt}{ld:?} x {rt}{rd:?} -> {out} ({spec})"
+        ));
+        let dist = |t: DType| match t {
+            U8 => Dist::Int(0, 255),
+            I8 => Dist::Int(-127, 127),
+            _ => u(-1.0, 1.0),
+        };
+        let a = s.param("x", lt, ld, &dist(lt));
+        let b = s.param("y", rt, rd, &dist(rt));
+        let batched = ld.len() == 3;
+        type Pairs = Vec<(isize, isize)>;
+        let (batch, contract): (Pairs, Pairs) = match spec {
+            "ik,jk->ij" => (vec![], vec![(1, 1)]),
+            _ if batched => (vec![(0, 0)], vec![(2, 1)]),
+            _ => (vec![], vec![(1, 0)]),
+        };
+        let y = a.dot_general_as(&b, &batch, &contract, out).unwrap();
+        assert_eq!(y.dtype(), out);
+        let (want, terms) = einsum_ref(spec, &[s.value(&a), s.value(&b)]);
+        let t = acc_tol(out, terms, 1.0);
+        s.check_formula(&y, t, want, t);
+    }
+    s.run();
+}
+
+#[test]
+fn dot_general_as_refuses_other_mixes_by_name() {
+    let g = Graph::new();
+    let a = g.parameter("a", U8, &[2, 3]).unwrap();
+    let b = g.parameter("b", U8, &[3, 2]).unwrap();
+    let e = a
+        .dot_general_as(&b, &[], &[(1, 0)], I32)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("no i32 product of u8 and u8"), "{e}");
+    let f = g.parameter("f", F32, &[3, 2]).unwrap();
+    let e = f
+        .dot_general_as(&f, &[], &[(0, 0)], F64)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("no f64 product of f32 and f32"), "{e}");
+    // Out of range axes are an error naming the builder.
+    let e = a
+        .dot_general_as(&b, &[], &[(2, 0)], I32)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("dot_general_as"), "{e}");
+}
+
+#[test]
 fn matmul_forms() {
     let mut s = Suite::new("matmul", 1502);
     let forms: [(&str, &str); 8] = [

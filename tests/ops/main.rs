@@ -38,11 +38,11 @@ use half::{bf16, f16};
 use stablegraph::ops::{CumsumOptions, Graph, SortOrder, Tensor, VarOptions};
 use stablegraph::{DType, HostArray, Result, TensorType};
 
-use DType::{Pred, BF16, F16, F32, F64, I32, I64, U32, U64, U8};
+use DType::{Pred, BF16, F16, F32, F64, I32, I64, I8, U32, U64, U8};
 
 const FLOATS: [DType; 4] = [F32, F64, F16, BF16];
-const INTS: [DType; 5] = [U8, U32, U64, I32, I64];
-const NUMERIC: [DType; 9] = [U8, U32, U64, I32, I64, F16, BF16, F32, F64];
+const INTS: [DType; 6] = [U8, U32, U64, I8, I32, I64];
+const NUMERIC: [DType; 10] = [U8, U32, U64, I8, I32, I64, F16, BF16, F32, F64];
 
 type Unary = fn(&Tensor) -> Result<Tensor>;
 type Binary = fn(&Tensor, &Tensor) -> Result<Tensor>;

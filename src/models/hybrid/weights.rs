@@ -241,6 +241,7 @@ impl Layout<'_> {
         LayerWeights {
             norm: self.vector(norm, h),
             in_proj: self.matrix(format!("{p}in_proj.weight"), &[c.in_proj_dim(), h]),
+            in_proj_scale: None,
             in_proj_bias: c
                 .use_bias
                 .then(|| self.vector(format!("{p}in_proj.bias"), c.in_proj_dim())),
@@ -256,6 +257,7 @@ impl Layout<'_> {
             d: self.vector(format!("{p}D"), heads),
             gated_norm: self.vector(format!("{p}norm.weight"), di),
             out_proj: self.matrix(format!("{p}out_proj.weight"), &[h, di]),
+            out_proj_scale: None,
             out_proj_bias: c
                 .use_bias
                 .then(|| self.vector(format!("{p}out_proj.bias"), h)),
@@ -445,11 +447,7 @@ impl Layout<'_> {
 
 /// Where every tensor of `config`'s model comes from, matrices in `matmul_dtype`.
 fn sources(config: &HybridConfig, matmul_dtype: DType) -> Result<HybridWeights<Source>> {
-    if !matches!(matmul_dtype, DType::F32 | DType::BF16) {
-        return Err(Error::InvalidArgument(format!(
-            "matmul_dtype {matmul_dtype} is not f32 or bf16"
-        )));
-    }
+    crate::models::engine::check_float_matrices("hybrid", matmul_dtype)?;
     config.validate()?;
     Layout {
         c: config,

@@ -152,11 +152,7 @@ impl Mamba1Weights<TensorType> {
     /// The type of every tensor of `config`'s model: the matrices (embedding, projections,
     /// head) in `matmul_dtype` (F32 or BF16), the rest F32.
     pub fn types(config: &Mamba1Config, matmul_dtype: DType) -> Result<Self> {
-        if !matches!(matmul_dtype, DType::F32 | DType::BF16) {
-            return Err(Error::InvalidArgument(format!(
-                "matmul_dtype {matmul_dtype} is not f32 or bf16"
-            )));
-        }
+        crate::models::engine::check_float_matrices("Mamba-1", matmul_dtype)?;
         config.validate()?;
         let c = config;
         let m = |dims: &[usize]| TensorType::new(matmul_dtype, dims);

@@ -12,6 +12,7 @@ use super::weights::named_differences;
 use super::weights::{layer_types, LayerWeights, Mamba2Weights};
 use crate::dtype::{DType, TensorType};
 use crate::error::{Error, Result};
+use crate::models::quant;
 use crate::ops::{Graph, Tensor};
 
 /// An error of the builder `op` about its argument `arg`.
@@ -80,7 +81,7 @@ fn weight_error(op: &str, arg: &str, problems: Vec<String>) -> Result<()> {
 
 /// Checks one block's weight shapes against a validated config.
 fn check_layer(op: &str, w: &LayerWeights<Tensor>, cfg: &Mamba2Config) -> Result<()> {
-    let want = layer_types(cfg, DType::F32);
+    let want = layer_types(cfg, w.in_proj.dtype());
     let mut problems = Vec::new();
     shape_problems("", named_layer(w), named_layer(&want), &mut problems);
     weight_error(op, "w", problems)
@@ -97,29 +98,51 @@ fn check_weights(op: &str, w: &Mamba2Weights<Tensor>, cfg: &Mamba2Config) -> Res
         ));
     }
     let head = [cfg.vocab_size, cfg.hidden_size];
-    for (name, t, want) in [
-        ("embedding", Some(&w.embedding), Some(&head[..])),
-        ("norm_f", Some(&w.norm_f), Some(&[cfg.hidden_size][..])),
+    let vocab = [cfg.vocab_size];
+    let untied = !cfg.tie_word_embeddings;
+    let eight_bit = w.embedding.dtype() == quant::QUANTIZED;
+    let tying = (
+        "tie_word_embeddings is false",
+        "tie_word_embeddings is true",
+    );
+    let scaled = ("the embedding is 8-bit", "the embedding is not 8-bit");
+    for (name, t, want, (why_missing, why_present)) in [
+        ("embedding", Some(&w.embedding), Some(&head[..]), tying),
+        (
+            "embedding_scale",
+            w.embedding_scale.as_ref(),
+            eight_bit.then_some(&vocab[..]),
+            scaled,
+        ),
+        (
+            "norm_f",
+            Some(&w.norm_f),
+            Some(&[cfg.hidden_size][..]),
+            tying,
+        ),
         (
             "lm_head",
             w.lm_head.as_ref(),
-            (!cfg.tie_word_embeddings).then_some(&head[..]),
+            untied.then_some(&head[..]),
+            tying,
+        ),
+        (
+            "lm_head_scale",
+            w.lm_head_scale.as_ref(),
+            (untied && eight_bit).then_some(&vocab[..]),
+            scaled,
         ),
     ] {
         match (t, want) {
             (Some(t), Some(want)) if t.dims() != want => {
                 problems.push(format!("{name} is {}, expected shape {want:?}", t.ty()))
             }
-            (None, Some(_)) => {
-                problems.push(format!("{name} is missing (tie_word_embeddings is false)"))
-            }
-            (Some(_), None) => problems.push(format!(
-                "{name} is present, but tie_word_embeddings is true"
-            )),
+            (None, Some(_)) => problems.push(format!("{name} is missing ({why_missing})")),
+            (Some(_), None) => problems.push(format!("{name} is present, but {why_present}")),
             _ => {}
         }
     }
-    let want = layer_types(cfg, DType::F32);
+    let want = layer_types(cfg, w.embedding.dtype());
     for (i, layer) in w.layers.iter().enumerate() {
         shape_problems(
             &format!("layers.{i}."),
@@ -197,6 +220,24 @@ pub(crate) fn host_has_bf16_dot() -> bool {
         }),
         Err(_) => true,
     })
+}
+
+/// [`linear`] for a matrix that may be 8-bit: with its per-row `scale`, the product of
+/// [`quant::linear_8bit`].
+pub(crate) fn linear_scaled(
+    x: &Tensor,
+    w: &Tensor,
+    scale: Option<&Tensor>,
+    bias: Option<&Tensor>,
+) -> Result<Tensor> {
+    let Some(scale) = scale else {
+        return linear(x, w, bias);
+    };
+    let y = quant::linear_8bit(x, w, scale)?;
+    match bias {
+        Some(b) => y.add(&b.astype(DType::F32)?),
+        None => Ok(y),
+    }
 }
 
 /// RMSNorm over the last axis: `x * rsqrt(mean(x^2) + eps) * w`.
@@ -287,7 +328,12 @@ fn mixer_inputs(
     cfg: &Mamba2Config,
 ) -> Result<(Tensor, Tensor, Tensor)> {
     let normed = rms_norm(hidden, &w.norm, cfg.norm_eps)?;
-    let zxbcdt = linear(&normed, &w.in_proj, w.in_proj_bias.as_ref())?;
+    let zxbcdt = linear_scaled(
+        &normed,
+        &w.in_proj,
+        w.in_proj_scale.as_ref(),
+        w.in_proj_bias.as_ref(),
+    )?;
     split_in_proj(&zxbcdt, cfg)
 }
 
@@ -307,7 +353,12 @@ fn mixer_output(
         *last = cfg.d_inner() as isize;
     }
     let y = gated_rms_norm(&y.reshape(&flat)?, z, &w.gated_norm, cfg)?;
-    linear(&y, &w.out_proj, w.out_proj_bias.as_ref())
+    linear_scaled(
+        &y,
+        &w.out_proj,
+        w.out_proj_scale.as_ref(),
+        w.out_proj_bias.as_ref(),
+    )
 }
 
 /// The last `k - 1` convolution inputs `init` remembers, placed for a history of `k - 1 + L`
@@ -551,8 +602,11 @@ pub fn head(hidden: &Tensor, w: &Mamba2Weights<Tensor>, cfg: &Mamba2Config) -> R
     }
     check_weights("head", w, cfg)?;
     let normed = rms_norm(hidden, &w.norm_f, cfg.norm_eps)?;
-    let matrix = w.lm_head.as_ref().unwrap_or(&w.embedding);
-    linear(&normed, matrix, None)
+    let (matrix, scale) = match &w.lm_head {
+        Some(head) => (head, w.lm_head_scale.as_ref()),
+        None => (&w.embedding, w.embedding_scale.as_ref()),
+    };
+    linear_scaled(&normed, matrix, scale, None)
 }
 
 /// Embeds integer token ids (any shape) as f32 `[..., hidden]`. Non-integer `tokens`, or an
@@ -575,7 +629,10 @@ pub fn embed(tokens: &Tensor, w: &Mamba2Weights<Tensor>) -> Result<Tensor> {
             ),
         ));
     }
-    w.embedding.take(tokens)?.astype(DType::F32)
+    match &w.embedding_scale {
+        Some(scale) => quant::embed_8bit(tokens, &w.embedding, scale),
+        None => w.embedding.take(tokens)?.astype(DType::F32),
+    }
 }
 
 /// The whole model over a left-padded prompt: returns the final hidden states `[b, L, hidden]`

@@ -10,11 +10,12 @@ use safetensors::tensor::TensorView;
 use safetensors::{Dtype, SafeTensors};
 use serde_json::Value;
 
-use super::weights::check_matmul_dtype;
+use super::weights::{check_matmul_dtype, quantize_layer};
 use super::{LayerWeights, Mamba2Config, Mamba2Weights};
 use crate::array::HostArray;
 use crate::dtype::{DType, TensorType};
 use crate::error::{Error, Result};
+use crate::models::quant;
 use crate::rng::SplitMix64;
 
 /// The single-file checkpoint.
@@ -65,6 +66,10 @@ impl Mamba2Weights<HostArray> {
         matmul_dtype: DType,
         options: &LoadOptions,
     ) -> Result<Self> {
+        if matmul_dtype == quant::QUANTIZED {
+            config.validate()?;
+            return Mamba2Weights::load_with(dir, config, DType::F32, options)?.to_8bit();
+        }
         let types = Mamba2Weights::<TensorType>::types(config, matmul_dtype)?;
         let mut loader = Loader::new(&types, config, options);
         let index = loader.read_dir(dir)?;
@@ -87,7 +92,9 @@ impl Mamba2Weights<HostArray> {
     pub fn random(config: &Mamba2Config, matmul_dtype: DType, seed: u64) -> Result<Self> {
         check_matmul_dtype(matmul_dtype)?;
         config.validate()?;
-        let m = matmul_dtype;
+        // 8-bit: each matrix drawn in f32 and quantized at once (one f32 matrix at a time).
+        let eight_bit = matmul_dtype == quant::QUANTIZED;
+        let m = if eight_bit { DType::F32 } else { matmul_dtype };
         let c = config;
         let (h, di, k) = (c.hidden_size, c.d_inner(), c.conv_kernel);
         let fan = |n: usize| 1.0 / (n.max(1) as f64).sqrt();
@@ -103,7 +110,7 @@ impl Mamba2Weights<HostArray> {
                 let f32s = |f: &str, dims: &[usize], s: &dyn Fn(&mut Rng) -> f64| {
                     gen(&key(f), DType::F32, dims, s)
                 };
-                LayerWeights {
+                let layer = LayerWeights {
                     norm: f32s("norm", &[h], &near_one),
                     in_proj: gen(
                         &key("mixer.in_proj"),
@@ -111,6 +118,7 @@ impl Mamba2Weights<HostArray> {
                         &[c.in_proj_dim(), h],
                         &uniform(fan(h)),
                     ),
+                    in_proj_scale: None,
                     in_proj_bias: c
                         .use_bias
                         .then(|| f32s("mixer.in_proj_bias", &[c.in_proj_dim()], &uniform(0.02))),
@@ -132,18 +140,43 @@ impl Mamba2Weights<HostArray> {
                     out_proj: gen(&key("mixer.out_proj"), m, &[h, di], &|r| {
                         r.uniform(-fan(di), fan(di)) / (c.num_layers as f64).sqrt()
                     }),
+                    out_proj_scale: None,
                     out_proj_bias: c
                         .use_bias
                         .then(|| f32s("mixer.out_proj_bias", &[h], &uniform(0.02))),
+                };
+                if eight_bit {
+                    quantize_layer(layer, i)
+                } else {
+                    Ok(layer)
                 }
             })
-            .collect();
+            .collect::<Result<Vec<_>>>()?;
+        let quantized = |name: &str, a: HostArray| -> Result<(HostArray, Option<HostArray>)> {
+            if !eight_bit {
+                return Ok((a, None));
+            }
+            let (values, scale) = quant::quantize_matrix(name, &a)?;
+            Ok((values, Some(scale)))
+        };
+        let (embedding, embedding_scale) = quantized(
+            "embedding",
+            gen("embedding", m, &[c.vocab_size, h], &|r| 0.02 * r.normal()),
+        )?;
+        let head = (!c.tie_word_embeddings)
+            .then(|| {
+                let head = gen("lm_head", m, &[c.vocab_size, h], &uniform(fan(h)));
+                quantized("lm_head", head)
+            })
+            .transpose()?;
+        let (lm_head, lm_head_scale) = head.map_or((None, None), |(h, s)| (Some(h), s));
         Ok(Mamba2Weights {
-            embedding: gen("embedding", m, &[c.vocab_size, h], &|r| 0.02 * r.normal()),
+            embedding,
+            embedding_scale,
             layers,
             norm_f: gen("norm_f", DType::F32, &[h], &|_| 1.0),
-            lm_head: (!c.tie_word_embeddings)
-                .then(|| gen("lm_head", m, &[c.vocab_size, h], &uniform(fan(h)))),
+            lm_head,
+            lm_head_scale,
         })
     }
 }

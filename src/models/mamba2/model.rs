@@ -15,6 +15,7 @@ use crate::array::HostArray;
 use crate::compiled::CompiledGraph;
 use crate::dtype::{DType, TensorType};
 use crate::error::{Error, Result};
+use crate::models::quant;
 use crate::ops::{Graph, Tensor};
 use crate::runtime::{Client, ShardedBuffer};
 use crate::sharding::Sharding;
@@ -109,6 +110,13 @@ impl Mamba2 {
         config.validate()?;
         let types = weights.try_map(|_, a| Ok(a.ty()))?;
         check_weight_types(&types, &config)?;
+        if placement.is_some() && types.embedding.dtype == quant::QUANTIZED {
+            return Err(Error::InvalidArgument(
+                "Mamba2::new_parallel: 8-bit weights run on one device so far; use f32 or bf16 \
+                 matrices to split a model over devices"
+                    .into(),
+            ));
+        }
         let on_cpu = client.platform_name().is_ok_and(|p| p == "cpu");
         let buffers = weights.try_map(|name, a| {
             let sharding = match &placement {
@@ -220,7 +228,7 @@ impl Mamba2 {
         w: &Mamba2Weights<Tensor>,
         one_row: bool,
     ) -> Result<Mamba2Weights<Tensor>> {
-        if self.bf16_dots() || one_row || self.matmul_dtype() == DType::F32 {
+        if self.bf16_dots() || one_row || self.matmul_dtype() != DType::BF16 {
             return Ok(w.clone());
         }
         w.try_map(|_, t| t.astype(DType::F32))
@@ -244,7 +252,7 @@ impl Mamba2 {
         &self.config
     }
 
-    /// The dtype of the matrices (f32 or bf16).
+    /// The dtype of the matrices: f32, bf16, or [`quant::QUANTIZED`] for 8-bit matrices.
     pub fn matmul_dtype(&self) -> DType {
         self.types.embedding.dtype
     }

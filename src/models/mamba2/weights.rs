@@ -11,6 +11,7 @@ use crate::runtime::{Buffer, Client};
 use crate::with_host_array;
 
 use super::Mamba2Config;
+use crate::models::quant;
 
 /// One block's weights. Matrices keep the checkpoint's `[out, in]` layout: the programs contract
 /// their second axis (`x @ W^T`), which measured as fast as or faster than `[in, out]` for
@@ -21,6 +22,9 @@ pub struct LayerWeights<T> {
     pub norm: T,
     /// `in_proj`, `[in_proj_dim, hidden]` (rows: `z`, `x`, `B`, `C`, `dt`).
     pub in_proj: T,
+    /// The per-row scales of an 8-bit `in_proj` (`[in_proj_dim]`; see [`crate::models::quant`]),
+    /// `None` for f32 and bf16 matrices.
+    pub in_proj_scale: Option<T>,
     /// `in_proj` bias, `[in_proj_dim]`, when the config has `use_bias`.
     pub in_proj_bias: Option<T>,
     /// Depthwise convolution weight, `[conv_dim, conv_kernel]`.
@@ -37,6 +41,8 @@ pub struct LayerWeights<T> {
     pub gated_norm: T,
     /// `out_proj`, `[hidden, d_inner]`.
     pub out_proj: T,
+    /// The per-row scales of an 8-bit `out_proj` (`[hidden]`), `None` for f32 and bf16.
+    pub out_proj_scale: Option<T>,
     /// `out_proj` bias, `[hidden]`, when the config has `use_bias`.
     pub out_proj_bias: Option<T>,
 }
@@ -46,12 +52,16 @@ pub struct LayerWeights<T> {
 pub struct Mamba2Weights<T> {
     /// Token embedding, `[vocab, hidden]`.
     pub embedding: T,
+    /// The per-row scales of an 8-bit embedding (`[vocab]`), `None` for f32 and bf16.
+    pub embedding_scale: Option<T>,
     /// The blocks, in order.
     pub layers: Vec<LayerWeights<T>>,
     /// Final RMSNorm weight, `[hidden]`.
     pub norm_f: T,
     /// The output head, `[vocab, hidden]`; `None` when tied to the embedding.
     pub lm_head: Option<T>,
+    /// The per-row scales of an 8-bit untied head (`[vocab]`).
+    pub lm_head_scale: Option<T>,
 }
 
 impl<T> LayerWeights<T> {
@@ -63,6 +73,11 @@ impl<T> LayerWeights<T> {
         Ok(LayerWeights {
             norm: f("norm", &self.norm)?,
             in_proj: f("mixer.in_proj", &self.in_proj)?,
+            in_proj_scale: self
+                .in_proj_scale
+                .as_ref()
+                .map(|t| f("mixer.in_proj_scale", t))
+                .transpose()?,
             in_proj_bias: self
                 .in_proj_bias
                 .as_ref()
@@ -79,6 +94,11 @@ impl<T> LayerWeights<T> {
             d: f("mixer.D", &self.d)?,
             gated_norm: f("mixer.norm", &self.gated_norm)?,
             out_proj: f("mixer.out_proj", &self.out_proj)?,
+            out_proj_scale: self
+                .out_proj_scale
+                .as_ref()
+                .map(|t| f("mixer.out_proj_scale", t))
+                .transpose()?,
             out_proj_bias: self
                 .out_proj_bias
                 .as_ref()
@@ -96,17 +116,30 @@ impl<T> Mamba2Weights<T> {
         mut f: impl FnMut(&str, &'a T) -> Result<U>,
     ) -> Result<Mamba2Weights<U>> {
         let embedding = f("embedding", &self.embedding)?;
+        let embedding_scale = self
+            .embedding_scale
+            .as_ref()
+            .map(|t| f("embedding_scale", t))
+            .transpose()?;
         let layers = self
             .layers
             .iter()
             .enumerate()
             .map(|(i, l)| l.try_map(|name, t| f(&format!("layers.{i}.{name}"), t)))
             .collect::<Result<Vec<_>>>()?;
+        let norm_f = f("norm_f", &self.norm_f)?;
+        let lm_head = self.lm_head.as_ref().map(|t| f("lm_head", t)).transpose()?;
         Ok(Mamba2Weights {
             embedding,
+            embedding_scale,
             layers,
-            norm_f: f("norm_f", &self.norm_f)?,
-            lm_head: self.lm_head.as_ref().map(|t| f("lm_head", t)).transpose()?,
+            norm_f,
+            lm_head,
+            lm_head_scale: self
+                .lm_head_scale
+                .as_ref()
+                .map(|t| f("lm_head_scale", t))
+                .transpose()?,
         })
     }
 
@@ -125,9 +158,10 @@ impl<T> Mamba2Weights<T> {
 impl Mamba2Weights<TensorType> {
     /// The element type and shape of every tensor of a model with `config`, as [`load`] and
     /// [`random`] produce them and the programs take them: `embedding`, `in_proj`, `out_proj`
-    /// and `lm_head` in `matmul_dtype` (F32 or BF16), everything else in F32. `lm_head` is
-    /// `None` when the config ties it to the embedding. Fails for any other `matmul_dtype` and
-    /// for a config that [`Mamba2Config::validate`] rejects.
+    /// and `lm_head` in `matmul_dtype` (F32, BF16, or [`quant::QUANTIZED`] for 8-bit matrices,
+    /// each with an f32 scale per row), everything else in F32. `lm_head` is `None` when the
+    /// config ties it to the embedding. Fails for any other `matmul_dtype` and for a config that
+    /// [`Mamba2Config::validate`] rejects.
     ///
     /// [`load`]: Mamba2Weights::load
     /// [`random`]: Mamba2Weights::random
@@ -136,12 +170,16 @@ impl Mamba2Weights<TensorType> {
         config.validate()?;
         let c = config;
         let m = |dims: &[usize]| TensorType::new(matmul_dtype, dims);
+        let scale = |rows: usize| scale_type(matmul_dtype, rows);
         let layer = layer_types(c, matmul_dtype);
+        let untied = !c.tie_word_embeddings;
         Ok(Mamba2Weights {
             embedding: m(&[c.vocab_size, c.hidden_size]),
+            embedding_scale: scale(c.vocab_size),
             layers: vec![layer; c.num_layers],
             norm_f: TensorType::new(DType::F32, &[c.hidden_size]),
-            lm_head: (!c.tie_word_embeddings).then(|| m(&[c.vocab_size, c.hidden_size])),
+            lm_head: untied.then(|| m(&[c.vocab_size, c.hidden_size])),
+            lm_head_scale: scale(c.vocab_size).filter(|_| untied),
         })
     }
 }
@@ -153,6 +191,7 @@ pub(crate) fn layer_types(c: &Mamba2Config, matmul_dtype: DType) -> LayerWeights
     LayerWeights {
         norm: f(&[c.hidden_size]),
         in_proj: m(&[c.in_proj_dim(), c.hidden_size]),
+        in_proj_scale: scale_type(matmul_dtype, c.in_proj_dim()),
         in_proj_bias: c.use_bias.then(|| f(&[c.in_proj_dim()])),
         conv_weight: f(&[c.conv_dim(), c.conv_kernel]),
         conv_bias: c.use_conv_bias.then(|| f(&[c.conv_dim()])),
@@ -161,6 +200,7 @@ pub(crate) fn layer_types(c: &Mamba2Config, matmul_dtype: DType) -> LayerWeights
         d: f(&[c.num_heads]),
         gated_norm: f(&[c.d_inner()]),
         out_proj: m(&[c.hidden_size, c.d_inner()]),
+        out_proj_scale: scale_type(matmul_dtype, c.hidden_size),
         out_proj_bias: c.use_bias.then(|| f(&[c.hidden_size])),
     }
 }
@@ -192,20 +232,69 @@ pub(crate) fn named_differences<G, W>(
     problems
 }
 
-/// Fails unless `dtype` is one the programs multiply in (F32 or BF16).
+/// The type of the per-row scales of a `rows`-row matrix in `matmul_dtype`: f32 `[rows]` for
+/// 8-bit matrices, none otherwise.
+fn scale_type(matmul_dtype: DType, rows: usize) -> Option<TensorType> {
+    (matmul_dtype == quant::QUANTIZED).then(|| TensorType::new(DType::F32, &[rows]))
+}
+
+/// Fails unless `dtype` is one the programs multiply in (F32, BF16, or 8-bit as
+/// [`quant::QUANTIZED`]).
 pub(crate) fn check_matmul_dtype(dtype: DType) -> Result<()> {
     match dtype {
-        DType::F32 | DType::BF16 => Ok(()),
+        DType::F32 | DType::BF16 | quant::QUANTIZED => Ok(()),
         other => Err(Error::InvalidArgument(format!(
-            "the Mamba-2 matmul dtype must be f32 or bf16, not {other}"
+            "the Mamba-2 matmul dtype must be f32, bf16 or u8 (8-bit weights), not {other}"
         ))),
     }
 }
 
 impl Mamba2Weights<HostArray> {
+    /// The same weights with 8-bit matrices: `in_proj`, `out_proj`, the embedding and an untied
+    /// head quantized row by row ([`quant::quantize_rows`]); already 8-bit weights are returned
+    /// as they are. A NaN or infinite matrix value is an error naming the tensor and where.
+    pub fn to_8bit(&self) -> Result<Self> {
+        if self.embedding_scale.is_some() {
+            return Ok(self.clone());
+        }
+        let (embedding, embedding_scale) = quant::quantize_matrix("embedding", &self.embedding)?;
+        let head = match &self.lm_head {
+            Some(h) => Some(quant::quantize_matrix("lm_head", h)?),
+            None => None,
+        };
+        let layers = self
+            .layers
+            .iter()
+            .enumerate()
+            .map(|(i, l)| quantize_layer(l.clone(), i))
+            .collect::<Result<Vec<_>>>()?;
+        let (lm_head, lm_head_scale) = head.map_or((None, None), |(h, s)| (Some(h), Some(s)));
+        Ok(Mamba2Weights {
+            embedding,
+            embedding_scale: Some(embedding_scale),
+            layers,
+            norm_f: self.norm_f.clone(),
+            lm_head,
+            lm_head_scale,
+        })
+    }
+
     /// Copies every tensor to device 0 of `client`, one buffer each, for the programs of a
     /// model to share.
     pub fn upload(&self, client: &Client) -> Result<Mamba2Weights<Buffer>> {
         self.try_map(|_, a| with_host_array!(a, x => client.buffer_from_array(x)))
     }
+}
+
+/// Layer `i`'s weights with `in_proj` and `out_proj` quantized to 8 bits (see
+/// [`Mamba2Weights::to_8bit`]); each f32 or bf16 matrix is dropped once quantized.
+pub(crate) fn quantize_layer(
+    mut l: LayerWeights<HostArray>,
+    i: usize,
+) -> Result<LayerWeights<HostArray>> {
+    let (w, s) = quant::quantize_matrix(&format!("layers.{i}.mixer.in_proj"), &l.in_proj)?;
+    (l.in_proj, l.in_proj_scale) = (w, Some(s));
+    let (w, s) = quant::quantize_matrix(&format!("layers.{i}.mixer.out_proj"), &l.out_proj)?;
+    (l.out_proj, l.out_proj_scale) = (w, Some(s));
+    Ok(l)
 }

@@ -294,6 +294,7 @@ fn int_constant(all: &[Node], v: ValueId) -> Option<i64> {
         DType::U32 => u32::from_le_bytes(bytes(4)?.try_into().ok()?) as i64,
         DType::U64 => i64::try_from(u64::from_le_bytes(bytes(8)?.try_into().ok()?)).ok()?,
         DType::U8 => *bytes(1)?.first()? as i64,
+        DType::I8 => *bytes(1)?.first()? as i8 as i64,
         _ => return None,
     })
 }

@@ -9,11 +9,14 @@ use crate::ops::{Op, Tensor};
 
 /// `DotGeneral`: two operands of one numeric dtype; `batch` and `contract` are `[lhs, rhs]`
 /// axis lists that pair up, every listed axis in range and used once per operand, paired axes
-/// of equal size. The result: batch dimensions, then the lhs's free ones, then the rhs's.
+/// of equal size. The result: batch dimensions, then the lhs's free ones, then the rhs's, in
+/// the operands' dtype, or in the `target`'s when given (a mixed-precision product: see
+/// [`mixed_dot_dtype`]).
 pub(super) fn dot_general(
     operands: &[&TensorType],
     batch: [&Vec<usize>; 2],
     contract: [&Vec<usize>; 2],
+    target: Option<&TensorType>,
 ) -> Rule<TensorType> {
     let [lhs, rhs] = arity(operands)?;
     let bad = |why: String| {
@@ -26,9 +29,19 @@ pub(super) fn dot_general(
             contract[1]
         )
     };
-    if lhs.dtype != rhs.dtype || lhs.dtype == DType::Pred {
-        return Err(bad("operands need one numeric dtype".into()));
-    }
+    let out_dtype = match target {
+        Some(t) => mixed_dot_dtype(lhs.dtype, rhs.dtype, t.dtype).ok_or_else(|| {
+            bad(format!(
+                "no {} product of {} and {} operands; products may widen i8 x i8 and u8 x i8 \
+                 to i32 and bf16 x bf16 to f32",
+                t.dtype, lhs.dtype, rhs.dtype
+            ))
+        })?,
+        None if lhs.dtype != rhs.dtype || lhs.dtype == DType::Pred => {
+            return Err(bad("operands need one numeric dtype".into()))
+        }
+        None => lhs.dtype,
+    };
     if batch[0].len() != batch[1].len() || contract[0].len() != contract[1].len() {
         return Err(bad("batch and contracting dimensions must pair up".into()));
     }
@@ -61,7 +74,23 @@ pub(super) fn dot_general(
     let mut dims: Vec<usize> = batch[0].iter().map(|&a| lhs.dims[a]).collect();
     dims.extend(free(lhs, 0));
     dims.extend(free(rhs, 1));
-    Ok(TensorType::new(lhs.dtype, &dims))
+    let ty = TensorType::new(out_dtype, &dims);
+    match target {
+        Some(t) if t.dims != ty.dims => Err(bad(format!("the result is {ty}, not {t}"))),
+        _ => Ok(ty),
+    }
+}
+
+/// The result dtype `out` of a product of `lhs` and `rhs` operands, when it is one XLA takes:
+/// the operands' own dtype, or a widening product (`i8 x i8` and `u8 x i8` into `i32`,
+/// `bf16 x bf16` into `f32`, the forms XLA's CPU backend hands to YNNPACK).
+pub(crate) fn mixed_dot_dtype(lhs: DType, rhs: DType, out: DType) -> Option<DType> {
+    use DType::*;
+    let ok = matches!(
+        (lhs, rhs, out),
+        (I8, I8, I32) | (U8, I8, I32) | (BF16, BF16, F32)
+    ) || (lhs == rhs && lhs == out && lhs != Pred);
+    ok.then_some(out)
 }
 
 /// Dimension numbers of a `dot_general`, as one operand sees them (`lb`/`lc` its own).
@@ -88,6 +117,12 @@ pub(super) fn dot_general_vjp(
     contract: [&Vec<usize>; 2],
 ) -> Result<Cotangents> {
     let (lhs, rhs) = (&s.inputs[0], &s.inputs[1]);
+    if lhs.dtype() != s.outputs[0].dtype() || rhs.dtype() != s.outputs[0].dtype() {
+        if lhs.dtype().is_int() {
+            return Ok(s.none());
+        }
+        return Err(s.not_differentiable("a widening (mixed-precision) product"));
+    }
     let ct = s.ct(0)?;
     let mut out = s.none();
     if s.want[0] {

@@ -40,7 +40,7 @@ pub(crate) use collectives::{block_type, check_shard_map, global_type};
 pub(crate) type Rule<T = Vec<TensorType>> = Result<T, String>;
 
 /// Whether `op`'s result type is given by its builder (and checked by its rule) rather than
-/// computed from its operands.
+/// computed from its operands (for `DotGeneral`, optionally: a widening product's).
 pub(crate) fn takes_target(op: &Op) -> bool {
     matches!(
         op,
@@ -53,6 +53,7 @@ pub(crate) fn takes_target(op: &Op) -> bool {
             | Op::BroadcastInDim { .. }
             | Op::Reshape
             | Op::ArgReduce { .. }
+            | Op::DotGeneral { .. }
     )
 }
 
@@ -113,6 +114,7 @@ fn dispatch(op: &Op, operands: &[&TensorType], target: Option<&TensorType>) -> R
             operands,
             [lhs_batch, rhs_batch],
             [lhs_contract, rhs_contract],
+            target,
         )),
         Op::Take => one(index::take(operands)),
         Op::ScatterAdd => one(index::scatter_add(operands)),

@@ -8,9 +8,16 @@ use super::{check_node, infer};
 use crate::dtype::{DType, TensorType};
 use crate::ops::{ArgKind, BinaryOp, Comparison, Graph, Op, ReduceKind, UnaryOp};
 
-const ALL: [DType; 10] = DType::ALL;
+const ALL: [DType; 11] = DType::ALL;
 const FLOATS: [DType; 4] = [DType::F16, DType::BF16, DType::F32, DType::F64];
-const INTS: [DType; 5] = [DType::U8, DType::U32, DType::U64, DType::I32, DType::I64];
+const INTS: [DType; 6] = [
+    DType::U8,
+    DType::U32,
+    DType::U64,
+    DType::I8,
+    DType::I32,
+    DType::I64,
+];
 
 fn t(dtype: DType, dims: &[usize]) -> TensorType {
     TensorType::new(dtype, dims)

@@ -1,0 +1,158 @@
+//! 8-bit weights: each row of a matrix as int8 values times one f32 scale (absmax / 127, the
+//! symmetric per-row scheme), and the products that read them.
+//!
+//! On the device a quantized matrix is a `u8` tensor holding `q + 128` (`q` in -127..=127: XLA's
+//! CPU backend converts `u8` to f32 inside its fused loops, where a signed 8-bit type would need
+//! a bitcast that splits the loop) and an f32 scale per row. Per row rather than per block of 32
+//! inputs (llama.cpp's Q8_0): a one-row product is then one fused multiply-reduce over the bytes
+//! and one multiply per output; block scales need a second reduction, which XLA's CPU backend ran
+//! 4x slower, and a scale per element 30x slower (`docs/performance.md`, "Low-precision
+//! weights"). Nothing materializes an f32 copy of a matrix in a decode step.
+
+use crate::array::HostArray;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::ops::Tensor;
+
+/// The dtype of an 8-bit matrix on the device (values `q + 128`).
+pub const QUANTIZED: DType = DType::U8;
+
+/// The offset of the stored values: `stored = q + OFFSET`.
+const OFFSET: f32 = 128.0;
+
+/// The most rows a product of 8-bit weights takes as an integer dot (decode steps); more rows
+/// (a prefill) multiply the matrix converted to f32.
+const MAX_INTEGER_ROWS: usize = 16;
+
+/// Quantizes the `[rows, cols]` matrix `data` (row-major) row by row: per row, the scale is the
+/// largest magnitude / 127 (one ulp less where 127 of it would overflow) and each value becomes
+/// `round(v / scale)` clamped to +-127 (stored `+ 128`), so that
+/// `(stored - 128) * scale` is within `scale / 2` of `v`. An all-zero row has scale 0 (and so
+/// does a row whose largest magnitude is below 127 times the smallest f32, which then reads back
+/// as zeros). A NaN or infinite value is an error naming `name`, the row and the column.
+pub fn quantize_rows(
+    name: &str,
+    data: &[f32],
+    rows: usize,
+    cols: usize,
+) -> Result<(Vec<u8>, Vec<f32>)> {
+    if data.len() != rows * cols {
+        return Err(Error::InvalidArgument(format!(
+            "{name}: {} values, expected {rows} x {cols}",
+            data.len()
+        )));
+    }
+    let mut values = Vec::with_capacity(data.len());
+    let mut scales = Vec::with_capacity(rows);
+    for r in 0..rows {
+        let row = &data[r * cols..(r + 1) * cols];
+        if let Some(c) = row.iter().position(|v| !v.is_finite()) {
+            return Err(Error::InvalidArgument(format!(
+                "{name}: row {r}, column {c} is {}; 8-bit weights need finite values",
+                row[c]
+            )));
+        }
+        let absmax = row.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        let mut scale = absmax / 127.0;
+        if (scale * 127.0).is_infinite() {
+            // absmax / 127 rounded up past what 127 steps can reach: one ulp down.
+            scale = f32::from_bits(scale.to_bits() - 1);
+        }
+        scales.push(scale);
+        values.extend(row.iter().map(|&v| {
+            let q = if scale > 0.0 {
+                (v / scale).round().clamp(-127.0, 127.0)
+            } else {
+                0.0
+            };
+            (q + OFFSET) as u8
+        }));
+    }
+    Ok((values, scales))
+}
+
+/// The values [`quantize_rows`] stands for: `(stored - 128) * scale`, row by row (`cols` values
+/// per row, one scale each).
+pub fn dequantize_rows(values: &[u8], scales: &[f32], cols: usize) -> Vec<f32> {
+    values
+        .chunks(cols.max(1))
+        .zip(scales)
+        .flat_map(|(row, &s)| row.iter().map(move |&v| (f32::from(v) - OFFSET) * s))
+        .collect()
+}
+
+/// A matrix on the host as 8-bit values and per-row scales: `u8 [rows, cols]` and `f32 [rows]`
+/// (see [`quantize_rows`]). `a` must be a float matrix.
+pub fn quantize_matrix(name: &str, a: &HostArray) -> Result<(HostArray, HostArray)> {
+    let (rows, cols) = match (a.dims(), a.dtype().is_float()) {
+        ([rows, cols], true) => (*rows, *cols),
+        _ => {
+            return Err(Error::InvalidArgument(format!(
+                "{name}: 8-bit quantization takes a float matrix, not {} {:?}",
+                a.dtype(),
+                a.dims()
+            )))
+        }
+    };
+    let data: Vec<f32> = a.to_f64_vec().iter().map(|&v| v as f32).collect();
+    let (values, scales) = quantize_rows(name, &data, rows, cols)?;
+    Ok((
+        HostArray::from_vec(&[rows, cols], values)?,
+        HostArray::from_vec(&[rows], scales)?,
+    ))
+}
+
+/// `x @ w^T` in f32 for an 8-bit `w` (`[out, in]`, see [`QUANTIZED`]) with per-row `scale`
+/// (`[out]`). Each row of `x` is quantized to int8 as the weights are (its largest magnitude /
+/// 127), and the product is one integer dot, `u8 [out, in] x i8 [in, rows] -> i32`, which
+/// XLA's CPU backend hands to YNNPACK (with two columns or more: one row is repeated to two).
+/// The stored offset comes off exactly in i32: `sum((w - 128) q) = sum(w q) - 128 sum(q)`;
+/// then `y = scale * x_scale * that`. The dot reads the matrix's bytes as they are, so nothing
+/// converts the matrix inside a decode loop (where XLA would hoist a conversion out as an f32
+/// copy). Above 16 rows (a prefill), `x` stays f32 and the matrix is converted in the program
+/// for an f32 dot.
+pub(crate) fn linear_8bit(x: &Tensor, w: &Tensor, scale: &Tensor) -> Result<Tensor> {
+    let rows: usize = x.dims()[..x.rank().saturating_sub(1)].iter().product();
+    if rows > MAX_INTEGER_ROWS {
+        // XLA's CPU backend runs an integer dot of many rows in its own loop, widened to i32:
+        // converting the matrix and multiplying in f32 is several times faster there.
+        let last = x.rank() as isize - 1;
+        let values = w.astype(DType::F32)?.sub(OFFSET)?;
+        return x.dot_general(&values, &[], &[(last, 1)])?.mul(scale);
+    }
+    let n_in = w.dims()[1] as isize;
+    let lead: Vec<isize> = x.dims()[..x.rank().saturating_sub(1)]
+        .iter()
+        .map(|&d| d as isize)
+        .collect();
+    // [in, rows]: the rows as columns, so that the dot's right side is row-major [k, n].
+    let xt = x.reshape(&[rows as isize, n_in])?.transpose(&[1, 0])?;
+    let absmax = xt.abs()?.max_keepdims(&[0])?;
+    let x_scale = absmax.div(127.0)?;
+    let safe = x_scale.eq(0.0)?.select(1.0, &x_scale)?;
+    let q = xt.div(&safe)?.add(0.5)?.floor()?.clamp(-127.0, 127.0)?;
+    let qi = q.astype(DType::I8)?;
+    let cols = if rows == 1 {
+        qi.broadcast_to(&[n_in as usize, 2])?
+    } else {
+        qi
+    };
+    let acc = w.dot_general_as(&cols, &[], &[(1, 0)], DType::I32)?;
+    let acc = if rows == 1 { acc.narrow(1, 0, 1)? } else { acc };
+    let offset = q
+        .astype(DType::I32)?
+        .sum_keepdims(&[0])?
+        .mul(OFFSET as i64)?;
+    let exact = acc.sub(&offset)?.astype(DType::F32)?;
+    let y = exact.mul(&scale.expand_dims(-1)?)?.mul(&x_scale)?;
+    let mut out = lead;
+    out.push(w.dims()[0] as isize);
+    y.transpose(&[1, 0])?.reshape(&out)
+}
+
+/// The rows `tokens` of an 8-bit `[vocab, hidden]` embedding `w` with per-row `scale`, as f32
+/// `[..., hidden]`.
+pub(crate) fn embed_8bit(tokens: &Tensor, w: &Tensor, scale: &Tensor) -> Result<Tensor> {
+    let rows = w.take(tokens)?.astype(DType::F32)?.sub(OFFSET)?;
+    rows.mul(&scale.take(tokens)?.expand_dims(-1)?)
+}
