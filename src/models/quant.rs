@@ -20,8 +20,8 @@ pub const QUANTIZED: DType = DType::U8;
 /// The offset of the stored values: `stored = q + OFFSET`.
 const OFFSET: f32 = 128.0;
 
-/// The most rows a product of 8-bit weights takes as an integer dot (decode steps); more rows
-/// (a prefill) multiply the matrix converted to f32.
+/// The most rows a product of 8-bit weights takes as integer dots, one per row (decode steps);
+/// more rows (a prefill) multiply the matrix converted to f32.
 const MAX_INTEGER_ROWS: usize = 16;
 
 /// Quantizes the `[rows, cols]` matrix `data` (row-major) row by row: per row, the scale is the
@@ -104,8 +104,10 @@ pub fn quantize_matrix(name: &str, a: &HostArray) -> Result<(HostArray, HostArra
 
 /// `x @ w^T` in f32 for an 8-bit `w` (`[out, in]`, see [`QUANTIZED`]) with per-row `scale`
 /// (`[out]`). Each row of `x` is quantized to int8 as the weights are (its largest magnitude /
-/// 127), and the product is one integer dot, `u8 [out, in] x i8 [in, rows] -> i32`, which
-/// XLA's CPU backend hands to YNNPACK (with two columns or more: one row is repeated to two).
+/// 127), and its product is one integer dot, `u8 [out, in] x i8 [in, 2] -> i32` (the row
+/// repeated to two columns), which XLA's CPU backend hands to YNNPACK; several rows are several
+/// such dots, each reading the matrix (XLA widens a dot of two or more distinct columns to i32
+/// in its own loop, ten times slower).
 /// The stored offset comes off exactly in i32: `sum((w - 128) q) = sum(w q) - 128 sum(q)`;
 /// then `y = scale * x_scale * that`. The dot reads the matrix's bytes as they are, so nothing
 /// converts the matrix inside a decode loop (where XLA would hoist a conversion out as an f32
@@ -113,6 +115,12 @@ pub fn quantize_matrix(name: &str, a: &HostArray) -> Result<(HostArray, HostArra
 /// for an f32 dot.
 pub(crate) fn linear_8bit(x: &Tensor, w: &Tensor, scale: &Tensor) -> Result<Tensor> {
     let rows: usize = x.dims()[..x.rank().saturating_sub(1)].iter().product();
+    let n_in = w.dims()[1] as isize;
+    let mut out: Vec<isize> = x.dims()[..x.rank().saturating_sub(1)]
+        .iter()
+        .map(|&d| d as isize)
+        .collect();
+    out.push(w.dims()[0] as isize);
     if rows > MAX_INTEGER_ROWS {
         // XLA's CPU backend runs an integer dot of many rows in its own loop, widened to i32:
         // converting the matrix and multiplying in f32 is several times faster there.
@@ -120,34 +128,36 @@ pub(crate) fn linear_8bit(x: &Tensor, w: &Tensor, scale: &Tensor) -> Result<Tens
         let values = w.astype(DType::F32)?.sub(OFFSET)?;
         return x.dot_general(&values, &[], &[(last, 1)])?.mul(scale);
     }
-    let n_in = w.dims()[1] as isize;
-    let lead: Vec<isize> = x.dims()[..x.rank().saturating_sub(1)]
-        .iter()
-        .map(|&d| d as isize)
-        .collect();
-    // [in, rows]: the rows as columns, so that the dot's right side is row-major [k, n].
-    let xt = x.reshape(&[rows as isize, n_in])?.transpose(&[1, 0])?;
-    let absmax = xt.abs()?.max_keepdims(&[0])?;
-    let x_scale = absmax.div(127.0)?;
-    let safe = x_scale.eq(0.0)?.select(1.0, &x_scale)?;
-    let q = xt.div(&safe)?.add(0.5)?.floor()?.clamp(-127.0, 127.0)?;
-    let qi = q.astype(DType::I8)?;
-    let cols = if rows == 1 {
-        qi.broadcast_to(&[n_in as usize, 2])?
-    } else {
-        qi
+    let flat = x.reshape(&[rows as isize, n_in])?;
+    let products = (0..rows)
+        .map(|r| one_row_8bit(&flat.narrow(0, r, 1)?.reshape(&[n_in])?, w, scale))
+        .collect::<Result<Vec<_>>>()?;
+    let y = match products.as_slice() {
+        [one] => one.clone(),
+        many => Tensor::concat(&many.iter().collect::<Vec<_>>(), 0)?,
     };
-    let acc = w.dot_general_as(&cols, &[], &[(1, 0)], DType::I32)?;
-    let acc = if rows == 1 { acc.narrow(1, 0, 1)? } else { acc };
-    let offset = q
-        .astype(DType::I32)?
-        .sum_keepdims(&[0])?
-        .mul(OFFSET as i64)?;
+    y.reshape(&out)
+}
+
+/// The product of one row `x` (`[in]`) with an 8-bit `w` as described at [`linear_8bit`],
+/// `[1, out]`: the quantized row repeated to two columns (XLA hands the integer dot to YNNPACK
+/// only in that form; two rows as two columns, or more, it widens to i32 in its own loop).
+fn one_row_8bit(x: &Tensor, w: &Tensor, scale: &Tensor) -> Result<Tensor> {
+    let n_in = x.dims()[0];
+    let x_scale = x.abs()?.max(&[0])?.div(127.0)?;
+    let safe = x_scale.eq(0.0)?.select(1.0, &x_scale)?;
+    let q = x.div(&safe)?.add(0.5)?.floor()?.clamp(-127.0, 127.0)?;
+    let cols = q
+        .astype(DType::I8)?
+        .reshape(&[n_in as isize, 1])?
+        .broadcast_to(&[n_in, 2])?;
+    let acc = w
+        .dot_general_as(&cols, &[], &[(1, 0)], DType::I32)?
+        .narrow(1, 0, 1)?
+        .reshape(&[1, w.dims()[0] as isize])?;
+    let offset = q.astype(DType::I32)?.sum(&[0])?.mul(OFFSET as i64)?;
     let exact = acc.sub(&offset)?.astype(DType::F32)?;
-    let y = exact.mul(&scale.expand_dims(-1)?)?.mul(&x_scale)?;
-    let mut out = lead;
-    out.push(w.dims()[0] as isize);
-    y.transpose(&[1, 0])?.reshape(&out)
+    exact.mul(scale)?.mul(&x_scale)
 }
 
 /// The rows `tokens` of an 8-bit `[vocab, hidden]` embedding `w` with per-row `scale`, as f32
