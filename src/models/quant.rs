@@ -1,13 +1,14 @@
 //! 8-bit weights: each row of a matrix as int8 values times one f32 scale (absmax / 127, the
 //! symmetric per-row scheme), and the products that read them.
 //!
-//! On the device a quantized matrix is a `u8` tensor holding `q + 128` (`q` in -127..=127: XLA's
-//! CPU backend converts `u8` to f32 inside its fused loops, where a signed 8-bit type would need
-//! a bitcast that splits the loop) and an f32 scale per row. Per row rather than per block of 32
-//! inputs (llama.cpp's Q8_0): a one-row product is then one fused multiply-reduce over the bytes
-//! and one multiply per output; block scales need a second reduction, which XLA's CPU backend ran
-//! 4x slower, and a scale per element 30x slower (`docs/performance.md`, "Low-precision
-//! weights"). Nothing materializes an f32 copy of a matrix in a decode step.
+//! On the device a quantized matrix is a `u8` tensor holding `q + 128` (`q` in -127..=127) and
+//! an f32 scale per row. A decode step's product is an integer dot of those bytes, unconverted,
+//! against the activation row quantized to int8 (`u8 x i8 -> i32`, one of the forms XLA's CPU
+//! backend hands to YNNPACK); the offset comes off exactly in i32. Per row rather than per block
+//! of 32 inputs (llama.cpp's Q8_0): one scale per output multiplies the dot's result, where block
+//! scales would need a dot per block; as fused multiply-reduce forms on this backend, block
+//! scales ran 4x and a scale per element 30x slower than per-row ones (`docs/performance.md`,
+//! "Low-precision weights"). Nothing materializes an f32 copy of a matrix in a decode loop.
 
 use crate::array::HostArray;
 use crate::dtype::DType;

@@ -42,7 +42,8 @@ impl Mamba2Weights<HostArray> {
     /// (`backbone.embeddings.weight`, `backbone.layers.{i}.mixer.in_proj.weight`, ...) or
     /// `mamba_ssm`'s (`backbone.embedding.weight`). They are converted as
     /// [`Mamba2Weights::types`] says: the matrices to `matmul_dtype` (F32 or BF16, rounding to
-    /// nearest even), everything else to F32; the conv weight `[conv_dim, 1, K]` is stored as
+    /// nearest even; or read as F32 and quantized to 8 bits, [`Mamba2Weights::to_8bit`]),
+    /// everything else to F32; the conv weight `[conv_dim, 1, K]` is stored as
     /// `[conv_dim, K]`. With a tied config, a `lm_head.weight` in the file (as `mamba_ssm`
     /// saves it) has its shape checked and is otherwise ignored: the head is the embedding.
     ///
@@ -86,8 +87,8 @@ impl Mamba2Weights<HostArray> {
     /// biases ~ U(±0.02) (HF zeroes them; small non-zero values exercise them).
     ///
     /// Types are those of [`Mamba2Weights::types`], which also says what is an error (a
-    /// `matmul_dtype` other than F32 or BF16, a config that [`Mamba2Config::validate`]
-    /// rejects). Each tensor draws from its own stream, seeded by `seed` and its name, so a
+    /// `matmul_dtype` other than F32, BF16 or 8-bit, a config that [`Mamba2Config::validate`]
+    /// rejects). 8-bit weights are the f32 draw quantized ([`Mamba2Weights::to_8bit`]). Each tensor draws from its own stream, seeded by `seed` and its name, so a
     /// tensor does not change when the config changes the others.
     pub fn random(config: &Mamba2Config, matmul_dtype: DType, seed: u64) -> Result<Self> {
         check_matmul_dtype(matmul_dtype)?;

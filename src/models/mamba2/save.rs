@@ -119,6 +119,7 @@ impl Mamba2Weights<HostArray> {
     /// tensors; nothing is written then. Errors writing name the path.
     pub fn save(&self, dir: &Path, config: &Mamba2Config) -> Result<()> {
         let text = config.to_json()?;
+        self.refuse_8bit()?;
         self.check_fits(config)?;
         std::fs::create_dir_all(dir)
             .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
@@ -126,6 +127,18 @@ impl Mamba2Weights<HostArray> {
         std::fs::write(&path, text)
             .map_err(|e| Error::io(format!("writing {}", path.display()), e))?;
         self.save_tensors(&dir.join(WEIGHTS))
+    }
+
+    /// An error when the weights are 8-bit: checkpoints hold f32, and the quantized values
+    /// would not read back as the weights they came from.
+    fn refuse_8bit(&self) -> Result<()> {
+        match self.named().iter().find(|(k, _)| k.ends_with("_scale")) {
+            Some((key, _)) => Err(Error::InvalidArgument(format!(
+                "{key}: 8-bit weights are not written (checkpoints hold f32); save the weights \
+                 they were quantized from"
+            ))),
+            None => Ok(()),
+        }
     }
 
     /// Writes every tensor to the safetensors file `path` under its HF checkpoint name
@@ -138,8 +151,10 @@ impl Mamba2Weights<HostArray> {
     /// under the names of the weights they belong to. The file's directory is created if
     /// missing; the file is written to a temporary name beside `path` and renamed, so a failed
     /// write leaves no partial file under `path`. A
-    /// tensor of a non-float dtype, or a failed write, is an error naming the tensor or path.
+    /// tensor of a non-float dtype (8-bit weights among them), or a failed write, is an error
+    /// naming the tensor or path.
     pub fn save_tensors(&self, path: &Path) -> Result<()> {
+        self.refuse_8bit()?;
         let mut data: Vec<(String, Vec<usize>, Vec<u8>)> = Vec::new();
         for (key, a) in self.named() {
             let name = checkpoint_names(&key).swap_remove(0);
