@@ -31,8 +31,8 @@ pub(crate) struct ModelArgs {
     /// `bench`: the 130M shape); without that directory, the 130M shape.
     #[arg(long, value_name = "DIR", conflicts_with = "shape")]
     pub(crate) model: Option<PathBuf>,
-    /// Run a model shape with seeded random weights instead of a checkpoint: `130m` is the
-    /// Mamba-2 130M shape (24 layers, 768 wide, vocab 50288).
+    /// Run one of the paper's five Mamba-2 sizes with seeded random weights instead of a
+    /// checkpoint (`Mamba2Config::sized`: 130m is 24 layers 768 wide, 2.7b 64 layers 2560 wide).
     #[arg(long, value_enum)]
     pub(crate) shape: Option<Shape>,
     /// Matrix dtype: bf16 keeps the matrices and their products in bf16, the rest in f32; int8
@@ -75,6 +75,31 @@ pub(crate) enum Shape {
     /// Mamba-2 130M: 24 layers, 768 wide, state 128, vocab 50288.
     #[value(name = "130m")]
     M130,
+    /// Mamba-2 370M: 48 layers, 1024 wide.
+    #[value(name = "370m")]
+    M370,
+    /// Mamba-2 780M: 48 layers, 1536 wide.
+    #[value(name = "780m")]
+    M780,
+    /// Mamba-2 1.3B: 48 layers, 2048 wide.
+    #[value(name = "1.3b")]
+    B1_3,
+    /// Mamba-2 2.7B: 64 layers, 2560 wide.
+    #[value(name = "2.7b")]
+    B2_7,
+}
+
+impl Shape {
+    /// The size's name, as `Mamba2Config::sized` takes it.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Shape::M130 => "130m",
+            Shape::M370 => "370m",
+            Shape::M780 => "780m",
+            Shape::B1_3 => "1.3b",
+            Shape::B2_7 => "2.7b",
+        }
+    }
 }
 
 /// Where the weights come from.
@@ -348,7 +373,10 @@ pub(crate) fn load(
             let codec = Codec::for_model(Some(dir), config.vocab_size)?;
             (config, codec)
         }
-        Source::Random(Shape::M130) => (Mamba2Config::mamba2_130m(), Codec::for_model(None, 0)?),
+        Source::Random(shape) => (
+            Mamba2Config::sized(shape.name())?,
+            Codec::for_model(None, 0)?,
+        ),
     };
     let vocab = config.vocab_size;
     let (options, settings_from) = s.options_for(&source, vocab)?;
@@ -402,7 +430,7 @@ pub(crate) fn load(
         Bf16Dots::On => Some(true),
         Bf16Dots::Off => Some(false),
     };
-    let model = Mamba2::new_parallel(&client, config, &weights, m.parallel.kind(), m.devices)?
+    let model = Mamba2::new_parallel(&client, config, weights, m.parallel.kind(), m.devices)?
         .with_prefill_chunk(m.prefill_chunk)?
         .with_bf16_dots(bf16_dots);
     Ok(Loaded {
@@ -469,10 +497,11 @@ fn load_weights(
             };
             (w, name)
         }
-        Source::Random(Shape::M130) => {
-            progress("drawing random weights for the 130M shape");
+        Source::Random(shape) => {
+            let size = shape.name().to_uppercase();
+            progress(&format!("drawing random weights for the {size} shape"));
             let w = Mamba2Weights::random(config, dtype, m.weights_seed)?;
-            let source = format!("130M shape, random weights (seed {})", m.weights_seed);
+            let source = format!("{size} shape, random weights (seed {})", m.weights_seed);
             (w, source)
         }
     })

@@ -344,7 +344,7 @@ fn new_sampling_values_and_shorter_runs_compile_nothing() {
     let m = Mamba2::new(
         &client,
         cfg.clone(),
-        &Mamba2Weights::random(&cfg, DType::F32, 7).unwrap(),
+        Mamba2Weights::random(&cfg, DType::F32, 7).unwrap(),
     )
     .unwrap();
     let prompt = vec![PROMPT.to_vec()];

@@ -145,9 +145,9 @@ fn an_eight_bit_model_stays_near_the_f32_model_it_came_from() {
     let cfg = tiny_mamba2();
     let wf = Mamba2Weights::random(&cfg, DType::F32, 7).unwrap();
     let f = Mamba2::new(&client(), cfg.clone(), &wf).unwrap();
-    let q = Mamba2::new(&client(), cfg, &wf.to_8bit().unwrap()).unwrap();
+    let q = Mamba2::new(&client(), cfg, wf.to_8bit().unwrap()).unwrap();
     assert_eq!(q.matmul_dtype(), QUANTIZED);
-    // Prompts of 3 rows (the integer product) and of 40 (the f32 product of a prefill).
+    // Prompts of 3 rows (the integer product) and of 40 (a prefill: the matrix converted).
     for (rows, len) in [(3usize, 5usize), (1, 40)] {
         let prompts: Vec<Vec<u32>> = (0..rows)
             .map(|r| (0..len).map(|t| ((t * 7 + r * 3) % 24) as u32).collect())

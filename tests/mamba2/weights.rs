@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use half::{bf16, f16};
 use safetensors::tensor::TensorView;
 use safetensors::Dtype;
-use stablegraph::models::mamba2::{LoadOptions, Mamba2Config, Mamba2Weights};
+use stablegraph::models::mamba2::{LoadOptions, Mamba2, Mamba2Config, Mamba2Weights};
 use stablegraph::{DType, HostArray, TensorType};
 
 /// `common::micro_mamba2` (hidden 16, 2 layers, state 4, 4 heads, vocab 24) with these options.
@@ -457,6 +457,45 @@ fn upload_gives_one_buffer_per_tensor() {
         assert_eq!((d.dtype(), d.dims()), (h.dtype(), h.dims()), "{key}");
         assert_eq!(d.to_bytes().unwrap(), h.to_bytes(), "{key}");
     }
+}
+
+#[test]
+fn a_model_built_from_owned_weights_equals_one_from_borrowed() {
+    let cfg = config(false, true, true, 1);
+    let w = Mamba2Weights::random(&cfg, DType::F32, 4).unwrap();
+    let client = common::client();
+    let borrowed = Mamba2::new(&client, cfg.clone(), &w).unwrap();
+    let owned = Mamba2::new(&client, cfg, w.clone()).unwrap();
+    let (b, o) = (borrowed.weights().named(), owned.weights().named());
+    assert_eq!(b.len(), w.named().len());
+    for ((key, x), (_, y)) in b.iter().zip(&o) {
+        assert_eq!(common::buffer_diff(x, y), 0.0, "{key}");
+    }
+    let prompt = vec![vec![1, 5, 7, 2]];
+    let (lb, lo) = (
+        borrowed.prefill(&prompt).unwrap().logits,
+        owned.prefill(&prompt).unwrap().logits,
+    );
+    assert_eq!(common::array_diff(&lb, &lo), 0.0);
+}
+
+#[test]
+fn the_paper_sizes_have_their_parameter_counts() {
+    assert_eq!(
+        Mamba2Config::sized("130m").unwrap(),
+        Mamba2Config::mamba2_130m()
+    );
+    // The paper's names, in parameters.
+    let named = [130e6, 370e6, 780e6, 1.3e9, 2.7e9];
+    for (name, want) in Mamba2Config::SIZES.iter().zip(named) {
+        let cfg = Mamba2Config::sized(name).unwrap();
+        let types = Mamba2Weights::types(&cfg, DType::F32).unwrap();
+        let params: usize = types.named().iter().map(|(_, t)| t.element_count()).sum();
+        let ratio = params as f64 / want;
+        assert!((0.97..1.04).contains(&ratio), "{name}: {params} parameters");
+    }
+    let err = Mamba2Config::sized("7b").unwrap_err().to_string();
+    assert!(err.contains("\"7b\"") && err.contains("2.7b"), "{err}");
 }
 
 #[test]

@@ -163,6 +163,36 @@ impl Mamba2Config {
         }
     }
 
+    /// The names [`Mamba2Config::sized`] takes: the paper's five released sizes.
+    pub const SIZES: [&'static str; 5] = ["130m", "370m", "780m", "1.3b", "2.7b"];
+
+    /// The shape of one of the paper's five released sizes (the `mamba2-*` checkpoints'
+    /// configs), by name: `130m` (24 layers, 768 wide), `370m` (48, 1024), `780m` (48, 1536),
+    /// `1.3b` (48, 2048) or `2.7b` (64, 2560); all with expand 2, heads of 64 channels, state
+    /// 128, one group and the 50288-entry vocabulary, as [`Mamba2Config::mamba2_130m`]. Any
+    /// other name is an error listing these.
+    pub fn sized(name: &str) -> Result<Mamba2Config> {
+        let (num_layers, hidden_size) = match name.to_ascii_lowercase().as_str() {
+            "130m" => (24, 768),
+            "370m" => (48, 1024),
+            "780m" => (48, 1536),
+            "1.3b" => (48, 2048),
+            "2.7b" => (64, 2560),
+            _ => {
+                return Err(Error::InvalidArgument(format!(
+                    "Mamba2Config::sized: unknown size {name:?}; the sizes are {}",
+                    Self::SIZES.join(", ")
+                )))
+            }
+        };
+        Ok(Mamba2Config {
+            num_layers,
+            hidden_size,
+            num_heads: 2 * hidden_size / 64,
+            ..Mamba2Config::mamba2_130m()
+        })
+    }
+
     /// Reads a `config.json` file (HF or mamba_ssm form).
     pub fn from_file(path: impl AsRef<Path>) -> Result<Mamba2Config> {
         let path = path.as_ref();

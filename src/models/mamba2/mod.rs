@@ -28,4 +28,4 @@ pub use model::{Mamba2, Prefill, CPU_MAX_CHUNK, MAX_PREFILL_CHUNK};
 pub use parallel::Parallel;
 pub use state::Mamba2State;
 pub use train::{lm_loss, loss_and_grads, Trainer};
-pub use weights::{LayerWeights, Mamba2Weights};
+pub use weights::{HostWeights, LayerWeights, Mamba2Weights};

@@ -10,7 +10,7 @@ use super::block::{self, LayerState};
 use super::config::Mamba2Config;
 use super::parallel::{Parallel, Placement};
 use super::state::Mamba2State;
-use super::weights::Mamba2Weights;
+use super::weights::{HostWeights, Mamba2Weights};
 use crate::array::HostArray;
 use crate::compiled::CompiledGraph;
 use crate::dtype::{DType, TensorType};
@@ -73,11 +73,12 @@ impl Mamba2 {
     /// Uploads `weights` to `client`'s device 0. A config that [`Mamba2Config::validate`]
     /// rejects, or weights whose names, dtypes or shapes differ from
     /// [`Mamba2Weights::types`]`(config, dtype of the embedding)`, are an error listing every
-    /// difference.
-    pub fn new(
+    /// difference. Pass the weights by value (see [`HostWeights`]) to free each host tensor as
+    /// it is uploaded: the process then peaks at one copy of the weights, not two.
+    pub fn new<'a>(
         client: &Client,
         config: Mamba2Config,
-        weights: &Mamba2Weights<HostArray>,
+        weights: impl HostWeights<'a>,
     ) -> Result<Mamba2> {
         Mamba2::place(client, config, weights, None)
     }
@@ -88,10 +89,10 @@ impl Mamba2 {
     /// does not divide, or the client has fewer devices (the CPU plugin makes more with the
     /// create option `cpu_device_count`); with batch parallelism, a batch that does not divide
     /// is an error when it is run.
-    pub fn new_parallel(
+    pub fn new_parallel<'a>(
         client: &Client,
         config: Mamba2Config,
-        weights: &Mamba2Weights<HostArray>,
+        weights: impl HostWeights<'a>,
         parallel: Parallel,
         devices: usize,
     ) -> Result<Mamba2> {
@@ -101,13 +102,14 @@ impl Mamba2 {
         Mamba2::place(client, config, weights, (devices > 1).then_some(placement))
     }
 
-    fn place(
+    fn place<'a>(
         client: &Client,
         config: Mamba2Config,
-        weights: &Mamba2Weights<HostArray>,
+        weights: impl HostWeights<'a>,
         placement: Option<Placement>,
     ) -> Result<Mamba2> {
         config.validate()?;
+        let weights = weights.into_cows()?;
         let types = weights.try_map(|_, a| Ok(a.ty()))?;
         check_weight_types(&types, &config)?;
         if placement.is_some() && types.embedding.dtype == quant::QUANTIZED {
@@ -118,12 +120,13 @@ impl Mamba2 {
             ));
         }
         let on_cpu = client.platform_name().is_ok_and(|p| p == "cpu");
-        let buffers = weights.try_map(|name, a| {
+        // Each host tensor (when owned) is dropped once it is on the device.
+        let buffers = weights.try_into_map(|name, a| {
             let sharding = match &placement {
                 Some(p) => p.sharding(&p.weight_spec(name, &a.ty()))?,
                 None => Sharding::single(),
             };
-            client.sharded_buffer_from_host_array(a, &sharding)
+            client.sharded_buffer_from_host_array(&a, &sharding)
         })?;
         Ok(Mamba2 {
             config,

@@ -4,6 +4,8 @@
 //! (uploaded once and shared by every program of a model) and graph parameters (`Tensor`), so
 //! the three never disagree on names or order.
 
+use std::borrow::Cow;
+
 use crate::array::HostArray;
 use crate::dtype::{DType, TensorType};
 use crate::error::{Error, Result};
@@ -68,40 +70,63 @@ impl<T> LayerWeights<T> {
     /// Applies `f` to every tensor with its name (`norm`, `mixer.in_proj`, ...), in a fixed order.
     pub fn try_map<'a, U>(
         &'a self,
-        mut f: impl FnMut(&str, &'a T) -> Result<U>,
+        f: impl FnMut(&str, &'a T) -> Result<U>,
+    ) -> Result<LayerWeights<U>> {
+        self.as_refs().try_into_map(f)
+    }
+
+    /// A reference to every tensor, in the same structure.
+    pub fn as_refs(&self) -> LayerWeights<&T> {
+        LayerWeights {
+            norm: &self.norm,
+            in_proj: &self.in_proj,
+            in_proj_scale: self.in_proj_scale.as_ref(),
+            in_proj_bias: self.in_proj_bias.as_ref(),
+            conv_weight: &self.conv_weight,
+            conv_bias: self.conv_bias.as_ref(),
+            dt_bias: &self.dt_bias,
+            a_log: &self.a_log,
+            d: &self.d,
+            gated_norm: &self.gated_norm,
+            out_proj: &self.out_proj,
+            out_proj_scale: self.out_proj_scale.as_ref(),
+            out_proj_bias: self.out_proj_bias.as_ref(),
+        }
+    }
+
+    /// [`LayerWeights::try_map`] taking the tensors: each is dropped (or moved into the
+    /// result) as soon as `f` returns.
+    pub fn try_into_map<U>(
+        self,
+        mut f: impl FnMut(&str, T) -> Result<U>,
     ) -> Result<LayerWeights<U>> {
         Ok(LayerWeights {
-            norm: f("norm", &self.norm)?,
-            in_proj: f("mixer.in_proj", &self.in_proj)?,
+            norm: f("norm", self.norm)?,
+            in_proj: f("mixer.in_proj", self.in_proj)?,
             in_proj_scale: self
                 .in_proj_scale
-                .as_ref()
                 .map(|t| f("mixer.in_proj_scale", t))
                 .transpose()?,
             in_proj_bias: self
                 .in_proj_bias
-                .as_ref()
                 .map(|t| f("mixer.in_proj_bias", t))
                 .transpose()?,
-            conv_weight: f("mixer.conv1d", &self.conv_weight)?,
+            conv_weight: f("mixer.conv1d", self.conv_weight)?,
             conv_bias: self
                 .conv_bias
-                .as_ref()
                 .map(|t| f("mixer.conv1d_bias", t))
                 .transpose()?,
-            dt_bias: f("mixer.dt_bias", &self.dt_bias)?,
-            a_log: f("mixer.A_log", &self.a_log)?,
-            d: f("mixer.D", &self.d)?,
-            gated_norm: f("mixer.norm", &self.gated_norm)?,
-            out_proj: f("mixer.out_proj", &self.out_proj)?,
+            dt_bias: f("mixer.dt_bias", self.dt_bias)?,
+            a_log: f("mixer.A_log", self.a_log)?,
+            d: f("mixer.D", self.d)?,
+            gated_norm: f("mixer.norm", self.gated_norm)?,
+            out_proj: f("mixer.out_proj", self.out_proj)?,
             out_proj_scale: self
                 .out_proj_scale
-                .as_ref()
                 .map(|t| f("mixer.out_proj_scale", t))
                 .transpose()?,
             out_proj_bias: self
                 .out_proj_bias
-                .as_ref()
                 .map(|t| f("mixer.out_proj_bias", t))
                 .transpose()?,
         })
@@ -113,31 +138,49 @@ impl<T> Mamba2Weights<T> {
     /// in a fixed order: embedding, layers, norm_f, lm_head.
     pub fn try_map<'a, U>(
         &'a self,
-        mut f: impl FnMut(&str, &'a T) -> Result<U>,
+        f: impl FnMut(&str, &'a T) -> Result<U>,
     ) -> Result<Mamba2Weights<U>> {
-        let embedding = f("embedding", &self.embedding)?;
+        self.as_refs().try_into_map(f)
+    }
+
+    /// A reference to every tensor, in the same structure.
+    pub fn as_refs(&self) -> Mamba2Weights<&T> {
+        Mamba2Weights {
+            embedding: &self.embedding,
+            embedding_scale: self.embedding_scale.as_ref(),
+            layers: self.layers.iter().map(LayerWeights::as_refs).collect(),
+            norm_f: &self.norm_f,
+            lm_head: self.lm_head.as_ref(),
+            lm_head_scale: self.lm_head_scale.as_ref(),
+        }
+    }
+
+    /// [`Mamba2Weights::try_map`] taking the tensors: each is dropped (or moved into the
+    /// result) as soon as `f` returns, so a map that uploads host arrays holds one copy of
+    /// the weights at a time, not two.
+    pub fn try_into_map<U>(
+        self,
+        mut f: impl FnMut(&str, T) -> Result<U>,
+    ) -> Result<Mamba2Weights<U>> {
+        let embedding = f("embedding", self.embedding)?;
         let embedding_scale = self
             .embedding_scale
-            .as_ref()
             .map(|t| f("embedding_scale", t))
             .transpose()?;
         let layers = self
             .layers
-            .iter()
+            .into_iter()
             .enumerate()
-            .map(|(i, l)| l.try_map(|name, t| f(&format!("layers.{i}.{name}"), t)))
+            .map(|(i, l)| l.try_into_map(|name, t| f(&format!("layers.{i}.{name}"), t)))
             .collect::<Result<Vec<_>>>()?;
-        let norm_f = f("norm_f", &self.norm_f)?;
-        let lm_head = self.lm_head.as_ref().map(|t| f("lm_head", t)).transpose()?;
         Ok(Mamba2Weights {
             embedding,
             embedding_scale,
             layers,
-            norm_f,
-            lm_head,
+            norm_f: f("norm_f", self.norm_f)?,
+            lm_head: self.lm_head.map(|t| f("lm_head", t)).transpose()?,
             lm_head_scale: self
                 .lm_head_scale
-                .as_ref()
                 .map(|t| f("lm_head_scale", t))
                 .transpose()?,
         })
@@ -297,4 +340,24 @@ pub(crate) fn quantize_layer(
     let (w, s) = quant::quantize_matrix(&format!("layers.{i}.mixer.out_proj"), &l.out_proj)?;
     (l.out_proj, l.out_proj_scale) = (w, Some(s));
     Ok(l)
+}
+
+/// The host weights [`crate::models::mamba2::Mamba2::new`] takes: borrowed (`&weights`: the
+/// caller keeps its copy) or owned (`weights`: each host tensor is freed as soon as it is on the
+/// device, so building a model peaks at one copy of the weights instead of two).
+pub trait HostWeights<'a> {
+    /// The tensors, borrowed or owned.
+    fn into_cows(self) -> Result<Mamba2Weights<Cow<'a, HostArray>>>;
+}
+
+impl<'a> HostWeights<'a> for &'a Mamba2Weights<HostArray> {
+    fn into_cows(self) -> Result<Mamba2Weights<Cow<'a, HostArray>>> {
+        self.as_refs().try_into_map(|_, t| Ok(Cow::Borrowed(t)))
+    }
+}
+
+impl HostWeights<'static> for Mamba2Weights<HostArray> {
+    fn into_cows(self) -> Result<Mamba2Weights<Cow<'static, HostArray>>> {
+        self.try_into_map(|_, t| Ok(Cow::Owned(t)))
+    }
 }
