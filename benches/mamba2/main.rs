@@ -1,4 +1,5 @@
-//! Mamba-2 benchmark on the 130M shape (`Mamba2Config::mamba2_130m()`, random weights), through
+//! Mamba-2 benchmark on the 130M shape (`Mamba2Config::mamba2_130m()`, random weights; the
+//! `sizes` section also the paper's larger ones), through
 //! the CPU PJRT plugin that `Client::cpu()` resolves. Sections, in order of the report:
 //!
 //! 1. `ceilings`: the machine through the same plugin: f32 matrix-vector read bandwidth over a
@@ -31,11 +32,16 @@
 //! 8. `devices`: the model over 1, 2 and 4 devices of a 4-device CPU client, split by heads and
 //!    by the batch: weights per device, prefill and decode times (overhead on this machine,
 //!    whose "devices" share its cores), and the collectives in the step program;
-//! 9. `train`: the training step of the small byte-level model (`Mamba2Config::byte_level(4,
-//!    128)`, 8 x 256 bytes, AdamW) in child processes: compile time, ms per step, tokens/s and
-//!    peak memory with one and four optimizer steps per program call, against PyTorch (HF's
-//!    pure-torch `Mamba2ForCausalLM`, `scripts/torch_train_bench.py`) in the same run when a
-//!    Python with torch is found.
+//! 9. `sizes`: the paper's five sizes (130M to 2.7B, random weights) with f32, bf16 and 8-bit
+//!    matrices, one child process each: prefill tokens/s at 512, decode ms/token and its share
+//!    of the read bandwidth, peak RSS, and the decode run's own peak at two lengths; a setting
+//!    that would not fit the memory available is reported as such (about 20 minutes; `--quick`:
+//!    130M and 370M);
+//! 10. `train`: the training step of the small byte-level model (`Mamba2Config::byte_level(4,
+//!     128)`, 8 x 256 bytes, AdamW) in child processes: compile time, ms per step, tokens/s and
+//!     peak memory with one and four optimizer steps per program call, against PyTorch (HF's
+//!     pure-torch `Mamba2ForCausalLM`, `scripts/torch_train_bench.py`) in the same run when a
+//!     Python with torch is found.
 //!
 //! Utilisation: decode bytes read per step (every weight once, the tied embedding as the head,
 //! plus the recurrent state of each row) x steps/s over the measured `[out, in]` read bandwidth;
@@ -45,7 +51,7 @@
 //! `target/bench/decode_latency.svg` (`-quick` names with `--quick`).
 //!
 //! ```text
-//! cargo bench --bench mamba2                      # the full run (about 14 minutes on 2 cores)
+//! cargo bench --bench mamba2                      # the full run (about 35 minutes on 2 cores)
 //! cargo bench --bench mamba2 -- --quick           # shorter lengths, fewer repetitions
 //! cargo bench --bench mamba2 -- --only ssd,memory # some sections (plus what they need)
 //! ```
@@ -71,6 +77,7 @@ mod plan;
 mod plot;
 mod precision;
 mod prefill;
+mod sizes;
 mod ssd;
 mod summary;
 mod table;
@@ -87,6 +94,8 @@ use stablegraph::runtime::{Client, CompileCache};
 
 /// Set in a child process: generate this many tokens and report peak memory.
 const MEMORY_CHILD_ENV: &str = "STABLEGRAPH_BENCH_MAMBA2_MEMORY_TOKENS";
+/// Set in a child process: measure one size (`size,dtype,short,long,reps`, see `sizes.rs`).
+const SIZES_CHILD_ENV: &str = "STABLEGRAPH_BENCH_MAMBA2_SIZE";
 /// Set in a child process: time the training step (`micro_steps,calls`).
 const TRAIN_CHILD_ENV: &str = "STABLEGRAPH_BENCH_MAMBA2_TRAIN";
 /// Seed of the random weights.
@@ -98,7 +107,7 @@ const DECODE_PROMPT: usize = 128;
 type Section = fn(&mut Ctx) -> Result<Value>;
 
 /// The sections, in the order they run and report.
-const SECTIONS: [(&str, Section); 9] = [
+const SECTIONS: [(&str, Section); 10] = [
     ("ceilings", ceilings::bench),
     ("prefill", prefill::bench),
     ("decode", decode::bench),
@@ -107,6 +116,7 @@ const SECTIONS: [(&str, Section); 9] = [
     ("memory", memory::bench),
     ("compile", compile::bench),
     ("devices", devices::bench),
+    ("sizes", sizes::bench),
     ("train", train::bench),
 ];
 
@@ -146,6 +156,9 @@ fn parse_args() -> Result<Args> {
 fn main() -> Result<()> {
     if let Ok(tokens) = std::env::var(MEMORY_CHILD_ENV) {
         return memory::child(tokens.parse()?);
+    }
+    if let Ok(arg) = std::env::var(SIZES_CHILD_ENV) {
+        return sizes::child(&arg);
     }
     if let Ok(arg) = std::env::var(TRAIN_CHILD_ENV) {
         return train::child(&arg);

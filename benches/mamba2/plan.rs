@@ -1,5 +1,7 @@
 //! Sizes and repetitions of a run: the full run or `--quick`.
 
+use stablegraph::models::mamba2::Mamba2Config;
+
 /// Sizes and repetitions: the full run or `--quick`.
 pub struct Plan {
     /// Whether this is the `--quick` plan.
@@ -22,6 +24,11 @@ pub struct Plan {
     pub precision_steps: usize,
     /// Generated tokens of each memory child.
     pub memory_tokens: Vec<usize>,
+    /// The sizes of the sizes section (`Mamba2Config::sized` names).
+    pub sizes: Vec<&'static str>,
+    /// The sizes section's decode: `(short, long)` generated tokens (one compiled capacity:
+    /// the same power of two), and prefill repetitions.
+    pub sizes_decode: (usize, usize, usize),
     /// Matrix-vector `(in, out)` and matmul `n` of the ceilings.
     pub matvec: (usize, usize),
     /// See `matvec`.
@@ -43,6 +50,8 @@ impl Plan {
                 precision_len: 256,
                 precision_steps: 8,
                 memory_tokens: vec![32, 128, 512],
+                sizes: vec!["130m", "370m"],
+                sizes_decode: (17, 32, 1),
                 matvec: (2048, 4096),
                 matmul: 512,
             }
@@ -58,6 +67,8 @@ impl Plan {
                 precision_len: 512,
                 precision_steps: 32,
                 memory_tokens: vec![128, 1024, 4096],
+                sizes: Mamba2Config::SIZES.to_vec(),
+                sizes_decode: (65, 128, 2),
                 matvec: (8192, 16384),
                 matmul: 2048,
             }

@@ -199,9 +199,11 @@ pub(crate) fn linear(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Te
         row.insert(row.len().saturating_sub(1), 1);
         w.astype(DType::F32)?.mul(&x.reshape(&row)?)?.sum(&[-1])?
     } else {
+        // bf16 x bf16 -> f32 (YNNPACK's form): a bf16 result would make XLA widen both
+        // operands to f32 copies first.
         let xin = x.astype(w.dtype())?;
         let last = xin.rank() as isize - 1;
-        xin.dot_general(w, &[], &[(last, 1)])?.astype(DType::F32)?
+        xin.dot_general_as(w, &[], &[(last, 1)], DType::F32)?
     };
     match bias {
         Some(b) => y.add(&b.astype(DType::F32)?),
