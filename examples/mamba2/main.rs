@@ -1,6 +1,6 @@
 //! Mamba-2 from the command line: `generate` tokens and report throughput, `emit` the StableHLO
 //! programs, `bench` generation, `train` a small byte-level model from scratch, or compute the
-//! `grad`ient of the loss on a prompt.
+//! `grad`ient of the loss on a prompt, or `eval`uate its loss and perplexity on a text.
 //!
 //! `cargo run --release --example mamba2 -- generate` (the README's main job) runs the small
 //! byte-level model shipped in `models/mamba2-bytes/` (the default `train` run made it) on a
@@ -11,11 +11,12 @@
 //!
 //! Modules: `load` (which model, the prompts, the sampling options), `text` (tokenizer or byte
 //! vocabulary), `generate`, `bench` (and `emit`), `data` (training bytes and batches), `train`,
-//! `grad`, `plot` (the loss chart), `bars` (progress bars on a terminal).
+//! `grad`, `eval`, `plot` (the loss chart), `bars` (progress bars on a terminal).
 
 mod bars;
 mod bench;
 mod data;
+mod eval;
 mod family;
 mod generate;
 mod grad;
@@ -33,6 +34,7 @@ use stablegraph::models::family::CausalLm;
 use stablegraph::runtime::{self, Client, XlaLogLevel};
 
 use bench::{BenchArgs, EmitArgs};
+use eval::EvalArgs;
 use generate::GenerateArgs;
 use grad::GradArgs;
 use train::TrainArgs;
@@ -83,6 +85,10 @@ enum Command {
     /// The gradient of the mean next-token cross-entropy over the prompts, for every weight of
     /// a checkpoint, written as safetensors under the checkpoint's tensor names.
     Grad(GradArgs),
+    /// The mean next-token cross-entropy and perplexity of a Mamba-2 model on a text (by
+    /// default the crate's docs/, held out from the shipped model's training), with any
+    /// --dtype: how much bf16 or 8-bit weights cost in quality.
+    Eval(EvalArgs),
 }
 
 fn main() {
@@ -97,6 +103,7 @@ fn main() {
         Command::Bench(a) => bench::bench(a),
         Command::Train(a) => train::train(a),
         Command::Grad(a) => grad::grad(a),
+        Command::Eval(a) => eval::eval(a),
     };
     if let Err(e) = result {
         eprintln!("error: {}", one_line(&e));

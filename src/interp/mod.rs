@@ -363,6 +363,7 @@ impl<'a> Ctx<'a> {
             Op::Reverse { axes } => one(shape::reverse(self, axes)),
             // The unsharded meaning: a layout hint only.
             Op::ShardingConstraint { .. } => one(Ok(self.all_args()[0].clone())),
+            Op::OptimizationBarrier => Ok(self.all_args().iter().map(|&a| a.clone()).collect()),
             Op::Reduce { kind, axes } => one(reduce::reduce(self, *kind, axes)),
             Op::ArgReduce { kind, axis } => one(reduce::arg_reduce(self, *kind, *axis)),
             Op::Cumsum { axis } => one(reduce::cumsum(self, *axis)),

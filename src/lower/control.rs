@@ -76,3 +76,27 @@ impl<'g> Lowering<'g> {
         Ok(())
     }
 }
+
+impl Lowering<'_> {
+    /// `stablehlo.optimization_barrier` of the inputs: one result each, same types.
+    pub(super) fn optimization_barrier(&mut self, n: &Inst) -> Vec<String> {
+        let types: Vec<String> = n.tys.iter().map(|t| tensor_type(t)).collect();
+        let (res, k) = (&n.res, n.ins.len());
+        let result = if k == 1 {
+            res.to_string()
+        } else {
+            format!("{res}:{k}")
+        };
+        self.emit(format!(
+            "{result} = \"stablehlo.optimization_barrier\"({}) : ({}) -> ({})",
+            n.ins.join(", "),
+            types.join(", "),
+            types.join(", ")
+        ));
+        if k == 1 {
+            vec![res.clone()]
+        } else {
+            (0..k).map(|i| format!("{res}#{i}")).collect()
+        }
+    }
+}

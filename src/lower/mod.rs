@@ -321,6 +321,10 @@ impl<'g> Lowering<'g> {
                 self.names[i] = self.sort(&n, *axis, *descending);
                 return Ok(());
             }
+            Op::OptimizationBarrier => {
+                self.names[i] = self.optimization_barrier(&n);
+                return Ok(());
+            }
             Op::Constant { data } => self.constant(&n, data),
             Op::Iota { dim } => self.iota(&n, *dim),
             Op::Unary(u) => self.unary(&n, *u),

@@ -135,6 +135,10 @@ pub(crate) fn linear_8bit(x: &Tensor, w: &Tensor, scale: &Tensor) -> Result<Tens
             DType::F32
         };
         let last = x.rank() as isize - 1;
+        // The barrier ties the conversion to `x`: without it XLA converts every layer's
+        // matrix at the start of the program and holds all the copies at once.
+        let [x, w] = <[Tensor; 2]>::try_from(Tensor::optimization_barrier(&[x, w])?)
+            .map_err(|_| Error::InvalidArgument("optimization_barrier: two values".into()))?;
         let values = w.astype(wide)?.sub(OFFSET)?;
         return x
             .astype(wide)?

@@ -623,3 +623,32 @@ fn scan_length(xs: &[Tensor], loc: Loc) -> Result<usize> {
     }
     Ok(length.unwrap_or(0))
 }
+
+impl Tensor {
+    /// JAX's `lax.optimization_barrier`: `values` unchanged, as one group XLA does not look
+    /// through. Nothing computed from an output is moved before all of `values` exist, and no
+    /// computation is moved across the barrier: e.g. converting a weight after a barrier with
+    /// the activation that multiplies it keeps XLA from converting every layer's weight at the
+    /// start of a program (and holding all the copies at once). Differentiable (the cotangents
+    /// pass through a barrier of their own). An empty list, or values of different graphs,
+    /// are an error.
+    #[track_caller]
+    pub fn optimization_barrier(values: &[&Tensor]) -> Result<Vec<Tensor>> {
+        let loc = Location::caller();
+        let Some(first) = values.first() else {
+            return Err(graph_error(
+                "optimization_barrier",
+                "needs at least one value",
+                loc,
+            ));
+        };
+        super::util::nodes(
+            first.graph(),
+            Op::OptimizationBarrier,
+            values,
+            None,
+            "optimization_barrier",
+            loc,
+        )
+    }
+}

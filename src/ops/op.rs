@@ -337,6 +337,10 @@ pub enum Op {
         /// Largest first.
         descending: bool,
     },
+    /// The inputs unchanged, one output each (JAX's `lax.optimization_barrier`): XLA may not
+    /// look through it, so nothing computed from an output is moved before every input exists,
+    /// and no computation is moved across it.
+    OptimizationBarrier,
     /// `inputs[0]` unchanged, laid out over the graph's mesh as `spec` says (JAX's
     /// `with_sharding_constraint`): a hint to XLA's SPMD partitioner, the identity everywhere
     /// else. See [`Graph::set_mesh`](crate::ops::Graph::set_mesh).
@@ -446,6 +450,7 @@ impl Op {
             Op::Sort { .. } => "sort",
             Op::BlockArg => "block_arg",
             Op::While { .. } => "while",
+            Op::OptimizationBarrier => "optimization_barrier",
             Op::ShardingConstraint { .. } => "sharding_constraint",
             Op::ShardMap { .. } => "shard_map",
             Op::AllReduce { .. } => "all_reduce",

@@ -10,6 +10,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod eval;
 mod families;
 mod generation_config;
 mod quiet;

@@ -745,3 +745,51 @@ fn fori_loop_with_scalar_i64_start() {
     );
     c.run();
 }
+
+#[test]
+fn an_optimization_barrier_passes_values_and_gradients_through() -> Result<()> {
+    let g = Graph::new();
+    let x = g.parameter("x", F32, &[3])?;
+    let w = g.parameter("w", BF16, &[2, 3])?;
+    let n = g.parameter("n", I32, &[])?;
+    let out = Tensor::optimization_barrier(&[&x, &w, &n])?;
+    assert_eq!(out.len(), 3);
+    // A product after the barrier, and its gradient with respect to the values before it.
+    let y = out[1].astype(F32)?.mul(&out[0])?.sum(&[0, 1])?;
+    let d = y.grad(&[&x])?.remove(0);
+    g.set_outputs(&[&out[0], &out[1], &out[2], &d])?;
+    let text = g.to_stablehlo()?;
+    // The value's own barrier, and the cotangents' in the backward pass.
+    assert_eq!(
+        text.matches("stablehlo.optimization_barrier").count(),
+        2,
+        "{text}"
+    );
+    let exe = compile_graph(&g);
+    let xs = vec![1.5f32, -2.0, 0.25];
+    let ws: Vec<bf16> = [1.0f32, 2.0, 3.0, -1.0, 0.5, 4.0]
+        .iter()
+        .map(|&v| bf16::from_f32(v))
+        .collect();
+    let got = agree(
+        &exe,
+        &g,
+        &[
+            arr(&[3], xs.clone()),
+            arr(&[2, 3], ws.clone()),
+            HostArray::scalar(7i32),
+        ],
+        0.0,
+    );
+    assert_eq!(vals::<f32>(&got[0]), xs);
+    assert_eq!(vals::<bf16>(&got[1]), ws);
+    assert_eq!(vals::<i32>(&got[2]), vec![7]);
+    // d/dx sum_ij w_ij x_j = the column sums of w.
+    assert_eq!(vals::<f32>(&got[3]), vec![0.0, 2.5, 7.0]);
+    let err = Tensor::optimization_barrier(&[]).unwrap_err().to_string();
+    assert!(
+        err.contains("optimization_barrier") && err.contains("at least one"),
+        "{err}"
+    );
+    Ok(())
+}

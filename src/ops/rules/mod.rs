@@ -119,6 +119,12 @@ fn dispatch(op: &Op, operands: &[&TensorType], target: Option<&TensorType>) -> R
         Op::Take => one(index::take(operands)),
         Op::ScatterAdd => one(index::scatter_add(operands)),
         Op::ShardingConstraint { .. } => one(collectives::sharding_constraint(operands)),
+        Op::OptimizationBarrier => {
+            if operands.is_empty() {
+                return Err("needs at least one value".to_string());
+            }
+            Ok(operands.iter().map(|&t| t.clone()).collect())
+        }
         Op::AllReduce { axes, mesh, .. } => one(collectives::all_reduce(operands, axes, mesh)),
         Op::AllGather {
             axis,
@@ -193,6 +199,7 @@ pub(crate) fn vjp(s: &Step) -> Result<Cotangents> {
         Op::ScatterAdd => index::scatter_add_vjp(s),
         Op::Sort { axis, descending } => reduce::sort_vjp(s, *axis, *descending),
         Op::ShardingConstraint { .. } => collectives::sharding_constraint_vjp(s),
+        Op::OptimizationBarrier => shape::optimization_barrier_vjp(s),
         // `backprop` hands loops to `autodiff::loops::while_vjp`, which needs the regions.
         Op::While { .. } => Err(s.not_differentiable("this loop")),
         Op::ShardMap { .. }

@@ -7,7 +7,7 @@ use crate::dtype::{DType, TensorType};
 use crate::error::Result;
 use crate::ops::autodiff::{scalar, Cotangents, Step};
 use crate::ops::util::node;
-use crate::ops::{Op, ReduceKind};
+use crate::ops::{Op, ReduceKind, Tensor};
 
 /// `Constant`: no operands; `data` holds every element's bytes or one element's (a splat).
 pub(super) fn constant(operands: &[&TensorType], data: &[u8], ty: TensorType) -> Rule<TensorType> {
@@ -306,4 +306,14 @@ pub(super) fn reverse_vjp(s: &Step, axes: &[usize]) -> Result<Cotangents> {
     let mut out = s.none();
     out[0] = Some(s.ct(0)?.reverse_at(axes, s.loc)?);
     Ok(out)
+}
+
+/// `OptimizationBarrier`: each output's cotangent is its input's, passed through a barrier of
+/// their own (as JAX transposes it).
+pub(super) fn optimization_barrier_vjp(s: &Step) -> Result<Cotangents> {
+    let cts = (0..s.outputs.len())
+        .map(|k| s.ct(k))
+        .collect::<Result<Vec<_>>>()?;
+    let passed = Tensor::optimization_barrier(&cts.iter().collect::<Vec<_>>())?;
+    Ok(passed.into_iter().map(Some).collect())
 }
