@@ -20,6 +20,7 @@ mod executable;
 #[cfg(test)]
 mod fake;
 mod ffi;
+mod heap;
 mod hlo;
 pub mod install;
 mod logging;
@@ -27,6 +28,7 @@ mod plugin;
 mod proto;
 mod sharded;
 pub(crate) mod signature;
+pub(crate) use heap::trim_host_heap;
 
 pub use buffer::Buffer;
 pub use cache::{CacheStats, CompileCache};

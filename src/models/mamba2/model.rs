@@ -3,6 +3,7 @@
 //! in one program).
 
 use super::weights::named_differences;
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Mutex;
 
@@ -126,7 +127,17 @@ impl Mamba2 {
                 Some(p) => p.sharding(&p.weight_spec(name, &a.ty()))?,
                 None => Sharding::single(),
             };
-            client.sharded_buffer_from_host_array(&a, &sharding)
+            let buffer = client.sharded_buffer_from_host_array(&a, &sharding)?;
+            if let Cow::Owned(host) = a {
+                let bytes = host.ty().byte_size().unwrap_or(0);
+                drop(host);
+                // A tensor under glibc's mmap threshold went back to the heap, not to the
+                // system: hand its pages back before the next device copy takes new ones.
+                if bytes >= 1 << 20 {
+                    crate::runtime::trim_host_heap();
+                }
+            }
+            Ok(buffer)
         })?;
         Ok(Mamba2 {
             config,
