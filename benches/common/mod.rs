@@ -113,11 +113,16 @@ pub fn uniform(n: usize, seed: u64, lo: f64, hi: f64) -> Vec<f32> {
 
 /// A `/proc/self/status` field in KiB (`"VmHWM:"`, the peak resident memory; `"VmRSS:"`).
 pub fn status_kib(field: &str) -> Result<u64> {
-    let status = std::fs::read_to_string("/proc/self/status")?;
+    proc_kib("/proc/self/status", field)
+}
+
+/// A `field: N kB` line of a `/proc` file (`/proc/self/status`, `/proc/meminfo`), in KiB.
+pub fn proc_kib(path: &str, field: &str) -> Result<u64> {
+    let status = std::fs::read_to_string(path)?;
     let line = status
         .lines()
         .find(|l| l.starts_with(field))
-        .with_context(|| format!("no {field} in /proc/self/status"))?;
+        .with_context(|| format!("no {field} in {path}"))?;
     Ok(line
         .split_whitespace()
         .nth(1)

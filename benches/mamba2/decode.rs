@@ -26,15 +26,20 @@ pub fn bench(ctx: &mut Ctx) -> Result<Value> {
     all_positions(ctx, device, tables)
 }
 
-/// Bytes a decode step reads: every weight once (the tied embedding as the head) and the
-/// recurrent state of `batch` rows.
-pub fn decode_bytes_per_step(cfg: &Mamba2Config, dtype: DType, batch: usize) -> Result<f64> {
+/// Bytes of the weights of `cfg` with `dtype` matrices.
+pub fn weight_bytes(cfg: &Mamba2Config, dtype: DType) -> Result<usize> {
     let types = Mamba2Weights::<TensorType>::types(cfg, dtype)?;
-    let weights: usize = types
+    Ok(types
         .named()
         .iter()
         .map(|(_, t)| t.byte_size().unwrap_or(0))
-        .sum();
+        .sum())
+}
+
+/// Bytes a decode step reads: every weight once (the tied embedding as the head) and the
+/// recurrent state of `batch` rows.
+pub fn decode_bytes_per_step(cfg: &Mamba2Config, dtype: DType, batch: usize) -> Result<f64> {
+    let weights = weight_bytes(cfg, dtype)?;
     let state = cfg.num_layers
         * batch
         * 4

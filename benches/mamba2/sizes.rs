@@ -12,11 +12,11 @@ use anyhow::{bail, ensure, Context, Result};
 use serde_json::{json, Value};
 use stablegraph::models::mamba2::{Mamba2, Mamba2Config, Mamba2Weights};
 use stablegraph::runtime::{Client, CompileCache};
-use stablegraph::{DType, TensorType};
+use stablegraph::DType;
 
-use crate::common::{median, secs_since, show, status_kib, timed};
+use crate::common::{median, proc_kib, secs_since, show, status_kib, timed};
 use crate::context::{greedy, prompt, Ctx};
-use crate::decode::decode_bytes_per_step;
+use crate::decode::{decode_bytes_per_step, weight_bytes};
 use crate::table::Table;
 use crate::{DECODE_PROMPT, SEED, SIZES_CHILD_ENV};
 
@@ -40,29 +40,9 @@ fn dtype_of(name: &str) -> Result<DType> {
         .with_context(|| format!("unknown dtype {name}"))
 }
 
-/// Bytes of the weights of `cfg` with `dtype` matrices.
-fn weight_bytes(cfg: &Mamba2Config, dtype: DType) -> Result<f64> {
-    let types = Mamba2Weights::<TensorType>::types(cfg, dtype)?;
-    Ok(types
-        .named()
-        .iter()
-        .map(|(_, t)| t.byte_size().unwrap_or(0) as f64)
-        .sum())
-}
-
 /// `MemAvailable` of `/proc/meminfo`, in bytes.
 fn mem_available() -> Result<f64> {
-    let info = std::fs::read_to_string("/proc/meminfo")?;
-    let line = info
-        .lines()
-        .find(|l| l.starts_with("MemAvailable:"))
-        .context("no MemAvailable in /proc/meminfo")?;
-    let kib: f64 = line
-        .split_whitespace()
-        .nth(1)
-        .context("malformed MemAvailable")?
-        .parse()?;
-    Ok(kib * 1024.0)
+    Ok(proc_kib("/proc/meminfo", "MemAvailable:")? as f64 * 1024.0)
 }
 
 /// Resets the high-water mark (Linux >= 4.0); whether it worked.
@@ -141,7 +121,7 @@ pub fn child(arg: &str) -> Result<()> {
 /// One setting's outcome: the child's JSON, or why there is none.
 fn run_child(size: &str, dtype: &str, plan: (usize, usize, usize)) -> Result<Value> {
     let cfg = Mamba2Config::sized(size)?;
-    let need = weight_bytes(&cfg, dtype_of(dtype)?)? + OVERHEAD_BYTES;
+    let need = weight_bytes(&cfg, dtype_of(dtype)?)? as f64 + OVERHEAD_BYTES;
     let available = mem_available()?;
     if need > available {
         return Ok(json!({
@@ -206,7 +186,7 @@ pub fn bench(ctx: &mut Ctx) -> Result<Value> {
             let t = Instant::now();
             let v = run_child(size, dtype, (short, long, reps))?;
             crate::common::progress::note(format!("  {size} {dtype}: {:.0}s", secs_since(t)));
-            let mb = weight_bytes(&cfg, d)? / 1e6;
+            let mb = weight_bytes(&cfg, d)? as f64 / 1e6;
             let mut cells = vec![size.to_string(), dtype.to_string(), show(mb)];
             if let Some(why) = v.get("skipped").or(v.get("failed")).and_then(Value::as_str) {
                 cells.push(why.to_string());

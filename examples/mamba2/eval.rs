@@ -5,14 +5,14 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, ensure, Context, Result};
-use clap::{Args, FromArgMatches};
+use clap::Args;
 use serde_json::json;
 use stablegraph::models::mamba2::Mamba2;
 use stablegraph::HostArray;
 
 use crate::data::Data;
 use crate::generate::is_other_family;
-use crate::load::{load, ModelArgs, PromptArgs, SamplingArgs};
+use crate::load::ModelArgs;
 use crate::text::{bytes_to_ids, Codec};
 use crate::{progress, write_run_json};
 
@@ -112,16 +112,9 @@ pub(crate) fn eval(a: EvalArgs) -> Result<()> {
     };
     let data = Data::read(&sources)?;
     let text = [data.train, data.val].concat();
-    // The other flags of `load` at their defaults.
-    let none = clap::Command::new("eval");
-    let prompt_args = PromptArgs::from_arg_matches(
-        &<PromptArgs as Args>::augment_args(none.clone()).get_matches_from(["eval"]),
-    )?;
-    let sampling = SamplingArgs::from_arg_matches(
-        &<SamplingArgs as Args>::augment_args(none).get_matches_from(["eval"]),
-    )?;
-    let l = load(&a.model, &prompt_args, &sampling, false)?;
-    let tokens = match &l.codec {
+    let (source, config, codec) = a.model.model_config(false)?;
+    let (_client, model, description) = a.model.place(&source, config)?;
+    let tokens = match &codec {
         Codec::Bytes => bytes_to_ids(&text),
         codec => codec.encode(&String::from_utf8_lossy(&text))?,
     };
@@ -136,15 +129,15 @@ pub(crate) fn eval(a: EvalArgs) -> Result<()> {
         tokens.len(),
         a.window
     );
-    let (nll, count) = score(&l.model, &windows, a.window)?;
+    let (nll, count) = score(&model, &windows, a.window)?;
     let nats = nll / count as f64;
     let bits = nats / std::f64::consts::LN_2;
-    let unit = if matches!(l.codec, Codec::Bytes) {
+    let unit = if matches!(codec, Codec::Bytes) {
         "byte"
     } else {
         "token"
     };
-    println!("model       {}", l.description);
+    println!("model       {description}");
     println!(
         "text        {} files, {} tokens; scored {count} predictions in {} windows of {}",
         data.files.len(),
@@ -166,7 +159,7 @@ pub(crate) fn eval(a: EvalArgs) -> Result<()> {
             "loss_bits": bits,
             "perplexity": nats.exp(),
         });
-        write_run_json(path, value, &l.model)?;
+        write_run_json(path, value, &model)?;
     }
     Ok(())
 }

@@ -366,22 +366,10 @@ pub(crate) fn load(
     s: &SamplingArgs,
     random_default: bool,
 ) -> Result<Loaded> {
-    let source = m.source(random_default);
-    let (config, codec) = match &source {
-        Source::Checkpoint { dir, .. } => {
-            let config = read_config(dir)?;
-            let codec = Codec::for_model(Some(dir), config.vocab_size)?;
-            (config, codec)
-        }
-        Source::Random(shape) => (
-            Mamba2Config::sized(shape.name())?,
-            Codec::for_model(None, 0)?,
-        ),
-    };
+    let (source, config, codec) = m.model_config(random_default)?;
     let vocab = config.vocab_size;
     let (options, settings_from) = s.options_for(&source, vocab)?;
     let prompts = p.prompts(&codec, vocab)?;
-    ensure!(m.devices > 0, "--devices must be at least 1");
     match m.parallel {
         ParallelArg::Heads => ensure!(
             config.num_heads.is_multiple_of(m.devices),
@@ -400,39 +388,7 @@ pub(crate) fn load(
             m.devices
         ),
     }
-
-    progress("loading the PJRT plugin");
-    let client = match (&m.plugin, m.devices) {
-        (Some(path), _) => Client::from_plugin_path(path),
-        (None, 1) => Client::cpu(),
-        (None, n) => Client::cpu_with_devices(n),
-    }
-    .context("creating the PJRT client")?;
-    let dtype = m.dtype.dtype();
-    let (weights, source) = load_weights(m, &source, &config, dtype)?;
-    let mut description = format!(
-        "{source}: {} layers, {} wide, vocab {}, {} matrices",
-        config.num_layers,
-        config.hidden_size,
-        config.vocab_size,
-        dtype_name(dtype)
-    );
-    if m.devices > 1 {
-        let how = match m.parallel {
-            ParallelArg::Heads => "heads",
-            ParallelArg::Batch => "batch",
-        };
-        description.push_str(&format!(", over {} devices by {how}", m.devices));
-    }
-    progress("uploading the weights");
-    let bf16_dots = match m.bf16_dots {
-        Bf16Dots::Auto => None,
-        Bf16Dots::On => Some(true),
-        Bf16Dots::Off => Some(false),
-    };
-    let model = Mamba2::new_parallel(&client, config, weights, m.parallel.kind(), m.devices)?
-        .with_prefill_chunk(m.prefill_chunk)?
-        .with_bf16_dots(bf16_dots);
+    let (client, model, description) = m.place(&source, config)?;
     Ok(Loaded {
         client,
         model,
@@ -442,6 +398,73 @@ pub(crate) fn load(
         settings_from,
         description,
     })
+}
+
+impl ModelArgs {
+    /// Where the weights come from (see [`ModelArgs::source`]), the model's config and how its
+    /// tokens relate to text: cheap, before anything is loaded. Also checks `--devices`.
+    pub(crate) fn model_config(
+        &self,
+        random_default: bool,
+    ) -> Result<(Source, Mamba2Config, Codec)> {
+        ensure!(self.devices > 0, "--devices must be at least 1");
+        let source = self.source(random_default);
+        let (config, codec) = match &source {
+            Source::Checkpoint { dir, .. } => {
+                let config = read_config(dir)?;
+                let codec = Codec::for_model(Some(dir), config.vocab_size)?;
+                (config, codec)
+            }
+            Source::Random(shape) => (
+                Mamba2Config::sized(shape.name())?,
+                Codec::for_model(None, 0)?,
+            ),
+        };
+        Ok((source, config, codec))
+    }
+
+    /// Creates the client, loads or draws the weights and uploads them: the model and a line
+    /// describing it.
+    pub(crate) fn place(
+        &self,
+        source: &Source,
+        config: Mamba2Config,
+    ) -> Result<(Client, Mamba2, String)> {
+        let m = self;
+        progress("loading the PJRT plugin");
+        let client = match (&m.plugin, m.devices) {
+            (Some(path), _) => Client::from_plugin_path(path),
+            (None, 1) => Client::cpu(),
+            (None, n) => Client::cpu_with_devices(n),
+        }
+        .context("creating the PJRT client")?;
+        let dtype = m.dtype.dtype();
+        let (weights, name) = load_weights(m, source, &config, dtype)?;
+        let mut description = format!(
+            "{name}: {} layers, {} wide, vocab {}, {} matrices",
+            config.num_layers,
+            config.hidden_size,
+            config.vocab_size,
+            dtype_name(dtype)
+        );
+        if m.devices > 1 {
+            let how = match m.parallel {
+                ParallelArg::Heads => "heads",
+                ParallelArg::Batch => "batch",
+            };
+            description.push_str(&format!(", over {} devices by {how}", m.devices));
+        }
+        progress("uploading the weights");
+        let bf16_dots = match m.bf16_dots {
+            Bf16Dots::Auto => None,
+            Bf16Dots::On => Some(true),
+            Bf16Dots::Off => Some(false),
+        };
+        let model = Mamba2::new_parallel(&client, config, weights, m.parallel.kind(), m.devices)?
+            .with_prefill_chunk(m.prefill_chunk)?
+            .with_bf16_dots(bf16_dots);
+        Ok((client, model, description))
+    }
 }
 
 impl PromptArgs {

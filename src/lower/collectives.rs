@@ -90,12 +90,7 @@ impl<'g> Lowering<'g> {
             args.push(format!("{name}: {}", tensor_type(self.ty(*a)?)));
             self.names[a.node] = vec![name];
         }
-        let count = n.outs.len();
-        let result = if count == 1 {
-            n.res.clone()
-        } else {
-            format!("{}:{count}", n.res)
-        };
+        let (result, names) = n.results();
         self.emit(format!(
             "{result} = sdy.manual_computation({}) in_shardings={} out_shardings={} \
              manual_axes={{{}}} ({}) {{",
@@ -130,11 +125,7 @@ impl<'g> Lowering<'g> {
             ins.join(", "),
             outs.join(", ")
         ));
-        Ok(if count == 1 {
-            vec![n.res.clone()]
-        } else {
-            (0..count).map(|k| format!("{}#{k}", n.res)).collect()
-        })
+        Ok(names)
     }
 
     /// The region `({ ^bb0(a, b): c = op a, b; return c })` combining elements of `dtype`.

@@ -11,15 +11,11 @@ impl<'g> Lowering<'g> {
     /// Emits the loop `n` over the regions `cond` and `body` (checked by the walk: each fits the
     /// state and belongs to this loop alone) and returns the names of its results.
     pub(super) fn while_loop(&mut self, n: &Inst, cond: usize, body: usize) -> Result<Vec<String>> {
-        let (res, ins) = (&n.res, &n.ins);
+        let ins = &n.ins;
         let arg_types: Vec<String> = n.tys.iter().map(|t| tensor_type(t)).collect();
         let types = arg_types.join(", ");
         let count = ins.len();
-        let result = if count == 1 {
-            res.clone()
-        } else {
-            format!("{res}:{count}")
-        };
+        let (result, names) = n.results();
         self.emit(format!(
             "{result} = \"stablehlo.while\"({}) ({{",
             ins.join(", ")
@@ -36,11 +32,7 @@ impl<'g> Lowering<'g> {
             format!("({types})")
         };
         self.emit(format!("}}) : ({types}) -> {outputs}"));
-        Ok(if count == 1 {
-            vec![res.clone()]
-        } else {
-            (0..count).map(|k| format!("{res}#{k}")).collect()
-        })
+        Ok(names)
     }
 
     /// Emits region `r`: its block (arguments of `types`), its nodes one level deeper, and its
@@ -81,22 +73,13 @@ impl Lowering<'_> {
     /// `stablehlo.optimization_barrier` of the inputs: one result each, same types.
     pub(super) fn optimization_barrier(&mut self, n: &Inst) -> Vec<String> {
         let types: Vec<String> = n.tys.iter().map(|t| tensor_type(t)).collect();
-        let (res, k) = (&n.res, n.ins.len());
-        let result = if k == 1 {
-            res.to_string()
-        } else {
-            format!("{res}:{k}")
-        };
+        let (result, names) = n.results();
         self.emit(format!(
             "{result} = \"stablehlo.optimization_barrier\"({}) : ({}) -> ({})",
             n.ins.join(", "),
             types.join(", "),
             types.join(", ")
         ));
-        if k == 1 {
-            vec![res.clone()]
-        } else {
-            (0..k).map(|i| format!("{res}#{i}")).collect()
-        }
+        names
     }
 }

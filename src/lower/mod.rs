@@ -112,6 +112,17 @@ impl<'g> Inst<'g> {
         tensor_type(self.out())
     }
 
+    /// For an op of several results: the name it binds (`%v3:2`; `%v3` for one result) and the
+    /// names of its results (`%v3#0`, `%v3#1`; `%v3`).
+    fn results(&self) -> (String, Vec<String>) {
+        let count = self.outs.len();
+        if count == 1 {
+            return (self.res.clone(), vec![self.res.clone()]);
+        }
+        let names = (0..count).map(|k| format!("{}#{k}", self.res)).collect();
+        (format!("{}:{count}", self.res), names)
+    }
+
     /// `(operand types) -> output type`.
     fn sig(&self) -> String {
         signature(&self.tys, self.out())

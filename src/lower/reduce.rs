@@ -333,11 +333,7 @@ impl Lowering<'_> {
         let sk = scalar_or_shaped(key, &[]);
         let pred = scalar_or_shaped(DType::Pred, &[]);
         let ct = compare_type(key);
-        let result = if ins.len() == 1 {
-            res.to_string()
-        } else {
-            format!("{res}:{}", ins.len())
-        };
+        let (result, names) = n.results();
         self.emit(format!(
             "{result} = \"stablehlo.sort\"({}) ({{",
             ins.join(", ")
@@ -390,10 +386,6 @@ impl Lowering<'_> {
             "}}) {{dimension = {axis} : i64, is_stable = true}} : ({}) -> {result_types}",
             operand_types.join(", ")
         ));
-        if ins.len() == 1 {
-            vec![res.clone()]
-        } else {
-            (0..ins.len()).map(|k| format!("{res}#{k}")).collect()
-        }
+        names
     }
 }
