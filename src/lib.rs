@@ -17,6 +17,8 @@
 //!
 //! - [`sampling`]: choosing tokens from logits on the device (greedy; temperature, top-k and
 //!   top-p as runtime inputs), for any model.
+//! - [`serving`]: continuous batching over a fixed set of slots ([`serving::Scheduler`]):
+//!   requests join and leave a batch that decodes in compiled segments, with no recompiles.
 //! - [`models::mamba2`]: Mamba-2 inference from the graph DSL alone: chunked SSD prefill, the
 //!   O(1) recurrent step, and whole-sequence generation as one compiled program; and its
 //!   training step (loss, gradients and an optimizer update) as one compiled program.
@@ -102,6 +104,7 @@ pub mod optim;
 pub mod rng;
 pub mod runtime;
 pub mod sampling;
+pub mod serving;
 pub mod sharding;
 
 /// The README's and `docs/`'s Rust examples, compiled and run as doctests (`cargo test --doc`),

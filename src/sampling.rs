@@ -273,26 +273,36 @@ pub fn filtered_logits(logits: &Tensor, settings: &SampleSettings) -> Result<Ten
 }
 
 /// Samples one token per row of `logits` `[batch, vocab]` with `settings`, from the Threefry
-/// `key` (u32 `[2]`); returns the tokens (i32 `[batch]`) and the key for the next draw.
+/// `key`: u32 `[2]` for the whole batch, or u32 `[batch, 2]`, one key per row (a row's draws
+/// then depend on its own key alone, whatever the other rows hold). Returns the tokens (i32
+/// `[batch]`) and the key (or keys) for the next draw. A row with top-k 1 takes the most likely
+/// token, as [`greedy`] does (the first on ties).
 pub fn sample(
     logits: &Tensor,
     settings: &SampleSettings,
     key: &Tensor,
 ) -> Result<(Tensor, Tensor)> {
     let (batch, vocab) = logits_dims(logits, "sample")?;
-    if key.dtype() != DType::U32 || key.dims() != [2] {
+    let per_row = key.dims() == [batch, 2];
+    if key.dtype() != DType::U32 || !(key.dims() == [2] || per_row) {
         return Err(Error::InvalidArgument(format!(
-            "sample: key is {}, expected u32[2]",
+            "sample: key is {}, expected u32[2] or u32[{batch}, 2]",
             key.ty()
         )));
     }
     let Filtered { x, weights: w, .. } = filter(logits, settings, batch, vocab)?;
     let g = logits.graph();
+    let (u, next) = if per_row {
+        // Three words per row: one for the draw, two for the row's next key.
+        let bits = g.random_bits_rows(key, 3)?;
+        let u = crate::ops::random::unit_float(&bits.narrow(1, 0, 1)?.reshape(&[batch as isize])?)?;
+        (u, bits.narrow(1, 1, 2)?)
+    } else {
+        (g.random_uniform(key, DType::F32, &[batch])?, next_key(key)?)
+    };
     // Inverse CDF over the vocabulary in index order: with r = u * sum(w), the token is the
     // largest j with sum(w[..j]) <= r, found bit by bit.
-    let r = g
-        .random_uniform(key, DType::F32, &[batch])?
-        .mul(&w.sum(&[1])?)?;
+    let r = u.mul(&w.sum(&[1])?)?;
     let index = g.iota(DType::U32, &[batch, vocab], 1)?;
     let bits = usize::BITS - vocab.leading_zeros();
     let on = g.full(1.0, DType::Pred, &[batch])?;
@@ -302,11 +312,13 @@ pub fn sample(
     })?;
     // A token whose weight is 0 can only come from rounding in the sums (r within an ulp of
     // the total): take the most likely token instead (which every filter keeps).
+    // Top-k 1 is the argmax too, so that ties go to the first token as in greedy decoding.
     let picked = index.eq(&token.expand_dims(1)?)?;
     let weight = picked.select(&w, 0.0)?.sum(&[1])?;
     let token = token.astype(DType::I32)?;
-    let token = weight.gt(0.0)?.select(&token, &greedy(&x)?)?;
-    Ok((token, next_key(key)?))
+    let drawn = weight.gt(0.0)?.and(&settings.top_k.ne(1.0)?)?;
+    let token = drawn.select(&token, &greedy(&x)?)?;
+    Ok((token, next))
 }
 
 /// The key for the next draw: bits from a separate stream (the key xor a constant), so that

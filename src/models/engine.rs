@@ -32,6 +32,20 @@ pub(crate) struct Variant {
     pub(crate) segment: bool,
     /// Applies penalties (takes their settings and a token history).
     pub(crate) penalties: bool,
+    /// Takes one sampling key per row (u32 `[b, 2]`) instead of one for the batch: each row
+    /// then samples the same tokens whatever the other rows hold (served slots).
+    pub(crate) row_keys: bool,
+}
+
+impl Variant {
+    /// The shape of the sampling key the program takes for `batch` rows.
+    pub(crate) fn key_dims(&self, batch: usize) -> Vec<usize> {
+        if self.row_keys {
+            vec![batch, 2]
+        } else {
+            vec![2]
+        }
+    }
 }
 
 impl Variant {
@@ -319,6 +333,7 @@ pub(crate) fn variant(options: &GenerateOptions) -> Variant {
         state_out: false,
         segment: false,
         penalties: !options.penalties.is_off(),
+        row_keys: false,
     }
 }
 
@@ -381,7 +396,7 @@ pub(crate) fn segment_outputs<M: Stepper>(
     let logits = g.parameter("logits", DType::F32, &[batch, vocab])?;
     let states = state_parameters(g)?;
     let done = g.parameter("done", DType::Pred, &[batch])?;
-    let key = g.parameter("key", DType::U32, &[2])?;
+    let key = g.parameter("key", DType::U32, &v.key_dims(batch))?;
     let max_steps = g.parameter("max_steps", DType::I32, &[])?;
     let eos = g.parameter("eos", DType::I32, &[])?;
     let sample = if v.sample {

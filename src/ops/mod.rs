@@ -53,7 +53,7 @@ mod mask;
 mod nn;
 mod op;
 mod operators;
-mod random;
+pub(crate) mod random;
 mod reduce;
 mod regions;
 mod rules;

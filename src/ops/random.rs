@@ -88,6 +88,37 @@ impl Graph {
             .0)
     }
 
+    /// Random u32 bits `[b, n]` from one key per row (`keys`: u32 `[b, 2]`): row `r` depends on
+    /// `keys[r]` alone, so a row draws the same bits whatever the other rows hold (what lets
+    /// the rows of a served batch each follow their own seed).
+    #[track_caller]
+    pub fn random_bits_rows(&self, keys: &Tensor, n: usize) -> Result<Tensor> {
+        let loc = Location::caller();
+        self.check_same(keys, "random_bits_rows", loc)?;
+        let rows = match *keys.dims() {
+            [b, 2] if keys.dtype() == DType::U32 => b,
+            _ => {
+                return Err(graph_error(
+                    "random_bits_rows",
+                    format!("the keys must be u32[b, 2], got {}", keys.ty()),
+                    loc,
+                ))
+            }
+        };
+        if n == 0 || n as u64 > u64::from(u32::MAX) {
+            return Err(graph_error(
+                "random_bits_rows",
+                format!("n ({n}) is not in 1..=2^32 - 1"),
+                loc,
+            ));
+        }
+        let k0 = keys.narrow(1, 0, 1)?.broadcast_to(&[rows, n])?;
+        let k1 = keys.narrow(1, 1, 1)?.broadcast_to(&[rows, n])?;
+        let counter = self.iota(DType::U32, &[rows, n], 1)?;
+        let zero = self.full_at(0.0, DType::U32, &[rows, n], loc)?;
+        Ok(threefry(&k0, &k1, &counter, &zero)?.0)
+    }
+
     /// Uniform random floats in `[0, 1)` of shape `dims` for `key` (`u32[2]`). 23 random mantissa
     /// bits, drawn in f32 and converted to `dtype`.
     #[track_caller]
@@ -120,7 +151,7 @@ impl Graph {
 }
 
 /// u32 bits to f32 in `[0, 1)`: the top 23 bits as the mantissa of a number in `[1, 2)`, minus 1.
-fn unit_float(bits: &Tensor) -> Result<Tensor> {
+pub(crate) fn unit_float(bits: &Tensor) -> Result<Tensor> {
     bits.shift_right_logical(9u32)?
         .or(0x3F80_0000u32)?
         .bitcast(DType::F32)?

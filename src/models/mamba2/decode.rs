@@ -86,6 +86,7 @@ impl Mamba2 {
                     state_out: false,
                     segment: false,
                     penalties: !options.penalties.is_off(),
+                    row_keys: false,
                 },
             )?
             .to_stablehlo()?,
@@ -186,7 +187,7 @@ impl Mamba2 {
         g.donate(&logits)?;
         let states = self.state_parameters(&g, batch)?;
         let done = g.parameter("done", DType::Pred, &[batch])?;
-        let key = g.parameter("key", DType::U32, &[2])?;
+        let key = g.parameter("key", DType::U32, &v.key_dims(batch))?;
         let max_steps = g.parameter("max_steps", DType::I32, &[])?;
         let eos = g.parameter("eos", DType::I32, &[])?;
         let sample = if v.sample {

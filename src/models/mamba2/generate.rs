@@ -59,6 +59,7 @@ impl Mamba2 {
             state_out: false,
             segment: true,
             penalties: !options.penalties.is_off(),
+            row_keys: false,
         };
         let longest = prompts.iter().map(Vec::len).max().unwrap_or(1);
         let bucket = self.prompt_bucket(longest).unwrap_or(longest);
@@ -225,6 +226,7 @@ impl Mamba2 {
             state_out,
             segment: false,
             penalties: !options.penalties.is_off(),
+            row_keys: false,
         };
         let key_id = format!("generate b{batch} l{bucket} n{capacity} {v:?}");
         let program = self.program(&key_id, || self.generate_graph(batch, bucket, capacity, v))?;

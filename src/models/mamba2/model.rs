@@ -298,6 +298,11 @@ impl Mamba2 {
         self.placement.as_ref().map(|p| p.kind)
     }
 
+    /// How many programs the model has compiled.
+    pub(super) fn compiled_programs(&self) -> usize {
+        self.programs.lock().map_or(0, |p| p.len())
+    }
+
     pub(super) fn weight_args(&self) -> Vec<&ShardedBuffer> {
         self.weights.named().into_iter().map(|(_, b)| b).collect()
     }
@@ -361,7 +366,7 @@ impl Mamba2 {
         Ok(Mamba2State { layers })
     }
 
-    fn state_types(&self, batch: usize) -> (TensorType, TensorType) {
+    pub(super) fn state_types(&self, batch: usize) -> (TensorType, TensorType) {
         let c = &self.config;
         (
             TensorType::new(DType::F32, &[batch, c.conv_dim(), c.conv_kernel]),

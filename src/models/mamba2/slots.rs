@@ -1,0 +1,261 @@
+//! Mamba-2 as a [`SlotModel`]: the slots are a `slots`-row state and the logits of each row's
+//! next token on the device; prompts are prefilled in groups and written into their slots by an
+//! insert program; segments run the device-side decode loop with one sampling key per row.
+
+use super::decode::Variant;
+use super::model::{layer_states, state_args, Mamba2};
+use super::state::Mamba2State;
+use crate::array::HostArray;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::ops::Graph;
+use crate::runtime::ShardedBuffer;
+use crate::sampling::{SampleSettings, Sampling};
+use crate::serving::{Segment, SegmentOutput, SlotModel};
+
+/// The slots of a served Mamba-2 batch on the device.
+#[derive(Debug)]
+pub struct Mamba2Slots {
+    /// The logits of each slot's next token, `[slots, vocab]`.
+    logits: ShardedBuffer,
+    /// Each slot's state.
+    state: Mamba2State,
+}
+
+impl Mamba2 {
+    /// The program that writes `rows` prefilled rows (logits and state) into slots: parameters
+    /// after the weights are the slots' logits and state (donated), the rows' logits and state,
+    /// and the slot index of each row (i32 `[rows]`); outputs the slots' logits and state.
+    fn insert_graph(&self, slots: usize, rows: usize) -> Result<Graph> {
+        let g = Graph::new();
+        let vocab = self.config().vocab_size;
+        let logits = g.parameter("logits", DType::F32, &[slots, vocab])?;
+        g.donate(&logits)?;
+        let state = self.state_parameters(&g, slots)?;
+        let row_logits = g.parameter("row_logits", DType::F32, &[rows, vocab])?;
+        let (conv_t, ssm_t) = self.state_types(rows);
+        let mut targets = vec![logits];
+        let mut sources = vec![row_logits];
+        for (i, l) in state.into_iter().enumerate() {
+            targets.extend([l.conv, l.ssm]);
+            sources.push(g.parameter(&format!("row_conv.{i}"), conv_t.dtype, &conv_t.dims)?);
+            sources.push(g.parameter(&format!("row_ssm.{i}"), ssm_t.dtype, &ssm_t.dims)?);
+        }
+        let index = g.parameter("slot_index", DType::I32, &[rows])?;
+        let zero = g.scalar(0.0, DType::I32)?;
+        for r in 0..rows {
+            let at = index.narrow(0, r, 1)?.reshape(&[])?;
+            for (t, s) in targets.iter_mut().zip(&sources) {
+                let mut starts = vec![&at];
+                starts.extend(std::iter::repeat_n(&zero, s.rank() - 1));
+                *t = t.dynamic_update_slice(&s.narrow(0, r, 1)?, &starts)?;
+            }
+        }
+        g.set_outputs(&targets.iter().collect::<Vec<_>>())?;
+        Ok(g)
+    }
+
+    /// The serving variant of the segment program: state held for inactive rows, one key per
+    /// row, greedy or sampled.
+    fn slot_variant(sample: bool) -> Variant {
+        Variant {
+            sample,
+            from_state: true,
+            state_out: true,
+            segment: true,
+            penalties: false,
+            row_keys: true,
+        }
+    }
+
+    /// Uploads a per-slot host array as the program input `name`.
+    fn slot_input(&self, name: &str, a: HostArray, slots: usize) -> Result<ShardedBuffer> {
+        self.input(name, &a, slots)
+    }
+}
+
+impl SlotModel for Mamba2 {
+    type Slots = Mamba2Slots;
+
+    fn vocab_size(&self) -> usize {
+        self.config().vocab_size
+    }
+
+    fn prompt_bucket(&self, len: usize) -> Result<usize> {
+        Mamba2::prompt_bucket(self, len).ok_or_else(|| {
+            Error::InvalidArgument(format!("a prompt of {len} tokens is too long to prefill"))
+        })
+    }
+
+    fn open_slots(&self, slots: usize) -> Result<Mamba2Slots> {
+        if slots == 0 {
+            return Err(Error::InvalidArgument(
+                "serving needs at least one slot".into(),
+            ));
+        }
+        if self.devices() > 1 {
+            return Err(Error::InvalidArgument(format!(
+                "serving runs a model on one device so far; this one spans {}",
+                self.devices()
+            )));
+        }
+        let vocab = self.config().vocab_size;
+        let zeros = |dims: &[usize]| HostArray::from_vec(dims, vec![0f32; dims.iter().product()]);
+        let logits = self.slot_input("logits", zeros(&[slots, vocab])?, slots)?;
+        let (conv_t, ssm_t) = self.state_types(slots);
+        let mut flat = Vec::new();
+        for i in 0..self.config().num_layers {
+            flat.push(self.slot_input(&format!("conv.{i}"), zeros(&conv_t.dims)?, slots)?);
+            flat.push(self.slot_input(&format!("ssm.{i}"), zeros(&ssm_t.dims)?, slots)?);
+        }
+        let state = layer_states(&mut flat.into_iter(), self.config().num_layers)?;
+        Ok(Mamba2Slots { logits, state })
+    }
+
+    fn fill_slots(&self, slots: Mamba2Slots, rows: &[(usize, &[u32])]) -> Result<Mamba2Slots> {
+        let n_slots = slots.state.batch();
+        if let Some((bad, _)) = rows.iter().find(|(i, _)| *i >= n_slots) {
+            return Err(Error::InvalidArgument(format!(
+                "fill_slots: slot {bad} is outside the {n_slots} slots"
+            )));
+        }
+        if rows.is_empty() {
+            return Ok(slots);
+        }
+        let prompts: Vec<Vec<u32>> = rows.iter().map(|(_, p)| p.to_vec()).collect();
+        let pre = self.prefill(&prompts)?;
+        let n = rows.len();
+        let key = format!("insert s{n_slots} r{n}");
+        let program = self.program(&key, || self.insert_graph(n_slots, n))?;
+        // Fits an i32: slot indices are below n_slots, which a buffer's row count bounds.
+        let index: Vec<i32> = rows.iter().map(|(i, _)| *i as i32).collect();
+        let row_logits = self.input("row_logits", &pre.logits, n)?;
+        let index = self.input("slot_index", &HostArray::from_vec(&[n], index)?, n)?;
+        let mut args = vec![&slots.logits];
+        args.extend(state_args(Some(&slots.state)));
+        args.push(&row_logits);
+        args.extend(state_args(Some(&pre.state)));
+        args.push(&index);
+        let outs = program.run_sharded(&args)?;
+        drop(args);
+        let mut outs = outs.into_iter();
+        let logits = outs
+            .next()
+            .ok_or_else(|| Error::InvalidArgument("the insert program returned nothing".into()))?;
+        let state = layer_states(&mut outs, self.config().num_layers)?;
+        Ok(Mamba2Slots { logits, state })
+    }
+
+    fn run_segment(
+        &self,
+        slots: Mamba2Slots,
+        segment: &Segment,
+    ) -> Result<(Mamba2Slots, SegmentOutput)> {
+        let n = slots.state.batch();
+        check_segment(segment, n)?;
+        let sample = segment
+            .active
+            .iter()
+            .zip(segment.sampling)
+            .any(|(a, s)| *a && matches!(s, Sampling::Sample { .. }));
+        let v = Mamba2::slot_variant(sample);
+        let key_id = format!("slot segment s{n} k{} {v:?}", segment.capacity);
+        let program = self.program(&key_id, || self.segment_graph(n, segment.capacity, v, 0))?;
+        let done: Vec<bool> = segment.active.iter().map(|a| !a).collect();
+        let done = self.slot_input("done", HostArray::from_vec(&[n], done)?, n)?;
+        let keys: Vec<u32> = segment.keys.iter().flatten().copied().collect();
+        let keys = self.slot_input("key", HostArray::from_vec(&[n, 2], keys)?, n)?;
+        // Both fit an i32: steps <= capacity <= MAX_NEW_TOKENS, eos < vocab (checked).
+        let max_steps = HostArray::scalar(segment.steps as i32);
+        let max_steps = self.slot_input("max_steps", max_steps, n)?;
+        let eos = HostArray::scalar(segment.eos.map_or(-1, |e| e as i32));
+        let mut fixed = vec![self.slot_input("eos", eos, n)?];
+        if sample {
+            fixed.extend(self.row_sample_settings(segment.sampling)?);
+        }
+        let mut args = self.weight_args();
+        args.push(&slots.logits);
+        args.extend(state_args(Some(&slots.state)));
+        args.extend([&done, &keys, &max_steps]);
+        args.extend(&fixed);
+        let outs = program.run_sharded(&args)?;
+        drop(args);
+        let mut outs = outs.into_iter();
+        let missing = || Error::InvalidArgument("a slot segment returned too little".into());
+        let tokens = outs.next().ok_or_else(missing)?.to_vec::<i32>()?;
+        let logits = outs.next().ok_or_else(missing)?;
+        let state = layer_states(&mut outs, self.config().num_layers)?;
+        let _done = outs.next().ok_or_else(missing)?;
+        let keys = outs.next().ok_or_else(missing)?.to_vec::<u32>()?;
+        let tokens = tokens
+            .chunks(segment.capacity)
+            .map(|row| row[..segment.steps].iter().map(|&t| t as u32).collect())
+            .collect();
+        let keys = keys.chunks(2).map(|k| [k[0], k[1]]).collect();
+        let out = SegmentOutput { tokens, keys };
+        Ok((Mamba2Slots { logits, state }, out))
+    }
+
+    fn programs_compiled(&self) -> usize {
+        self.compiled_programs()
+    }
+}
+
+impl Mamba2 {
+    /// The [`SampleSettings`] values of each slot's `sampling`, on the device.
+    fn row_sample_settings(&self, sampling: &[Sampling]) -> Result<Vec<ShardedBuffer>> {
+        let n = sampling.len();
+        let vocab = self.config().vocab_size;
+        let mut columns: [Vec<HostArray>; 3] = Default::default();
+        for s in sampling {
+            for (c, a) in columns
+                .iter_mut()
+                .zip(SampleSettings::host_values(s, 1, vocab)?)
+            {
+                c.push(a);
+            }
+        }
+        let joined = |c: &[HostArray], dtype: DType| -> Result<HostArray> {
+            let bytes: Vec<u8> = c.iter().flat_map(|a| a.to_bytes()).collect();
+            HostArray::from_bytes(&crate::dtype::TensorType::new(dtype, &[n]), &bytes)
+        };
+        let names = [
+            ("temperature", DType::F32),
+            ("top_k", DType::I32),
+            ("top_p", DType::F32),
+        ];
+        names
+            .iter()
+            .zip(&columns)
+            .map(|((name, dtype), c)| self.slot_input(name, joined(c, *dtype)?, n))
+            .collect()
+    }
+}
+
+/// Checks a segment's per-slot lists against `slots` and its steps against its capacity.
+fn check_segment(segment: &Segment, slots: usize) -> Result<()> {
+    let lens = [
+        ("active", segment.active.len()),
+        ("sampling", segment.sampling.len()),
+        ("keys", segment.keys.len()),
+    ];
+    if let Some((name, len)) = lens.iter().find(|(_, len)| *len != slots) {
+        return Err(Error::InvalidArgument(format!(
+            "segment.{name} has {len} entries for {slots} slots"
+        )));
+    }
+    if segment.steps == 0 || segment.steps > segment.capacity {
+        return Err(Error::InvalidArgument(format!(
+            "segment.steps ({}) is not in 1..={}",
+            segment.steps, segment.capacity
+        )));
+    }
+    if segment.capacity > super::MAX_NEW_TOKENS {
+        return Err(Error::InvalidArgument(format!(
+            "segment.capacity ({}) is more than {}",
+            segment.capacity,
+            super::MAX_NEW_TOKENS
+        )));
+    }
+    Ok(())
+}

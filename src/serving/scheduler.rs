@@ -1,0 +1,484 @@
+//! The continuous-batching loop: a queue, a table of slots, and [`Scheduler::step`], which
+//! admits queued requests into free slots and runs one segment.
+
+use std::collections::VecDeque;
+
+use super::{Segment, SlotModel};
+use crate::error::{Error, Result};
+use crate::sampling::Sampling;
+
+/// A request's number, unique within a [`Scheduler`].
+pub type RequestId = u64;
+
+/// What a client asks for.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Request {
+    /// The prompt's tokens (at least one).
+    pub prompt: Vec<u32>,
+    /// The most new tokens (at least one).
+    pub max_tokens: usize,
+    /// Token choice; a sampled request's seed makes its tokens the same whatever else runs.
+    pub sampling: Sampling,
+}
+
+/// The scheduler's settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SchedulerOptions {
+    /// The rows of the segment program: how many requests decode at once.
+    pub slots: usize,
+    /// The most decode steps per segment call; requests join and leave between calls.
+    pub segment: usize,
+    /// The most requests waiting for a slot; more are refused ([`SubmitError::QueueFull`]).
+    pub max_queue: usize,
+    /// The most prompts prefilled in one call (rounded down to a power of two).
+    pub prefill_batch: usize,
+    /// The longest prompt taken, in tokens.
+    pub max_prompt: usize,
+    /// The most new tokens a request may ask for.
+    pub max_tokens: usize,
+    /// A request ends when it emits this token (which is not returned).
+    pub eos: Option<u32>,
+}
+
+impl Default for SchedulerOptions {
+    /// 8 slots, segments of 16 steps, 64 queued, prefill 4 at a time, prompts up to 2,048
+    /// tokens and up to 2,048 new tokens, no `eos`.
+    fn default() -> Self {
+        SchedulerOptions {
+            slots: 8,
+            segment: 16,
+            max_queue: 64,
+            prefill_batch: 4,
+            max_prompt: 2048,
+            max_tokens: 2048,
+            eos: None,
+        }
+    }
+}
+
+/// Why a request was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SubmitError {
+    /// The queue holds [`SchedulerOptions::max_queue`] requests already.
+    QueueFull,
+    /// The request is malformed; the message names the field.
+    Invalid(String),
+}
+
+impl std::fmt::Display for SubmitError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SubmitError::QueueFull => write!(f, "the queue is full; retry later"),
+            SubmitError::Invalid(why) => write!(f, "{why}"),
+        }
+    }
+}
+
+impl std::error::Error for SubmitError {}
+
+/// Why a request ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FinishReason {
+    /// It made `max_tokens` tokens.
+    Length,
+    /// It emitted `eos`.
+    Eos,
+}
+
+/// What happened to a request during a [`Scheduler::step`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    /// Its prompt was prefilled into a slot.
+    Started {
+        /// The request.
+        id: RequestId,
+    },
+    /// New tokens (never empty).
+    Tokens {
+        /// The request.
+        id: RequestId,
+        /// The tokens, in order.
+        tokens: Vec<u32>,
+    },
+    /// It ended; its slot is free.
+    Finished {
+        /// The request.
+        id: RequestId,
+        /// Why.
+        reason: FinishReason,
+    },
+    /// The model failed while it was queued or decoding; it is gone.
+    Failed {
+        /// The request.
+        id: RequestId,
+        /// The model's error.
+        error: String,
+    },
+}
+
+/// Counts since the scheduler started, and where it stands.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SchedulerStats {
+    /// Requests waiting for a slot.
+    pub queued: usize,
+    /// Slots decoding a request.
+    pub active: usize,
+    /// Segment calls run.
+    pub segments: u64,
+    /// Prefill calls run.
+    pub prefills: u64,
+    /// Prompt tokens prefilled.
+    pub prompt_tokens: u64,
+    /// Tokens generated and returned.
+    pub generated_tokens: u64,
+}
+
+/// A request in a slot.
+#[derive(Debug)]
+struct Running {
+    id: RequestId,
+    /// Tokens still to make.
+    remaining: usize,
+    sampling: Sampling,
+    key: [u32; 2],
+}
+
+/// Continuous batching over a [`SlotModel`]: [`Scheduler::submit`] queues a request,
+/// [`Scheduler::step`] admits queued requests into free slots (prompts of one bucket prefilled
+/// together) and runs one segment for every slot in use, returning what happened.
+pub struct Scheduler<M: SlotModel> {
+    model: M,
+    options: SchedulerOptions,
+    /// `None` only after a model error that could not be recovered from.
+    slots: Option<M::Slots>,
+    table: Vec<Option<Running>>,
+    queue: VecDeque<(RequestId, Request)>,
+    next_id: RequestId,
+    stats: SchedulerStats,
+}
+
+impl<M: SlotModel> Scheduler<M> {
+    /// A scheduler over `model` with empty slots. Zero slots, segment steps, prefill batch,
+    /// prompt or token limits, or an `eos` outside the vocabulary, are an error.
+    pub fn new(model: M, options: SchedulerOptions) -> Result<Self> {
+        let o = &options;
+        let zero = [
+            ("slots", o.slots),
+            ("segment", o.segment),
+            ("prefill_batch", o.prefill_batch),
+            ("max_prompt", o.max_prompt),
+            ("max_tokens", o.max_tokens),
+        ];
+        if let Some((name, _)) = zero.iter().find(|(_, v)| *v == 0) {
+            return Err(Error::InvalidArgument(format!(
+                "SchedulerOptions.{name} is 0; it must be at least 1"
+            )));
+        }
+        if o.segment > crate::models::mamba2::MAX_NEW_TOKENS {
+            return Err(Error::InvalidArgument(format!(
+                "SchedulerOptions.segment ({}) is more than {}",
+                o.segment,
+                crate::models::mamba2::MAX_NEW_TOKENS
+            )));
+        }
+        let vocab = model.vocab_size();
+        if let Some(e) = o.eos.filter(|&e| e as usize >= vocab) {
+            return Err(Error::InvalidArgument(format!(
+                "SchedulerOptions.eos ({e}) is outside the vocabulary of {vocab}"
+            )));
+        }
+        model.prompt_bucket(o.max_prompt)?;
+        let slots = model.open_slots(o.slots)?;
+        let table = (0..o.slots).map(|_| None).collect();
+        Ok(Scheduler {
+            model,
+            options,
+            slots: Some(slots),
+            table,
+            queue: VecDeque::new(),
+            next_id: 0,
+            stats: SchedulerStats::default(),
+        })
+    }
+
+    /// Compiles the segment programs (greedy and sampled) and the prefill and insert programs
+    /// of the shortest prompts by running them on empty slots, so that first requests do not
+    /// wait for compiles. Other prompt buckets and group sizes compile on first use.
+    pub fn warm_up(&mut self) -> Result<()> {
+        if self.table.iter().any(Option::is_some) {
+            return Ok(());
+        }
+        let n = self.options.slots;
+        let sample = Sampling::Sample {
+            temperature: 1.0,
+            top_k: 0,
+            top_p: 1.0,
+            seed: 0,
+        };
+        for sampling in [Sampling::Greedy, sample] {
+            let mut s = self.take_slots()?;
+            s = self.model.fill_slots(s, &[(0, &[0][..])])?;
+            let active: Vec<bool> = (0..n).map(|i| i == 0).collect();
+            let segment = Segment {
+                capacity: self.options.segment,
+                steps: 1,
+                active: &active,
+                sampling: &vec![sampling; n],
+                keys: &vec![[0, 0]; n],
+                eos: self.options.eos,
+            };
+            let (s, _) = self.model.run_segment(s, &segment)?;
+            self.slots = Some(s);
+        }
+        Ok(())
+    }
+
+    /// Queues `request`; returns its id. A full queue, an empty prompt, a token outside the
+    /// vocabulary, a prompt or `max_tokens` beyond the limits, or sampling settings out of
+    /// range are refused, naming what was wrong.
+    pub fn submit(&mut self, request: Request) -> std::result::Result<RequestId, SubmitError> {
+        self.check(&request).map_err(SubmitError::Invalid)?;
+        if self.queue.len() >= self.options.max_queue {
+            return Err(SubmitError::QueueFull);
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        self.queue.push_back((id, request));
+        Ok(id)
+    }
+
+    fn check(&self, r: &Request) -> std::result::Result<(), String> {
+        let vocab = self.model.vocab_size();
+        let o = &self.options;
+        if r.prompt.is_empty() {
+            return Err("the prompt is empty; it needs at least one token".into());
+        }
+        if r.prompt.len() > o.max_prompt {
+            return Err(format!(
+                "the prompt has {} tokens; the most this server takes is {}",
+                r.prompt.len(),
+                o.max_prompt
+            ));
+        }
+        if let Some(t) = r.prompt.iter().find(|&&t| t as usize >= vocab) {
+            return Err(format!(
+                "prompt token {t} is outside the vocabulary of {vocab}"
+            ));
+        }
+        if r.max_tokens == 0 || r.max_tokens > o.max_tokens {
+            return Err(format!(
+                "max_tokens ({}) is not in 1..={}",
+                r.max_tokens, o.max_tokens
+            ));
+        }
+        r.sampling.check(vocab).map_err(|e| e.to_string())
+    }
+
+    /// Drops request `id`, queued or decoding (its slot is free for the next step). Returns
+    /// whether it was there.
+    pub fn cancel(&mut self, id: RequestId) -> bool {
+        if let Some(at) = self.queue.iter().position(|(q, _)| *q == id) {
+            self.queue.remove(at);
+            return true;
+        }
+        for slot in &mut self.table {
+            if slot.as_ref().is_some_and(|r| r.id == id) {
+                *slot = None;
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Whether a request is queued or decoding.
+    pub fn has_work(&self) -> bool {
+        !self.queue.is_empty() || self.table.iter().any(Option::is_some)
+    }
+
+    /// Counts and where the scheduler stands.
+    pub fn stats(&self) -> SchedulerStats {
+        SchedulerStats {
+            queued: self.queue.len(),
+            active: self.table.iter().filter(|s| s.is_some()).count(),
+            ..self.stats.clone()
+        }
+    }
+
+    /// The model.
+    pub fn model(&self) -> &M {
+        &self.model
+    }
+
+    /// The options.
+    pub fn options(&self) -> &SchedulerOptions {
+        &self.options
+    }
+
+    /// Admits queued requests into free slots, then runs one segment for the slots in use.
+    /// A model error fails the requests it touched ([`Event::Failed`]) and reopens the slots;
+    /// only an error reopening them is returned.
+    pub fn step(&mut self) -> Result<Vec<Event>> {
+        let mut events = Vec::new();
+        while let Some(group) = self.next_group() {
+            match self.admit(&group) {
+                Ok(()) => events.extend(group.iter().map(|(_, id, _)| Event::Started { id: *id })),
+                Err(e) => {
+                    events.extend(group.iter().map(|(_, id, _)| Event::Failed {
+                        id: *id,
+                        error: e.to_string(),
+                    }));
+                    events.extend(self.reopen(&e)?);
+                }
+            }
+        }
+        if self.table.iter().any(Option::is_some) {
+            match self.run() {
+                Ok(mut decoded) => events.append(&mut decoded),
+                Err(e) => events.extend(self.reopen(&e)?),
+            }
+        }
+        Ok(events)
+    }
+
+    /// The next queued requests to prefill together with the free slots they go to: the
+    /// queue's head and the next ones of its prompt bucket, as many as there are free slots
+    /// and `prefill_batch` allow, rounded down to a power of two.
+    fn next_group(&mut self) -> Option<Vec<(usize, RequestId, Request)>> {
+        let free: Vec<usize> = (0..self.table.len())
+            .filter(|&i| self.table[i].is_none())
+            .collect();
+        let (_, head) = self.queue.front()?;
+        if free.is_empty() {
+            return None;
+        }
+        let bucket = self.model.prompt_bucket(head.prompt.len()).ok();
+        let room = free.len().min(self.options.prefill_batch);
+        let mut picked = Vec::new();
+        for (at, (_, r)) in self.queue.iter().enumerate() {
+            if picked.len() == room {
+                break;
+            }
+            if at == 0 || self.model.prompt_bucket(r.prompt.len()).ok() == bucket {
+                picked.push(at);
+            }
+        }
+        let size = 1 << picked.len().ilog2();
+        picked.truncate(size);
+        let mut group = Vec::with_capacity(size);
+        for (k, at) in picked.into_iter().enumerate().rev() {
+            let (id, r) = self.queue.remove(at)?;
+            group.push((free[k], id, r));
+        }
+        group.reverse();
+        Some(group)
+    }
+
+    /// Prefills `group` into its slots.
+    fn admit(&mut self, group: &[(usize, RequestId, Request)]) -> Result<()> {
+        let rows: Vec<(usize, &[u32])> = group
+            .iter()
+            .map(|(slot, _, r)| (*slot, r.prompt.as_slice()))
+            .collect();
+        let slots = self.take_slots()?;
+        self.slots = Some(self.model.fill_slots(slots, &rows)?);
+        self.stats.prefills += 1;
+        for (slot, id, r) in group {
+            self.stats.prompt_tokens += r.prompt.len() as u64;
+            self.table[*slot] = Some(Running {
+                id: *id,
+                remaining: r.max_tokens,
+                sampling: r.sampling,
+                key: r.sampling.key(),
+            });
+        }
+        Ok(())
+    }
+
+    /// One segment over the slots in use; the events it makes.
+    fn run(&mut self) -> Result<Vec<Event>> {
+        let n = self.table.len();
+        let active: Vec<bool> = self.table.iter().map(Option::is_some).collect();
+        let sampling: Vec<Sampling> = self
+            .table
+            .iter()
+            .map(|s| s.as_ref().map_or(Sampling::Greedy, |r| r.sampling))
+            .collect();
+        let keys: Vec<[u32; 2]> = self
+            .table
+            .iter()
+            .map(|s| s.as_ref().map_or([0, 0], |r| r.key))
+            .collect();
+        let longest = self.table.iter().flatten().map(|r| r.remaining).max();
+        let steps = longest.unwrap_or(1).min(self.options.segment);
+        let segment = Segment {
+            capacity: self.options.segment,
+            steps,
+            active: &active,
+            sampling: &sampling,
+            keys: &keys,
+            eos: self.options.eos,
+        };
+        let slots = self.take_slots()?;
+        let (slots, out) = self.model.run_segment(slots, &segment)?;
+        self.slots = Some(slots);
+        self.stats.segments += 1;
+        if out.tokens.len() != n || out.keys.len() != n {
+            return Err(Error::InvalidArgument(
+                "a segment returned the wrong number of rows".into(),
+            ));
+        }
+        let mut events = Vec::new();
+        for (slot, (row, key)) in self.table.iter_mut().zip(out.tokens.iter().zip(&out.keys)) {
+            let Some(r) = slot else { continue };
+            r.key = *key;
+            let mut fresh = Vec::new();
+            let mut reason = None;
+            for &t in row {
+                if Some(t) == self.options.eos {
+                    reason = Some(FinishReason::Eos);
+                    break;
+                }
+                fresh.push(t);
+                r.remaining -= 1;
+                if r.remaining == 0 {
+                    reason = Some(FinishReason::Length);
+                    break;
+                }
+            }
+            self.stats.generated_tokens += fresh.len() as u64;
+            if !fresh.is_empty() {
+                events.push(Event::Tokens {
+                    id: r.id,
+                    tokens: fresh,
+                });
+            }
+            if let Some(reason) = reason {
+                events.push(Event::Finished { id: r.id, reason });
+                *slot = None;
+            }
+        }
+        Ok(events)
+    }
+
+    fn take_slots(&mut self) -> Result<M::Slots> {
+        self.slots.take().ok_or_else(|| {
+            Error::InvalidArgument("the scheduler's slots were lost to an earlier error".into())
+        })
+    }
+
+    /// After a model error: fails every request in a slot and opens fresh slots.
+    fn reopen(&mut self, error: &Error) -> Result<Vec<Event>> {
+        let events = self
+            .table
+            .iter_mut()
+            .filter_map(Option::take)
+            .map(|r| Event::Failed {
+                id: r.id,
+                error: error.to_string(),
+            })
+            .collect();
+        self.slots = None;
+        self.slots = Some(self.model.open_slots(self.options.slots)?);
+        Ok(events)
+    }
+}

@@ -1,0 +1,325 @@
+//! The scheduler on the tiny Mamba-2: requests that join and leave a running batch give what
+//! offline `generate` gives each prompt alone; a seeded request samples the same tokens alone
+//! and under load; eos, cancelling, the queue limit and bad requests.
+
+use std::collections::BTreeMap;
+
+use stablegraph::models::mamba2::{GenerateOptions, Mamba2, Penalties, Sampling};
+use stablegraph::serving::{
+    Event, FinishReason, Request, RequestId, Scheduler, SchedulerOptions, SlotModel, SubmitError,
+};
+use stablegraph::DType;
+
+use crate::common::tiny_model;
+
+/// Every request's tokens and finish reason, stepping until the scheduler is idle.
+fn drain<M: SlotModel>(
+    s: &mut Scheduler<M>,
+) -> BTreeMap<RequestId, (Vec<u32>, Option<FinishReason>)> {
+    let mut out: BTreeMap<RequestId, (Vec<u32>, Option<FinishReason>)> = BTreeMap::new();
+    let mut steps = 0;
+    while s.has_work() {
+        steps += 1;
+        assert!(steps < 1000, "the scheduler does not finish");
+        for e in s.step().unwrap() {
+            match e {
+                Event::Started { id } => {
+                    out.entry(id).or_default();
+                }
+                Event::Tokens { id, tokens } => out.entry(id).or_default().0.extend(tokens),
+                Event::Finished { id, reason } => {
+                    let entry = out.entry(id).or_default();
+                    assert_eq!(entry.1, None, "request {id} finished twice");
+                    entry.1 = Some(reason);
+                }
+                Event::Failed { id, error } => panic!("request {id} failed: {error}"),
+            }
+        }
+    }
+    out
+}
+
+/// Prompt `i` of a workload: lengths 1 to 23, tokens in the tiny vocabulary of 64.
+fn prompt(i: usize) -> Vec<u32> {
+    (0..1 + (i * 7) % 23)
+        .map(|j| ((i * 13 + j * 5) % 64) as u32)
+        .collect()
+}
+
+fn alone(model: &Mamba2, prompt: &[u32], max_tokens: usize, sampling: Sampling) -> Vec<u32> {
+    let options = GenerateOptions {
+        max_new_tokens: max_tokens,
+        sampling,
+        eos: None,
+        penalties: Penalties::NONE,
+    };
+    model
+        .generate(&[prompt.to_vec()], &options)
+        .unwrap()
+        .remove(0)
+}
+
+fn options(slots: usize, segment: usize) -> SchedulerOptions {
+    SchedulerOptions {
+        slots,
+        segment,
+        max_queue: 64,
+        prefill_batch: 4,
+        max_prompt: 64,
+        max_tokens: 64,
+        eos: None,
+    }
+}
+
+#[test]
+fn greedy_requests_joining_and_leaving_equal_generate_alone() {
+    let reference = tiny_model(DType::F32);
+    let mut s = Scheduler::new(tiny_model(DType::F32), options(4, 5)).unwrap();
+    s.warm_up().unwrap();
+    let mut asked = BTreeMap::new();
+    for i in 0..11 {
+        let r = Request {
+            prompt: prompt(i),
+            max_tokens: 3 + (i * 5) % 15,
+            sampling: Sampling::Greedy,
+        };
+        asked.insert(s.submit(r.clone()).unwrap(), r);
+    }
+    let got = drain(&mut s);
+    assert_eq!(got.len(), asked.len());
+    for (id, r) in &asked {
+        let want = alone(&reference, &r.prompt, r.max_tokens, Sampling::Greedy);
+        assert_eq!(got[id].0, want, "request {id} (prompt {:?})", r.prompt);
+        assert_eq!(got[id].1, Some(FinishReason::Length));
+    }
+    let stats = s.stats();
+    assert_eq!((stats.queued, stats.active), (0, 0));
+    let made: usize = asked.values().map(|r| r.max_tokens).sum();
+    assert_eq!(stats.generated_tokens, made as u64);
+    // The same workload again compiles nothing.
+    let compiled = s.model().programs_compiled();
+    for r in asked.values() {
+        s.submit(r.clone()).unwrap();
+    }
+    drain(&mut s);
+    assert_eq!(s.model().programs_compiled(), compiled);
+}
+
+#[test]
+fn a_seeded_request_samples_the_same_alone_and_under_load() {
+    let seeded = Request {
+        prompt: prompt(3),
+        max_tokens: 19,
+        sampling: Sampling::Sample {
+            temperature: 0.9,
+            top_k: 20,
+            top_p: 0.95,
+            seed: 1234,
+        },
+    };
+    let mut s = Scheduler::new(tiny_model(DType::F32), options(4, 4)).unwrap();
+    let id = s.submit(seeded.clone()).unwrap();
+    let lonely = drain(&mut s).remove(&id).unwrap().0;
+    assert_eq!(lonely.len(), 19);
+    // Under load: other sampled and greedy requests before and after it, in other slots.
+    for i in 0..3 {
+        let sampling = Sampling::Sample {
+            temperature: 1.0,
+            top_k: 0,
+            top_p: 1.0,
+            seed: i as u64,
+        };
+        let max_tokens = 5 + i * 4;
+        s.submit(Request {
+            prompt: prompt(i),
+            max_tokens,
+            sampling,
+        })
+        .unwrap();
+    }
+    let id = s.submit(seeded.clone()).unwrap();
+    for i in 5..8 {
+        let r = Request {
+            prompt: prompt(i),
+            max_tokens: 7,
+            sampling: Sampling::Greedy,
+        };
+        s.submit(r).unwrap();
+    }
+    let loaded = drain(&mut s).remove(&id).unwrap().0;
+    assert_eq!(loaded, lonely);
+    // Another seed gives other tokens (the seed is used).
+    let other = Request {
+        sampling: Sampling::Sample {
+            temperature: 0.9,
+            top_k: 20,
+            top_p: 0.95,
+            seed: 99,
+        },
+        ..seeded
+    };
+    let id = s.submit(other).unwrap();
+    assert_ne!(drain(&mut s).remove(&id).unwrap().0, lonely);
+}
+
+#[test]
+fn eos_ends_a_request_without_being_returned() {
+    let reference = tiny_model(DType::F32);
+    let p = prompt(4);
+    let free = alone(&reference, &p, 12, Sampling::Greedy);
+    let eos = free[5];
+    let cut = free.iter().position(|&t| t == eos).unwrap();
+    let mut s = Scheduler::new(
+        tiny_model(DType::F32),
+        SchedulerOptions {
+            eos: Some(eos),
+            ..options(2, 3)
+        },
+    )
+    .unwrap();
+    let id = s
+        .submit(Request {
+            prompt: p,
+            max_tokens: 12,
+            sampling: Sampling::Greedy,
+        })
+        .unwrap();
+    let (tokens, reason) = drain(&mut s).remove(&id).unwrap();
+    assert_eq!(tokens, free[..cut]);
+    assert_eq!(reason, Some(FinishReason::Eos));
+}
+
+#[test]
+fn a_cancelled_request_frees_its_slot_for_the_next() {
+    let reference = tiny_model(DType::F32);
+    let mut s = Scheduler::new(tiny_model(DType::F32), options(1, 2)).unwrap();
+    let long = Request {
+        prompt: prompt(1),
+        max_tokens: 40,
+        sampling: Sampling::Greedy,
+    };
+    let first = s.submit(long).unwrap();
+    let next = Request {
+        prompt: prompt(2),
+        max_tokens: 6,
+        sampling: Sampling::Greedy,
+    };
+    let second = s.submit(next.clone()).unwrap();
+    let events = s.step().unwrap();
+    assert!(events.contains(&Event::Started { id: first }));
+    assert!(
+        !events.contains(&Event::Started { id: second }),
+        "one slot only"
+    );
+    assert!(s.cancel(first));
+    assert!(!s.cancel(first), "cancelled twice");
+    let got = drain(&mut s);
+    assert!(!got.contains_key(&first), "no events after cancelling");
+    let want = alone(&reference, &next.prompt, 6, Sampling::Greedy);
+    assert_eq!(got[&second].0, want);
+    // A queued request can be cancelled too.
+    let third = s.submit(next.clone()).unwrap();
+    assert!(s.cancel(third));
+    assert!(!s.has_work());
+}
+
+#[test]
+fn a_full_queue_and_bad_requests_are_refused_with_the_reason() {
+    let mut s = Scheduler::new(
+        tiny_model(DType::F32),
+        SchedulerOptions {
+            max_queue: 2,
+            ..options(2, 4)
+        },
+    )
+    .unwrap();
+    let ok = Request {
+        prompt: vec![1, 2],
+        max_tokens: 4,
+        sampling: Sampling::Greedy,
+    };
+    let bad = |change: &dyn Fn(&mut Request)| {
+        let mut r = ok.clone();
+        change(&mut r);
+        r
+    };
+    let cases: Vec<(Request, &str)> = vec![
+        (bad(&|r| r.prompt.clear()), "prompt is empty"),
+        (
+            bad(&|r| r.prompt = vec![1, 64]),
+            "token 64 is outside the vocabulary",
+        ),
+        (
+            bad(&|r| r.prompt = vec![1; 65]),
+            "the most this server takes is 64",
+        ),
+        (bad(&|r| r.max_tokens = 0), "max_tokens (0)"),
+        (bad(&|r| r.max_tokens = 65), "max_tokens (65)"),
+        (
+            bad(&|r| {
+                r.sampling = Sampling::Sample {
+                    temperature: f32::NAN,
+                    top_k: 0,
+                    top_p: 1.0,
+                    seed: 0,
+                }
+            }),
+            "temperature",
+        ),
+        (
+            bad(&|r| {
+                r.sampling = Sampling::Sample {
+                    temperature: 1.0,
+                    top_k: 0,
+                    top_p: 1.5,
+                    seed: 0,
+                }
+            }),
+            "top_p",
+        ),
+    ];
+    for (r, want) in cases {
+        match s.submit(r) {
+            Err(SubmitError::Invalid(why)) => assert!(why.contains(want), "{why:?} lacks {want:?}"),
+            other => panic!("expected a refusal naming {want:?}, got {other:?}"),
+        }
+    }
+    s.submit(ok.clone()).unwrap();
+    s.submit(ok.clone()).unwrap();
+    assert_eq!(s.submit(ok.clone()), Err(SubmitError::QueueFull));
+    drain(&mut s);
+    s.submit(ok).unwrap();
+}
+
+#[test]
+fn bad_options_are_an_error() {
+    for (o, want) in [
+        (
+            SchedulerOptions {
+                slots: 0,
+                ..options(2, 4)
+            },
+            "slots is 0",
+        ),
+        (
+            SchedulerOptions {
+                segment: 0,
+                ..options(2, 4)
+            },
+            "segment is 0",
+        ),
+        (
+            SchedulerOptions {
+                eos: Some(64),
+                ..options(2, 4)
+            },
+            "eos (64)",
+        ),
+    ] {
+        let e = Scheduler::new(tiny_model(DType::F32), o)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains(want), "{e}");
+    }
+}
