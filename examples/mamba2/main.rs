@@ -1,6 +1,7 @@
 //! Mamba-2 from the command line: `generate` tokens and report throughput, `emit` the StableHLO
 //! programs, `bench` generation, `train` a small byte-level model from scratch, or compute the
-//! `grad`ient of the loss on a prompt, or `eval`uate its loss and perplexity on a text.
+//! `grad`ient of the loss on a prompt, `eval`uate its loss and perplexity on a text, or
+//! `serve` many clients over HTTP.
 //!
 //! `cargo run --release --example mamba2 -- generate` (the README's main job) runs the small
 //! byte-level model shipped in `models/mamba2-bytes/` (the default `train` run made it) on a
@@ -11,7 +12,8 @@
 //!
 //! Modules: `load` (which model, the prompts, the sampling options), `text` (tokenizer or byte
 //! vocabulary), `generate`, `bench` (and `emit`), `data` (training bytes and batches), `train`,
-//! `grad`, `eval`, `plot` (the loss chart), `bars` (progress bars on a terminal).
+//! `grad`, `eval`, `serve` (the HTTP server), `plot` (the loss chart), `bars` (progress bars on
+//! a terminal).
 
 mod bars;
 mod bench;
@@ -22,6 +24,7 @@ mod generate;
 mod grad;
 mod load;
 mod plot;
+mod serve;
 mod text;
 mod train;
 
@@ -37,6 +40,7 @@ use bench::{BenchArgs, EmitArgs};
 use eval::EvalArgs;
 use generate::GenerateArgs;
 use grad::GradArgs;
+use serve::ServeArgs;
 use train::TrainArgs;
 
 /// How the throughput figures are measured (shown by `generate --help` and `bench --help`).
@@ -89,6 +93,9 @@ enum Command {
     /// default the crate's docs/, held out from the shipped model's training), with any
     /// --dtype: how much bf16 or 8-bit weights cost in quality.
     Eval(EvalArgs),
+    /// An OpenAI-compatible HTTP server (POST /v1/completions, plain or streamed; GET
+    /// /v1/models, /health, /metrics) decoding many requests at once by continuous batching.
+    Serve(ServeArgs),
 }
 
 fn main() {
@@ -104,6 +111,7 @@ fn main() {
         Command::Train(a) => train::train(a),
         Command::Grad(a) => grad::grad(a),
         Command::Eval(a) => eval::eval(a),
+        Command::Serve(a) => serve::serve(a),
     };
     if let Err(e) = result {
         eprintln!("error: {}", one_line(&e));

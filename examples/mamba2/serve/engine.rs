@@ -1,0 +1,180 @@
+//! The engine thread: owns the [`Scheduler`], takes requests and cancellations from the HTTP
+//! handlers over a channel, steps the scheduler while there is work, and hands each request's
+//! tokens to its handler. A handler that went away (its client disconnected) is noticed before
+//! every step and its request cancelled, so its slot is free within one segment.
+
+use std::collections::HashMap;
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use stablegraph::serving::{
+    Event, FinishReason, Request, RequestId, Scheduler, SlotModel, SubmitError,
+};
+use tokio::sync::mpsc::UnboundedSender;
+
+use super::metrics::Metrics;
+
+/// What the engine tells a handler about its request.
+#[derive(Debug)]
+pub(crate) enum Update {
+    /// Queued, under this id.
+    Accepted(RequestId),
+    /// Refused.
+    Refused(SubmitError),
+    /// New tokens.
+    Tokens(Vec<u32>),
+    /// Done.
+    Finished(FinishReason),
+    /// The model failed.
+    Failed(String),
+}
+
+/// What a handler tells the engine.
+pub(crate) enum Command {
+    /// Queue a request; its updates go to `updates`.
+    Submit {
+        request: Request,
+        arrived: Instant,
+        updates: UnboundedSender<Update>,
+    },
+    /// Drop a request (the handler has what it needs, e.g. after a stop sequence).
+    Cancel(RequestId),
+}
+
+/// A request the engine serves.
+struct Live {
+    updates: UnboundedSender<Update>,
+    arrived: Instant,
+    /// When its last tokens went out.
+    last: Option<Instant>,
+}
+
+/// Runs the engine until the command channel closes and no request is left.
+pub(crate) fn run<M: SlotModel>(mut s: Scheduler<M>, commands: Receiver<Command>, metrics: Arc<Metrics>) {
+    let mut live: HashMap<RequestId, Live> = HashMap::new();
+    let mut open = true;
+    while open || s.has_work() {
+        // Idle: wait for a command (waking now and then to notice departed clients).
+        if !s.has_work() {
+            match commands.recv_timeout(Duration::from_millis(200)) {
+                Ok(c) => command(&mut s, &mut live, &metrics, c),
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => open = false,
+            }
+        }
+        loop {
+            match commands.try_recv() {
+                Ok(c) => command(&mut s, &mut live, &metrics, c),
+                Err(std::sync::mpsc::TryRecvError::Empty) => break,
+                Err(std::sync::mpsc::TryRecvError::Disconnected) => {
+                    open = false;
+                    break;
+                }
+            }
+        }
+        let gone: Vec<RequestId> = live
+            .iter()
+            .filter(|(_, l)| l.updates.is_closed())
+            .map(|(id, _)| *id)
+            .collect();
+        for id in gone {
+            drop_request(&mut s, &mut live, &metrics, id);
+        }
+        if s.has_work() {
+            match s.step() {
+                Ok(events) => dispatch(&mut s, &mut live, &metrics, events),
+                Err(e) => {
+                    eprintln!("serve: the engine failed: {e}");
+                    for (_, l) in live.drain() {
+                        let _ = l.updates.send(Update::Failed(e.to_string()));
+                        metrics.request("failed");
+                    }
+                }
+            }
+        }
+        let st = s.stats();
+        let slots = s.options().slots;
+        metrics.engine(st.queued, st.active, slots, s.model().programs_compiled(), st.segments);
+    }
+}
+
+fn command<M: SlotModel>(
+    s: &mut Scheduler<M>,
+    live: &mut HashMap<RequestId, Live>,
+    metrics: &Metrics,
+    c: Command,
+) {
+    match c {
+        Command::Submit {
+            request,
+            arrived,
+            updates,
+        } => match s.submit(request) {
+            Ok(id) => {
+                if updates.send(Update::Accepted(id)).is_ok() {
+                    let last = None;
+                    live.insert(id, Live { updates, arrived, last });
+                } else {
+                    s.cancel(id);
+                    metrics.request("disconnected");
+                }
+            }
+            Err(e) => {
+                let _ = updates.send(Update::Refused(e));
+            }
+        },
+        Command::Cancel(id) => {
+            s.cancel(id);
+            live.remove(&id);
+        }
+    }
+}
+
+/// Cancels a request whose client went away.
+fn drop_request<M: SlotModel>(
+    s: &mut Scheduler<M>,
+    live: &mut HashMap<RequestId, Live>,
+    metrics: &Metrics,
+    id: RequestId,
+) {
+    s.cancel(id);
+    live.remove(&id);
+    metrics.request("disconnected");
+}
+
+fn dispatch<M: SlotModel>(
+    s: &mut Scheduler<M>,
+    live: &mut HashMap<RequestId, Live>,
+    metrics: &Metrics,
+    events: Vec<Event>,
+) {
+    let now = Instant::now();
+    for e in events {
+        let (id, update) = match e {
+            Event::Started { .. } => continue,
+            Event::Tokens { id, tokens } => {
+                if let Some(l) = live.get_mut(&id) {
+                    match l.last {
+                        None => metrics.ttft((now - l.arrived).as_secs_f64()),
+                        Some(t) => metrics.itl((now - t).as_secs_f64(), tokens.len()),
+                    }
+                    l.last = Some(now);
+                }
+                (id, Update::Tokens(tokens))
+            }
+            Event::Finished { id, reason } => (id, Update::Finished(reason)),
+            Event::Failed { id, error } => {
+                metrics.request("failed");
+                (id, Update::Failed(error))
+            }
+        };
+        let Some(l) = live.get(&id) else { continue };
+        let last = matches!(update, Update::Finished(_) | Update::Failed(_));
+        if l.updates.send(update).is_err() {
+            drop_request(s, live, metrics, id);
+        } else if last {
+            live.remove(&id);
+        }
+    }
+}

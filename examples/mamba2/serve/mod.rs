@@ -1,0 +1,165 @@
+//! `serve`: an OpenAI-compatible HTTP server over the continuous-batching scheduler
+//! (`stablegraph::serving`). The engine thread ([`engine`]) owns the model and the scheduler;
+//! the HTTP handlers (tokio + axum) parse requests ([`api`]), turn tokens into text
+//! ([`output`]) and stream them; [`metrics`] counts.
+
+mod api;
+mod engine;
+mod http;
+mod metrics;
+mod output;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use stablegraph::serving::{Scheduler, SchedulerOptions};
+
+use crate::generate::is_other_family;
+use crate::load::{ModelArgs, Source};
+use crate::progress;
+use crate::text::Codec;
+use metrics::Metrics;
+
+/// The flags of `serve`.
+#[derive(Args)]
+pub(crate) struct ServeArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    host: String,
+    /// Port to listen on (0: any free port; the address is printed on stdout).
+    #[arg(long, default_value_t = 8080)]
+    port: u16,
+    /// Requests decoded at once: the rows of the compiled segment program.
+    #[arg(long, default_value_t = 8)]
+    slots: usize,
+    /// Decode steps per segment; requests join and leave between segments.
+    #[arg(long, default_value_t = 16)]
+    segment: usize,
+    /// Requests waiting for a slot; more are answered 429 with Retry-After.
+    #[arg(long, default_value_t = 64)]
+    max_queue: usize,
+    /// The longest prompt taken, in tokens.
+    #[arg(long, default_value_t = 2048)]
+    max_prompt: usize,
+    /// The most new tokens a request may ask for.
+    #[arg(long, default_value_t = 2048)]
+    max_tokens: usize,
+    /// Prompts prefilled together at most (those of one length bucket).
+    #[arg(long, default_value_t = 4)]
+    prefill_batch: usize,
+    /// A request ends at this token (not returned).
+    #[arg(long, value_name = "ID")]
+    eos: Option<u32>,
+    /// Require `Authorization: Bearer KEY` on every endpoint but /health (also read from
+    /// STABLEGRAPH_API_KEY).
+    #[arg(long, value_name = "KEY", env = "STABLEGRAPH_API_KEY", hide_env_values = true)]
+    api_key: Option<String>,
+    /// The largest request body, in bytes; larger ones are refused before they are read.
+    #[arg(long, default_value_t = 1 << 20)]
+    max_body: usize,
+}
+
+/// What the handlers share.
+pub(crate) struct Shared {
+    commands: std::sync::mpsc::Sender<engine::Command>,
+    metrics: Arc<Metrics>,
+    codec: Codec,
+    model_id: String,
+    api_key: Option<String>,
+    max_body: usize,
+    /// Set on SIGTERM: new requests are refused.
+    draining: AtomicBool,
+    /// Numbers replies and seeds sampled requests that name no seed.
+    counter: AtomicU64,
+    /// The server's start (Unix seconds), as `created` of the model.
+    started: u64,
+}
+
+impl Shared {
+    fn next(&self) -> u64 {
+        self.counter.fetch_add(1, Ordering::Relaxed)
+    }
+
+    fn draining(&self) -> bool {
+        self.draining.load(Ordering::SeqCst)
+    }
+}
+
+/// Unix seconds now.
+pub(crate) fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+pub(crate) fn serve(a: ServeArgs) -> Result<()> {
+    let (source, config, codec) = a.model.model_config(false)?;
+    let model_id = match &source {
+        Source::Checkpoint { dir, .. } => {
+            if is_other_family(dir) {
+                bail!(
+                    "--model {}: serve runs Mamba-2 checkpoints so far (the scheduler's slots \
+                     are implemented for Mamba-2 only)",
+                    dir.display()
+                );
+            }
+            let name = dir.canonicalize().unwrap_or(dir.clone());
+            name.file_name()
+                .map_or("model".into(), |n| n.to_string_lossy().into_owned())
+        }
+        Source::Random(shape) => format!("mamba2-{}", shape.name()),
+    };
+    let options = SchedulerOptions {
+        slots: a.slots,
+        segment: a.segment,
+        max_queue: a.max_queue,
+        prefill_batch: a.prefill_batch,
+        max_prompt: a.max_prompt,
+        max_tokens: a.max_tokens,
+        eos: a.eos,
+    };
+    let (_client, model, description) = a.model.place(&source, config)?;
+    eprintln!("mamba2: {description}");
+    let mut scheduler = Scheduler::new(model, options).context("starting the scheduler")?;
+    progress("compiling the segment programs");
+    scheduler.warm_up()?;
+    let metrics = Arc::new(Metrics::default());
+    let (tx, rx) = std::sync::mpsc::channel();
+    let engine_metrics = metrics.clone();
+    let engine = std::thread::Builder::new()
+        .name("engine".into())
+        .spawn(move || engine::run(scheduler, rx, engine_metrics))
+        .context("starting the engine thread")?;
+    let shared = Arc::new(Shared {
+        commands: tx,
+        metrics,
+        codec,
+        model_id,
+        api_key: a.api_key.filter(|k| !k.is_empty()),
+        max_body: a.max_body,
+        draining: AtomicBool::new(false),
+        counter: AtomicU64::new(unix_now()),
+        started: unix_now(),
+    });
+    let addr: SocketAddr = format!("{}:{}", a.host, a.port)
+        .parse()
+        .with_context(|| format!("--host {} --port {}", a.host, a.port))?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the tokio runtime")?;
+    runtime.block_on(http::listen(shared, addr))?;
+    // The handlers are gone and with them the command channel: the engine finishes and ends.
+    engine
+        .join()
+        .map_err(|_| anyhow::anyhow!("the engine thread panicked"))?;
+    eprintln!("mamba2: serve: stopped");
+    Ok(())
+}
