@@ -2,7 +2,8 @@
 //! ([`subcommands`]: one-line errors, `generate` on the tiny fixture model checked against HF
 //! transformers' fixtures, JSON and `.npy` outputs, tokenizers, state files, streams, two
 //! devices, `emit`, `bench`, `train` and `grad`), the sampling and penalty settings
-//! ([`generation_config`]), Mamba-1 checkpoints ([`mamba1`]), and the quiet stderr ([`quiet`]).
+//! ([`generation_config`]), Mamba-1 checkpoints ([`mamba1`]), the quiet stderr ([`quiet`]), and
+//! the HTTP server ([`serve`]).
 //!
 //! The example binary is built first with `cargo build --example mamba2` (a no-op when fresh),
 //! in the profile and target directory of this test binary.
@@ -14,6 +15,7 @@ mod eval;
 mod families;
 mod generation_config;
 mod quiet;
+mod serve;
 mod subcommands;
 
 use std::path::{Path, PathBuf};

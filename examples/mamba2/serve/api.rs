@@ -73,11 +73,18 @@ const MAX_STOPS: usize = 4;
 
 /// Reads a request body. `model` is the id this server lists; `seed` the seed of a sampled
 /// request that names none. Unknown fields are ignored (clients send many); `null` is absent.
-pub(crate) fn parse_completion(body: &[u8], model: &str, seed: u64) -> Result<Completion, ApiError> {
+pub(crate) fn parse_completion(
+    body: &[u8],
+    model: &str,
+    seed: u64,
+) -> Result<Completion, ApiError> {
     let value: Value = serde_json::from_slice(body)
         .map_err(|e| ApiError::invalid("body", format!("the body is not valid JSON: {e}")))?;
     let Value::Object(map) = value else {
-        return Err(ApiError::invalid("body", "the body must be a JSON object".into()));
+        return Err(ApiError::invalid(
+            "body",
+            "the body must be a JSON object".into(),
+        ));
     };
     let field = |name: &str| map.get(name).filter(|v| !v.is_null());
     if let Some(m) = field("model") {
@@ -103,7 +110,10 @@ pub(crate) fn parse_completion(body: &[u8], model: &str, seed: u64) -> Result<Co
     };
     if let Some(n) = field("n") {
         if whole(n, "n")? != 1 {
-            return Err(ApiError::invalid("n", "n must be 1 (one choice per request)".into()));
+            return Err(ApiError::invalid(
+                "n",
+                "n must be 1 (one choice per request)".into(),
+            ));
         }
     }
     for flag in ["echo", "logprobs"] {
@@ -147,7 +157,11 @@ fn parse_prompt(p: &Value) -> Result<Prompt, ApiError> {
             }
             let ids = items
                 .iter()
-                .map(|v| v.as_u64().and_then(|t| u32::try_from(t).ok()).ok_or_else(bad))
+                .map(|v| {
+                    v.as_u64()
+                        .and_then(|t| u32::try_from(t).ok())
+                        .ok_or_else(bad)
+                })
                 .collect::<Result<Vec<u32>, ApiError>>()?;
             Ok(Prompt::Ids(ids))
         }
@@ -157,8 +171,12 @@ fn parse_prompt(p: &Value) -> Result<Prompt, ApiError> {
 
 /// A non-negative integer field.
 fn whole(v: &Value, name: &str) -> Result<u64, ApiError> {
-    v.as_u64()
-        .ok_or_else(|| ApiError::invalid(name, format!("{name} must be a non-negative integer, got {v}")))
+    v.as_u64().ok_or_else(|| {
+        ApiError::invalid(
+            name,
+            format!("{name} must be a non-negative integer, got {v}"),
+        )
+    })
 }
 
 /// A finite number field.
@@ -172,7 +190,9 @@ fn number(v: &Value, name: &str) -> Result<f64, ApiError> {
 /// `seed`.
 fn parse_sampling(map: &Map<String, Value>, seed: u64) -> Result<Sampling, ApiError> {
     let field = |name: &str| map.get(name).filter(|v| !v.is_null());
-    let temperature = field("temperature").map(|v| number(v, "temperature")).transpose()?;
+    let temperature = field("temperature")
+        .map(|v| number(v, "temperature"))
+        .transpose()?;
     let temperature = temperature.unwrap_or(1.0);
     if !(0.0..=2.0).contains(&temperature) {
         return Err(ApiError::invalid(
@@ -180,17 +200,28 @@ fn parse_sampling(map: &Map<String, Value>, seed: u64) -> Result<Sampling, ApiEr
             format!("temperature ({temperature}) must be in [0, 2]"),
         ));
     }
-    let top_p = field("top_p").map(|v| number(v, "top_p")).transpose()?.unwrap_or(1.0);
+    let top_p = field("top_p")
+        .map(|v| number(v, "top_p"))
+        .transpose()?
+        .unwrap_or(1.0);
     if !(top_p > 0.0 && top_p <= 1.0) {
-        return Err(ApiError::invalid("top_p", format!("top_p ({top_p}) must be in (0, 1]")));
+        return Err(ApiError::invalid(
+            "top_p",
+            format!("top_p ({top_p}) must be in (0, 1]"),
+        ));
     }
-    let top_k = field("top_k").map(|v| whole(v, "top_k")).transpose()?.unwrap_or(0);
+    let top_k = field("top_k")
+        .map(|v| whole(v, "top_k"))
+        .transpose()?
+        .unwrap_or(0);
     let seed = match field("seed") {
         None => seed,
         Some(v) => v
             .as_u64()
             .or_else(|| v.as_i64().map(|s| s as u64))
-            .ok_or_else(|| ApiError::invalid("seed", format!("seed must be an integer, got {v}")))?,
+            .ok_or_else(|| {
+                ApiError::invalid("seed", format!("seed must be an integer, got {v}"))
+            })?,
     };
     if temperature == 0.0 {
         return Ok(Sampling::Greedy);
@@ -204,7 +235,12 @@ fn parse_sampling(map: &Map<String, Value>, seed: u64) -> Result<Sampling, ApiEr
 }
 
 fn parse_stop(v: Option<&Value>) -> Result<Vec<String>, ApiError> {
-    let bad = || ApiError::invalid("stop", "stop must be a string or an array of strings".into());
+    let bad = || {
+        ApiError::invalid(
+            "stop",
+            "stop must be a string or an array of strings".into(),
+        )
+    };
     let stops = match v {
         None => Vec::new(),
         Some(Value::String(s)) => vec![s.clone()],

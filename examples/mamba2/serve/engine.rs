@@ -51,7 +51,11 @@ struct Live {
 }
 
 /// Runs the engine until the command channel closes and no request is left.
-pub(crate) fn run<M: SlotModel>(mut s: Scheduler<M>, commands: Receiver<Command>, metrics: Arc<Metrics>) {
+pub(crate) fn run<M: SlotModel>(
+    mut s: Scheduler<M>,
+    commands: Receiver<Command>,
+    metrics: Arc<Metrics>,
+) {
     let mut live: HashMap<RequestId, Live> = HashMap::new();
     let mut open = true;
     while open || s.has_work() {
@@ -95,7 +99,13 @@ pub(crate) fn run<M: SlotModel>(mut s: Scheduler<M>, commands: Receiver<Command>
         }
         let st = s.stats();
         let slots = s.options().slots;
-        metrics.engine(st.queued, st.active, slots, s.model().programs_compiled(), st.segments);
+        metrics.engine(
+            st.queued,
+            st.active,
+            slots,
+            s.model().programs_compiled(),
+            st.segments,
+        );
     }
 }
 
@@ -114,7 +124,14 @@ fn command<M: SlotModel>(
             Ok(id) => {
                 if updates.send(Update::Accepted(id)).is_ok() {
                     let last = None;
-                    live.insert(id, Live { updates, arrived, last });
+                    live.insert(
+                        id,
+                        Live {
+                            updates,
+                            arrived,
+                            last,
+                        },
+                    );
                 } else {
                     s.cancel(id);
                     metrics.request("disconnected");

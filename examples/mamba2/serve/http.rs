@@ -90,7 +90,12 @@ fn json_response(status: u16, body: &Value) -> Response {
 }
 
 fn error_response(e: &ApiError) -> Response {
-    json_response(e.status, &e.body())
+    let mut r = json_response(e.status, &e.body());
+    if matches!(e.status, 429 | 503) {
+        r.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    }
+    r
 }
 
 /// Whether two byte strings are equal, in time that depends on their lengths only.
@@ -223,9 +228,16 @@ async fn admit(
     let bytes = read_body(app, headers, body)
         .await
         .map_err(|e| refuse("invalid", e))?;
-    let c = parse_completion(&bytes, &app.model_id, app.next()).map_err(|e| refuse("invalid", e))?;
+    let c =
+        parse_completion(&bytes, &app.model_id, app.next()).map_err(|e| refuse("invalid", e))?;
     let prompt = match &c.prompt {
         Prompt::Ids(ids) => ids.clone(),
+        // The scheduler refuses an empty prompt, naming it.
+        Prompt::Text(t) if t.is_empty() => Vec::new(),
+        Prompt::Text(_) if !app.codec.is_text() => {
+            let why = "this model has no tokenizer: send the prompt as an array of token ids";
+            return Err(refuse("invalid", ApiError::invalid("prompt", why.into())));
+        }
         Prompt::Text(t) => app
             .codec
             .encode(t)
@@ -250,13 +262,13 @@ async fn admit(
     match rx.recv().await {
         Some(Update::Accepted(id)) => Ok((c, id, prompt_len, rx)),
         Some(Update::Refused(SubmitError::QueueFull)) => {
-            let mut e = ApiError::status(429, "rate_limit_error", SubmitError::QueueFull.to_string());
-            e.param = None;
+            let e = ApiError::status(429, "rate_limit_error", SubmitError::QueueFull.to_string());
             Err(refuse("queue_full", e))
         }
-        Some(Update::Refused(SubmitError::Invalid(why))) => {
-            Err(refuse("invalid", ApiError::status(400, "invalid_request_error", why)))
-        }
+        Some(Update::Refused(SubmitError::Invalid(why))) => Err(refuse(
+            "invalid",
+            ApiError::status(400, "invalid_request_error", why),
+        )),
         _ => Err(refuse("failed", gone())),
     }
 }
@@ -308,9 +320,15 @@ impl Run {
     }
 
     fn finish(&self, reason: &str) {
-        let outcome = if reason == "length" { "completed" } else { "stopped" };
+        let outcome = if reason == "length" {
+            "completed"
+        } else {
+            "stopped"
+        };
         self.app.metrics.request(outcome);
-        self.app.metrics.tokens(self.prompt_len, self.out.ids().len());
+        self.app
+            .metrics
+            .tokens(self.prompt_len, self.out.ids().len());
     }
 
     fn usage(&self) -> Usage {
@@ -349,7 +367,12 @@ fn stream(run: Run, usage: bool) -> Response {
     let events = futures_util::stream::unfold(Some(run), move |run| async move {
         let mut run = run?;
         let piece = match run.next().await {
-            Step::Text(t, ids) => return Some((Ok::<_, Infallible>(event(&run.head.chunk(&t, &ids, None))), Some(run))),
+            Step::Text(t, ids) => {
+                return Some((
+                    Ok::<_, Infallible>(event(&run.head.chunk(&t, &ids, None))),
+                    Some(run),
+                ))
+            }
             Step::End(t, reason) => {
                 let mut s = event(&run.head.chunk(&t, &[], Some(reason)));
                 if usage {
@@ -363,7 +386,10 @@ fn stream(run: Run, usage: bool) -> Response {
     });
     let mut r = Body::from_stream(events).into_response();
     let h = r.headers_mut();
-    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     r
 }

@@ -79,7 +79,14 @@ impl Metrics {
     }
 
     /// Where the scheduler stands.
-    pub(crate) fn engine(&self, queued: usize, active: usize, slots: usize, compiles: usize, segments: u64) {
+    pub(crate) fn engine(
+        &self,
+        queued: usize,
+        active: usize,
+        slots: usize,
+        compiles: usize,
+        segments: u64,
+    ) {
         self.with(|v| {
             (v.queue_depth, v.active_slots, v.slots) = (queued, active, slots);
             (v.compiles, v.segments) = (compiles, segments);
@@ -111,11 +118,22 @@ impl Metrics {
              # TYPE stablegraph_requests_total counter"
         );
         for (outcome, n) in &v.requests {
-            let _ = writeln!(out, "stablegraph_requests_total{{outcome=\"{outcome}\"}} {n}");
+            let _ = writeln!(
+                out,
+                "stablegraph_requests_total{{outcome=\"{outcome}\"}} {n}"
+            );
         }
         let counters = [
-            ("prompt_tokens_total", "Prompt tokens prefilled.", v.prompt_tokens),
-            ("generated_tokens_total", "Tokens generated.", v.generated_tokens),
+            (
+                "prompt_tokens_total",
+                "Prompt tokens prefilled.",
+                v.prompt_tokens,
+            ),
+            (
+                "generated_tokens_total",
+                "Tokens generated.",
+                v.generated_tokens,
+            ),
             ("segments_total", "Segment program calls.", v.segments),
         ];
         for (name, help, value) in counters {
@@ -129,7 +147,11 @@ impl Metrics {
             ("queue_depth", "Requests waiting for a slot.", v.queue_depth),
             ("slots_active", "Slots decoding a request.", v.active_slots),
             ("slots", "Slots of the segment program.", v.slots),
-            ("programs_compiled", "Programs compiled since start.", v.compiles),
+            (
+                "programs_compiled",
+                "Programs compiled since start.",
+                v.compiles,
+            ),
         ];
         for (name, help, value) in gauges {
             let _ = writeln!(

@@ -58,7 +58,12 @@ pub(crate) struct ServeArgs {
     eos: Option<u32>,
     /// Require `Authorization: Bearer KEY` on every endpoint but /health (also read from
     /// STABLEGRAPH_API_KEY).
-    #[arg(long, value_name = "KEY", env = "STABLEGRAPH_API_KEY", hide_env_values = true)]
+    #[arg(
+        long,
+        value_name = "KEY",
+        env = "STABLEGRAPH_API_KEY",
+        hide_env_values = true
+    )]
     api_key: Option<String>,
     /// The largest request body, in bytes; larger ones are refused before they are read.
     #[arg(long, default_value_t = 1 << 20)]

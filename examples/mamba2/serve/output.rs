@@ -144,7 +144,11 @@ mod tests {
         let e = "é".as_bytes();
         let codec = Codec::Bytes;
         let mut out = Output::new(Vec::new());
-        assert_eq!(out.push(&codec, &[u32::from(b'a'), u32::from(e[0])]).unwrap(), "a");
+        assert_eq!(
+            out.push(&codec, &[u32::from(b'a'), u32::from(e[0])])
+                .unwrap(),
+            "a"
+        );
         assert_eq!(out.push(&codec, &[u32::from(e[1])]).unwrap(), "é");
         assert_eq!(out.finish(&codec).unwrap(), "");
     }
