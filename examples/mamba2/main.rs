@@ -12,7 +12,7 @@
 //!
 //! Modules: `load` (which model, the prompts, the sampling options), `text` (tokenizer or byte
 //! vocabulary), `generate`, `bench` (and `emit`), `data` (training bytes and batches), `train`,
-//! `grad`, `eval`, `serve` (the HTTP server), `plot` (the loss chart), `bars` (progress bars on
+//! `grad`, `eval`, `serve` (the HTTP server), `loadgen` (load on it), `plot` (the loss chart), `bars` (progress bars on
 //! a terminal).
 
 mod bars;
@@ -23,6 +23,7 @@ mod family;
 mod generate;
 mod grad;
 mod load;
+mod loadgen;
 mod plot;
 mod serve;
 mod text;
@@ -40,6 +41,7 @@ use bench::{BenchArgs, EmitArgs};
 use eval::EvalArgs;
 use generate::GenerateArgs;
 use grad::GradArgs;
+use loadgen::LoadgenArgs;
 use serve::ServeArgs;
 use train::TrainArgs;
 
@@ -96,6 +98,9 @@ enum Command {
     /// An OpenAI-compatible HTTP server (POST /v1/completions, plain or streamed; GET
     /// /v1/models, /health, /metrics) decoding many requests at once by continuous batching.
     Serve(ServeArgs),
+    /// Load on a completions server (this one or llama-server): Poisson arrivals or closed
+    /// loops; throughput, time to first token, inter-token latency and goodput.
+    Loadgen(LoadgenArgs),
 }
 
 fn main() {
@@ -112,6 +117,7 @@ fn main() {
         Command::Grad(a) => grad::grad(a),
         Command::Eval(a) => eval::eval(a),
         Command::Serve(a) => serve::serve(a),
+        Command::Loadgen(a) => loadgen::loadgen(a),
     };
     if let Err(e) = result {
         eprintln!("error: {}", one_line(&e));

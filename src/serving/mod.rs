@@ -62,6 +62,10 @@ pub trait SlotModel {
     /// into its slot; the other slots are untouched. The slots' buffers are donated: on an
     /// error they are gone.
     fn fill_slots(&self, slots: Self::Slots, rows: &[(usize, &[u32])]) -> Result<Self::Slots>;
+    /// Compiles, without running, what [`SlotModel::fill_slots`] runs for `rows` prompts of
+    /// bucket `bucket` into `slots` slots, and the segment program of `capacity` steps (greedy
+    /// and sampled), so that serving compiles nothing later.
+    fn prepare(&self, slots: usize, rows: usize, bucket: usize, capacity: usize) -> Result<()>;
     /// Runs one segment over all slots (donated as in [`SlotModel::fill_slots`]).
     fn run_segment(
         &self,

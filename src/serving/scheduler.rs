@@ -201,36 +201,30 @@ impl<M: SlotModel> Scheduler<M> {
         })
     }
 
-    /// Compiles the segment programs (greedy and sampled) and the prefill and insert programs
-    /// of the shortest prompts by running them on empty slots, so that first requests do not
-    /// wait for compiles. Other prompt buckets and group sizes compile on first use.
-    pub fn warm_up(&mut self) -> Result<()> {
-        if self.table.iter().any(Option::is_some) {
-            return Ok(());
+    /// Compiles every program serving can run: the segment programs (greedy and sampled) and,
+    /// for every prompt bucket up to `max_prompt` and every prefill group size (the powers of
+    /// two up to `prefill_batch` and `slots`), the prefill and insert programs, without running
+    /// them. After it, requests compile nothing. Returns how many settings it prepared.
+    pub fn warm_up(&mut self) -> Result<usize> {
+        let mut buckets = Vec::new();
+        for len in 1..=self.options.max_prompt {
+            let b = self.model.prompt_bucket(len)?;
+            if buckets.last() != Some(&b) {
+                buckets.push(b);
+            }
         }
-        let n = self.options.slots;
-        let sample = Sampling::Sample {
-            temperature: 1.0,
-            top_k: 0,
-            top_p: 1.0,
-            seed: 0,
-        };
-        for sampling in [Sampling::Greedy, sample] {
-            let mut s = self.take_slots()?;
-            s = self.model.fill_slots(s, &[(0, &[0][..])])?;
-            let active: Vec<bool> = (0..n).map(|i| i == 0).collect();
-            let segment = Segment {
-                capacity: self.options.segment,
-                steps: 1,
-                active: &active,
-                sampling: &vec![sampling; n],
-                keys: &vec![[0, 0]; n],
-                eos: self.options.eos,
-            };
-            let (s, _) = self.model.run_segment(s, &segment)?;
-            self.slots = Some(s);
+        let most = self.options.prefill_batch.min(self.options.slots);
+        let sizes: Vec<usize> = (0..usize::BITS)
+            .map(|i| 1usize << i)
+            .take_while(|&g| g <= most)
+            .collect();
+        for &b in &buckets {
+            for &g in &sizes {
+                self.model
+                    .prepare(self.options.slots, g, b, self.options.segment)?;
+            }
         }
-        Ok(())
+        Ok(buckets.len() * sizes.len())
     }
 
     /// Queues `request`; returns its id. A full queue, an empty prompt, a token outside the

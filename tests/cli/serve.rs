@@ -21,7 +21,8 @@ use crate::common::client;
 
 const SHIPPED: &str = "models/mamba2-bytes";
 
-/// A `mamba2 serve` process on an ephemeral port, killed when dropped.
+/// A `mamba2 serve` process on an ephemeral port taking prompts of up to 64 tokens (one
+/// prompt bucket to compile), killed when dropped.
 struct Server {
     child: Child,
     url: String,
@@ -30,7 +31,7 @@ struct Server {
 impl Server {
     fn start(args: &[&str]) -> Server {
         let mut child = Command::new(binary())
-            .args(["serve", "--port", "0"])
+            .args(["serve", "--port", "0", "--max-prompt", "64"])
             .args(args)
             .current_dir(env!("CARGO_MANIFEST_DIR"))
             .env_remove("STABLEGRAPH_API_KEY")
@@ -70,7 +71,10 @@ impl Server {
         }
         match req.call() {
             Ok(r) => Ok(r.into_string().unwrap()),
-            Err(ureq::Error::Status(code, r)) => Err((code, serde_json::from_str(&r.into_string().unwrap()).unwrap())),
+            Err(ureq::Error::Status(code, r)) => Err((
+                code,
+                serde_json::from_str(&r.into_string().unwrap()).unwrap(),
+            )),
             Err(e) => panic!("GET {path}: {e}"),
         }
     }
@@ -253,14 +257,7 @@ fn concurrent_greedy_requests_equal_offline_generate_and_streams_equal_whole_rep
 
 #[test]
 fn bad_requests_get_openai_errors() {
-    let server = Server::start(&[
-        "--max-prompt",
-        "64",
-        "--max-tokens",
-        "100",
-        "--max-body",
-        "4096",
-    ]);
+    let server = Server::start(&["--max-tokens", "100", "--max-body", "4096"]);
     let cases: Vec<(Value, u16, &str)> = vec![
         (json!({"max_tokens": 3}), 400, "prompt is required"),
         (json!({"prompt": 5}), 400, "prompt must be"),

@@ -16,7 +16,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use stablegraph::serving::{Scheduler, SchedulerOptions};
+use stablegraph::serving::{Scheduler, SchedulerOptions, SlotModel};
 
 use crate::generate::is_other_family;
 use crate::load::{ModelArgs, Source};
@@ -132,8 +132,14 @@ pub(crate) fn serve(a: ServeArgs) -> Result<()> {
     let (_client, model, description) = a.model.place(&source, config)?;
     eprintln!("mamba2: {description}");
     let mut scheduler = Scheduler::new(model, options).context("starting the scheduler")?;
-    progress("compiling the segment programs");
-    scheduler.warm_up()?;
+    progress("compiling the prefill, insert and segment programs");
+    let t = std::time::Instant::now();
+    let settings = scheduler.warm_up()?;
+    eprintln!(
+        "mamba2: serve: {} programs for {settings} prompt buckets x prefill groups in {:.1} s",
+        scheduler.model().programs_compiled(),
+        crate::seconds(t)
+    );
     let metrics = Arc::new(Metrics::default());
     let (tx, rx) = std::sync::mpsc::channel();
     let engine_metrics = metrics.clone();

@@ -298,6 +298,18 @@ impl Mamba2 {
         self.placement.as_ref().map(|p| p.kind)
     }
 
+    /// The prefill program of `batch` prompts padded to `bucket` positions (compiled once).
+    pub(super) fn prefill_program(
+        &self,
+        batch: usize,
+        bucket: usize,
+        at: LogitsAt,
+        from: bool,
+    ) -> Result<CompiledGraph> {
+        let key = format!("prefill b{batch} l{bucket} {at:?} from{from}");
+        self.program(&key, || self.prefill_graph(batch, bucket, at, from))
+    }
+
     /// How many programs the model has compiled.
     pub(super) fn compiled_programs(&self) -> usize {
         self.programs.lock().map_or(0, |p| p.len())
@@ -541,8 +553,7 @@ impl Mamba2 {
         }
         let state = state.map(|s| self.placed_state(s, batch)).transpose()?;
         let from = state.is_some();
-        let key = format!("prefill b{batch} l{bucket} {at:?} from{from}");
-        let program = self.program(&key, || self.prefill_graph(batch, bucket, at, from))?;
+        let program = self.prefill_program(batch, bucket, at, from)?;
         let ids = self.input("tokens", &ids, batch)?;
         let mask = self.input("mask", &mask, batch)?;
         let mut args = self.weight_args();

@@ -3,9 +3,10 @@
 //! insert program; segments run the device-side decode loop with one sampling key per row.
 
 use super::decode::Variant;
-use super::model::{layer_states, state_args, Mamba2};
+use super::model::{layer_states, state_args, LogitsAt, Mamba2};
 use super::state::Mamba2State;
 use crate::array::HostArray;
+use crate::compiled::CompiledGraph;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::ops::Graph;
@@ -68,6 +69,18 @@ impl Mamba2 {
         }
     }
 
+    /// The segment program of `slots` rows and `capacity` steps (compiled once).
+    fn segment_program(
+        &self,
+        slots: usize,
+        capacity: usize,
+        sample: bool,
+    ) -> Result<CompiledGraph> {
+        let v = Mamba2::slot_variant(sample);
+        let key = format!("slot segment s{slots} k{capacity} {v:?}");
+        self.program(&key, || self.segment_graph(slots, capacity, v, 0))
+    }
+
     /// Uploads a per-slot host array as the program input `name`.
     fn slot_input(&self, name: &str, a: HostArray, slots: usize) -> Result<ShardedBuffer> {
         self.input(name, &a, slots)
@@ -125,8 +138,9 @@ impl SlotModel for Mamba2 {
         let prompts: Vec<Vec<u32>> = rows.iter().map(|(_, p)| p.to_vec()).collect();
         let pre = self.prefill(&prompts)?;
         let n = rows.len();
-        let key = format!("insert s{n_slots} r{n}");
-        let program = self.program(&key, || self.insert_graph(n_slots, n))?;
+        let program = self.program(&format!("insert s{n_slots} r{n}"), || {
+            self.insert_graph(n_slots, n)
+        })?;
         // Fits an i32: slot indices are below n_slots, which a buffer's row count bounds.
         let index: Vec<i32> = rows.iter().map(|(i, _)| *i as i32).collect();
         let row_logits = self.input("row_logits", &pre.logits, n)?;
@@ -146,6 +160,17 @@ impl SlotModel for Mamba2 {
         Ok(Mamba2Slots { logits, state })
     }
 
+    fn prepare(&self, slots: usize, rows: usize, bucket: usize, capacity: usize) -> Result<()> {
+        self.prefill_program(rows, bucket, LogitsAt::Last, false)?;
+        self.program(&format!("insert s{slots} r{rows}"), || {
+            self.insert_graph(slots, rows)
+        })?;
+        for sample in [false, true] {
+            self.segment_program(slots, capacity, sample)?;
+        }
+        Ok(())
+    }
+
     fn run_segment(
         &self,
         slots: Mamba2Slots,
@@ -158,9 +183,7 @@ impl SlotModel for Mamba2 {
             .iter()
             .zip(segment.sampling)
             .any(|(a, s)| *a && matches!(s, Sampling::Sample { .. }));
-        let v = Mamba2::slot_variant(sample);
-        let key_id = format!("slot segment s{n} k{} {v:?}", segment.capacity);
-        let program = self.program(&key_id, || self.segment_graph(n, segment.capacity, v, 0))?;
+        let program = self.segment_program(n, segment.capacity, sample)?;
         let done: Vec<bool> = segment.active.iter().map(|a| !a).collect();
         let done = self.slot_input("done", HostArray::from_vec(&[n], done)?, n)?;
         let keys: Vec<u32> = segment.keys.iter().flatten().copied().collect();
