@@ -33,11 +33,11 @@ pub(crate) struct LoadgenArgs {
     #[arg(long, default_value_t = 32)]
     requests: usize,
     /// Prompt lengths, uniform in LO,HI (tokens; bytes of text for a byte model).
-    #[arg(long, value_delimiter = ',', num_args = 2, default_values_t = [16, 128])]
-    prompt_len: Vec<usize>,
+    #[arg(long, value_name = "LO,HI", value_parser = range, default_value = "16,128")]
+    prompt_len: [usize; 2],
     /// Output lengths (max_tokens), uniform in LO,HI.
-    #[arg(long, value_delimiter = ',', num_args = 2, default_values_t = [16, 128])]
-    output_len: Vec<usize>,
+    #[arg(long, value_name = "LO,HI", value_parser = range, default_value = "16,128")]
+    output_len: [usize; 2],
     /// Send prompts as token ids below VOCAB (a model without a tokenizer) instead of text
     /// cut from the crate's docs.
     #[arg(long, value_name = "VOCAB")]
@@ -63,6 +63,18 @@ pub(crate) struct LoadgenArgs {
     /// Write throughput and goodput against the setting as an SVG chart to FILE.
     #[arg(long, value_name = "FILE")]
     svg: Option<PathBuf>,
+}
+
+/// `LO,HI` with 1 <= LO <= HI.
+fn range(s: &str) -> Result<[usize; 2], String> {
+    let bad = || format!("{s:?} is not LO,HI with 1 <= LO <= HI");
+    let (lo, hi) = s.split_once(',').ok_or_else(bad)?;
+    let lo: usize = lo.trim().parse().map_err(|_| bad())?;
+    let hi: usize = hi.trim().parse().map_err(|_| bad())?;
+    if lo == 0 || lo > hi {
+        return Err(bad());
+    }
+    Ok([lo, hi])
 }
 
 /// One request to send.

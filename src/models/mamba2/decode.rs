@@ -181,11 +181,46 @@ impl Mamba2 {
         v: Variant,
         width: usize,
     ) -> Result<Graph> {
+        self.segment_graph_rows(batch, None, segment, v, width)
+    }
+
+    /// [`Mamba2::segment_graph`], or with `rows: Some(m)` the segment of `m` of the `slots`
+    /// rows that the logits and state hold: the program then takes the rows' indices (i32
+    /// `[m]`, distinct) after the state, decodes those rows (`done`, the keys and settings
+    /// are `[m]`, as are the tokens, `done` and keys it returns) and writes them back into the
+    /// logits and state it returns, the other rows untouched.
+    pub(super) fn segment_graph_rows(
+        &self,
+        slots: usize,
+        rows: Option<usize>,
+        segment: usize,
+        v: Variant,
+        width: usize,
+    ) -> Result<Graph> {
         let g = Graph::new();
         let w = self.for_products(&self.weight_parameters(&g)?, false)?;
-        let logits = g.parameter("logits", DType::F32, &[batch, self.config().vocab_size])?;
-        g.donate(&logits)?;
-        let states = self.state_parameters(&g, batch)?;
+        let all_logits = g.parameter("logits", DType::F32, &[slots, self.config().vocab_size])?;
+        g.donate(&all_logits)?;
+        let all_states = self.state_parameters(&g, slots)?;
+        let index = match rows {
+            Some(m) => Some(g.parameter("rows", DType::I32, &[m])?),
+            None => None,
+        };
+        let gather = |t: &Tensor| match &index {
+            Some(i) => t.take(i),
+            None => Ok(t.clone()),
+        };
+        let batch = rows.unwrap_or(slots);
+        let logits = gather(&all_logits)?;
+        let states = all_states
+            .iter()
+            .map(|l| {
+                Ok(LayerState {
+                    conv: gather(&l.conv)?,
+                    ssm: gather(&l.ssm)?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
         let done = g.parameter("done", DType::Pred, &[batch])?;
         let key = g.parameter("key", DType::U32, &v.key_dims(batch))?;
         let max_steps = g.parameter("max_steps", DType::I32, &[])?;
@@ -223,17 +258,50 @@ impl Mamba2 {
             segment,
             v,
         )?;
-        let mut outs = vec![out, end.logits];
+        let mut state_outs = vec![end.logits];
         for s in end.states {
-            outs.push(s.conv);
-            outs.push(s.ssm);
+            state_outs.push(s.conv);
+            state_outs.push(s.ssm);
         }
+        if let Some(index) = &index {
+            let mut all = vec![all_logits];
+            all.extend(all_states.into_iter().flat_map(|l| [l.conv, l.ssm]));
+            state_outs = scatter_rows(all, &state_outs, index)?;
+        }
+        let mut outs = vec![out];
+        outs.extend(state_outs);
         outs.push(end.done);
         outs.push(end.key);
         if let Some(h) = end.history {
             outs.extend([h.tokens, h.matched, h.len]);
         }
         g.set_outputs(&outs.iter().collect::<Vec<_>>())?;
-        self.placed(g, batch)
+        self.placed(g, slots)
     }
+}
+
+/// Each of `into` (`[slots, ...]`) with the rows of the matching `rows` (`[m, ...]`) written at
+/// the slots `index` (i32 `[m]`) names.
+pub(super) fn scatter_rows(
+    into: Vec<Tensor>,
+    rows: &[Tensor],
+    index: &Tensor,
+) -> Result<Vec<Tensor>> {
+    let g = index.graph();
+    let zero = g.scalar(0.0, DType::I32)?;
+    let m = index.dims()[0];
+    let at: Vec<Tensor> = (0..m)
+        .map(|r| index.narrow(0, r, 1)?.reshape(&[]))
+        .collect::<Result<_>>()?;
+    into.into_iter()
+        .zip(rows)
+        .map(|(mut t, src)| {
+            for (r, at) in at.iter().enumerate() {
+                let mut starts = vec![at];
+                starts.extend(std::iter::repeat_n(&zero, src.rank() - 1));
+                t = t.dynamic_update_slice(&src.narrow(0, r, 1)?, &starts)?;
+            }
+            Ok(t)
+        })
+        .collect()
 }

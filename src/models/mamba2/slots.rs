@@ -2,7 +2,7 @@
 //! next token on the device; prompts are prefilled in groups and written into their slots by an
 //! insert program; segments run the device-side decode loop with one sampling key per row.
 
-use super::decode::Variant;
+use super::decode::{scatter_rows, Variant};
 use super::model::{layer_states, state_args, LogitsAt, Mamba2};
 use super::state::Mamba2State;
 use crate::array::HostArray;
@@ -43,15 +43,7 @@ impl Mamba2 {
             sources.push(g.parameter(&format!("row_ssm.{i}"), ssm_t.dtype, &ssm_t.dims)?);
         }
         let index = g.parameter("slot_index", DType::I32, &[rows])?;
-        let zero = g.scalar(0.0, DType::I32)?;
-        for r in 0..rows {
-            let at = index.narrow(0, r, 1)?.reshape(&[])?;
-            for (t, s) in targets.iter_mut().zip(&sources) {
-                let mut starts = vec![&at];
-                starts.extend(std::iter::repeat_n(&zero, s.rank() - 1));
-                *t = t.dynamic_update_slice(&s.narrow(0, r, 1)?, &starts)?;
-            }
-        }
+        let targets = scatter_rows(targets, &sources, &index)?;
         g.set_outputs(&targets.iter().collect::<Vec<_>>())?;
         Ok(g)
     }
@@ -69,16 +61,20 @@ impl Mamba2 {
         }
     }
 
-    /// The segment program of `slots` rows and `capacity` steps (compiled once).
+    /// The segment program of `capacity` steps over all `slots` rows, or over `subset` of them
+    /// (compiled once).
     fn segment_program(
         &self,
         slots: usize,
+        subset: Option<usize>,
         capacity: usize,
         sample: bool,
     ) -> Result<CompiledGraph> {
         let v = Mamba2::slot_variant(sample);
-        let key = format!("slot segment s{slots} k{capacity} {v:?}");
-        self.program(&key, || self.segment_graph(slots, capacity, v, 0))
+        let key = format!("slot segment s{slots} m{subset:?} k{capacity} {v:?}");
+        self.program(&key, || {
+            self.segment_graph_rows(slots, subset, capacity, v, 0)
+        })
     }
 
     /// Uploads a per-slot host array as the program input `name`.
@@ -165,8 +161,14 @@ impl SlotModel for Mamba2 {
         self.program(&format!("insert s{slots} r{rows}"), || {
             self.insert_graph(slots, rows)
         })?;
-        for sample in [false, true] {
-            self.segment_program(slots, capacity, sample)?;
+        let subsets = (0..usize::BITS)
+            .map(|i| 1usize << i)
+            .take_while(|&m| m < slots)
+            .map(Some);
+        for subset in subsets.chain([None]) {
+            for sample in [false, true] {
+                self.segment_program(slots, subset, capacity, sample)?;
+            }
         }
         Ok(())
     }
@@ -183,24 +185,40 @@ impl SlotModel for Mamba2 {
             .iter()
             .zip(segment.sampling)
             .any(|(a, s)| *a && matches!(s, Sampling::Sample { .. }));
-        let program = self.segment_program(n, segment.capacity, sample)?;
-        let done: Vec<bool> = segment.active.iter().map(|a| !a).collect();
-        let done = self.slot_input("done", HostArray::from_vec(&[n], done)?, n)?;
-        let keys: Vec<u32> = segment.keys.iter().flatten().copied().collect();
-        let keys = self.slot_input("key", HostArray::from_vec(&[n, 2], keys)?, n)?;
+        // The rows to decode: the active ones, padded with inactive ones (held) to a power of
+        // two; all rows when that is every slot.
+        let (on, off): (Vec<usize>, Vec<usize>) = (0..n).partition(|&i| segment.active[i]);
+        let m = on.len().max(1).next_power_of_two();
+        let rows: Vec<usize> = match m < n {
+            true => on.iter().chain(&off).take(m).copied().collect(),
+            false => (0..n).collect(),
+        };
+        let subset = (m < n).then_some(m);
+        let program = self.segment_program(n, subset, segment.capacity, sample)?;
+        let b = rows.len();
+        let done: Vec<bool> = rows.iter().map(|&r| !segment.active[r]).collect();
+        let keys: Vec<u32> = rows.iter().flat_map(|&r| segment.keys[r]).collect();
+        let sampling: Vec<Sampling> = rows.iter().map(|&r| segment.sampling[r]).collect();
+        let mut extra = Vec::new();
+        if let Some(m) = subset {
+            // Fits an i32: slot indices are below n.
+            let index: Vec<i32> = rows.iter().map(|&r| r as i32).collect();
+            extra.push(self.slot_input("rows", HostArray::from_vec(&[m], index)?, m)?);
+        }
+        extra.push(self.slot_input("done", HostArray::from_vec(&[b], done)?, b)?);
+        extra.push(self.slot_input("key", HostArray::from_vec(&[b, 2], keys)?, b)?);
         // Both fit an i32: steps <= capacity <= MAX_NEW_TOKENS, eos < vocab (checked).
         let max_steps = HostArray::scalar(segment.steps as i32);
-        let max_steps = self.slot_input("max_steps", max_steps, n)?;
+        extra.push(self.slot_input("max_steps", max_steps, b)?);
         let eos = HostArray::scalar(segment.eos.map_or(-1, |e| e as i32));
-        let mut fixed = vec![self.slot_input("eos", eos, n)?];
+        extra.push(self.slot_input("eos", eos, b)?);
         if sample {
-            fixed.extend(self.row_sample_settings(segment.sampling)?);
+            extra.extend(self.row_sample_settings(&sampling)?);
         }
         let mut args = self.weight_args();
         args.push(&slots.logits);
         args.extend(state_args(Some(&slots.state)));
-        args.extend([&done, &keys, &max_steps]);
-        args.extend(&fixed);
+        args.extend(&extra);
         let outs = program.run_sharded(&args)?;
         drop(args);
         let mut outs = outs.into_iter();
@@ -209,13 +227,18 @@ impl SlotModel for Mamba2 {
         let logits = outs.next().ok_or_else(missing)?;
         let state = layer_states(&mut outs, self.config().num_layers)?;
         let _done = outs.next().ok_or_else(missing)?;
-        let keys = outs.next().ok_or_else(missing)?.to_vec::<u32>()?;
-        let tokens = tokens
-            .chunks(segment.capacity)
-            .map(|row| row[..segment.steps].iter().map(|&t| t as u32).collect())
-            .collect();
-        let keys = keys.chunks(2).map(|k| [k[0], k[1]]).collect();
-        let out = SegmentOutput { tokens, keys };
+        let new_keys = outs.next().ok_or_else(missing)?.to_vec::<u32>()?;
+        // Back to one entry per slot: rows not decoded hold max(eos, 0) and keep their key.
+        let idle = segment.eos.unwrap_or(0);
+        let mut out = SegmentOutput {
+            tokens: vec![vec![idle; segment.steps]; n],
+            keys: segment.keys.to_vec(),
+        };
+        for (k, &r) in rows.iter().enumerate() {
+            let row = &tokens[k * segment.capacity..k * segment.capacity + segment.steps];
+            out.tokens[r] = row.iter().map(|&t| t as u32).collect();
+            out.keys[r] = [new_keys[2 * k], new_keys[2 * k + 1]];
+        }
         Ok((Mamba2Slots { logits, state }, out))
     }
 
