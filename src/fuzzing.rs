@@ -9,6 +9,7 @@
 //! a generator that writes nearly valid input, to reach the checks behind the syntax).
 
 mod checkpoints;
+mod completion;
 mod config;
 mod einsum;
 mod graph_builder;
@@ -18,6 +19,7 @@ mod sharded;
 mod signature;
 
 pub use checkpoints::checkpoint;
+pub use completion::completion_request;
 pub use config::config_json;
 pub use einsum::einsum_spec;
 pub use graphs::random_graph;

@@ -56,6 +56,12 @@ fn config_json() {
 }
 
 #[test]
+fn completion_request() {
+    replay("completion_request", fuzzing::completion_request);
+    random_streams(8, 3000, 300, |_, d| fuzzing::completion_request(d));
+}
+
+#[test]
 fn checkpoint() {
     replay("checkpoint", fuzzing::checkpoint);
     random_streams(2, 1500, 600, |_, d| fuzzing::checkpoint(d));

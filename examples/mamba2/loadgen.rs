@@ -266,11 +266,16 @@ fn send(a: &LoadgenArgs, job: &Job, t0: Instant) -> Seen {
         let Ok(v) = serde_json::from_str::<Value>(data) else {
             continue;
         };
+        // A server that reports usage at the end (llama-server) has the last word on the count.
+        if let Some(total) = v["usage"]["completion_tokens"].as_u64() {
+            seen.tokens = total as usize;
+        }
         let choice = &v["choices"][0];
-        // Our server lists the chunk's tokens; llama-server sends one token per chunk.
+        // Our server lists the chunk's tokens; llama-server sends one token per chunk (its
+        // text may be empty, part of a character), and a last chunk with the finish reason.
         let n = match choice["token_ids"].as_array() {
             Some(ids) => ids.len(),
-            None => usize::from(choice["text"].as_str().is_some_and(|t| !t.is_empty())),
+            None => usize::from(choice["text"].is_string() && choice["finish_reason"].is_null()),
         };
         if n == 0 {
             continue;

@@ -6,8 +6,10 @@
 //! leaving needs no paging, and nothing recompiles once each program has run once.
 //!
 //! [`Scheduler`] is the loop (no HTTP: the `serve` subcommand of the example CLI puts a server
-//! around it); [`SlotModel`] is what it needs from a model.
+//! around it); [`SlotModel`] is what it needs from a model; [`openai`] reads and writes
+//! OpenAI's completions format.
 
+pub mod openai;
 mod scheduler;
 
 pub use scheduler::{

@@ -41,12 +41,12 @@ pub struct SchedulerOptions {
 }
 
 impl Default for SchedulerOptions {
-    /// 8 slots, segments of 16 steps, 64 queued, prefill 4 at a time, prompts up to 2,048
+    /// 8 slots, segments of 4 steps, 64 queued, prefill 4 at a time, prompts up to 2,048
     /// tokens and up to 2,048 new tokens, no `eos`.
     fn default() -> Self {
         SchedulerOptions {
             slots: 8,
-            segment: 16,
+            segment: 4,
             max_queue: 64,
             prefill_batch: 4,
             max_prompt: 2048,
@@ -139,13 +139,17 @@ struct Running {
     id: RequestId,
     /// Tokens still to make.
     remaining: usize,
+    /// It has made no token yet.
+    fresh: bool,
     sampling: Sampling,
     key: [u32; 2],
 }
 
 /// Continuous batching over a [`SlotModel`]: [`Scheduler::submit`] queues a request,
 /// [`Scheduler::step`] admits queued requests into free slots (prompts of one bucket prefilled
-/// together) and runs one segment for every slot in use, returning what happened.
+/// together) and runs one segment for every slot in use, returning what happened. A segment
+/// right after an admission runs one step, so that new requests see their first token without
+/// waiting for a whole segment.
 pub struct Scheduler<M: SlotModel> {
     model: M,
     options: SchedulerOptions,
@@ -381,6 +385,7 @@ impl<M: SlotModel> Scheduler<M> {
             self.table[*slot] = Some(Running {
                 id: *id,
                 remaining: r.max_tokens,
+                fresh: true,
                 sampling: r.sampling,
                 key: r.sampling.key(),
             });
@@ -402,8 +407,13 @@ impl<M: SlotModel> Scheduler<M> {
             .iter()
             .map(|s| s.as_ref().map_or([0, 0], |r| r.key))
             .collect();
+        // A request just prefilled gets its first token after one step, not a whole segment.
         let longest = self.table.iter().flatten().map(|r| r.remaining).max();
-        let steps = longest.unwrap_or(1).min(self.options.segment);
+        let first = self.table.iter().flatten().any(|r| r.fresh);
+        let steps = match first {
+            true => 1,
+            false => longest.unwrap_or(1).min(self.options.segment),
+        };
         let segment = Segment {
             capacity: self.options.segment,
             steps,
@@ -425,6 +435,7 @@ impl<M: SlotModel> Scheduler<M> {
         for (slot, (row, key)) in self.table.iter_mut().zip(out.tokens.iter().zip(&out.keys)) {
             let Some(r) = slot else { continue };
             r.key = *key;
+            r.fresh = false;
             let mut fresh = Vec::new();
             let mut reason = None;
             for &t in row {

@@ -16,10 +16,12 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use serde_json::{json, Value};
+use stablegraph::serving::openai::{
+    parse_completion, ApiError, Completion, Prompt, ReplyHead, Usage,
+};
 use stablegraph::serving::{FinishReason, Request, RequestId, SubmitError};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 
-use super::api::{parse_completion, ApiError, Completion, Prompt, ReplyHead, Usage};
 use super::engine::{Command, Update};
 use super::output::Output;
 use super::Shared;

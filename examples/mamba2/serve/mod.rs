@@ -1,9 +1,8 @@
 //! `serve`: an OpenAI-compatible HTTP server over the continuous-batching scheduler
 //! (`stablegraph::serving`). The engine thread ([`engine`]) owns the model and the scheduler;
-//! the HTTP handlers (tokio + axum) parse requests ([`api`]), turn tokens into text
+//! the HTTP handlers (tokio + axum) parse requests (`stablegraph::serving::openai`), turn tokens into text
 //! ([`output`]) and stream them; [`metrics`] counts.
 
-mod api;
 mod engine;
 mod http;
 mod metrics;
@@ -38,8 +37,9 @@ pub(crate) struct ServeArgs {
     /// Requests decoded at once: the rows of the compiled segment program.
     #[arg(long, default_value_t = 8)]
     slots: usize,
-    /// Decode steps per segment; requests join and leave between segments.
-    #[arg(long, default_value_t = 16)]
+    /// Decode steps per segment; requests join and leave between segments (a new request
+    /// waits for the segment under way; more steps per call cost less per token).
+    #[arg(long, default_value_t = 4)]
     segment: usize,
     /// Requests waiting for a slot; more are answered 429 with Retry-After.
     #[arg(long, default_value_t = 64)]

@@ -1,23 +1,28 @@
-//! The OpenAI completions API: a request body read into a [`Completion`] (every field's type
-//! and range checked, with an error that names it), and the JSON of replies, stream chunks and
-//! errors.
+//! The wire format of OpenAI's completions API, for servers built on the [`super::Scheduler`]:
+//! a request body read into a [`Completion`] (every field's type and range checked, with an
+//! error that names it and the HTTP status to answer), and the JSON of replies, stream chunks
+//! and errors. No HTTP here: the `serve` subcommand of the example CLI puts it on a socket.
 
 use serde_json::{json, Map, Value};
-use stablegraph::models::mamba2::Sampling;
+
+use crate::sampling::Sampling;
 
 /// An API error: its HTTP status, OpenAI's `type`, and a message naming what was wrong.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct ApiError {
-    pub(crate) status: u16,
-    pub(crate) kind: &'static str,
-    pub(crate) message: String,
+pub struct ApiError {
+    /// The HTTP status to answer with (4xx for the request's faults).
+    pub status: u16,
+    /// OpenAI's error `type` (`invalid_request_error`, ...).
+    pub kind: &'static str,
+    /// What was wrong, naming the field.
+    pub message: String,
     /// The field at fault, when one is.
-    pub(crate) param: Option<String>,
+    pub param: Option<String>,
 }
 
 impl ApiError {
     /// A 400 about `param`.
-    pub(crate) fn invalid(param: &str, message: String) -> ApiError {
+    pub fn invalid(param: &str, message: String) -> ApiError {
         ApiError {
             status: 400,
             kind: "invalid_request_error",
@@ -27,7 +32,7 @@ impl ApiError {
     }
 
     /// Another status, about no field.
-    pub(crate) fn status(status: u16, kind: &'static str, message: String) -> ApiError {
+    pub fn status(status: u16, kind: &'static str, message: String) -> ApiError {
         ApiError {
             status,
             kind,
@@ -37,7 +42,7 @@ impl ApiError {
     }
 
     /// OpenAI's error body.
-    pub(crate) fn body(&self) -> Value {
+    pub fn body(&self) -> Value {
         json!({"error": {
             "message": self.message,
             "type": self.kind,
@@ -49,21 +54,28 @@ impl ApiError {
 
 /// The prompt: text, or token ids.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Prompt {
+pub enum Prompt {
+    /// Text, for the model's tokenizer.
     Text(String),
+    /// Token ids.
     Ids(Vec<u32>),
 }
 
 /// A checked `POST /v1/completions` body.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Completion {
-    pub(crate) prompt: Prompt,
-    pub(crate) max_tokens: usize,
-    pub(crate) sampling: Sampling,
-    pub(crate) stop: Vec<String>,
-    pub(crate) stream: bool,
+pub struct Completion {
+    /// The prompt.
+    pub prompt: Prompt,
+    /// The most new tokens (16 when absent, as OpenAI; the scheduler checks the range).
+    pub max_tokens: usize,
+    /// Greedy for temperature 0, else sampled with the request's (or the server's) seed.
+    pub sampling: Sampling,
+    /// Up to four stop sequences, none empty.
+    pub stop: Vec<String>,
+    /// Stream the reply as server-sent events.
+    pub stream: bool,
     /// With `stream`: a last chunk with `usage` (`stream_options.include_usage`).
-    pub(crate) stream_usage: bool,
+    pub stream_usage: bool,
 }
 
 /// OpenAI's default `max_tokens` for completions.
@@ -73,11 +85,8 @@ const MAX_STOPS: usize = 4;
 
 /// Reads a request body. `model` is the id this server lists; `seed` the seed of a sampled
 /// request that names none. Unknown fields are ignored (clients send many); `null` is absent.
-pub(crate) fn parse_completion(
-    body: &[u8],
-    model: &str,
-    seed: u64,
-) -> Result<Completion, ApiError> {
+/// Never panics: any other input is an [`ApiError`] (400, or 404 for another model).
+pub fn parse_completion(body: &[u8], model: &str, seed: u64) -> Result<Completion, ApiError> {
     let value: Value = serde_json::from_slice(body)
         .map_err(|e| ApiError::invalid("body", format!("the body is not valid JSON: {e}")))?;
     let Value::Object(map) = value else {
@@ -264,17 +273,22 @@ fn parse_stop(v: Option<&Value>) -> Result<Vec<String>, ApiError> {
 
 /// What every reply and chunk of one request shares.
 #[derive(Debug, Clone)]
-pub(crate) struct ReplyHead {
-    pub(crate) id: String,
-    pub(crate) created: u64,
-    pub(crate) model: String,
+pub struct ReplyHead {
+    /// The completion's id (`cmpl-...`).
+    pub id: String,
+    /// Unix seconds.
+    pub created: u64,
+    /// The model's id.
+    pub model: String,
 }
 
 /// Token counts for `usage`.
 #[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct Usage {
-    pub(crate) prompt: usize,
-    pub(crate) completion: usize,
+pub struct Usage {
+    /// Prompt tokens.
+    pub prompt: usize,
+    /// Generated tokens.
+    pub completion: usize,
 }
 
 impl Usage {
@@ -290,7 +304,7 @@ impl Usage {
 impl ReplyHead {
     /// A whole (non-streamed) reply. `token_ids` (an extension, as some servers return) lets
     /// a client of a model without a tokenizer read the tokens.
-    pub(crate) fn reply(&self, text: &str, ids: &[u32], finish: &str, usage: Usage) -> Value {
+    pub fn reply(&self, text: &str, ids: &[u32], finish: &str, usage: Usage) -> Value {
         json!({
             "id": self.id,
             "object": "text_completion",
@@ -308,7 +322,7 @@ impl ReplyHead {
     }
 
     /// A stream chunk: new text (and its tokens), and the finish reason on the last.
-    pub(crate) fn chunk(&self, text: &str, ids: &[u32], finish: Option<&str>) -> Value {
+    pub fn chunk(&self, text: &str, ids: &[u32], finish: Option<&str>) -> Value {
         json!({
             "id": self.id,
             "object": "text_completion",
@@ -325,7 +339,7 @@ impl ReplyHead {
     }
 
     /// The usage chunk after the last (`stream_options.include_usage`).
-    pub(crate) fn usage_chunk(&self, usage: Usage) -> Value {
+    pub fn usage_chunk(&self, usage: Usage) -> Value {
         json!({
             "id": self.id,
             "object": "text_completion",
