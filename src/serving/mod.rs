@@ -61,13 +61,27 @@ pub trait SlotModel {
     /// `slots` empty slots.
     fn open_slots(&self, slots: usize) -> Result<Self::Slots>;
     /// Prefills `rows` (slot index, prompt) together and writes each prompt's state and logits
-    /// into its slot; the other slots are untouched. The slots' buffers are donated: on an
-    /// error they are gone.
-    fn fill_slots(&self, slots: Self::Slots, rows: &[(usize, &[u32])]) -> Result<Self::Slots>;
+    /// into its slot; the other slots are untouched. With `continued`, each prompt continues
+    /// from the state its slot holds (the next piece of a prompt fed in pieces); else from an
+    /// empty state. The slots' buffers are donated: on an error they are gone.
+    fn fill_slots(
+        &self,
+        slots: Self::Slots,
+        rows: &[(usize, &[u32])],
+        continued: bool,
+    ) -> Result<Self::Slots>;
     /// Compiles, without running, what [`SlotModel::fill_slots`] runs for `rows` prompts of
-    /// bucket `bucket` into `slots` slots, and the segment program of `capacity` steps (greedy
-    /// and sampled), so that serving compiles nothing later.
-    fn prepare(&self, slots: usize, rows: usize, bucket: usize, capacity: usize) -> Result<()>;
+    /// bucket `bucket` into `slots` slots (fresh, and with `continued` also continuing), and
+    /// the segment programs of `capacity` steps (greedy and sampled), so that serving compiles
+    /// nothing later.
+    fn prepare(
+        &self,
+        slots: usize,
+        rows: usize,
+        bucket: usize,
+        capacity: usize,
+        continued: bool,
+    ) -> Result<()>;
     /// Runs one segment over all slots (donated as in [`SlotModel::fill_slots`]).
     fn run_segment(
         &self,

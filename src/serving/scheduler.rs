@@ -32,6 +32,9 @@ pub struct SchedulerOptions {
     pub max_queue: usize,
     /// The most prompts prefilled in one call (rounded down to a power of two).
     pub prefill_batch: usize,
+    /// Longer prompts are fed in pieces of this many tokens, one piece per step, so that the
+    /// rows decoding meanwhile wait for one piece at a time, not a whole prompt.
+    pub prompt_piece: usize,
     /// The longest prompt taken, in tokens.
     pub max_prompt: usize,
     /// The most new tokens a request may ask for.
@@ -41,14 +44,15 @@ pub struct SchedulerOptions {
 }
 
 impl Default for SchedulerOptions {
-    /// 8 slots, segments of 4 steps, 64 queued, prefill 4 at a time, prompts up to 2,048
-    /// tokens and up to 2,048 new tokens, no `eos`.
+    /// 8 slots, segments of 4 steps, 64 queued, prefill 4 at a time in pieces of up to 128
+    /// tokens, prompts up to 2,048 tokens and up to 2,048 new tokens, no `eos`.
     fn default() -> Self {
         SchedulerOptions {
             slots: 8,
             segment: 4,
             max_queue: 64,
             prefill_batch: 4,
+            prompt_piece: 128,
             max_prompt: 2048,
             max_tokens: 2048,
             eos: None,
@@ -141,6 +145,8 @@ struct Running {
     remaining: usize,
     /// It has made no token yet.
     fresh: bool,
+    /// The rest of its prompt, still to prefill.
+    pending: Vec<u32>,
     sampling: Sampling,
     key: [u32; 2],
 }
@@ -170,6 +176,7 @@ impl<M: SlotModel> Scheduler<M> {
             ("slots", o.slots),
             ("segment", o.segment),
             ("prefill_batch", o.prefill_batch),
+            ("prompt_piece", o.prompt_piece),
             ("max_prompt", o.max_prompt),
             ("max_tokens", o.max_tokens),
         ];
@@ -205,27 +212,29 @@ impl<M: SlotModel> Scheduler<M> {
         })
     }
 
-    /// Compiles every program serving can run: the segment programs (greedy and sampled) and,
-    /// for every prompt bucket up to `max_prompt` and every prefill group size (the powers of
-    /// two up to `prefill_batch` and `slots`), the prefill and insert programs, without running
+    /// Compiles every program serving can run: the segment programs (greedy and sampled, each
+    /// row subset) and, for every prompt bucket up to `max_prompt` and `prompt_piece` and every
+    /// prefill group size (the powers of two up to `prefill_batch` and `slots`), the prefill and
+    /// insert programs (and, for prompts fed in pieces, the continuing ones), without running
     /// them. After it, requests compile nothing. Returns how many settings it prepared.
     pub fn warm_up(&mut self) -> Result<usize> {
+        let o = &self.options;
         let mut buckets = Vec::new();
-        for len in 1..=self.options.max_prompt {
+        for len in 1..=o.max_prompt.min(o.prompt_piece) {
             let b = self.model.prompt_bucket(len)?;
             if buckets.last() != Some(&b) {
                 buckets.push(b);
             }
         }
-        let most = self.options.prefill_batch.min(self.options.slots);
+        let most = o.prefill_batch.min(o.slots);
         let sizes: Vec<usize> = (0..usize::BITS)
             .map(|i| 1usize << i)
             .take_while(|&g| g <= most)
             .collect();
+        let pieces = o.max_prompt > o.prompt_piece;
         for &b in &buckets {
             for &g in &sizes {
-                self.model
-                    .prepare(self.options.slots, g, b, self.options.segment)?;
+                self.model.prepare(o.slots, g, b, o.segment, pieces)?;
             }
         }
         Ok(buckets.len() * sizes.len())
@@ -312,24 +321,38 @@ impl<M: SlotModel> Scheduler<M> {
         &self.options
     }
 
-    /// Admits queued requests into free slots, then runs one segment for the slots in use.
-    /// A model error fails the requests it touched ([`Event::Failed`]) and reopens the slots;
-    /// only an error reopening them is returned.
+    /// Feeds the next piece of the prompts still being prefilled (one group), admits queued
+    /// requests into free slots (their first piece), then runs one segment for the slots whose
+    /// prompts are in. A model error fails the requests it touched ([`Event::Failed`]) and
+    /// reopens the slots; only an error reopening them is returned.
     pub fn step(&mut self) -> Result<Vec<Event>> {
         let mut events = Vec::new();
-        while let Some(group) = self.next_group() {
-            match self.admit(&group) {
-                Ok(()) => events.extend(group.iter().map(|(_, id, _)| Event::Started { id: *id })),
-                Err(e) => {
-                    events.extend(group.iter().map(|(_, id, _)| Event::Failed {
-                        id: *id,
-                        error: e.to_string(),
-                    }));
-                    events.extend(self.reopen(&e)?);
-                }
+        if let Some(rows) = self.next_pieces() {
+            if let Err(e) = self.fill(&rows, true) {
+                events.extend(self.reopen(&e)?);
             }
         }
-        if self.table.iter().any(Option::is_some) {
+        while let Some(group) = self.next_group() {
+            let rows: Vec<(usize, Vec<u32>)> = group
+                .iter()
+                .map(|(slot, _, r)| (*slot, r.prompt.clone()))
+                .collect();
+            for (slot, id, r) in &group {
+                self.table[*slot] = Some(Running {
+                    id: *id,
+                    remaining: r.max_tokens,
+                    fresh: true,
+                    pending: r.prompt.clone(),
+                    sampling: r.sampling,
+                    key: r.sampling.key(),
+                });
+            }
+            match self.fill(&rows, false) {
+                Ok(()) => events.extend(group.iter().map(|(_, id, _)| Event::Started { id: *id })),
+                Err(e) => events.extend(self.reopen(&e)?),
+            }
+        }
+        if self.table.iter().flatten().any(|r| r.pending.is_empty()) {
             match self.run() {
                 Ok(mut decoded) => events.append(&mut decoded),
                 Err(e) => events.extend(self.reopen(&e)?),
@@ -338,9 +361,55 @@ impl<M: SlotModel> Scheduler<M> {
         Ok(events)
     }
 
+    /// The rows whose prompts are still being fed, for their next piece: the first such row
+    /// and the next ones whose piece has its bucket, up to `prefill_batch` (rounded down to a
+    /// power of two).
+    fn next_pieces(&self) -> Option<Vec<(usize, Vec<u32>)>> {
+        let chunk = self.options.prompt_piece;
+        let piece = |r: &Running| r.pending[..r.pending.len().min(chunk)].to_vec();
+        let waiting: Vec<(usize, Vec<u32>)> = self
+            .table
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| {
+                let r = s.as_ref().filter(|r| !r.pending.is_empty())?;
+                Some((i, piece(r)))
+            })
+            .collect();
+        let bucket = |p: &[u32]| self.model.prompt_bucket(p.len()).ok();
+        let first = bucket(&waiting.first()?.1);
+        let mut group: Vec<(usize, Vec<u32>)> = waiting
+            .into_iter()
+            .filter(|(_, p)| bucket(p) == first)
+            .take(self.options.prefill_batch)
+            .collect();
+        group.truncate(1 << group.len().ilog2());
+        Some(group)
+    }
+
+    /// Prefills the next piece of each row's prompt into its slot (`continued`: after the
+    /// pieces before it) and takes the piece off the row's pending prompt.
+    fn fill(&mut self, rows: &[(usize, Vec<u32>)], continued: bool) -> Result<()> {
+        let chunk = self.options.prompt_piece;
+        let pieces: Vec<(usize, &[u32])> = rows
+            .iter()
+            .map(|(slot, p)| (*slot, &p[..p.len().min(chunk)]))
+            .collect();
+        let slots = self.take_slots()?;
+        self.slots = Some(self.model.fill_slots(slots, &pieces, continued)?);
+        self.stats.prefills += 1;
+        for (slot, piece) in &pieces {
+            self.stats.prompt_tokens += piece.len() as u64;
+            if let Some(r) = self.table[*slot].as_mut() {
+                r.pending.drain(..piece.len());
+            }
+        }
+        Ok(())
+    }
+
     /// The next queued requests to prefill together with the free slots they go to: the
-    /// queue's head and the next ones of its prompt bucket, as many as there are free slots
-    /// and `prefill_batch` allow, rounded down to a power of two.
+    /// queue's head and the next ones whose first piece has its prompt bucket, as many as
+    /// there are free slots and `prefill_batch` allow, rounded down to a power of two.
     fn next_group(&mut self) -> Option<Vec<(usize, RequestId, Request)>> {
         let free: Vec<usize> = (0..self.table.len())
             .filter(|&i| self.table[i].is_none())
@@ -349,14 +418,16 @@ impl<M: SlotModel> Scheduler<M> {
         if free.is_empty() {
             return None;
         }
-        let bucket = self.model.prompt_bucket(head.prompt.len()).ok();
+        let chunk = self.options.prompt_piece;
+        let bucket = |r: &Request| self.model.prompt_bucket(r.prompt.len().min(chunk)).ok();
+        let first = bucket(head);
         let room = free.len().min(self.options.prefill_batch);
         let mut picked = Vec::new();
         for (at, (_, r)) in self.queue.iter().enumerate() {
             if picked.len() == room {
                 break;
             }
-            if at == 0 || self.model.prompt_bucket(r.prompt.len()).ok() == bucket {
+            if at == 0 || bucket(r) == first {
                 picked.push(at);
             }
         }
@@ -371,45 +442,32 @@ impl<M: SlotModel> Scheduler<M> {
         Some(group)
     }
 
-    /// Prefills `group` into its slots.
-    fn admit(&mut self, group: &[(usize, RequestId, Request)]) -> Result<()> {
-        let rows: Vec<(usize, &[u32])> = group
-            .iter()
-            .map(|(slot, _, r)| (*slot, r.prompt.as_slice()))
-            .collect();
-        let slots = self.take_slots()?;
-        self.slots = Some(self.model.fill_slots(slots, &rows)?);
-        self.stats.prefills += 1;
-        for (slot, id, r) in group {
-            self.stats.prompt_tokens += r.prompt.len() as u64;
-            self.table[*slot] = Some(Running {
-                id: *id,
-                remaining: r.max_tokens,
-                fresh: true,
-                sampling: r.sampling,
-                key: r.sampling.key(),
-            });
-        }
-        Ok(())
-    }
-
     /// One segment over the slots in use; the events it makes.
     fn run(&mut self) -> Result<Vec<Event>> {
         let n = self.table.len();
-        let active: Vec<bool> = self.table.iter().map(Option::is_some).collect();
+        // The rows whose prompts are in; a row still being prefilled waits.
+        fn decoding(s: &Option<Running>) -> Option<&Running> {
+            s.as_ref().filter(|r| r.pending.is_empty())
+        }
+        let active: Vec<bool> = self.table.iter().map(|s| decoding(s).is_some()).collect();
         let sampling: Vec<Sampling> = self
             .table
             .iter()
-            .map(|s| s.as_ref().map_or(Sampling::Greedy, |r| r.sampling))
+            .map(|s| decoding(s).map_or(Sampling::Greedy, |r| r.sampling))
             .collect();
         let keys: Vec<[u32; 2]> = self
             .table
             .iter()
-            .map(|s| s.as_ref().map_or([0, 0], |r| r.key))
+            .map(|s| decoding(s).map_or([0, 0], |r| r.key))
             .collect();
         // A request just prefilled gets its first token after one step, not a whole segment.
-        let longest = self.table.iter().flatten().map(|r| r.remaining).max();
-        let first = self.table.iter().flatten().any(|r| r.fresh);
+        let longest = self
+            .table
+            .iter()
+            .filter_map(decoding)
+            .map(|r| r.remaining)
+            .max();
+        let first = self.table.iter().filter_map(decoding).any(|r| r.fresh);
         let steps = match first {
             true => 1,
             false => longest.unwrap_or(1).min(self.options.segment),
@@ -433,7 +491,9 @@ impl<M: SlotModel> Scheduler<M> {
         }
         let mut events = Vec::new();
         for (slot, (row, key)) in self.table.iter_mut().zip(out.tokens.iter().zip(&out.keys)) {
-            let Some(r) = slot else { continue };
+            let Some(r) = slot.as_mut().filter(|r| r.pending.is_empty()) else {
+                continue;
+            };
             r.key = *key;
             r.fresh = false;
             let mut fresh = Vec::new();

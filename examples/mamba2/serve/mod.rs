@@ -53,6 +53,10 @@ pub(crate) struct ServeArgs {
     /// Prompts prefilled together at most (those of one length bucket).
     #[arg(long, default_value_t = 4)]
     prefill_batch: usize,
+    /// Longer prompts are prefilled in pieces of this many tokens, one piece per segment, so
+    /// that the requests decoding meanwhile wait for a piece, not a whole prompt.
+    #[arg(long, default_value_t = 128)]
+    prompt_piece: usize,
     /// A request ends at this token (not returned).
     #[arg(long, value_name = "ID")]
     eos: Option<u32>,
@@ -125,6 +129,7 @@ pub(crate) fn serve(a: ServeArgs) -> Result<()> {
         segment: a.segment,
         max_queue: a.max_queue,
         prefill_batch: a.prefill_batch,
+        prompt_piece: a.prompt_piece,
         max_prompt: a.max_prompt,
         max_tokens: a.max_tokens,
         eos: a.eos,

@@ -1,6 +1,7 @@
 //! Mamba-2 as a [`SlotModel`]: the slots are a `slots`-row state and the logits of each row's
-//! next token on the device; prompts are prefilled in groups and written into their slots by an
-//! insert program; segments run the device-side decode loop with one sampling key per row.
+//! next token on the device; prompts are prefilled in groups (a long prompt in pieces, each
+//! continuing from the state its slot holds) and written into their slots by an insert
+//! program; segments run the device-side decode loop with one sampling key per row.
 
 use super::decode::{scatter_rows, Variant};
 use super::model::{layer_states, state_args, LogitsAt, Mamba2};
@@ -46,6 +47,38 @@ impl Mamba2 {
         let targets = scatter_rows(targets, &sources, &index)?;
         g.set_outputs(&targets.iter().collect::<Vec<_>>())?;
         Ok(g)
+    }
+
+    /// The program that copies `rows` rows of the slots' state out (not donated): parameters
+    /// the state of `slots` rows and the row indices (i32 `[rows]`); outputs the rows' state.
+    fn extract_graph(&self, slots: usize, rows: usize) -> Result<Graph> {
+        let g = Graph::new();
+        let (conv_t, ssm_t) = self.state_types(slots);
+        let mut state = Vec::new();
+        for i in 0..self.config().num_layers {
+            state.push(g.parameter(&format!("conv.{i}"), conv_t.dtype, &conv_t.dims)?);
+            state.push(g.parameter(&format!("ssm.{i}"), ssm_t.dtype, &ssm_t.dims)?);
+        }
+        let index = g.parameter("slot_index", DType::I32, &[rows])?;
+        let outs = state
+            .iter()
+            .map(|t| t.take(&index))
+            .collect::<Result<Vec<_>>>()?;
+        g.set_outputs(&outs.iter().collect::<Vec<_>>())?;
+        Ok(g)
+    }
+
+    /// The state of the slots `index` names, as a state of as many rows.
+    fn extract(&self, slots: &Mamba2Slots, index: &[i32]) -> Result<Mamba2State> {
+        let (n_slots, n) = (slots.state.batch(), index.len());
+        let program = self.program(&format!("extract s{n_slots} r{n}"), || {
+            self.extract_graph(n_slots, n)
+        })?;
+        let index = self.input("slot_index", &HostArray::from_vec(&[n], index.to_vec())?, n)?;
+        let mut args = state_args(Some(&slots.state));
+        args.push(&index);
+        let outs = program.run_sharded(&args)?;
+        layer_states(&mut outs.into_iter(), self.config().num_layers)
     }
 
     /// The serving variant of the segment program: state held for inactive rows, one key per
@@ -121,7 +154,12 @@ impl SlotModel for Mamba2 {
         Ok(Mamba2Slots { logits, state })
     }
 
-    fn fill_slots(&self, slots: Mamba2Slots, rows: &[(usize, &[u32])]) -> Result<Mamba2Slots> {
+    fn fill_slots(
+        &self,
+        slots: Mamba2Slots,
+        rows: &[(usize, &[u32])],
+        continued: bool,
+    ) -> Result<Mamba2Slots> {
         let n_slots = slots.state.batch();
         if let Some((bad, _)) = rows.iter().find(|(i, _)| *i >= n_slots) {
             return Err(Error::InvalidArgument(format!(
@@ -132,13 +170,16 @@ impl SlotModel for Mamba2 {
             return Ok(slots);
         }
         let prompts: Vec<Vec<u32>> = rows.iter().map(|(_, p)| p.to_vec()).collect();
-        let pre = self.prefill(&prompts)?;
         let n = rows.len();
+        // Fits an i32: slot indices are below n_slots, which a buffer's row count bounds.
+        let index: Vec<i32> = rows.iter().map(|(i, _)| *i as i32).collect();
+        let pre = match continued {
+            true => self.prefill_from(&prompts, self.extract(&slots, &index)?)?,
+            false => self.prefill(&prompts)?,
+        };
         let program = self.program(&format!("insert s{n_slots} r{n}"), || {
             self.insert_graph(n_slots, n)
         })?;
-        // Fits an i32: slot indices are below n_slots, which a buffer's row count bounds.
-        let index: Vec<i32> = rows.iter().map(|(i, _)| *i as i32).collect();
         let row_logits = self.input("row_logits", &pre.logits, n)?;
         let index = self.input("slot_index", &HostArray::from_vec(&[n], index)?, n)?;
         let mut args = vec![&slots.logits];
@@ -156,8 +197,21 @@ impl SlotModel for Mamba2 {
         Ok(Mamba2Slots { logits, state })
     }
 
-    fn prepare(&self, slots: usize, rows: usize, bucket: usize, capacity: usize) -> Result<()> {
+    fn prepare(
+        &self,
+        slots: usize,
+        rows: usize,
+        bucket: usize,
+        capacity: usize,
+        continued: bool,
+    ) -> Result<()> {
         self.prefill_program(rows, bucket, LogitsAt::Last, false)?;
+        if continued {
+            self.prefill_program(rows, bucket, LogitsAt::Last, true)?;
+            self.program(&format!("extract s{slots} r{rows}"), || {
+                self.extract_graph(slots, rows)
+            })?;
+        }
         self.program(&format!("insert s{slots} r{rows}"), || {
             self.insert_graph(slots, rows)
         })?;
