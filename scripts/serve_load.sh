@@ -25,13 +25,15 @@ trap 'kill "${pids[@]}" 2>/dev/null || true' EXIT
 until grep -q listening "$out/ours.log"; do sleep 1; done
 if [[ -n "$llama" ]]; then until curl -sf 127.0.0.1:18091/health >/dev/null; do sleep 1; done; fi
 common=(--ids 50288 --prompt-len 16,128 --output-len 32,128 --requests 16 --slo-ttft 1 --slo-itl 0.1)
-run() { # label port mode values
+run() { # label port mode values [earlier json for the chart]
   "$bin" loadgen --url "http://127.0.0.1:$2" "--$3" "$4" "${common[@]}" --label "$1" \
-    --json "$out/$1-$3.json" --svg "$out/$1-$3.svg"
+    --json "$out/$1-$3.json" --svg "$out/$1-$3.svg" ${5:+--with "$5"}
 }
 for round in 1 2; do
   run "stablegraph-r$round" 18090 clients 1,8
   if [[ -n "$llama" ]]; then run "llama-server-r$round" 18091 clients 1,8; fi
 done
 run stablegraph 18090 rates 0.25,0.5,1,2
-if [[ -n "$llama" ]]; then run llama-server 18091 rates 0.25,0.5,1,2; fi
+if [[ -n "$llama" ]]; then
+  run llama-server 18091 rates 0.25,0.5,1,2 "$out/stablegraph-rates.json" # both in one chart
+fi

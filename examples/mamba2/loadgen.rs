@@ -23,7 +23,7 @@ pub(crate) struct LoadgenArgs {
     url: String,
     /// Open-loop arrival rates, requests per second (comma-separated); each runs --requests
     /// requests with exponential gaps.
-    #[arg(long, value_delimiter = ',', required_unless_present = "clients")]
+    #[arg(long, value_delimiter = ',', required_unless_present_any = ["clients", "with"])]
     rates: Vec<f64>,
     /// Closed loops instead: for each count, that many clients each send their next request
     /// when the last one ends, --requests in all.
@@ -63,6 +63,10 @@ pub(crate) struct LoadgenArgs {
     /// Write throughput and goodput against the setting as an SVG chart to FILE.
     #[arg(long, value_name = "FILE")]
     svg: Option<PathBuf>,
+    /// Draw the results of an earlier --json run in the chart too (e.g. another server's);
+    /// without --rates or --clients, only draw them into --svg.
+    #[arg(long, value_name = "JSON")]
+    with: Vec<PathBuf>,
 }
 
 /// `LO,HI` with 1 <= LO <= HI.
@@ -111,6 +115,21 @@ struct Row {
 
 pub(crate) fn loadgen(a: LoadgenArgs) -> Result<()> {
     ensure!(a.requests > 0, "--requests must be at least 1");
+    if a.rates.is_empty() && a.clients.is_empty() {
+        let path = a
+            .svg
+            .as_ref()
+            .context("--with without --rates or --clients needs --svg")?;
+        let series = a.with.iter().map(series_of).collect::<Result<Vec<_>>>()?;
+        let mode = std::fs::read_to_string(&a.with[0]).unwrap_or_default();
+        let what = if mode.contains("\"mode\": \"clients\"") {
+            "clients"
+        } else {
+            "rate/s"
+        };
+        return std::fs::write(path, chart(what, &series))
+            .with_context(|| format!("writing {}", path.display()));
+    }
     for (name, r) in [
         ("--prompt-len", &a.prompt_len),
         ("--output-len", &a.output_len),
@@ -178,7 +197,13 @@ pub(crate) fn loadgen(a: LoadgenArgs) -> Result<()> {
             .with_context(|| format!("writing {}", path.display()))?;
     }
     if let Some(path) = &a.svg {
-        std::fs::write(path, chart(&a.label, what, &rows))
+        let mut series = a.with.iter().map(series_of).collect::<Result<Vec<_>>>()?;
+        let points = rows
+            .iter()
+            .map(|r| [r.setting, r.tokens_per_s, r.goodput])
+            .collect();
+        series.push((a.label.clone(), points));
+        std::fs::write(path, chart(what, &series))
             .with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
@@ -374,23 +399,36 @@ fn summarize(a: &LoadgenArgs, setting: f64, seen: &[Seen]) -> Row {
     }
 }
 
-/// Throughput (tokens/s, left axis) and goodput (requests/s, right axis) against the setting.
-fn chart(label: &str, what: &str, rows: &[Row]) -> String {
-    let (w, h, l, r, t, b) = (720.0, 400.0, 70.0, 70.0, 40.0, 50.0);
-    let xmax = rows.iter().map(|r| r.setting).fold(0.0, f64::max).max(1e-9);
-    let tmax = rows
-        .iter()
-        .map(|r| r.tokens_per_s)
-        .fold(0.0, f64::max)
-        .max(1e-9)
-        * 1.1;
-    let gmax = rows.iter().map(|r| r.goodput).fold(0.0, f64::max).max(1e-9) * 1.1;
+/// One server's figures for the chart: its label and (setting, tokens/s, goodput) points.
+type Series = (String, Vec<[f64; 3]>);
+
+/// The series of an earlier `--json` file.
+fn series_of(path: &PathBuf) -> Result<Series> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let v: Value = serde_json::from_str(&text).with_context(|| format!("{}", path.display()))?;
+    let rows = v["rows"].as_array().map(Vec::as_slice).unwrap_or_default();
+    let point = |r: &Value| {
+        let f = |k: &str| r[k].as_f64().unwrap_or(0.0);
+        [f("setting"), f("tokens_per_s"), f("goodput_per_s")]
+    };
+    let label = v["label"].as_str().unwrap_or("earlier run").to_string();
+    Ok((label, rows.iter().map(point).collect()))
+}
+
+/// Throughput (tokens/s, left axis, solid) and goodput (requests/s, right axis, dashed) against
+/// the setting, one color per server.
+fn chart(what: &str, series: &[Series]) -> String {
+    let (w, h, l, r, t, b) = (720.0, 430.0, 70.0, 70.0, 56.0, 70.0);
+    let all = || series.iter().flat_map(|(_, p)| p.iter());
+    let top = |k: usize| all().map(|p| p[k]).fold(0.0, f64::max).max(1e-9);
+    let (xmax, tmax, gmax) = (top(0), top(1) * 1.1, top(2) * 1.1);
     let x = |v: f64| l + (w - l - r) * v / xmax;
     let y = |v: f64, max: f64| t + (h - t - b) * (1.0 - v / max);
     let mut s = format!(
         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" font-family=\"sans-serif\" font-size=\"12\">\n\
          <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
-         <text x=\"{l}\" y=\"24\" font-size=\"15\">{label}: throughput and goodput against {what}</text>\n"
+         <text x=\"{l}\" y=\"24\" font-size=\"15\">Throughput (solid) and goodput (dashed) against {what}</text>\n"
     );
     for i in 0..=4 {
         let f = i as f64 / 4.0;
@@ -398,8 +436,8 @@ fn chart(label: &str, what: &str, rows: &[Row]) -> String {
         let _ = writeln!(
             s,
             "<line x1=\"{l}\" x2=\"{}\" y1=\"{yy:.1}\" y2=\"{yy:.1}\" stroke=\"#ddd\"/>\
-             <text x=\"{}\" y=\"{:.1}\" text-anchor=\"end\" fill=\"#1f77b4\">{:.0}</text>\
-             <text x=\"{}\" y=\"{:.1}\" fill=\"#d62728\">{:.2}</text>",
+             <text x=\"{}\" y=\"{:.1}\" text-anchor=\"end\">{:.0}</text>\
+             <text x=\"{}\" y=\"{:.1}\">{:.2}</text>",
             w - r,
             l - 6.0,
             yy + 4.0,
@@ -409,40 +447,45 @@ fn chart(label: &str, what: &str, rows: &[Row]) -> String {
             f * gmax
         );
     }
-    for row in rows {
+    let mut ticks: Vec<f64> = all().map(|p| p[0]).collect();
+    ticks.sort_by(f64::total_cmp);
+    ticks.dedup();
+    for v in ticks {
         let _ = writeln!(
             s,
-            "<text x=\"{:.1}\" y=\"{}\" text-anchor=\"middle\">{}</text>",
-            x(row.setting),
-            h - b + 18.0,
-            row.setting
+            "<text x=\"{:.1}\" y=\"{}\" text-anchor=\"middle\">{v}</text>",
+            x(v),
+            h - b + 18.0
         );
     }
-    for (color, pick, max) in [
-        (
-            "#1f77b4",
-            (|r: &Row| r.tokens_per_s) as fn(&Row) -> f64,
-            tmax,
-        ),
-        ("#d62728", |r: &Row| r.goodput, gmax),
-    ] {
-        let pts: Vec<String> = rows
-            .iter()
-            .map(|row| format!("{:.1},{:.1}", x(row.setting), y(pick(row), max)))
-            .collect();
+    let colors = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd"];
+    for (k, (label, points)) in series.iter().enumerate() {
+        let color = colors[k % colors.len()];
+        for (i, max, dash) in [(1, tmax, ""), (2, gmax, " stroke-dasharray=\"6 4\"")] {
+            let pts: Vec<String> = points
+                .iter()
+                .map(|p| format!("{:.1},{:.1}", x(p[0]), y(p[i], max)))
+                .collect();
+            let _ = writeln!(
+                s,
+                "<polyline fill=\"none\" stroke=\"{color}\" stroke-width=\"2\"{dash} points=\"{}\"/>",
+                pts.join(" ")
+            );
+        }
         let _ = writeln!(
             s,
-            "<polyline fill=\"none\" stroke=\"{color}\" stroke-width=\"2\" points=\"{}\"/>",
-            pts.join(" ")
+            "<text x=\"{}\" y=\"{}\" fill=\"{color}\">{label}</text>",
+            l + 180.0 * k as f64,
+            h - 12.0
         );
     }
     let _ = writeln!(
         s,
         "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{what}</text>\
-         <text x=\"{l}\" y=\"{}\" fill=\"#1f77b4\">tokens/s</text>\
-         <text x=\"{}\" y=\"{}\" text-anchor=\"end\" fill=\"#d62728\">goodput (requests/s in SLO)</text>\n</svg>",
+         <text x=\"{l}\" y=\"{}\">tokens/s</text>\
+         <text x=\"{}\" y=\"{}\" text-anchor=\"end\">goodput (requests/s in SLO)</text>\n</svg>",
         (l + w - r) / 2.0,
-        h - 12.0,
+        h - b + 36.0,
         t - 6.0,
         w - r,
         t - 6.0
