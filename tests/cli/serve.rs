@@ -378,11 +378,17 @@ fn bad_requests_get_openai_errors() {
     assert!(server
         .post(&json!({"prompt": "x", "max_tokens": 2}))
         .is_ok());
+    // The metrics count the refusals, and the one request served: 1 prompt token, 2 new.
     let metrics = server.get("/metrics", None).unwrap();
-    assert!(
-        metrics.contains("stablegraph_requests_total{outcome=\"invalid\"} 27"),
-        "{metrics}"
-    );
+    for line in [
+        "stablegraph_requests_total{outcome=\"invalid\"} 27",
+        "stablegraph_requests_total{outcome=\"completed\"} 1",
+        "stablegraph_prompt_tokens_total 1\n",
+        "stablegraph_generated_tokens_total 2\n",
+        "stablegraph_time_to_first_token_seconds_count 1\n",
+    ] {
+        assert!(metrics.contains(line), "{line} not in {metrics}");
+    }
 }
 
 #[test]

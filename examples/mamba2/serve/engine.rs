@@ -87,7 +87,13 @@ pub(crate) fn run<M: SlotModel>(
         }
         if s.has_work() {
             match s.step() {
-                Ok(events) => dispatch(&mut s, &mut live, &metrics, events),
+                Ok(events) => {
+                    // The counts first, so that a client reading /metrics after its reply
+                    // sees its tokens.
+                    let compiles = s.model().programs_compiled();
+                    metrics.engine(&s.stats(), s.options().slots, compiles);
+                    dispatch(&mut s, &mut live, &metrics, events);
+                }
                 Err(e) => {
                     eprintln!("serve: the engine failed: {e}");
                     for (_, l) in live.drain() {
@@ -97,15 +103,8 @@ pub(crate) fn run<M: SlotModel>(
                 }
             }
         }
-        let st = s.stats();
-        let slots = s.options().slots;
-        metrics.engine(
-            st.queued,
-            st.active,
-            slots,
-            s.model().programs_compiled(),
-            st.segments,
-        );
+        let compiles = s.model().programs_compiled();
+        metrics.engine(&s.stats(), s.options().slots, compiles);
     }
 }
 

@@ -328,9 +328,6 @@ impl Run {
             "stopped"
         };
         self.app.metrics.request(outcome);
-        self.app
-            .metrics
-            .tokens(self.prompt_len, self.out.ids().len());
     }
 
     fn usage(&self) -> Usage {

@@ -4,6 +4,8 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::Mutex;
 
+use stablegraph::serving::SchedulerStats;
+
 /// Upper bounds (seconds) of the latency histograms' buckets.
 const BUCKETS: [f64; 14] = [
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
@@ -70,26 +72,12 @@ impl Metrics {
         self.with(|v| *v.requests.entry(outcome).or_default() += 1);
     }
 
-    /// Tokens prefilled and generated.
-    pub(crate) fn tokens(&self, prompt: usize, generated: usize) {
+    /// Where the scheduler stands, from its own counts.
+    pub(crate) fn engine(&self, stats: &SchedulerStats, slots: usize, compiles: usize) {
         self.with(|v| {
-            v.prompt_tokens += prompt as u64;
-            v.generated_tokens += generated as u64;
-        });
-    }
-
-    /// Where the scheduler stands.
-    pub(crate) fn engine(
-        &self,
-        queued: usize,
-        active: usize,
-        slots: usize,
-        compiles: usize,
-        segments: u64,
-    ) {
-        self.with(|v| {
-            (v.queue_depth, v.active_slots, v.slots) = (queued, active, slots);
-            (v.compiles, v.segments) = (compiles, segments);
+            (v.queue_depth, v.active_slots, v.slots) = (stats.queued, stats.active, slots);
+            (v.compiles, v.segments) = (compiles, stats.segments);
+            (v.prompt_tokens, v.generated_tokens) = (stats.prompt_tokens, stats.generated_tokens);
         });
     }
 
