@@ -46,9 +46,7 @@ impl Variant {
             vec![2]
         }
     }
-}
 
-impl Variant {
     /// Whether the token the loop picks last must be stepped through the model: when the state
     /// or the logits after it are wanted.
     fn needs_last_step(&self) -> bool {

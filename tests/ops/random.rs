@@ -128,3 +128,43 @@ fn threefry_known_answer() {
     assert_eq!(words[[0]], 0x6b20_0159);
     assert_eq!(reference, device);
 }
+
+/// `random_bits_rows` gives row `r` exactly what `random_bits` gives `keys[r]` alone, on the
+/// device and in the interpreter; and a row's bits do not change with the other rows' keys.
+#[test]
+fn row_keys_draw_each_row_from_its_own_key() {
+    let mut s = Suite::new("random_rows", 2104);
+    let rows: [(u32, u32); 3] = [(0, 42), (7, 9), (u32::MAX, 1)];
+    let flat: Vec<u32> = rows.iter().flat_map(|&(a, b)| [a, b]).collect();
+    s.case("three rows");
+    let keys = s.input("keys", HostArray::from_vec(&[3, 2], flat).unwrap());
+    let together = s.check(&s.g.random_bits_rows(&keys, 5).unwrap());
+    let alone: Vec<usize> = rows
+        .iter()
+        .map(|&(a, b)| {
+            let k = s.input("k", key(a, b));
+            s.check(&s.g.random_bits(&k, &[5]).unwrap())
+        })
+        .collect();
+    s.case("the first row's neighbours changed");
+    let other = s.input(
+        "keys",
+        HostArray::from_vec(&[3, 2], vec![0u32, 42, 1, 1, 2, 2]).unwrap(),
+    );
+    let moved = s.check(&s.g.random_bits_rows(&other, 5).unwrap());
+    let ran = s.run();
+    let got = |i: usize| {
+        ran.got[i]
+            .as_array::<u32>()
+            .unwrap()
+            .iter()
+            .copied()
+            .collect::<Vec<_>>()
+    };
+    let all = got(together);
+    for (r, &i) in alone.iter().enumerate() {
+        assert_eq!(all[r * 5..r * 5 + 5], got(i)[..], "row {r}");
+    }
+    assert_eq!(got(moved)[..5], all[..5]);
+    assert_ne!(got(moved)[5..], all[5..]);
+}

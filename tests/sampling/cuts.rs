@@ -325,3 +325,16 @@ fn sampling_settings_are_checked() {
         .to_string()
         .contains("logits"));
 }
+
+/// Top-k 1 takes the most likely token, the first of equal ones, as greedy decoding does:
+/// never the other tied token, whatever the key.
+#[test]
+fn top_k_one_is_the_argmax_first_on_ties() {
+    let row = Row {
+        temperature: 0.7,
+        top_k: 1,
+        top_p: 1.0,
+    };
+    let counts = draw(&[0.5, 2.0, -1.0, 2.0, 1.9], row, 16, 8);
+    assert_eq!(counts, [0, 128, 0, 0, 0]);
+}
