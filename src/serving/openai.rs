@@ -195,8 +195,8 @@ fn number(v: &Value, name: &str) -> Result<f64, ApiError> {
         .ok_or_else(|| ApiError::invalid(name, format!("{name} must be a finite number, got {v}")))
 }
 
-/// `temperature` (0 is greedy; default 1, as OpenAI), `top_p` (0, 1], `top_k` (0: off) and
-/// `seed`.
+/// `temperature` (0, or anything that rounds to 0 as an f32, is greedy; default 1, as OpenAI),
+/// `top_p` (0, 1] as an f32, `top_k` (0: off) and `seed`.
 fn parse_sampling(map: &Map<String, Value>, seed: u64) -> Result<Sampling, ApiError> {
     let field = |name: &str| map.get(name).filter(|v| !v.is_null());
     let temperature = field("temperature")
@@ -213,10 +213,11 @@ fn parse_sampling(map: &Map<String, Value>, seed: u64) -> Result<Sampling, ApiEr
         .map(|v| number(v, "top_p"))
         .transpose()?
         .unwrap_or(1.0);
-    if !(top_p > 0.0 && top_p <= 1.0) {
+    // Checked as the f32 the sampler takes: 1e-50 is above 0 but rounds to it.
+    if !(top_p as f32 > 0.0 && top_p <= 1.0) {
         return Err(ApiError::invalid(
             "top_p",
-            format!("top_p ({top_p}) must be in (0, 1]"),
+            format!("top_p ({top_p}) must be in (0, 1] (as an f32)"),
         ));
     }
     let top_k = field("top_k")
@@ -232,7 +233,8 @@ fn parse_sampling(map: &Map<String, Value>, seed: u64) -> Result<Sampling, ApiEr
                 ApiError::invalid("seed", format!("seed must be an integer, got {v}"))
             })?,
     };
-    if temperature == 0.0 {
+    // A temperature that rounds to 0 in f32 is 0: greedy.
+    if temperature as f32 == 0.0 {
         return Ok(Sampling::Greedy);
     }
     Ok(Sampling::Sample {

@@ -306,6 +306,12 @@ fn bad_requests_get_openai_errors() {
         ),
         (json!({"prompt": "x", "top_p": 0}), 400, "top_p (0)"),
         (json!({"prompt": "x", "top_p": 1.5}), 400, "top_p (1.5)"),
+        // Above 0, but 0 as the f32 the sampler takes (found by fuzzing).
+        (
+            json!({"prompt": "x", "top_p": 1e-50}),
+            400,
+            "must be in (0, 1] (as an f32)",
+        ),
         (json!({"prompt": "x", "top_k": 1000}), 400, "top_k (1000)"),
         (json!({"prompt": "x", "top_k": -2}), 400, "top_k must be"),
         (json!({"prompt": "x", "seed": "s"}), 400, "seed must be"),
@@ -381,7 +387,7 @@ fn bad_requests_get_openai_errors() {
     // The metrics count the refusals, and the one request served: 1 prompt token, 2 new.
     let metrics = server.get("/metrics", None).unwrap();
     for line in [
-        "stablegraph_requests_total{outcome=\"invalid\"} 27",
+        "stablegraph_requests_total{outcome=\"invalid\"} 28",
         "stablegraph_requests_total{outcome=\"completed\"} 1",
         "stablegraph_prompt_tokens_total 1\n",
         "stablegraph_generated_tokens_total 2\n",
