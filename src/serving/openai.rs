@@ -304,51 +304,45 @@ impl Usage {
 }
 
 impl ReplyHead {
-    /// A whole (non-streamed) reply. `token_ids` (an extension, as some servers return) lets
-    /// a client of a model without a tokenizer read the tokens.
-    pub fn reply(&self, text: &str, ids: &[u32], finish: &str, usage: Usage) -> Value {
-        json!({
+    /// The completion object with these `choices`, and `usage` when given.
+    fn object(&self, choices: Value, usage: Option<Usage>) -> Value {
+        let mut v = json!({
             "id": self.id,
             "object": "text_completion",
             "created": self.created,
             "model": self.model,
-            "choices": [{
-                "text": text,
-                "index": 0,
-                "logprobs": Value::Null,
-                "finish_reason": finish,
-                "token_ids": ids,
-            }],
-            "usage": usage.json(),
-        })
+            "choices": choices,
+        });
+        if let Some(u) = usage {
+            v["usage"] = u.json();
+        }
+        v
+    }
+
+    /// The one choice: its text, tokens (`token_ids`, an extension some servers have: a
+    /// client of a model without a tokenizer reads the tokens there) and finish reason.
+    fn choice(text: &str, ids: &[u32], finish: Option<&str>) -> Value {
+        json!([{
+            "text": text,
+            "index": 0,
+            "logprobs": Value::Null,
+            "finish_reason": finish,
+            "token_ids": ids,
+        }])
+    }
+
+    /// A whole (non-streamed) reply.
+    pub fn reply(&self, text: &str, ids: &[u32], finish: &str, usage: Usage) -> Value {
+        self.object(Self::choice(text, ids, Some(finish)), Some(usage))
     }
 
     /// A stream chunk: new text (and its tokens), and the finish reason on the last.
     pub fn chunk(&self, text: &str, ids: &[u32], finish: Option<&str>) -> Value {
-        json!({
-            "id": self.id,
-            "object": "text_completion",
-            "created": self.created,
-            "model": self.model,
-            "choices": [{
-                "text": text,
-                "index": 0,
-                "logprobs": Value::Null,
-                "finish_reason": finish,
-                "token_ids": ids,
-            }],
-        })
+        self.object(Self::choice(text, ids, finish), None)
     }
 
     /// The usage chunk after the last (`stream_options.include_usage`).
     pub fn usage_chunk(&self, usage: Usage) -> Value {
-        json!({
-            "id": self.id,
-            "object": "text_completion",
-            "created": self.created,
-            "model": self.model,
-            "choices": [],
-            "usage": usage.json(),
-        })
+        self.object(json!([]), Some(usage))
     }
 }
