@@ -122,23 +122,35 @@ impl SampleSettings {
     /// The values for [`SampleSettings::parameters`]: `sampling`'s settings for each of `batch`
     /// rows (checked as [`Sampling::check`] does for `vocab`). Greedy is temperature 1, top-k 1.
     pub fn host_values(sampling: &Sampling, batch: usize, vocab: usize) -> Result<[HostArray; 3]> {
-        sampling.check(vocab)?;
-        let (temperature, top_k, top_p) = match *sampling {
-            Sampling::Greedy => (1.0, 1, 1.0),
-            Sampling::Sample {
-                temperature,
-                top_k,
-                top_p,
-                ..
-            } => (temperature, top_k, top_p),
-        };
-        let top_k = i32::try_from(top_k).map_err(|_| {
-            Error::InvalidArgument(format!("sampling: top_k ({top_k}) does not fit an i32"))
-        })?;
+        SampleSettings::row_host_values(&vec![*sampling; batch], vocab)
+    }
+
+    /// [`SampleSettings::host_values`] with one setting per row (rows of a served batch).
+    pub fn row_host_values(rows: &[Sampling], vocab: usize) -> Result<[HostArray; 3]> {
+        let n = rows.len();
+        let (mut temperature, mut top_k, mut top_p) = (Vec::new(), Vec::new(), Vec::new());
+        for sampling in rows {
+            sampling.check(vocab)?;
+            let (t, k, p) = match *sampling {
+                Sampling::Greedy => (1.0, 1, 1.0),
+                Sampling::Sample {
+                    temperature,
+                    top_k,
+                    top_p,
+                    ..
+                } => (temperature, top_k, top_p),
+            };
+            let k = i32::try_from(k).map_err(|_| {
+                Error::InvalidArgument(format!("sampling: top_k ({k}) does not fit an i32"))
+            })?;
+            temperature.push(t);
+            top_k.push(k);
+            top_p.push(p);
+        }
         Ok([
-            HostArray::from_vec(&[batch], vec![temperature; batch])?,
-            HostArray::from_vec(&[batch], vec![top_k; batch])?,
-            HostArray::from_vec(&[batch], vec![top_p; batch])?,
+            HostArray::from_vec(&[n], temperature)?,
+            HostArray::from_vec(&[n], top_k)?,
+            HostArray::from_vec(&[n], top_p)?,
         ])
     }
 

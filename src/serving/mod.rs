@@ -71,17 +71,13 @@ pub trait SlotModel {
         continued: bool,
     ) -> Result<Self::Slots>;
     /// Compiles, without running, what [`SlotModel::fill_slots`] runs for `rows` prompts of
-    /// bucket `bucket` into `slots` slots (fresh, and with `continued` also continuing), and
-    /// the segment programs of `capacity` steps (greedy and sampled), so that serving compiles
-    /// nothing later.
-    fn prepare(
-        &self,
-        slots: usize,
-        rows: usize,
-        bucket: usize,
-        capacity: usize,
-        continued: bool,
-    ) -> Result<()>;
+    /// bucket `bucket` into `slots` slots (fresh, and with `continued` also continuing).
+    fn prepare_fill(&self, slots: usize, rows: usize, bucket: usize, continued: bool)
+        -> Result<()>;
+    /// Compiles, without running, every segment program [`SlotModel::run_segment`] can run
+    /// over `slots` slots with `capacity` steps (greedy and sampled), so that together with
+    /// [`SlotModel::prepare_fill`] serving compiles nothing later.
+    fn prepare_segments(&self, slots: usize, capacity: usize) -> Result<()>;
     /// Runs one segment over all slots (donated as in [`SlotModel::fill_slots`]).
     fn run_segment(
         &self,

@@ -234,9 +234,10 @@ impl<M: SlotModel> Scheduler<M> {
         let pieces = o.max_prompt > o.prompt_piece;
         for &b in &buckets {
             for &g in &sizes {
-                self.model.prepare(o.slots, g, b, o.segment, pieces)?;
+                self.model.prepare_fill(o.slots, g, b, pieces)?;
             }
         }
+        self.model.prepare_segments(o.slots, o.segment)?;
         Ok(buckets.len() * sizes.len())
     }
 

@@ -86,7 +86,7 @@ impl Mamba2 {
         let eos_id = options.eos.map_or(-1, |e| e as i32);
         let mut fixed = vec![self.input("eos", &HostArray::scalar(eos_id), batch)?];
         if v.sample {
-            fixed.extend(self.sample_settings(&options.sampling, batch)?);
+            fixed.extend(self.sample_settings(&vec![options.sampling; batch])?);
         }
         fixed.extend(penalties);
         let mut stopped = vec![false; batch];
@@ -240,7 +240,7 @@ impl Mamba2 {
         if v.sample {
             let key = HostArray::from_vec(&[2], options.sampling.key().to_vec())?;
             inputs.push(self.input("key", &key, batch)?);
-            inputs.extend(self.sample_settings(&options.sampling, batch)?);
+            inputs.extend(self.sample_settings(&vec![options.sampling; batch])?);
         }
         if v.penalties {
             let width = bucket + capacity;
@@ -286,13 +286,13 @@ impl Mamba2 {
         crate::models::engine::check_options(options, self.config().vocab_size)
     }
 
-    /// The [`SampleSettings`] parameters of `sampling` for `batch` rows, on the device.
-    fn sample_settings(&self, sampling: &Sampling, batch: usize) -> Result<Vec<ShardedBuffer>> {
-        let values = SampleSettings::host_values(sampling, batch, self.config().vocab_size)?;
+    /// The [`SampleSettings`] parameters of one setting per row, on the device.
+    pub(super) fn sample_settings(&self, rows: &[Sampling]) -> Result<Vec<ShardedBuffer>> {
+        let values = SampleSettings::row_host_values(rows, self.config().vocab_size)?;
         ["temperature", "top_k", "top_p"]
             .iter()
             .zip(&values)
-            .map(|(name, a)| self.input(name, a, batch))
+            .map(|(name, a)| self.input(name, a, rows.len()))
             .collect()
     }
 

@@ -12,7 +12,7 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::ops::Graph;
 use crate::runtime::ShardedBuffer;
-use crate::sampling::{SampleSettings, Sampling};
+use crate::sampling::Sampling;
 use crate::serving::{Segment, SegmentOutput, SlotModel};
 
 /// The slots of a served Mamba-2 batch on the device.
@@ -109,11 +109,6 @@ impl Mamba2 {
             self.segment_graph_rows(slots, subset, capacity, v, 0)
         })
     }
-
-    /// Uploads a per-slot host array as the program input `name`.
-    fn slot_input(&self, name: &str, a: HostArray, slots: usize) -> Result<ShardedBuffer> {
-        self.input(name, &a, slots)
-    }
 }
 
 impl SlotModel for Mamba2 {
@@ -143,12 +138,12 @@ impl SlotModel for Mamba2 {
         }
         let vocab = self.config().vocab_size;
         let zeros = |dims: &[usize]| HostArray::from_vec(dims, vec![0f32; dims.iter().product()]);
-        let logits = self.slot_input("logits", zeros(&[slots, vocab])?, slots)?;
+        let logits = self.input("logits", &zeros(&[slots, vocab])?, slots)?;
         let (conv_t, ssm_t) = self.state_types(slots);
         let mut flat = Vec::new();
         for i in 0..self.config().num_layers {
-            flat.push(self.slot_input(&format!("conv.{i}"), zeros(&conv_t.dims)?, slots)?);
-            flat.push(self.slot_input(&format!("ssm.{i}"), zeros(&ssm_t.dims)?, slots)?);
+            flat.push(self.input(&format!("conv.{i}"), &zeros(&conv_t.dims)?, slots)?);
+            flat.push(self.input(&format!("ssm.{i}"), &zeros(&ssm_t.dims)?, slots)?);
         }
         let state = layer_states(&mut flat.into_iter(), self.config().num_layers)?;
         Ok(Mamba2Slots { logits, state })
@@ -197,12 +192,11 @@ impl SlotModel for Mamba2 {
         Ok(Mamba2Slots { logits, state })
     }
 
-    fn prepare(
+    fn prepare_fill(
         &self,
         slots: usize,
         rows: usize,
         bucket: usize,
-        capacity: usize,
         continued: bool,
     ) -> Result<()> {
         self.prefill_program(rows, bucket, LogitsAt::Last, false)?;
@@ -215,6 +209,10 @@ impl SlotModel for Mamba2 {
         self.program(&format!("insert s{slots} r{rows}"), || {
             self.insert_graph(slots, rows)
         })?;
+        Ok(())
+    }
+
+    fn prepare_segments(&self, slots: usize, capacity: usize) -> Result<()> {
         let subsets = (0..usize::BITS)
             .map(|i| 1usize << i)
             .take_while(|&m| m < slots)
@@ -257,17 +255,17 @@ impl SlotModel for Mamba2 {
         if let Some(m) = subset {
             // Fits an i32: slot indices are below n.
             let index: Vec<i32> = rows.iter().map(|&r| r as i32).collect();
-            extra.push(self.slot_input("rows", HostArray::from_vec(&[m], index)?, m)?);
+            extra.push(self.input("rows", &HostArray::from_vec(&[m], index)?, m)?);
         }
-        extra.push(self.slot_input("done", HostArray::from_vec(&[b], done)?, b)?);
-        extra.push(self.slot_input("key", HostArray::from_vec(&[b, 2], keys)?, b)?);
+        extra.push(self.input("done", &HostArray::from_vec(&[b], done)?, b)?);
+        extra.push(self.input("key", &HostArray::from_vec(&[b, 2], keys)?, b)?);
         // Both fit an i32: steps <= capacity <= MAX_NEW_TOKENS, eos < vocab (checked).
         let max_steps = HostArray::scalar(segment.steps as i32);
-        extra.push(self.slot_input("max_steps", max_steps, b)?);
+        extra.push(self.input("max_steps", &max_steps, b)?);
         let eos = HostArray::scalar(segment.eos.map_or(-1, |e| e as i32));
-        extra.push(self.slot_input("eos", eos, b)?);
+        extra.push(self.input("eos", &eos, b)?);
         if sample {
-            extra.extend(self.row_sample_settings(&sampling)?);
+            extra.extend(self.sample_settings(&sampling)?);
         }
         let mut args = self.weight_args();
         args.push(&slots.logits);
@@ -298,37 +296,6 @@ impl SlotModel for Mamba2 {
 
     fn programs_compiled(&self) -> usize {
         self.compiled_programs()
-    }
-}
-
-impl Mamba2 {
-    /// The [`SampleSettings`] values of each slot's `sampling`, on the device.
-    fn row_sample_settings(&self, sampling: &[Sampling]) -> Result<Vec<ShardedBuffer>> {
-        let n = sampling.len();
-        let vocab = self.config().vocab_size;
-        let mut columns: [Vec<HostArray>; 3] = Default::default();
-        for s in sampling {
-            for (c, a) in columns
-                .iter_mut()
-                .zip(SampleSettings::host_values(s, 1, vocab)?)
-            {
-                c.push(a);
-            }
-        }
-        let joined = |c: &[HostArray], dtype: DType| -> Result<HostArray> {
-            let bytes: Vec<u8> = c.iter().flat_map(|a| a.to_bytes()).collect();
-            HostArray::from_bytes(&crate::dtype::TensorType::new(dtype, &[n]), &bytes)
-        };
-        let names = [
-            ("temperature", DType::F32),
-            ("top_k", DType::I32),
-            ("top_p", DType::F32),
-        ];
-        names
-            .iter()
-            .zip(&columns)
-            .map(|((name, dtype), c)| self.slot_input(name, joined(c, *dtype)?, n))
-            .collect()
     }
 }
 
