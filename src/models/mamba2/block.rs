@@ -176,7 +176,8 @@ pub struct LayerState<T> {
 /// - otherwise `sum(f32(w) * x)` over `in`, one fused pass over `w`'s own bytes in f32.
 ///
 /// Both read the matrix's bytes once, with no f32 copy (`docs/performance.md`, "Low-precision
-/// weights").
+/// weights"). A few f32 rows against an f32 matrix (a batch's decode step) take the
+/// [`weight_major`] form.
 pub(crate) fn linear(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
     let rows: usize = x.dims()[..x.rank().saturating_sub(1)].iter().product();
     let one_row = rows == 1 && x.dtype() == DType::F32 && w.dtype() != DType::F32 && w.rank() == 2;
@@ -198,6 +199,8 @@ pub(crate) fn linear(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Te
         let mut row: Vec<isize> = x.dims().iter().map(|&d| d as isize).collect();
         row.insert(row.len().saturating_sub(1), 1);
         w.astype(DType::F32)?.mul(&x.reshape(&row)?)?.sum(&[-1])?
+    } else if few_rows_f32(x, w, rows) {
+        weight_major(x, w, rows)?
     } else {
         // bf16 x bf16 -> f32 (YNNPACK's form): a bf16 result would make XLA widen both
         // operands to f32 copies first.
@@ -209,6 +212,39 @@ pub(crate) fn linear(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Te
         Some(b) => y.add(&b.astype(DType::F32)?),
         None => Ok(y),
     }
+}
+
+/// Up to this many rows, an f32 product is [`weight_major`]; beyond it the product is
+/// compute-bound and both forms cost the same.
+const WEIGHT_MAJOR_ROWS: usize = 32;
+
+/// Whether `x` (f32, `rows` rows of `w`'s `in`) against f32 `w` `[out, in]` takes the
+/// [`weight_major`] form.
+fn few_rows_f32(x: &Tensor, w: &Tensor, rows: usize) -> bool {
+    (2..=WEIGHT_MAJOR_ROWS).contains(&rows)
+        && x.dtype() == DType::F32
+        && w.dtype() == DType::F32
+        && w.rank() == 2
+}
+
+/// `x @ w^T` for a few rows as `(w @ x^T)^T`, the transpose behind an optimization barrier.
+///
+/// XLA's CPU backend hands a product of two rows or more to YNNPACK, which repacks the
+/// right-hand side of a dot: for `x @ w^T` that is every weight, transposed afresh on every
+/// call (a third of a batch-8 decode step). With the weights on the left only the few rows
+/// are repacked. The barrier keeps XLA from folding the transpose back into the dot.
+fn weight_major(x: &Tensor, w: &Tensor, rows: usize) -> Result<Tensor> {
+    let (n_out, n_in) = (w.dims()[0] as isize, w.dims()[1] as isize);
+    let flat = x.reshape(&[rows as isize, n_in])?;
+    let yt = w.dot_general(&flat, &[], &[(1, 1)])?; // [out, rows]
+    let yt = Tensor::optimization_barrier(&[&yt])?
+        .pop()
+        .ok_or_else(|| Error::InvalidArgument("optimization_barrier: one value".into()))?;
+    let mut out: Vec<isize> = x.dims().iter().map(|&d| d as isize).collect();
+    if let Some(last) = out.last_mut() {
+        *last = n_out;
+    }
+    yt.t()?.reshape(&out)
 }
 
 /// Whether this processor has a bf16 dot instruction XLA's CPU backend can use (AVX512-BF16 or
