@@ -1,6 +1,6 @@
 //! Reverse-mode differentiation: every differentiable primitive's VJP against central finite
 //! differences in f64 (evaluated by the interpreter), and the gradient graph compiled by XLA
-//! against the interpreter; the conventions at ties; loops; errors.
+//! against the interpreter; the conventions at ties; loops and conditionals; errors.
 
 mod common;
 
@@ -428,6 +428,75 @@ fn fori_loop_is_differentiated_through_its_stored_carries() {
         let g = p[0].graph();
         g.fori_loop(3, 3, &p[0], |_, h| h.exp())?.mul(&p[0])
     });
+}
+
+#[test]
+fn cond_and_switch_are_differentiated_through_the_taken_branch() {
+    let mut rng = common::Rng::new(17);
+    // Each branch taken in turn: the predicate is the sign of p0's sum.
+    for (name, lo, hi) in [("cond_true", 0.2, 1.0), ("cond_false", -1.0, -0.2)] {
+        check(
+            name,
+            vec![
+                rng.array(F64, &[3], lo, hi),
+                rng.array(F64, &[3], -1.0, 1.0),
+            ],
+            |p| {
+                let g = p[0].graph();
+                let pred = p[0].sum_all()?.gt(0.0)?;
+                let (a, b) = (&p[0], &p[1]);
+                // `b` captured by one branch, an operand of neither.
+                g.cond(&pred, a, |a| a.mul(&b.sin()?), |a| a.exp()?.add(a))
+            },
+        );
+    }
+    // switch over three branches with two outputs, the index an i32 input (clamped).
+    for index in [-1i32, 1, 2, 5] {
+        check(
+            &format!("switch_{index}"),
+            vec![
+                rng.array(F64, &[2, 2], -1.0, 1.0),
+                rng.array(F64, &[2], -1.0, 1.0),
+                HostArray::scalar(index),
+            ],
+            |p| {
+                let g = p[0].graph();
+                let branches: [stablegraph::ops::Branch<'_, (Tensor, Tensor), (Tensor, Tensor)>;
+                    3] = [
+                    &|(m, v)| Ok((m.matmul(v)?, v.tanh()?)),
+                    &|(m, v)| Ok((m.sum(&[0])?.mul(v)?, v.mul(v)?)),
+                    &|(m, v)| Ok((v.exp()?, m.sum(&[1])?)),
+                ];
+                let (y, z) = g.switch(&p[2], &(p[0].clone(), p[1].clone()), &branches)?;
+                y.mul(&z)
+            },
+        );
+    }
+    // A cond inside a differentiated loop body, and a switch nested in a cond.
+    check(
+        "cond_in_loop",
+        vec![
+            rng.array(F64, &[3], -1.0, 1.0),
+            rng.array(F64, &[3], -1.0, 1.0),
+        ],
+        |p| {
+            let g = p[0].graph();
+            g.fori_loop(0, 5, &p[0], |t, h| {
+                let odd = t.rem(2)?.eq(1)?;
+                g.cond(
+                    &odd,
+                    h,
+                    |h| h.mul(&p[1])?.sin(),
+                    |h| {
+                        let which = t.div(2)?;
+                        let branches: [stablegraph::ops::Branch<'_, Tensor, Tensor>; 2] =
+                            [&|h| h.add(&p[1])?.tanh(), &|h| h.mul(h)?.mul(0.5)];
+                        g.switch(&which, h, &branches)
+                    },
+                )
+            })
+        },
+    );
 }
 
 #[test]

@@ -162,6 +162,7 @@ impl Evaluator<'_> {
         let node = &self.nodes[index];
         match &node.op {
             Op::While { cond, body } => return self.while_loop(index, *cond, *body),
+            Op::Case { branches } => return self.case(index, branches),
             Op::ShardMap {
                 body,
                 mesh,
@@ -225,6 +226,35 @@ impl Evaluator<'_> {
             state = self.results(body)?;
         }
         self.values[index] = Some(state);
+        Ok(())
+    }
+
+    /// Runs the `Case` node `index`: the branch its index names (the last one when out of
+    /// range, as StableHLO's `case`), with the operands bound to the branch's arguments.
+    fn case(&mut self, index: usize, branches: &[usize]) -> Result<()> {
+        let err = |m: String| Error::Interp(format!("node {index} (case): {m}"));
+        let node = &self.nodes[index];
+        let which = match self.operand(index, 0, node.inputs[0])? {
+            HostArray::I32(i) if i.ndim() == 0 => i.iter().next().copied().unwrap_or(0),
+            _ => return Err(err("the branch index is not one i32[]".to_string())),
+        };
+        let last = branches.len().saturating_sub(1);
+        let r = match usize::try_from(which) {
+            Ok(k) if k < last => branches[k],
+            _ => *branches
+                .get(last)
+                .ok_or_else(|| err("no branches".to_string()))?,
+        };
+        let operands = node.inputs[1..]
+            .iter()
+            .enumerate()
+            .map(|(k, &v)| self.operand(index, k + 1, v).cloned())
+            .collect::<Result<Vec<_>>>()?;
+        let args = self.regions[r].args.clone();
+        self.bind(&args, operands);
+        self.run_nodes(r)?;
+        let results = self.results(r)?;
+        self.values[index] = Some(results);
         Ok(())
     }
 
@@ -330,7 +360,7 @@ impl<'a> Ctx<'a> {
                 // Evaluated by `Evaluator`, which knows the devices.
                 return Err(self.err("is evaluated with its shard_map, not on its own"));
             }
-            Op::BlockArg | Op::While { .. } => {
+            Op::BlockArg | Op::While { .. } | Op::Case { .. } => {
                 // Block arguments are bound by their loop, which `Evaluator` runs.
                 return Err(self.err("is evaluated by its loop, not on its own"));
             }

@@ -1,11 +1,11 @@
-//! Lowering of `While`: one generic `"stablehlo.while"(state) ({ ^bb0(args): cond }, {
+//! Lowering of `While` and `Case`. `While`: one generic `"stablehlo.while"(state) ({ ^bb0(args): cond }, {
 //! ^bb0(args): body })`, each region holding its own live nodes, its block arguments named
 //! `%v<node>` like other values, and its lines indented two more spaces per level of nesting.
 
 use super::literal::tensor_type;
 use super::{Inst, Lowering};
 use crate::error::Result;
-use crate::ops::Region;
+use crate::ops::{Region, ValueId};
 
 impl<'g> Lowering<'g> {
     /// Emits the loop `n` over the regions `cond` and `body` (checked by the walk: each fits the
@@ -35,6 +35,44 @@ impl<'g> Lowering<'g> {
         Ok(names)
     }
 
+    /// Emits the conditional `n` over the regions `branches` (checked by the walk: each takes
+    /// the operands `operands`, `n`'s inputs after the index, and returns `n`'s output types)
+    /// and returns the names of its results. `stablehlo.case` regions take no arguments: a
+    /// branch's arguments are named as the operands they stand for.
+    pub(super) fn case(
+        &mut self,
+        n: &Inst,
+        operands: &[ValueId],
+        branches: &[usize],
+    ) -> Result<Vec<String>> {
+        let out_types: Vec<String> = n.outs.iter().map(tensor_type).collect();
+        let (result, names) = n.results();
+        let head = match n.outs.len() {
+            0 => String::new(),
+            _ => format!("{result} = "),
+        };
+        self.emit(format!("{head}\"stablehlo.case\"({}) ({{", n.ins[0]));
+        for (k, &r) in branches.iter().enumerate() {
+            if k > 0 {
+                self.emit("}, {");
+            }
+            let regions: &'g [Region] = self.regions;
+            for (a, &v) in regions[r].args.iter().zip(operands) {
+                self.names[a.node] = vec![self.value(v)?];
+            }
+            self.depth += 1;
+            self.region_nodes(r)?;
+            self.region_return(r)?;
+            self.depth -= 1;
+        }
+        let outputs = match out_types.len() {
+            1 => out_types[0].clone(),
+            _ => format!("({})", out_types.join(", ")),
+        };
+        self.emit(format!("}}) : ({}) -> {outputs}", tensor_type(n.tys[0])));
+        Ok(names)
+    }
+
     /// Emits region `r`: its block (arguments of `types`), its nodes one level deeper, and its
     /// `stablehlo.return`.
     fn region(&mut self, r: usize, types: &[String]) -> Result<()> {
@@ -49,6 +87,15 @@ impl<'g> Lowering<'g> {
         self.emit(format!("^bb0({}):", args.join(", ")));
         self.depth += 1;
         self.region_nodes(r)?;
+        self.region_return(r)?;
+        self.depth -= 1;
+        Ok(())
+    }
+
+    /// Emits the `stablehlo.return` of region `r`'s results.
+    fn region_return(&mut self, r: usize) -> Result<()> {
+        let regions: &'g [Region] = self.regions;
+        let region = &regions[r];
         let results = region
             .results
             .iter()
@@ -64,7 +111,6 @@ impl<'g> Lowering<'g> {
             results.join(", "),
             result_types.join(", ")
         ));
-        self.depth -= 1;
         Ok(())
     }
 }

@@ -312,85 +312,94 @@ impl<'g> Lowering<'g> {
                 .collect::<Result<_>>()?,
             outs: &node.outputs,
         };
-        let name = match &node.op {
+        let names = match &node.op {
             // Named in the signature, or by the loop that binds it.
             Op::Parameter { .. } | Op::BlockArg => return Ok(()),
-            Op::While { cond, body } => {
-                self.names[i] = self.while_loop(&n, *cond, *body)?;
-                return Ok(());
-            }
+            Op::While { cond, body } => self.while_loop(&n, *cond, *body)?,
+            Op::Case { branches } => self.case(&n, &node.inputs[1..], branches)?,
             Op::ShardMap {
                 body,
                 mesh,
                 in_specs,
                 out_specs,
-            } => {
-                self.names[i] = self.shard_map(&n, *body, mesh, [in_specs, out_specs])?;
-                return Ok(());
-            }
-            Op::Sort { axis, descending } => {
-                self.names[i] = self.sort(&n, *axis, *descending);
-                return Ok(());
-            }
-            Op::OptimizationBarrier => {
-                self.names[i] = self.optimization_barrier(&n);
-                return Ok(());
-            }
-            Op::Constant { data } => self.constant(&n, data),
-            Op::Iota { dim } => self.iota(&n, *dim),
-            Op::Unary(u) => self.unary(&n, *u),
-            Op::Binary(b) => self.binary(&n, *b),
-            Op::Compare(c) => self.compare(&n, *c),
-            Op::Select => self.select(&n),
-            Op::Clamp => self.clamp(&n),
-            Op::Convert => self.convert(&n),
-            Op::BitcastConvert => self.bitcast_convert(&n),
-            Op::BroadcastInDim { dims } => self.broadcast_in_dim(&n, dims),
-            Op::Reshape => self.reshape(&n),
-            Op::Transpose { perm } => self.transpose(&n, perm),
+            } => self.shard_map(&n, *body, mesh, [in_specs, out_specs])?,
+            Op::Sort { axis, descending } => self.sort(&n, *axis, *descending),
+            Op::OptimizationBarrier => self.optimization_barrier(&n),
+            op => vec![self.single(&n, op)?],
+        };
+        self.names[i] = names;
+        Ok(())
+    }
+
+    /// Emits `n`, a node of `op` with one result, through its family's emitter; returns the
+    /// result's name.
+    fn single(&mut self, n: &Inst, op: &Op) -> Result<String> {
+        Ok(match op {
+            Op::Constant { data } => self.constant(n, data),
+            Op::Iota { dim } => self.iota(n, *dim),
+            Op::Unary(u) => self.unary(n, *u),
+            Op::Binary(b) => self.binary(n, *b),
+            Op::Compare(c) => self.compare(n, *c),
+            Op::Select => self.select(n),
+            Op::Clamp => self.clamp(n),
+            Op::Convert => self.convert(n),
+            Op::BitcastConvert => self.bitcast_convert(n),
+            Op::BroadcastInDim { dims } => self.broadcast_in_dim(n, dims),
+            Op::Reshape => self.reshape(n),
+            Op::Transpose { perm } => self.transpose(n, perm),
             Op::Slice {
                 start,
                 limit,
                 stride,
-            } => self.slice(&n, start, limit, stride),
-            Op::DynamicSlice { sizes } => self.dynamic_slice(&n, sizes),
-            Op::DynamicUpdateSlice => self.dynamic_update_slice(&n),
-            Op::Concatenate { axis } => self.concatenate(&n, *axis),
+            } => self.slice(n, start, limit, stride),
+            Op::DynamicSlice { sizes } => self.dynamic_slice(n, sizes),
+            Op::DynamicUpdateSlice => self.dynamic_update_slice(n),
+            Op::Concatenate { axis } => self.concatenate(n, *axis),
             Op::Pad {
                 low,
                 high,
                 interior,
-            } => self.pad(&n, low, high, interior),
-            Op::Reverse { axes } => self.reverse(&n, axes),
-            Op::Reduce { kind, axes } => self.reduce(&n, *kind, axes),
-            Op::ArgReduce { kind, axis } => self.arg_reduce(&n, *kind, *axis),
-            Op::Cumsum { axis } => self.cumsum(&n, *axis),
+            } => self.pad(n, low, high, interior),
+            Op::Reverse { axes } => self.reverse(n, axes),
+            Op::Reduce { kind, axes } => self.reduce(n, *kind, axes),
+            Op::ArgReduce { kind, axis } => self.arg_reduce(n, *kind, *axis),
+            Op::Cumsum { axis } => self.cumsum(n, *axis),
             Op::DotGeneral {
                 lhs_batch,
                 rhs_batch,
                 lhs_contract,
                 rhs_contract,
-            } => self.dot_general(&n, [lhs_batch, rhs_batch], [lhs_contract, rhs_contract]),
-            Op::Take => self.take(&n),
-            Op::ScatterAdd => self.scatter_add(&n),
-            Op::ShardingConstraint { spec } => self.sharding_constraint(&n, spec),
-            Op::AllReduce { kind, axes, mesh } => self.all_reduce(&n, *kind, axes, mesh),
+            } => self.dot_general(n, [lhs_batch, rhs_batch], [lhs_contract, rhs_contract]),
+            Op::Take => self.take(n),
+            Op::ScatterAdd => self.scatter_add(n),
+            Op::ShardingConstraint { spec } => self.sharding_constraint(n, spec),
+            Op::AllReduce { kind, axes, mesh } => self.all_reduce(n, *kind, axes, mesh),
             Op::AllGather {
                 axis,
                 dim,
                 tiled,
                 mesh,
-            } => self.all_gather(&n, axis, *dim, *tiled, mesh),
-            Op::ReduceScatter { axis, dim, mesh } => self.reduce_scatter(&n, axis, *dim, mesh),
+            } => self.all_gather(n, axis, *dim, *tiled, mesh),
+            Op::ReduceScatter { axis, dim, mesh } => self.reduce_scatter(n, axis, *dim, mesh),
             Op::AllToAll {
                 axis,
                 split_dim,
                 concat_dim,
                 mesh,
-            } => self.all_to_all(&n, axis, [*split_dim, *concat_dim], mesh),
-            Op::AxisIndex { axis, mesh } => self.axis_index(&n, axis, mesh),
-        };
-        self.names[i] = vec![name];
-        Ok(())
+            } => self.all_to_all(n, axis, [*split_dim, *concat_dim], mesh),
+            Op::AxisIndex { axis, mesh } => self.axis_index(n, axis, mesh),
+            Op::Parameter { .. }
+            | Op::BlockArg
+            | Op::While { .. }
+            | Op::Case { .. }
+            | Op::ShardMap { .. }
+            | Op::Sort { .. }
+            | Op::OptimizationBarrier => {
+                return Err(graph_err(format!(
+                    "internal: {} is not a one-result op",
+                    op.name()
+                )))
+            }
+        })
     }
 }

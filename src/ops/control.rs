@@ -349,7 +349,7 @@ impl Graph {
 
     /// Opens a region (made current) whose arguments are the loop state, and returns it with
     /// the state rebuilt from those arguments in the shape of `init`.
-    fn open_state_region<C: Carry>(
+    pub(super) fn open_state_region<C: Carry>(
         &self,
         init: &C,
         types: &[TensorType],

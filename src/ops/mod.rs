@@ -6,7 +6,7 @@
 //! elementwise, conversions, composites), `operators` (`+ - * / %` for every operand form),
 //! `reduce`, `shape`, `linalg` (dot_general, matmul, einsum), `mask` (tril, triu), `gather`
 //! (take, take_along_axis, one_hot), `conv`, `random`, `sort`, `control` (while_loop,
-//! fori_loop, scan), `sharding` (meshes and layouts), `collectives` (shard_map and the
+//! fori_loop, scan), `cond` (cond, switch), `sharding` (meshes and layouts), `collectives` (shard_map and the
 //! collectives inside it); and composites users reach for: `nn` (softmax, layer_norm, rms_norm, erf,
 //! gelu_exact), `stats` (mean_all, var, std), `split` (split, chunk).
 //!
@@ -42,6 +42,7 @@
 
 mod autodiff;
 mod collectives;
+mod cond;
 mod control;
 mod conv;
 mod elementwise;
@@ -66,6 +67,7 @@ mod tensor;
 mod util;
 mod walk;
 
+pub use cond::Branch;
 pub use control::{Bound, Carry};
 pub use elementwise::{Number, Operand};
 pub use graph::Graph;

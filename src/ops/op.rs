@@ -328,6 +328,15 @@ pub enum Op {
         /// The body region.
         body: usize,
     },
+    /// A conditional (`stablehlo.case`): `inputs[0]` is a rank-0 `I32` branch index, the rest
+    /// are the operands. Each region of `branches` takes the operands as its arguments and
+    /// returns values of the node's output types; only the branch the index names runs. An
+    /// index outside `[0, branches.len())` runs the last branch (StableHLO's rule; the
+    /// builders clamp first, as JAX's `switch` does).
+    Case {
+        /// The branch regions, in index order.
+        branches: Vec<usize>,
+    },
     /// Sorts along `axis`, stable. `inputs[0]` are the keys; an optional `inputs[1]` (same shape)
     /// is permuted along with them. Outputs: sorted keys, then the permuted second input if any.
     /// Floats sort with NaN last (first when descending).
@@ -450,6 +459,7 @@ impl Op {
             Op::Sort { .. } => "sort",
             Op::BlockArg => "block_arg",
             Op::While { .. } => "while",
+            Op::Case { .. } => "case",
             Op::OptimizationBarrier => "optimization_barrier",
             Op::ShardingConstraint { .. } => "sharding_constraint",
             Op::ShardMap { .. } => "shard_map",

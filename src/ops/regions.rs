@@ -1,6 +1,7 @@
-//! The rule of `While`: how a loop's regions must fit its state. [`super::rules::check_node`]
-//! and [`super::walk::live_nodes`] apply it to every live loop, so that the lowering and the
-//! interpreter reject a malformed `While` for the same reasons (each wraps the message in its
+//! The rules of `While` and `Case`: how a loop's regions must fit its state, and a
+//! conditional's branches its operands and outputs. [`super::rules::check_node`]
+//! and [`super::walk::live_nodes`] apply them to every live loop and conditional, so that the
+//! lowering and the interpreter reject a malformed one for the same reasons (each wraps the message in its
 //! own error).
 
 use super::ir::{Node, Region};
@@ -53,6 +54,65 @@ pub(crate) fn check_while(
     }
     check_loop_results(nodes, regions, cond, body, &state)?;
     Ok((cond, body))
+}
+
+/// Checks the `Case` node `index` against its branches and returns them.
+///
+/// `inputs[0]` is a rank-0 `I32` index; every branch is a distinct region nested directly in
+/// the node's region, with one `BlockArg` of its own per operand (`inputs[1..]`, of its type),
+/// returning values of the node's output types defined in itself. There is at least one.
+pub(crate) fn check_case(
+    nodes: &[Node],
+    regions: &[Region],
+    index: usize,
+) -> Result<Vec<usize>, String> {
+    let node = nodes
+        .get(index)
+        .ok_or_else(|| format!("node {index} does not exist"))?;
+    let Op::Case { branches } = &node.op else {
+        return Err(format!("node {index} is a {}, not a case", node.op.name()));
+    };
+    if branches.is_empty() {
+        return Err("the conditional has no branches".to_string());
+    }
+    let which = node
+        .inputs
+        .first()
+        .ok_or_else(|| "the conditional has no branch index".to_string())?;
+    let which = value_type(nodes, *which)?;
+    if *which != TensorType::new(DType::I32, &[]) {
+        return Err(format!("the branch index is {which}, not i32[]"));
+    }
+    let operands = node.inputs[1..]
+        .iter()
+        .map(|&v| value_type(nodes, v))
+        .collect::<Result<Vec<_>, _>>()?;
+    for (k, &r) in branches.iter().enumerate() {
+        if branches[..k].contains(&r) {
+            return Err(format!(
+                "branches {k} and an earlier one are both region {r}"
+            ));
+        }
+        let what = format!("branch {k}");
+        check_loop_region(nodes, regions, node, &what, r, &operands)?;
+        let results = &regions[r].results;
+        if results.len() != node.outputs.len() {
+            return Err(format!(
+                "{what} returns {} values, the conditional has {} outputs",
+                results.len(),
+                node.outputs.len()
+            ));
+        }
+        for (j, (&v, out)) in results.iter().zip(&node.outputs).enumerate() {
+            let got = value_type(nodes, v)?;
+            if got != out {
+                return Err(format!(
+                    "{what} returns {got} for output {j}, which is {out}"
+                ));
+            }
+        }
+    }
+    Ok(branches.clone())
 }
 
 /// Region `r`, the loop `node`'s condition or body (`what`), nested directly in the node's
@@ -152,7 +212,7 @@ fn check_loop_results(
     Ok(())
 }
 
-/// Malformed loops, built by hand below the DSL, that the lowering and the interpreter must both
+/// Malformed loops and conditionals, built by hand below the DSL, that the lowering and the interpreter must both
 /// reject with an error (never a panic). Each graph has one parameter `x: f32[2]`.
 #[cfg(test)]
 pub(crate) mod malformed {
@@ -298,6 +358,47 @@ pub(crate) mod malformed {
         let out = push(&g, Op::While { cond, body }, &[&x], f32x2());
         g.set_outputs(&[&out]).expect("outputs");
         cases.push(("regions nested elsewhere", g, "is not nested in region 0"));
+        cases.extend(conditionals());
         cases
+    }
+
+    /// A conditional on `x` over two branches returning `x` negated, with the index `index`
+    /// makes and the node's output type `out`.
+    fn conditional(index: impl FnOnce(&Graph, &Tensor) -> Tensor, out: TensorType) -> Graph {
+        let g = Graph::new();
+        let x = g.parameter("x", DType::F32, &[2]).expect("parameter");
+        let i = index(&g, &x);
+        let neg = |a: &[Tensor]| {
+            vec![push(
+                &g,
+                Op::Unary(crate::ops::UnaryOp::Neg),
+                &[&a[0]],
+                f32x2(),
+            )]
+        };
+        let branches = vec![region(&g, &[f32x2()], neg), region(&g, &[f32x2()], neg)];
+        let out = push(&g, Op::Case { branches }, &[&i, &x], out);
+        g.set_outputs(&[&out]).expect("outputs");
+        g
+    }
+
+    /// Malformed `Case` nodes.
+    fn conditionals() -> Vec<(&'static str, Graph, &'static str)> {
+        let i32_index = |g: &Graph, _: &Tensor| {
+            let ty = TensorType::new(DType::I32, &[]);
+            push(g, Op::Constant { data: vec![0; 4] }, &[], ty)
+        };
+        vec![
+            (
+                "a case indexed by a float",
+                conditional(|_, x| x.clone(), f32x2()),
+                "the branch index is f32[2], not i32[]",
+            ),
+            (
+                "a case whose branches return another type than its output",
+                conditional(i32_index, TensorType::new(DType::F32, &[3])),
+                "branch 0 returns f32[2] for output 0, which is f32[3]",
+            ),
+        ]
     }
 }

@@ -6,7 +6,7 @@
 
 use super::ir::{Node, Region, ValueId};
 use super::op::Op;
-use super::regions::check_while;
+use super::regions::{check_case, check_while};
 use super::rules::{check_node, check_shard_map, value_type};
 
 /// The nodes the outputs depend on, through operands and the regions of live loops, listed per
@@ -170,6 +170,7 @@ fn mark_live(
                 vec![cond, body]
             }
             Op::ShardMap { .. } => vec![check_shard_map(nodes, regions, i).map_err(at)?],
+            Op::Case { .. } => check_case(nodes, regions, i).map_err(at)?,
             _ => Vec::new(),
         };
         for r in owned {

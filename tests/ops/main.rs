@@ -16,11 +16,12 @@
 //! same sign) on the other.
 //!
 //! One binary, one file per family: [`elementwise`], [`nn`] (the layers), [`shape`],
-//! [`reductions`], [`indexing`], [`linalg`], [`random`], [`loops`] and whole [`programs`].
+//! [`reductions`], [`indexing`], [`linalg`], [`random`], [`loops`], [`cond`] and whole [`programs`].
 
 #[path = "../common/mod.rs"]
 mod common;
 
+mod cond;
 mod elementwise;
 mod formulas;
 mod indexing;

@@ -6,7 +6,8 @@
 //! stored), then a second loop walks the steps backward: at step `t` it rebuilds the body on
 //! the stored state (a copy of the body's nodes) and pulls the state's cotangent through it.
 //! Compute: the forward loop twice plus one body replay and its VJP per step. A `while_loop`
-//! with a data-dependent exit, or a loop nested in the differentiated body, is an error.
+//! with a data-dependent exit, or a loop nested in the differentiated body, is an error
+//! (conditionals in it are fine).
 
 use std::collections::HashMap;
 
@@ -40,7 +41,7 @@ pub(super) fn while_vjp(
     })?;
     if all
         .iter()
-        .any(|n| n.region != body && encloses(regions, body, n.region))
+        .any(|n| matches!(n.op, Op::While { .. }) && encloses(regions, body, n.region))
     {
         return Err(graph_error(
             OP,
@@ -184,8 +185,8 @@ fn full_state(s: &Step, stored: &[usize], values: &[Tensor]) -> Vec<Tensor> {
 }
 
 /// Copies the nodes of region `body` into the current region with its arguments bound to
-/// `state`; returns its results.
-fn replay(
+/// `state` (a conditional among them rebuilt with its branches replayed); returns its results.
+pub(super) fn replay(
     g: &Graph,
     all: &[Node],
     regions: &[Region],
@@ -210,9 +211,25 @@ fn replay(
                     .ok_or_else(|| graph_error(OP, "internal: a body value is missing", s.loc))
             })
             .collect::<Result<_>>()?;
-        let refs: Vec<&Tensor> = inputs.iter().collect();
-        let target = takes_target(&node.op).then(|| node.outputs[0].clone());
-        let made = make_nodes(g, node.op.clone(), &refs, target, OP, s.loc)?;
+        let made = match &node.op {
+            // A conditional in the body: rebuilt over its replayed branches.
+            Op::Case { branches } => {
+                let operands = inputs[1..].to_vec();
+                g.case_at(
+                    &inputs[0],
+                    &operands,
+                    branches.len(),
+                    |k, c: &Vec<Tensor>| replay(g, all, regions, branches[k], c, s),
+                    OP,
+                    s.loc,
+                )?
+            }
+            op => {
+                let refs: Vec<&Tensor> = inputs.iter().collect();
+                let target = takes_target(op).then(|| node.outputs[0].clone());
+                make_nodes(g, op.clone(), &refs, target, OP, s.loc)?
+            }
+        };
         for (output, t) in made.into_iter().enumerate() {
             env.insert(
                 ValueId {
@@ -235,7 +252,7 @@ fn replay(
 }
 
 /// Whether `inner` is `outer` or nested inside it.
-fn encloses(regions: &[Region], outer: usize, inner: usize) -> bool {
+pub(super) fn encloses(regions: &[Region], outer: usize, inner: usize) -> bool {
     let mut r = Some(inner);
     while let Some(k) = r {
         if k == outer {

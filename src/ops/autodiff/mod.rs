@@ -24,6 +24,7 @@
 //! floats, `shard_map` and the collectives, and a `while` loop that is not a `fori_loop`
 //! with constant bounds.
 
+mod cond;
 mod loops;
 
 use std::collections::HashMap;
@@ -264,6 +265,7 @@ fn sweep(
         };
         let grads = match &node.op {
             Op::While { cond, body } => loops::while_vjp(g, &step, nodes, regions, *cond, *body)?,
+            Op::Case { branches } => cond::case_vjp(g, &step, nodes, regions, branches)?,
             _ => super::rules::vjp(&step)?,
         };
         for ((id, grad), want) in node.inputs.iter().zip(grads).zip(&want) {

@@ -31,7 +31,7 @@ mod shape;
 use super::autodiff::{Cotangents, Step};
 use super::ir::{Node, Region, ValueId};
 use super::op::Op;
-use super::regions::check_while;
+use super::regions::{check_case, check_while};
 use crate::dtype::TensorType;
 use crate::error::Result;
 pub(crate) use collectives::{block_type, check_shard_map, global_type};
@@ -151,6 +151,8 @@ fn dispatch(op: &Op, operands: &[&TensorType], target: Option<&TensorType>) -> R
         // The body's blocks make the types; `check_shard_map` checks them.
         Op::ShardMap { .. } => Err("takes its types from its body region".to_string()),
         Op::Sort { axis, .. } => reduce::sort(operands, *axis),
+        // The branches' results make the types; `check_case` checks them.
+        Op::Case { .. } => Err("takes its types from its branch regions".to_string()),
         // The state's types; the regions are `check_while`'s.
         Op::While { .. } => {
             if operands.is_empty() {
@@ -202,6 +204,8 @@ pub(crate) fn vjp(s: &Step) -> Result<Cotangents> {
         Op::OptimizationBarrier => shape::optimization_barrier_vjp(s),
         // `backprop` hands loops to `autodiff::loops::while_vjp`, which needs the regions.
         Op::While { .. } => Err(s.not_differentiable("this loop")),
+        // `backprop` hands conditionals to `autodiff::cond::case_vjp`.
+        Op::Case { .. } => Err(s.not_differentiable("this conditional")),
         Op::ShardMap { .. }
         | Op::AllReduce { .. }
         | Op::AllGather { .. }
@@ -222,6 +226,9 @@ pub(crate) fn check_node(nodes: &[Node], regions: &[Region], index: usize) -> Ru
     }
     if let Op::ShardMap { .. } = node.op {
         return check_shard_map(nodes, regions, index).map(drop);
+    }
+    if let Op::Case { .. } = node.op {
+        return check_case(nodes, regions, index).map(drop);
     }
     let operands = node
         .inputs
