@@ -126,6 +126,45 @@ fn reduction_over_a_sharded_axis() {
     }
 }
 
+/// A conditional over sharded operands: rows over "data", the predicate from a sharded
+/// reduction, one branch a matmul with a captured weight split over "model"; both branches
+/// taken in turn.
+#[test]
+fn a_conditional_over_sharded_values() {
+    let build = |sharded: bool| {
+        let g = Graph::new();
+        let x = g.parameter("x", DType::F32, &[4, 6]).unwrap();
+        let w = g.parameter("w", DType::F32, &[6, 6]).unwrap();
+        let big = x.sum_all().unwrap().gt(0.0).unwrap();
+        let y = g
+            .cond(&big, &x, |x| x.matmul(&w)?.tanh(), |x| x.mul(-2.0))
+            .unwrap();
+        g.set_outputs(&[&y]).unwrap();
+        if sharded {
+            g.set_mesh(&mesh22());
+            g.shard_parameter(&x, &PartitionSpec::new([Some("data"), None]))
+                .unwrap();
+            g.shard_parameter(&w, &PartitionSpec::new([None, Some("model")]))
+                .unwrap();
+        }
+        g
+    };
+    let x = f32_array(&[4, 6], 5);
+    let negated =
+        HostArray::from_vec(&[4, 6], x.to_f64_vec().iter().map(|v| -v as f32).collect()).unwrap();
+    let sums = [
+        x.to_f64_vec().iter().sum::<f64>(),
+        -x.to_f64_vec().iter().sum::<f64>(),
+    ];
+    assert!(
+        sums[0] * sums[1] < 0.0,
+        "the two inputs must take different branches"
+    );
+    for x in [x, negated] {
+        check_sharded(build, &[x, f32_array(&[6, 6], 6)]);
+    }
+}
+
 /// Softmax, max, min and argmax along an axis split over "model" (their reductions need
 /// collectives), rows over "data"; with NaNs in some rows, which the max and min must keep.
 /// (A program over a mesh lowers float max/min reductions as a plain reduction plus a NaN
