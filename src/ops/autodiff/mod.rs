@@ -25,6 +25,7 @@
 //! with constant bounds.
 
 mod cond;
+mod forward;
 mod loops;
 
 use std::collections::HashMap;
