@@ -6,7 +6,7 @@
 //! elementwise, conversions, composites), `operators` (`+ - * / %` for every operand form),
 //! `reduce`, `shape`, `linalg` (dot_general, matmul, einsum), `mask` (tril, triu), `gather`
 //! (take, take_along_axis, one_hot), `conv`, `random`, `sort`, `control` (while_loop,
-//! fori_loop, scan), `cond` (cond, switch), `sharding` (meshes and layouts), `collectives` (shard_map and the
+//! fori_loop, scan), `cond` (cond, switch), `assoc_scan` (associative_scan), `sharding` (meshes and layouts), `collectives` (shard_map and the
 //! collectives inside it); and composites users reach for: `nn` (softmax, layer_norm, rms_norm, erf,
 //! gelu_exact), `stats` (mean_all, var, std), `split` (split, chunk).
 //!
@@ -40,6 +40,7 @@
 //! it; its emitter and dispatch arm in [`crate::lower`]; its evaluation and dispatch arm in
 //! [`crate::interp`]. ARCHITECTURE.md lists each place, with tests.
 
+mod assoc_scan;
 mod autodiff;
 mod collectives;
 mod cond;

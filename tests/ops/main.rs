@@ -16,11 +16,12 @@
 //! same sign) on the other.
 //!
 //! One binary, one file per family: [`elementwise`], [`nn`] (the layers), [`shape`],
-//! [`reductions`], [`indexing`], [`linalg`], [`random`], [`loops`], [`cond`] and whole [`programs`].
+//! [`reductions`], [`indexing`], [`linalg`], [`random`], [`loops`], [`cond`], [`assoc_scan`] and whole [`programs`].
 
 #[path = "../common/mod.rs"]
 mod common;
 
+mod assoc_scan;
 mod cond;
 mod elementwise;
 mod formulas;

@@ -67,20 +67,10 @@ fn mixer_output(
     hidden.add(&linear(&y, &w.out_proj, w.out_proj_bias.as_ref())?)
 }
 
-/// `x` shifted `s` positions later along axis 1, filled with `fill` (`[b, L, ...]`).
-fn shifted(x: &Tensor, s: usize, fill: f64) -> Result<Tensor> {
-    let len = x.dims()[1];
-    let rank = x.rank();
-    let mut low = vec![0isize; rank];
-    low[1] = s as isize;
-    x.narrow(1, 0, len - s)?
-        .pad(&low, &vec![0; rank], &vec![0; rank], fill)
-}
-
 /// The selective scan `h_t = exp(dt_t A) h_{t-1} + dt_t x_t B_t`, `y_t = C_t . h_t`, over all
-/// positions at once: a log-depth (Hillis-Steele) associative scan of the pairs
-/// `(exp(dt_t A), dt_t x_t B_t)` under `(a, u) . (a', u') = (a a', a' u + u')`, ceil(log2 L)
-/// rounds of elementwise work over `[b, L, d_inner, N]`, then `h0` (the state before the
+/// positions at once: [`Graph::associative_scan`](crate::ops::Graph::associative_scan) of the
+/// pairs `(exp(dt_t A), dt_t x_t B_t)` under `(a, u) . (a', u') = (a a', a' u + u')` (2 log2 L
+/// levels of elementwise work over `[b, L, d_inner, N]`), then `h0` (the state before the
 /// prompt) carried in by the cumulative decay. Returns `y` `[b, L, d_inner]` and the last
 /// state `[b, d_inner, N]`.
 pub(crate) fn selective_scan(
@@ -93,14 +83,13 @@ pub(crate) fn selective_scan(
 ) -> Result<(Tensor, Tensor)> {
     let (batch, len, di) = (x.dims()[0], x.dims()[1], x.dims()[2]);
     let n = a.dims()[1];
-    let mut decay = dt.expand_dims(-1)?.mul(a)?.exp()?; // [b, L, di, N]
-    let mut h = dt.mul(x)?.expand_dims(-1)?.mul(&b.expand_dims(2)?)?; // [b, L, di, N]
-    let mut s = 1;
-    while s < len {
-        h = h.add(&decay.mul(&shifted(&h, s, 0.0)?)?)?;
-        decay = decay.mul(&shifted(&decay, s, 1.0)?)?;
-        s *= 2;
-    }
+    let decay = dt.expand_dims(-1)?.mul(a)?.exp()?; // [b, L, di, N]
+    let u = dt.mul(x)?.expand_dims(-1)?.mul(&b.expand_dims(2)?)?; // [b, L, di, N]
+    let (decay, mut h) = x
+        .graph()
+        .associative_scan(&(decay, u), 1, |(a, u), (a2, u2)| {
+            Ok((a.mul(a2)?, a2.mul(u)?.add(u2)?))
+        })?;
     if let Some(h0) = h0 {
         h = h.add(&decay.mul(&h0.expand_dims(1)?)?)?;
     }
