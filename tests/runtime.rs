@@ -418,3 +418,24 @@ fn one_executable_from_four_threads() {
         }
     });
 }
+
+/// The compiler's memory figures: the parameters' and results' bytes exactly; the product
+/// between two dots (which no fusion removes) among the temporaries; the peak at least the
+/// parameters and that product.
+#[test]
+fn memory_stats_count_arguments_outputs_and_temporaries() {
+    let exe = compile(
+        "func.func @main(%x: tensor<64x64xf32>, %y: tensor<64x64xf32>) -> tensor<64x64xf32> {
+  %a = stablehlo.dot_general %x, %y, contracting_dims = [1] x [0] : (tensor<64x64xf32>, tensor<64x64xf32>) -> tensor<64x64xf32>
+  %b = stablehlo.dot_general %a, %x, contracting_dims = [1] x [0] : (tensor<64x64xf32>, tensor<64x64xf32>) -> tensor<64x64xf32>
+  return %b : tensor<64x64xf32>
+}",
+    );
+    let stats = exe.memory_stats().unwrap();
+    let matrix = 64 * 64 * 4;
+    assert_eq!(stats.arguments, 2 * matrix, "{stats:?}");
+    assert_eq!(stats.outputs, matrix, "{stats:?}");
+    assert_eq!(stats.aliased, 0, "{stats:?}");
+    assert!(stats.temporaries >= matrix, "{stats:?}");
+    assert!(stats.peak >= stats.arguments + stats.temporaries, "{stats:?}");
+}

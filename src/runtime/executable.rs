@@ -700,6 +700,29 @@ impl Executable {
         Ok(code)
     }
 
+    /// What the compiler reserved for this program on its device, in bytes (PJRT's
+    /// `GetCompiledMemoryStats`): the temporaries are the peak of the intermediate values a
+    /// run holds, what rematerialisation (`Graph::checkpoint`) trades for compute.
+    pub fn memory_stats(&self) -> Result<MemoryStats> {
+        let client = &self.inner.client;
+        let mut get = ffi::PJRT_LoadedExecutable_GetExecutable_Args::new();
+        get.loaded_executable = self.inner.program.raw;
+        let view = ExecutableView::new(client, &mut get)?;
+        let mut args = ffi::PJRT_Executable_GetCompiledMemoryStats_Args::new();
+        args.executable = view.raw;
+        // SAFETY: a live executable view; every field after it is an output.
+        unsafe { pjrt_call!(client.api(), PJRT_Executable_GetCompiledMemoryStats, &mut args) }?;
+        let bytes = |v: i64| u64::try_from(v).unwrap_or(0);
+        Ok(MemoryStats {
+            generated_code: bytes(args.generated_code_size_in_bytes),
+            arguments: bytes(args.argument_size_in_bytes),
+            outputs: bytes(args.output_size_in_bytes),
+            aliased: bytes(args.alias_size_in_bytes),
+            temporaries: bytes(args.temp_size_in_bytes),
+            peak: bytes(args.peak_memory_in_bytes),
+        })
+    }
+
     /// The collectives of the optimized program (see [`Executable::optimized_hlo`]): what XLA's
     /// partitioner inserted, or a `shard_map` wrote, in computation and instruction order.
     pub fn collectives(&self) -> Result<Vec<super::hlo::Collective>> {
@@ -729,4 +752,21 @@ impl std::fmt::Debug for Executable {
             .field("outputs", &self.inner.program.outputs)
             .finish()
     }
+}
+
+/// A compiled program's memory on its device, in bytes ([`Executable::memory_stats`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemoryStats {
+    /// The program's code.
+    pub generated_code: u64,
+    /// Its parameters.
+    pub arguments: u64,
+    /// Its results.
+    pub outputs: u64,
+    /// Results that reuse a donated parameter's buffer.
+    pub aliased: u64,
+    /// The peak of its intermediate values.
+    pub temporaries: u64,
+    /// The peak of everything it holds at once (0 where the plugin does not say).
+    pub peak: u64,
 }

@@ -262,6 +262,20 @@ args!(PJRT_Executable_OptimizedProgram_Args {
     executable: *mut PJRT_Executable,
     program: *mut PJRT_Program,
 });
+args!(PJRT_Executable_GetCompiledMemoryStats_Args {
+    executable: *mut PJRT_Executable,
+    generated_code_size_in_bytes: i64,
+    argument_size_in_bytes: i64,
+    output_size_in_bytes: i64,
+    alias_size_in_bytes: i64,
+    temp_size_in_bytes: i64,
+    host_generated_code_size_in_bytes: i64,
+    host_argument_size_in_bytes: i64,
+    host_output_size_in_bytes: i64,
+    host_alias_size_in_bytes: i64,
+    host_temp_size_in_bytes: i64,
+    peak_memory_in_bytes: i64,
+});
 args!(PJRT_Executable_DeserializeAndLoad_Args {
     client: *mut PJRT_Client,
     serialized_executable: *const c_char,
@@ -530,6 +544,7 @@ functions!(
     PJRT_Executable_NumOutputs(PJRT_Executable_NumOutputs_Args),
     PJRT_Executable_Serialize(PJRT_Executable_Serialize_Args),
     PJRT_Executable_OptimizedProgram(PJRT_Executable_OptimizedProgram_Args),
+    PJRT_Executable_GetCompiledMemoryStats(PJRT_Executable_GetCompiledMemoryStats_Args),
     PJRT_Executable_OutputElementTypes(PJRT_Executable_OutputElementTypes_Args),
     PJRT_Executable_OutputDimensions(PJRT_Executable_OutputDimensions_Args),
     PJRT_Executable_DeserializeAndLoad(PJRT_Executable_DeserializeAndLoad_Args),

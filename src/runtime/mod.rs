@@ -34,7 +34,7 @@ pub use buffer::Buffer;
 pub use cache::{CacheStats, CompileCache};
 pub use client::{Client, Device};
 pub use compile_options::CompileOptions;
-pub use executable::{Executable, ExecuteOptions};
+pub use executable::{Executable, ExecuteOptions, MemoryStats};
 pub use hlo::Collective;
 pub use install::{resolve_cpu_plugin, PluginResolver, PluginSource, PluginWheel};
 pub use logging::{set_xla_log_level, XlaLogLevel};
