@@ -437,5 +437,8 @@ fn memory_stats_count_arguments_outputs_and_temporaries() {
     assert_eq!(stats.outputs, matrix, "{stats:?}");
     assert_eq!(stats.aliased, 0, "{stats:?}");
     assert!(stats.temporaries >= matrix, "{stats:?}");
-    assert!(stats.peak >= stats.arguments + stats.temporaries, "{stats:?}");
+    assert!(
+        stats.peak >= stats.arguments + stats.temporaries,
+        "{stats:?}"
+    );
 }

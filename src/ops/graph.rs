@@ -34,6 +34,19 @@ struct GraphData {
     donated: Vec<usize>,
     /// The mesh and the layouts (see [`Graph::set_mesh`]).
     sharding: super::sharding::GraphSharding,
+    /// The checkpointed spans (see [`Graph::checkpoint`]).
+    checkpoints: Vec<Checkpointed>,
+}
+
+/// A span of nodes built by [`Graph::checkpoint`]: recomputed in the backward pass.
+#[derive(Clone, Debug)]
+pub(crate) struct Checkpointed {
+    /// The region the span was built in.
+    pub(crate) region: usize,
+    /// Its first node.
+    pub(crate) first: usize,
+    /// Its last node.
+    pub(crate) last: usize,
 }
 
 /// A tensor program under construction: named parameters, nodes, outputs. Cheap to clone (a
@@ -93,6 +106,7 @@ impl Graph {
                 current: 0,
                 donated: Vec::new(),
                 sharding: Default::default(),
+                checkpoints: Vec::new(),
             })),
         }
     }
@@ -269,6 +283,21 @@ impl Graph {
     /// A copy of all nodes, in creation (topological) order.
     pub fn nodes(&self) -> Vec<Node> {
         self.data.borrow().nodes.to_vec()
+    }
+
+    /// Records a checkpointed span.
+    pub(crate) fn add_checkpoint(&self, span: Checkpointed) {
+        self.data.borrow_mut().checkpoints.push(span);
+    }
+
+    /// The checkpointed spans built in `region`.
+    pub(crate) fn checkpoints_in(&self, region: usize) -> Vec<Checkpointed> {
+        let d = self.data.borrow();
+        d.checkpoints
+            .iter()
+            .filter(|c| c.region == region)
+            .cloned()
+            .collect()
     }
 
     /// Calls `f` with the nodes as they are now, without copying them. `f` may keep building

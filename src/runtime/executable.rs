@@ -711,7 +711,13 @@ impl Executable {
         let mut args = ffi::PJRT_Executable_GetCompiledMemoryStats_Args::new();
         args.executable = view.raw;
         // SAFETY: a live executable view; every field after it is an output.
-        unsafe { pjrt_call!(client.api(), PJRT_Executable_GetCompiledMemoryStats, &mut args) }?;
+        unsafe {
+            pjrt_call!(
+                client.api(),
+                PJRT_Executable_GetCompiledMemoryStats,
+                &mut args
+            )
+        }?;
         let bytes = |v: i64| u64::try_from(v).unwrap_or(0);
         Ok(MemoryStats {
             generated_code: bytes(args.generated_code_size_in_bytes),

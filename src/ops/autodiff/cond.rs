@@ -50,7 +50,7 @@ pub(super) fn case_vjp(
         branches.len(),
         |k, c: &Vec<Tensor>| {
             let (values, cts) = c.split_at(m);
-            let outs = replay(g, all, regions, branches[k], values, s)?;
+            let outs = replay(g, all, regions, branches[k], values, s.loc)?;
             let (outs, cts): (Vec<Tensor>, Vec<Tensor>) = outs
                 .into_iter()
                 .zip(cts.iter().cloned())

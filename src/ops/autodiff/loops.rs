@@ -19,7 +19,7 @@ use crate::ops::ir::{Node, Region, ValueId};
 use crate::ops::op::{BinaryOp, Comparison, Op};
 use crate::ops::rules::takes_target;
 use crate::ops::tensor::Tensor;
-use crate::ops::util::nodes as make_nodes;
+use crate::ops::util::{nodes as make_nodes, Loc};
 
 /// The operands' cotangents of the `while` node of `s` (condition region `cond`, body region
 /// `body`).
@@ -106,7 +106,7 @@ impl Replay<'_, '_> {
         let m = stored.len();
         let stacks = g.fori_loop(0, trips as i64, &carry, |k, c| {
             let state = full_state(s, stored, &c[..m]);
-            let next = replay(g, self.all, self.regions, self.body, &state, s)?;
+            let next = replay(g, self.all, self.regions, self.body, &state, s.loc)?;
             let zero = g.scalar_i64(0)?;
             let mut out: Vec<Tensor> = stored.iter().map(|&j| next[j].clone()).collect();
             for (slot, stack) in c[m..].iter().enumerate() {
@@ -133,7 +133,7 @@ impl Replay<'_, '_> {
         g.fori_loop(0, trips as i64, &init, |k, ct| {
             let step = last.sub(k)?;
             let state = self.stored_state(stacks, &step)?;
-            let next = replay(g, self.all, self.regions, self.body, &state, s)?;
+            let next = replay(g, self.all, self.regions, self.body, &state, s.loc)?;
             let outs: Vec<Tensor> = carried.iter().map(|&j| next[j].clone()).collect();
             let wrt: Vec<Tensor> = carried.iter().map(|&j| state[j].clone()).collect();
             let adjoints = backprop(g, &outs, ct, &wrt, s.loc)?;
@@ -192,52 +192,15 @@ pub(super) fn replay(
     regions: &[Region],
     body: usize,
     state: &[Tensor],
-    s: &Step,
+    loc: Loc,
 ) -> Result<Vec<Tensor>> {
     let mut env: HashMap<ValueId, Tensor> = HashMap::new();
     for (arg, value) in regions[body].args.iter().zip(state) {
         env.insert(*arg, value.clone());
     }
     for (index, node) in all.iter().enumerate() {
-        if node.region != body || matches!(node.op, Op::BlockArg) {
-            continue;
-        }
-        let inputs: Vec<Tensor> = node
-            .inputs
-            .iter()
-            .map(|i| {
-                env.get(i)
-                    .cloned()
-                    .ok_or_else(|| graph_error(OP, "internal: a body value is missing", s.loc))
-            })
-            .collect::<Result<_>>()?;
-        let made = match &node.op {
-            // A conditional in the body: rebuilt over its replayed branches.
-            Op::Case { branches } => {
-                let operands = inputs[1..].to_vec();
-                g.case_at(
-                    &inputs[0],
-                    &operands,
-                    branches.len(),
-                    |k, c: &Vec<Tensor>| replay(g, all, regions, branches[k], c, s),
-                    OP,
-                    s.loc,
-                )?
-            }
-            op => {
-                let refs: Vec<&Tensor> = inputs.iter().collect();
-                let target = takes_target(op).then(|| node.outputs[0].clone());
-                make_nodes(g, op.clone(), &refs, target, OP, s.loc)?
-            }
-        };
-        for (output, t) in made.into_iter().enumerate() {
-            env.insert(
-                ValueId {
-                    node: index,
-                    output,
-                },
-                t,
-            );
+        if node.region == body && !matches!(node.op, Op::BlockArg) {
+            replay_node(g, all, regions, index, &mut env, loc)?;
         }
     }
     regions[body]
@@ -246,9 +209,60 @@ pub(super) fn replay(
         .map(|r| {
             env.get(r)
                 .cloned()
-                .ok_or_else(|| graph_error(OP, "internal: a body result is missing", s.loc))
+                .ok_or_else(|| graph_error(OP, "internal: a body result is missing", loc))
         })
         .collect()
+}
+
+/// Copies node `index` into the current region, its inputs read from `env` and its results
+/// written there (a conditional rebuilt with its branches replayed).
+pub(super) fn replay_node(
+    g: &Graph,
+    all: &[Node],
+    regions: &[Region],
+    index: usize,
+    env: &mut HashMap<ValueId, Tensor>,
+    loc: Loc,
+) -> Result<()> {
+    let node = &all[index];
+    let inputs: Vec<Tensor> = node
+        .inputs
+        .iter()
+        .map(|i| {
+            env.get(i)
+                .cloned()
+                .ok_or_else(|| graph_error(OP, "internal: a replayed value is missing", loc))
+        })
+        .collect::<Result<_>>()?;
+    let made = match &node.op {
+        // A conditional: rebuilt over its replayed branches.
+        Op::Case { branches } => {
+            let operands = inputs[1..].to_vec();
+            g.case_at(
+                &inputs[0],
+                &operands,
+                branches.len(),
+                |k, c: &Vec<Tensor>| replay(g, all, regions, branches[k], c, loc),
+                OP,
+                loc,
+            )?
+        }
+        op => {
+            let refs: Vec<&Tensor> = inputs.iter().collect();
+            let target = takes_target(op).then(|| node.outputs[0].clone());
+            make_nodes(g, op.clone(), &refs, target, OP, loc)?
+        }
+    };
+    for (output, t) in made.into_iter().enumerate() {
+        env.insert(
+            ValueId {
+                node: index,
+                output,
+            },
+            t,
+        );
+    }
+    Ok(())
 }
 
 /// Whether `inner` is `outer` or nested inside it.

@@ -27,6 +27,7 @@
 mod cond;
 mod forward;
 mod loops;
+mod remat;
 
 use std::collections::HashMap;
 use std::panic::Location;
@@ -195,25 +196,28 @@ fn sweep(
 ) -> Result<HashMap<ValueId, Tensor>> {
     let region = g.current_region();
     let last = outputs.iter().map(|o| o.id().node).max().unwrap_or(0);
-    // Which values depend on `wrt`: only their cotangents are needed.
-    let mut active: std::collections::HashSet<ValueId> = wrt.iter().map(|w| w.id()).collect();
-    for (index, node) in nodes.iter().enumerate().take(last + 1) {
-        if node.region == region && node.inputs.iter().any(|i| active.contains(i)) {
-            for output in 0..node.outputs.len() {
-                active.insert(ValueId {
-                    node: index,
-                    output,
-                });
-            }
-        }
-    }
+    let active = active_values(nodes, region, wrt, last);
     let mut adjoints: HashMap<ValueId, Tensor> = HashMap::new();
     for (o, c) in outputs.iter().zip(cotangents) {
         if active.contains(&o.id()) {
             accumulate(&mut adjoints, o.id(), c.clone())?;
         }
     }
+    let spans = g.checkpoints_in(region);
+    let mut recomputed = vec![false; spans.len()];
     for index in (0..=last).rev() {
+        // A checkpointed span is recomputed and pulled through as a whole, at the first of its
+        // nodes the sweep reaches.
+        if let Some(k) = spans
+            .iter()
+            .position(|c| (c.first..=c.last).contains(&index))
+        {
+            if !recomputed[k] {
+                recomputed[k] = true;
+                remat::recompute(g, nodes, regions, &spans[k], &mut adjoints, loc)?;
+            }
+            continue;
+        }
         let node = &nodes[index];
         if node.region != region || node.inputs.is_empty() {
             continue;
@@ -276,6 +280,28 @@ fn sweep(
         }
     }
     Ok(adjoints)
+}
+
+/// The values of `region` up to node `last` that depend on `wrt`: only their cotangents are
+/// needed.
+fn active_values(
+    nodes: &[Node],
+    region: usize,
+    wrt: &[Tensor],
+    last: usize,
+) -> std::collections::HashSet<ValueId> {
+    let mut active: std::collections::HashSet<ValueId> = wrt.iter().map(|w| w.id()).collect();
+    for (index, node) in nodes.iter().enumerate().take(last + 1) {
+        if node.region == region && node.inputs.iter().any(|i| active.contains(i)) {
+            for output in 0..node.outputs.len() {
+                active.insert(ValueId {
+                    node: index,
+                    output,
+                });
+            }
+        }
+    }
+    active
 }
 
 /// The cotangents of a node's operands, one per operand: `None` where zero or not asked for.

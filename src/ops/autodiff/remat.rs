@@ -1,0 +1,150 @@
+//! `checkpoint` (JAX's `jax.checkpoint`, rematerialisation): the values a checkpointed function
+//! computes are not kept for the backward pass but computed again there.
+//!
+//! The forward pass builds the function as usual and records the span of nodes it made. When
+//! the reverse sweep reaches the span, it copies the span's nodes from the values it read
+//! (the function's inputs and anything it captured), passed together with the cotangents
+//! through one `optimization_barrier`: XLA can neither merge the copy with the forward
+//! computation (whose intermediates would then live on) nor move it ahead of the backward
+//! pass. The cotangents are then pulled through the copy. Compute: the span's forward twice.
+
+use std::collections::HashMap;
+use std::panic::Location;
+
+use super::loops::replay_node;
+use super::{accumulate, backprop, OP};
+use crate::error::Result;
+use crate::ops::control::Carry;
+use crate::ops::graph::{graph_error, Checkpointed, Graph};
+use crate::ops::ir::{Node, Region, ValueId};
+use crate::ops::op::Op;
+use crate::ops::tensor::Tensor;
+use crate::ops::util::{same_graph, Loc};
+
+impl Graph {
+    /// `f(inputs)`, with what `f` computes recomputed in the backward pass instead of kept
+    /// (JAX's `jax.checkpoint`): a gradient through it holds only the span's inputs and
+    /// results between the passes, at the price of running `f` twice. Values are the same as
+    /// without it. `f` may use values from outside (they are read again, not recomputed); a
+    /// loop inside `f` is an error for now (conditionals are fine).
+    ///
+    /// ```
+    /// use stablegraph::ops::Graph;
+    /// use stablegraph::{DType, HostArray};
+    ///
+    /// # fn main() -> stablegraph::Result<()> {
+    /// let g = Graph::new();
+    /// let x = g.parameter("x", DType::F64, &[3])?;
+    /// let y = g.checkpoint(&x, |x| x.sin()?.mul(x)?.exp())?;
+    /// let dx = y.sum_all()?.grad(&[&x])?.remove(0);
+    /// g.set_outputs(&[&dx])?;
+    /// assert!(g.to_stablehlo()?.contains("optimization_barrier"));
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[track_caller]
+    pub fn checkpoint<C: Carry, O: Carry>(
+        &self,
+        inputs: &C,
+        f: impl FnOnce(&C) -> Result<O>,
+    ) -> Result<O> {
+        let loc = Location::caller();
+        let mut flat = Vec::new();
+        inputs.flatten(&mut flat);
+        let refs: Vec<&Tensor> = flat.iter().collect();
+        same_graph(self, &refs, "checkpoint", loc)?;
+        let region = self.current_region();
+        let first = self.with_nodes(|n| n.len());
+        let out = f(inputs)?;
+        let end = self.with_nodes(|n| n.len());
+        if end == first {
+            return Ok(out);
+        }
+        let looped = self.with_nodes(|n| {
+            n[first..end]
+                .iter()
+                .any(|n| matches!(n.op, Op::While { .. }))
+        });
+        if looped {
+            return Err(graph_error(
+                "checkpoint",
+                "a loop inside a checkpointed function is not supported yet",
+                loc,
+            ));
+        }
+        self.add_checkpoint(Checkpointed {
+            region,
+            first,
+            last: end - 1,
+        });
+        Ok(out)
+    }
+}
+
+/// The reverse step over the checkpointed `span` of region `region`: recomputes it behind a
+/// barrier and adds the cotangents of the values it read to `adjoints`. Nothing to do when no
+/// value of the span has a cotangent.
+pub(super) fn recompute(
+    g: &Graph,
+    nodes: &[Node],
+    regions: &[Region],
+    span: &Checkpointed,
+    adjoints: &mut HashMap<ValueId, Tensor>,
+    loc: Loc,
+) -> Result<()> {
+    let region = span.region;
+    let in_span = |i: usize| (span.first..=span.last).contains(&i) && nodes[i].region == region;
+    // Every value of the span with a cotangent: its results, and any value used after it.
+    let mut seeds: Vec<(ValueId, Tensor)> = Vec::new();
+    for i in (span.first..=span.last).filter(|&i| in_span(i)) {
+        for output in 0..nodes[i].outputs.len() {
+            let v = ValueId { node: i, output };
+            if let Some(ct) = adjoints.get(&v) {
+                seeds.push((v, ct.clone()));
+            }
+        }
+    }
+    if seeds.is_empty() {
+        return Ok(());
+    }
+    // What the span reads from before it.
+    let mut outside: Vec<ValueId> = Vec::new();
+    for i in (span.first..=span.last).filter(|&i| in_span(i)) {
+        for v in &nodes[i].inputs {
+            if v.node < span.first && !outside.contains(v) {
+                outside.push(*v);
+            }
+        }
+    }
+    let lost = || graph_error(OP, "internal: lost a value", loc);
+    let mut tied: Vec<Tensor> = outside
+        .iter()
+        .map(|&v| g.tensor(v).ok_or_else(lost))
+        .collect::<Result<_>>()?;
+    tied.extend(seeds.iter().map(|(_, ct)| ct.clone()));
+    let refs: Vec<&Tensor> = tied.iter().collect();
+    let tied = Tensor::optimization_barrier(&refs)?;
+    let (read, cts) = tied.split_at(outside.len());
+    let mut env: HashMap<ValueId, Tensor> = outside.iter().copied().zip(read.to_vec()).collect();
+    for i in (span.first..=span.last).filter(|&i| in_span(i)) {
+        replay_node(g, nodes, regions, i, &mut env, loc)?;
+    }
+    let again: Vec<Tensor> = seeds
+        .iter()
+        .map(|(v, _)| env.get(v).cloned().ok_or_else(lost))
+        .collect::<Result<_>>()?;
+    let wrt: Vec<(ValueId, Tensor)> = outside
+        .iter()
+        .zip(read)
+        .filter(|(_, t)| t.dtype().is_float())
+        .map(|(v, t)| (*v, t.clone()))
+        .collect();
+    let wrt_values: Vec<Tensor> = wrt.iter().map(|(_, t)| t.clone()).collect();
+    let found = backprop(g, &again, cts, &wrt_values, loc)?;
+    for (v, t) in &wrt {
+        if let Some(ct) = found.get(&t.id()) {
+            accumulate(adjoints, *v, ct.clone())?;
+        }
+    }
+    Ok(())
+}
