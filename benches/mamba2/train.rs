@@ -2,7 +2,8 @@
 //! (`Mamba2Config::byte_level(4, 128)`, batch 8 x 256 bytes, AdamW): compile time, time per
 //! step and tokens/s of the one compiled program (forward, backward and update, weights and
 //! optimizer state donated), with one and with four optimizer steps per program call (a
-//! `fori_loop` over micro-batches), and peak memory; each in a child process (this binary
+//! `fori_loop` over micro-batches), one step with each layer rematerialised (`Remat::PerLayer`),
+//! peak memory and the step program's temporaries; each in a child process (this binary
 //! again) so its peak is its own, without and with huge pages for malloc's large mappings
 //! (`GLIBC_TUNABLES=glibc.malloc.hugetlb=1`, which the `train` example sets). Then the same model, data shape and optimizer in PyTorch
 //! (HF's pure-torch `Mamba2ForCausalLM`, `scripts/torch_train_bench.py`), same machine, same
@@ -15,7 +16,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
-use stablegraph::models::mamba2::{Mamba2Config, Mamba2Weights, Trainer};
+use stablegraph::models::mamba2::{Mamba2Config, Mamba2Weights, Remat, Trainer};
 use stablegraph::optim::AdamW;
 use stablegraph::rng::SplitMix64;
 use stablegraph::runtime::{Client, CompileCache};
@@ -38,8 +39,15 @@ const LR: f64 = 3e-3;
 /// The child: builds the trainer with `micro` optimizer steps per call, times `calls` calls
 /// after one warm-up call, prints the figures as JSON.
 pub fn child(arg: &str) -> Result<()> {
-    let (micro, calls) = arg.split_once(',').context("child argument: micro,calls")?;
+    let parts: Vec<&str> = arg.split(',').collect();
+    let [micro, calls, remat] = parts[..] else {
+        bail!("child argument: micro,calls,remat (0 or 1)");
+    };
     let (micro, calls): (usize, usize) = (micro.parse()?, calls.parse()?);
+    let remat = match remat {
+        "1" => Remat::PerLayer,
+        _ => Remat::Off,
+    };
     let client = Client::cpu()?;
     client.set_compile_cache(CompileCache::memory_only());
     let cfg = Mamba2Config::byte_level(SHAPE.0, SHAPE.1)?;
@@ -51,6 +59,18 @@ pub fn child(arg: &str) -> Result<()> {
         ..AdamW::default()
     };
     let mut trainer = Trainer::new(&client, &cfg, weights, opt, BATCH, SEQ_LEN, micro)?;
+    // With remat the step program is compiled again: its compile time is the second one.
+    let plain_compile = trainer.compile_seconds();
+    trainer = trainer.with_remat(remat)?;
+    let compile_s = match remat {
+        Remat::Off => plain_compile,
+        Remat::PerLayer => trainer.compile_seconds() - plain_compile,
+    };
+    let temporaries = trainer
+        .step_program()
+        .executable()
+        .memory_stats()?
+        .temporaries;
     let build_s = secs_since(t);
     // Seeded random bytes: the step's time does not depend on the values.
     let mut rng = SplitMix64::new(7);
@@ -73,7 +93,9 @@ pub fn child(arg: &str) -> Result<()> {
         "{}",
         json!({
             "micro_steps": micro, "calls": calls, "build_s": build_s,
-            "compile_s": trainer.compile_seconds(), "ms_per_step": per_step * 1e3,
+            "compile_s": compile_s, "ms_per_step": per_step * 1e3,
+            "remat": remat == Remat::PerLayer,
+            "temporaries_mb": temporaries as f64 / 1e6,
             "tokens_per_s": (BATCH * SEQ_LEN) as f64 / per_step,
             "peak_rss_mb": status_kib("VmHWM:")? as f64 / 1024.0,
             "first_loss": first, "last_loss": last,
@@ -92,9 +114,9 @@ fn tunables(cmd: &mut Command, huge: bool) -> &mut Command {
 }
 
 /// Runs one child and parses its JSON line.
-fn run_child(micro: usize, calls: usize, huge: bool) -> Result<Value> {
+fn run_child(micro: usize, calls: usize, huge: bool, remat: bool) -> Result<Value> {
     let out = tunables(&mut Command::new(std::env::current_exe()?), huge)
-        .env(TRAIN_CHILD_ENV, format!("{micro},{calls}"))
+        .env(TRAIN_CHILD_ENV, format!("{micro},{calls},{}", remat as u8))
         .output()?;
     if !out.status.success() {
         bail!(
@@ -171,21 +193,26 @@ pub fn bench(ctx: &mut Ctx) -> Result<Value> {
             "ms/step",
             "tokens/s",
             "peak RSS MB",
+            "temporaries MB",
         ],
     );
     let f = |v: &Value, k: &str| v[k].as_f64().unwrap_or(f64::NAN);
     let mut ours = Vec::new();
     let mut theirs = Vec::new();
     for huge in [false, true] {
-        for micro in [1, 4] {
-            let v = run_child(micro, (calls / micro).max(2), huge)?;
+        // Remat (each layer recomputed in the backward pass) beside the plain step it trades
+        // memory with.
+        for (micro, remat) in [(1, false), (1, true), (4, false)] {
+            let v = run_child(micro, (calls / micro).max(2), huge, remat)?;
+            let how = if remat { ", remat per layer" } else { "" };
             table.row(vec![
-                format!("stablegraph, {micro} step(s) per call"),
+                format!("stablegraph, {micro} step(s) per call{how}"),
                 if huge { "yes" } else { "no" }.into(),
                 show(f(&v, "compile_s")),
                 show(f(&v, "ms_per_step")),
                 show(f(&v, "tokens_per_s")),
                 show(f(&v, "peak_rss_mb")),
+                show(f(&v, "temporaries_mb")),
             ]);
             ours.push(json!({"huge_pages": huge, "result": v}));
         }
@@ -202,6 +229,7 @@ pub fn bench(ctx: &mut Ctx) -> Result<Value> {
                     show(f(&v, "ms_per_step_median")),
                     show(f(&v, "tokens_per_s")),
                     show(f(&v, "peak_rss_mb")),
+                    "-".into(),
                 ]);
                 theirs.push(json!({"huge_pages": huge, "result": v}));
             }

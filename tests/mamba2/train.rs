@@ -6,7 +6,7 @@ use crate::common;
 
 use stablegraph::models::mamba2::block;
 use stablegraph::models::mamba2::train::{decays, lm_loss, loss_and_grads, Trainer};
-use stablegraph::models::mamba2::{Mamba2, Mamba2Config, Mamba2Weights};
+use stablegraph::models::mamba2::{Mamba2, Mamba2Config, Mamba2Weights, Remat};
 use stablegraph::ops::Graph;
 use stablegraph::optim::AdamW;
 use stablegraph::{CompiledGraph, DType, HostArray, TensorType};
@@ -387,6 +387,51 @@ fn micro_steps_in_one_donating_program_equal_single_steps() {
             let d = common::array_diff(x, y);
             assert!(d < 1e-5, "moment of {name}: micro steps differ by {d}");
         }
+    }
+}
+
+#[test]
+fn per_layer_remat_trains_the_same_in_fewer_temporaries() {
+    let cfg = Mamba2Config {
+        num_layers: 3,
+        ..common::tiny_mamba2()
+    };
+    let client = common::client();
+    let opt = AdamW {
+        lr: 5e-3,
+        ..AdamW::default()
+    };
+    let tokens = batches(&mut common::Rng::new(11), 3, 2, 8);
+    let plain = Trainer::new(&client, &cfg, weights(&cfg, 5), opt.clone(), 2, 8, 1).unwrap();
+    let remat = Trainer::new(&client, &cfg, weights(&cfg, 5), opt, 2, 8, 1)
+        .unwrap()
+        .with_remat(Remat::PerLayer)
+        .unwrap();
+    check_donation(&remat, &cfg);
+    let temps = |t: &Trainer| {
+        let stats = t.step_program().executable().memory_stats().unwrap();
+        stats.temporaries
+    };
+    let (plain_temps, remat_temps) = (temps(&plain), temps(&remat));
+    assert!(
+        remat_temps < plain_temps,
+        "temporaries with remat {remat_temps} B, without {plain_temps} B"
+    );
+    let (mut plain, mut remat) = (plain, remat);
+    for batch in tokens.chunks(plain.tokens_per_call()) {
+        let (a, b) = (
+            plain.step(batch, 3e-3).unwrap(),
+            remat.step(batch, 3e-3).unwrap(),
+        );
+        assert!(
+            (a - b).abs() <= 1e-5 * a.abs().max(1.0),
+            "loss {a} vs {b} with remat"
+        );
+    }
+    let (a, b) = (plain.weights().unwrap(), remat.weights().unwrap());
+    for ((name, x), (_, y)) in a.named().into_iter().zip(b.named()) {
+        let d = common::array_diff(x, y);
+        assert!(d < 1e-5, "{name}: remat differs by {d}");
     }
 }
 

@@ -685,6 +685,30 @@ pub fn prefill(
     cfg: &Mamba2Config,
     init: Option<&[LayerState<Tensor>]>,
 ) -> Result<(Tensor, Vec<LayerState<Tensor>>)> {
+    prefill_with(tokens, mask, w, cfg, init, Remat::Off)
+}
+
+/// Whether a graph that is differentiated keeps each layer's intermediates for the backward
+/// pass or recomputes them there ([`Graph::checkpoint`](crate::ops::Graph::checkpoint) around
+/// every layer: less memory, the forward work twice).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Remat {
+    /// Keep every intermediate.
+    #[default]
+    Off,
+    /// Keep each layer's input only and recompute the layer in the backward pass.
+    PerLayer,
+}
+
+/// [`prefill`], each layer checkpointed as `remat` says.
+pub fn prefill_with(
+    tokens: &Tensor,
+    mask: &Tensor,
+    w: &Mamba2Weights<Tensor>,
+    cfg: &Mamba2Config,
+    init: Option<&[LayerState<Tensor>]>,
+    remat: Remat,
+) -> Result<(Tensor, Vec<LayerState<Tensor>>)> {
     cfg.validate()?;
     let fits = matches!(*tokens.dims(), [_, len] if len.is_multiple_of(cfg.chunk_size));
     if !fits || !tokens.dtype().is_int() {
@@ -713,9 +737,16 @@ pub fn prefill(
     let mut hidden = embed(tokens, w)?;
     let mut states = Vec::with_capacity(w.layers.len());
     for (i, layer) in w.layers.iter().enumerate() {
-        let (h, s) = block_prefill(&hidden, mask, layer, cfg, init.map(|s| &s[i]))?;
+        let run = |h: &Tensor| {
+            let (h, s) = block_prefill(h, mask, layer, cfg, init.map(|s| &s[i]))?;
+            Ok((h, s.conv, s.ssm))
+        };
+        let (h, conv, ssm) = match remat {
+            Remat::Off => run(&hidden)?,
+            Remat::PerLayer => hidden.graph().checkpoint(&hidden, run)?,
+        };
         hidden = h;
-        states.push(s);
+        states.push(LayerState { conv, ssm });
     }
     Ok((hidden, states))
 }

@@ -20,7 +20,7 @@ mod weights;
 
 /// Re-exported from [`crate::sampling`], where they live.
 pub use crate::sampling::{Penalties, Sampling};
-pub use block::LayerState;
+pub use block::{LayerState, Remat};
 pub use checkpoint::LoadOptions;
 pub use config::Mamba2Config;
 pub(crate) use generate::generate_capacity;
@@ -29,5 +29,5 @@ pub use model::{Mamba2, Prefill, CPU_MAX_CHUNK, MAX_PREFILL_CHUNK};
 pub use parallel::Parallel;
 pub use slots::Mamba2Slots;
 pub use state::Mamba2State;
-pub use train::{lm_loss, loss_and_grads, Trainer};
+pub use train::{lm_loss, lm_loss_with, loss_and_grads, Trainer};
 pub use weights::{HostWeights, LayerWeights, Mamba2Weights};

@@ -11,7 +11,7 @@ use super::weights::named_differences;
 use std::sync::Mutex;
 use std::time::Instant;
 
-use super::block;
+use super::block::{self, Remat};
 use super::config::Mamba2Config;
 use super::weights::Mamba2Weights;
 use crate::array::HostArray;
@@ -55,6 +55,20 @@ pub fn lm_loss(
     w: &Mamba2Weights<Tensor>,
     cfg: &Mamba2Config,
 ) -> Result<Tensor> {
+    lm_loss_with(inputs, targets, weights, mask, w, cfg, Remat::Off)
+}
+
+/// [`lm_loss`] with each layer checkpointed as `remat` says (the same value; a gradient of it
+/// holds less memory with [`Remat::PerLayer`]).
+pub fn lm_loss_with(
+    inputs: &Tensor,
+    targets: &Tensor,
+    weights: &Tensor,
+    mask: &Tensor,
+    w: &Mamba2Weights<Tensor>,
+    cfg: &Mamba2Config,
+    remat: Remat,
+) -> Result<Tensor> {
     let op = "lm_loss";
     cfg.validate()?;
     let dims = match *inputs.dims() {
@@ -86,7 +100,7 @@ pub fn lm_loss(
             ));
         }
     }
-    let (hidden, _) = block::prefill(inputs, mask, w, cfg, None)?;
+    let (hidden, _) = block::prefill_with(inputs, mask, w, cfg, None, remat)?;
     let logits = block::head(&hidden, w, cfg)?; // [b, L, vocab] f32
     let logp = logits.log_softmax(-1)?;
     let picked = logp
@@ -170,6 +184,7 @@ struct StepIn<'a> {
     opt: &'a AdamW,
     types: &'a Mamba2Weights<TensorType>,
     lr: &'a Tensor,
+    remat: Remat,
 }
 
 /// What one step in a graph returns: the loss, the gradients' global norm (before clipping),
@@ -192,7 +207,8 @@ impl StepIn<'_> {
         };
         let len = l1.saturating_sub(1);
         let w = state.params();
-        let loss = batch_loss(tokens, &unflatten(self.types, &w)?, self.cfg, b, len)?;
+        let w_tree = unflatten(self.types, &w)?;
+        let loss = batch_loss(tokens, &w_tree, self.cfg, [b, len], self.remat)?;
         let wrt: Vec<&Tensor> = w.iter().collect();
         let (state, norm) = self
             .opt
@@ -206,13 +222,13 @@ fn batch_loss(
     tokens: &Tensor,
     w: &Mamba2Weights<Tensor>,
     cfg: &Mamba2Config,
-    b: usize,
-    len: usize,
+    [b, len]: [usize; 2],
+    remat: Remat,
 ) -> Result<Tensor> {
     let inputs = tokens.narrow(1, 0, len)?;
     let targets = tokens.narrow(1, 1, len)?;
     let ones = tokens.graph().ones(DType::F32, &[b, len])?;
-    lm_loss(&inputs, &targets, &ones, &ones, w, cfg)
+    lm_loss_with(&inputs, &targets, &ones, &ones, w, cfg, remat)
 }
 
 /// A Mamba-2 training loop on one device: the weights, AdamW's moments and the step count live
@@ -242,6 +258,8 @@ pub struct Trainer {
     batch: usize,
     seq_len: usize,
     micro_steps: usize,
+    opt: AdamW,
+    remat: Remat,
     step_program: CompiledGraph,
     eval_program: Mutex<Option<CompiledGraph>>,
     weights: Vec<Buffer>,
@@ -312,7 +330,8 @@ impl Trainer {
             return Err(too_big());
         }
         let start = Instant::now();
-        let graph = step_graph(cfg, &opt, &types, batch, seq_len, micro_steps)?;
+        let shape = [batch, seq_len, micro_steps];
+        let graph = step_graph(cfg, &opt, &types, shape, Remat::Off)?;
         let step_program = graph.compile(client)?;
         let compile_seconds = start.elapsed().as_secs_f64();
         let upload = |a: &HostArray| client.buffer_from_host_array(a);
@@ -339,6 +358,8 @@ impl Trainer {
             batch,
             seq_len,
             micro_steps,
+            opt,
+            remat: Remat::Off,
             step_program,
             eval_program: Mutex::new(None),
             weights: weight_buffers,
@@ -349,6 +370,25 @@ impl Trainer {
             grad_norm: None,
             compile_seconds: Mutex::new(compile_seconds),
         })
+    }
+
+    /// The same trainer with its step program rebuilt to recompute each layer in the backward
+    /// pass ([`Remat::PerLayer`]) or not: less memory for more compute, the same steps
+    /// (compiles the step program again when `remat` changes it).
+    pub fn with_remat(mut self, remat: Remat) -> Result<Trainer> {
+        if remat == self.remat {
+            return Ok(self);
+        }
+        let start = Instant::now();
+        let shape = [self.batch, self.seq_len, self.micro_steps];
+        let graph = step_graph(&self.cfg, &self.opt, &self.types, shape, remat)?;
+        self.step_program = graph.compile(&self.client)?;
+        self.remat = remat;
+        *self
+            .compile_seconds
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) += start.elapsed().as_secs_f64();
+        Ok(self)
     }
 
     /// How many tokens [`Trainer::step`] takes: `micro_steps * batch * (seq_len + 1)`.
@@ -463,7 +503,8 @@ impl Trainer {
         let w = block::weight_parameters(&g, &self.types)?;
         let dims = [self.batch, self.seq_len + 1];
         let tokens = g.parameter("tokens", DType::I32, &dims)?;
-        let loss = batch_loss(&tokens, &w, &self.cfg, self.batch, self.seq_len)?;
+        let rows = [self.batch, self.seq_len];
+        let loss = batch_loss(&tokens, &w, &self.cfg, rows, Remat::Off)?;
         g.set_outputs(&[&loss])?;
         let program = g.compile(&self.client)?;
         *self
@@ -598,9 +639,8 @@ fn step_graph(
     cfg: &Mamba2Config,
     opt: &AdamW,
     types: &Mamba2Weights<TensorType>,
-    batch: usize,
-    seq_len: usize,
-    micro_steps: usize,
+    [batch, seq_len, micro_steps]: [usize; 3],
+    remat: Remat,
 ) -> Result<Graph> {
     let g = Graph::new();
     let named = types.named();
@@ -637,6 +677,7 @@ fn step_graph(
         opt,
         types,
         lr: &lr,
+        remat,
     };
     let rows = [batch as isize, seq_len as isize + 1];
     let out = if micro_steps == 1 {
