@@ -3,30 +3,13 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
+
+use common::TempDir;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use stablegraph::runtime::{install, Client, CompileCache, Plugin};
-
-/// A fresh temporary directory, removed when dropped.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> TempDir {
-        let dir =
-            std::env::temp_dir().join(format!("stablegraph-faults-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// Program `i`: `x * i + i`, each with its own text and so its own cache entry.
 fn program(i: usize) -> String {
@@ -97,8 +80,8 @@ done
 #[test]
 fn a_cache_dir_another_process_corrupts_or_deletes_only_costs_recompiles() {
     const N: usize = 6;
-    let tmp = TempDir::new("vandal");
-    let dir = tmp.0.join("cache");
+    let tmp = TempDir::new("faults-vandal");
+    let dir = tmp.join("cache");
 
     // Fill the cache, then let another process corrupt every entry, and wait for it.
     let first = client_with_cache(&dir);
@@ -200,9 +183,9 @@ fn child_run() {
 
 #[test]
 fn a_plugin_swapped_between_runs_gets_new_cache_entries() {
-    let tmp = TempDir::new("swap");
-    let cache = tmp.0.join("cache");
-    let plugin = tmp.0.join("plugin.so");
+    let tmp = TempDir::new("faults-swap");
+    let cache = tmp.join("cache");
+    let plugin = tmp.join("plugin.so");
     let real = install::resolve_cpu_plugin().unwrap();
     let bytes = std::fs::read(&real).unwrap();
     std::fs::write(&plugin, &bytes).unwrap();

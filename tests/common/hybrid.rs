@@ -10,7 +10,7 @@ pub fn fixture(name: &str) -> PathBuf {
         .join(name)
 }
 
-/// A copy of the fixture `name` in a fresh directory named for `case`, with `edit` applied to
+/// A copy of the fixture `name` in a fresh directory named for `case` (removed when dropped), with `edit` applied to
 /// its config text and the checkpoint's tensors for which `keep` (given the name) is false
 /// left out.
 pub fn copy_with(
@@ -18,11 +18,8 @@ pub fn copy_with(
     case: &str,
     edit: impl Fn(&str) -> String,
     keep: impl Fn(&str) -> bool,
-) -> PathBuf {
-    let dir =
-        std::env::temp_dir().join(format!("stablegraph-hybrid-{case}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+) -> super::TempDir {
+    let dir = super::TempDir::new(&format!("hybrid-{case}"));
     let from = fixture(name);
     let config = std::fs::read_to_string(from.join("config.json")).unwrap();
     std::fs::write(dir.join("config.json"), edit(&config)).unwrap();

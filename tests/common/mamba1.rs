@@ -10,11 +10,9 @@ pub fn fixture(name: &str) -> PathBuf {
 }
 
 /// The tiny fixture in `mamba_ssm`'s layout: its config form and `backbone.embedding.weight`,
-/// with the tied head saved as `mamba_ssm` saves it.
-pub fn as_mamba_ssm() -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("stablegraph-mamba1-ssm-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+/// with the tied head saved as `mamba_ssm` saves it (removed when dropped).
+pub fn as_mamba_ssm() -> super::TempDir {
+    let dir = super::TempDir::new("mamba1-ssm");
     let config = r#"{"d_model": 32, "n_layer": 2, "vocab_size": 90, "ssm_cfg": {"d_state": 8},
         "rms_norm": true, "residual_in_fp32": true, "fused_add_norm": true,
         "pad_vocab_size_multiple": 16, "tie_embeddings": true}"#;

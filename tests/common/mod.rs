@@ -29,6 +29,39 @@ pub use random::*;
 pub use suite::*;
 pub use tol::*;
 
+/// A fresh directory under the system's temporary directory, named for `what` and the process,
+/// removed with what is in it when dropped: test runs leave nothing behind.
+pub struct TempDir(std::path::PathBuf);
+
+impl TempDir {
+    /// Creates `stablegraph-{what}-{pid}` afresh (emptied if a crashed run left it).
+    pub fn new(what: &str) -> TempDir {
+        let dir = std::env::temp_dir().join(format!("stablegraph-{what}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("a temporary directory");
+        TempDir(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+impl std::ops::Deref for TempDir {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<Path> for TempDir {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
 /// One CPU client per test binary (the plugin is resolved, and fetched on first use, as for users).
 pub fn client() -> Client {
     static CLIENT: OnceLock<Client> = OnceLock::new();

@@ -189,8 +189,7 @@ fn state_files_continue_as_the_whole_prompt_does() {
         .zip(&rest)
         .map(|(a, b)| a.iter().chain(b).copied().collect())
         .collect();
-    let dir = std::env::temp_dir().join(format!("stablegraph-states-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = crate::common::TempDir::new("states");
     for fixture in fixtures() {
         let model = family::load(&client(), &fixture, DType::F32).unwrap();
         let name = fixture.display();

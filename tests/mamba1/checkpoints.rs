@@ -2,7 +2,7 @@
 
 use crate::common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use common::client;
 use common::mamba1::fixture;
@@ -11,11 +11,8 @@ use stablegraph::DType;
 
 /// A copy of the fixture `name` in a fresh directory named for `case`, with `edit` applied to
 /// its config text.
-fn copy_with(name: &str, case: &str, edit: impl Fn(&str) -> String) -> PathBuf {
-    let dir =
-        std::env::temp_dir().join(format!("stablegraph-mamba1-{case}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+fn copy_with(name: &str, case: &str, edit: impl Fn(&str) -> String) -> common::TempDir {
+    let dir = common::TempDir::new(&format!("mamba1-{case}"));
     let from = fixture(name);
     let config = std::fs::read_to_string(from.join("config.json")).unwrap();
     std::fs::write(dir.join("config.json"), edit(&config)).unwrap();

@@ -245,7 +245,7 @@ fn eight_bit_weights_are_refused_where_they_do_not_run_yet() {
 #[test]
 fn eight_bit_weights_are_not_written_as_a_checkpoint() {
     let q = Mamba2Weights::random(&tiny_mamba2(), QUANTIZED, 7).unwrap();
-    let dir = std::env::temp_dir().join("stablegraph-quant-save");
+    let dir = crate::common::TempDir::new("quant-save");
     let e = q.save(&dir, &tiny_mamba2()).unwrap_err().to_string();
     assert!(e.contains("8-bit weights are not written"), "{e}");
     assert!(!dir.join("model.safetensors").exists());

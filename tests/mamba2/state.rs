@@ -95,8 +95,7 @@ fn generate_from_returns_the_state_after_what_it_emitted() {
 fn states_survive_a_file() {
     let (a, b) = pieces();
     let m = tiny_model(DType::F32);
-    let dir = std::env::temp_dir().join(format!("stablegraph-state-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = crate::common::TempDir::new("state");
     let path = dir.join("state.safetensors");
     m.prefill(&a).unwrap().state.save(&path).unwrap();
     let loaded = Mamba2State::load(&path, &client()).unwrap();

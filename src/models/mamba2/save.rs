@@ -254,12 +254,31 @@ mod tests {
         }
     }
 
-    fn scratch(name: &str) -> std::path::PathBuf {
-        let dir = std::env::temp_dir()
-            .join(format!("stablegraph-save-{}", std::process::id()))
-            .join(name);
+    /// The parent of every scratch path: one per process, removed when the last test that
+    /// holds it ends.
+    struct Scratch(std::path::PathBuf);
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    /// A path under this process's scratch directory, for one test (the directory goes away
+    /// when the guard does).
+    fn scratch(name: &str) -> (std::sync::Arc<Scratch>, std::path::PathBuf) {
+        static ROOT: std::sync::Mutex<std::sync::Weak<Scratch>> =
+            std::sync::Mutex::new(std::sync::Weak::new());
+        let mut root = ROOT.lock().unwrap_or_else(|p| p.into_inner());
+        let guard = root.upgrade().unwrap_or_else(|| {
+            let dir = std::env::temp_dir().join(format!("stablegraph-save-{}", std::process::id()));
+            let g = std::sync::Arc::new(Scratch(dir));
+            *root = std::sync::Arc::downgrade(&g);
+            g
+        });
+        let dir = guard.0.join(name);
         let _ = std::fs::remove_dir_all(&dir);
-        dir
+        (guard, dir)
     }
 
     #[test]
@@ -272,7 +291,8 @@ mod tests {
             let config = tiny(tied);
             let weights = Mamba2Weights::random(&config, dtype, 7).unwrap();
             // A directory that does not exist yet, two levels deep.
-            let dir = scratch(&format!("{tied}-{dtype}")).join("nested");
+            let (_guard, dir) = scratch(&format!("{tied}-{dtype}"));
+            let dir = dir.join("nested");
             weights.save(&dir, &config).unwrap();
             let read = Mamba2Config::from_file(dir.join("config.json")).unwrap();
             assert_eq!(read, config, "tied {tied}");
@@ -291,7 +311,7 @@ mod tests {
     fn the_file_holds_hf_names_and_shapes_in_f32() {
         let config = tiny(false);
         let weights = Mamba2Weights::random(&config, DType::BF16, 1).unwrap();
-        let dir = scratch("names");
+        let (_guard, dir) = scratch("names");
         weights.save(&dir, &config).unwrap();
         let bytes = std::fs::read(dir.join("model.safetensors")).unwrap();
         let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
@@ -348,7 +368,7 @@ mod tests {
         let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mamba2/tiny");
         let config = Mamba2Config::from_file(fixture.join("config.json")).unwrap();
         let weights = Mamba2Weights::load(&fixture, &config, DType::F32).unwrap();
-        let dir = scratch("fixture");
+        let (_guard, dir) = scratch("fixture");
         weights.save(&dir, &config).unwrap();
         let theirs = std::fs::read(fixture.join("model.safetensors")).unwrap();
         let ours = std::fs::read(dir.join("model.safetensors")).unwrap();
@@ -400,7 +420,7 @@ mod tests {
     fn mismatched_weights_and_unwritable_paths_are_errors() {
         let config = tiny(true);
         let weights = Mamba2Weights::random(&config, DType::F32, 1).unwrap();
-        let dir = scratch("mismatch");
+        let (_guard, dir) = scratch("mismatch");
         let e = weights.save(&dir, &tiny(false)).unwrap_err().to_string();
         assert!(e.contains("lm_head is missing"), "{e}");
         assert!(!dir.exists(), "nothing is written");
@@ -411,7 +431,7 @@ mod tests {
         assert!(e.contains("embedding has shape [40, 16]"), "{e}");
 
         // A file where the directory should be: the error names the path.
-        let file = scratch("blocker");
+        let (_guard, file) = scratch("blocker");
         std::fs::create_dir_all(file.parent().unwrap()).unwrap();
         std::fs::write(&file, b"x").unwrap();
         let e = weights.save(&file, &config).unwrap_err().to_string();
