@@ -2,13 +2,14 @@
 //! and dtypes at once and return [`crate::Result`]; errors name the op, the operand types and the
 //! caller's source line.
 //!
-//! Each op family keeps its shape rules beside its builders: `elementwise` (creation,
-//! elementwise, conversions, composites), `operators` (`+ - * / %` for every operand form),
-//! `reduce`, `shape`, `linalg` (dot_general, matmul, einsum), `mask` (tril, triu), `gather`
-//! (take, take_along_axis, one_hot), `conv`, `random`, `sort`, `control` (while_loop,
-//! fori_loop, scan), `cond` (cond, switch), `assoc_scan` (associative_scan), `sharding` (meshes and layouts), `collectives` (shard_map and the
-//! collectives inside it); and composites users reach for: `nn` (softmax, layer_norm, rms_norm, erf,
-//! gelu_exact), `stats` (mean_all, var, std), `split` (split, chunk).
+//! Each op family keeps its shape rules beside its builders: `elementwise` (creation, elementwise,
+//! conversions, composites), `operators` (`+ - * / %` for every operand form), `reduce`, `shape`,
+//! `linalg` (dot_general, matmul, einsum), `mask` (tril, triu), `gather` (take, take_along_axis,
+//! one_hot), `conv` (causal_conv1d), `conv_general` (conv_general_dilated, conv2d, max_pool,
+//! avg_pool), `random`, `sort`, `control` (while_loop, fori_loop, scan), `cond` (cond, switch),
+//! `assoc_scan` (associative_scan), `sharding` (meshes and layouts), `collectives` (shard_map and
+//! the collectives inside it); and composites users reach for: `nn` (softmax, layer_norm, rms_norm,
+//! erf, gelu_exact), `stats` (mean_all, var, std), `split` (split, chunk).
 //!
 //! Conventions, so that a call site reads as what it does:
 //!
@@ -46,6 +47,7 @@ mod collectives;
 mod cond;
 mod control;
 mod conv;
+mod conv_general;
 mod elementwise;
 mod gather;
 mod graph;
@@ -70,6 +72,7 @@ mod walk;
 
 pub use cond::Branch;
 pub use control::{Bound, Carry};
+pub use conv_general::{ConvOptions, Padding};
 pub use elementwise::{Number, Operand};
 pub use graph::Graph;
 pub use ir::{Node, Region, ValueId};

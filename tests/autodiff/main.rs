@@ -4,6 +4,7 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+mod conv;
 mod forward;
 mod remat;
 

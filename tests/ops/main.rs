@@ -16,13 +16,14 @@
 //! same sign) on the other.
 //!
 //! One binary, one file per family: [`elementwise`], [`nn`] (the layers), [`shape`],
-//! [`reductions`], [`indexing`], [`linalg`], [`random`], [`loops`], [`cond`], [`assoc_scan`] and whole [`programs`].
+//! [`reductions`], [`indexing`], [`linalg`], [`random`], [`loops`], [`cond`], [`assoc_scan`], [`conv`] and whole [`programs`].
 
 #[path = "../common/mod.rs"]
 mod common;
 
 mod assoc_scan;
 mod cond;
+mod conv;
 mod elementwise;
 mod formulas;
 mod indexing;
