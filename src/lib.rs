@@ -24,6 +24,8 @@
 //!   training step (loss, gradients and an optimizer update) as one compiled program.
 //! - [`optim`]: optimizers as graphs (AdamW with global-norm clipping), so that a training
 //!   step's update runs in the same program as its gradients.
+//! - [`init`]: parameter initializers with PyTorch's formulas (normal, uniform, Xavier,
+//!   Kaiming, the layers' defaults), seeded, on the host.
 //!
 //! [`ops::Graph::compile`] joins them: lower, compile, run on host arrays or device buffers.
 //!
@@ -96,6 +98,7 @@ pub mod error;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod init;
 pub mod interp;
 pub mod lower;
 pub mod models;

@@ -9,7 +9,8 @@
 //! avg_pool), `random`, `sort`, `control` (while_loop, fori_loop, scan), `cond` (cond, switch),
 //! `assoc_scan` (associative_scan), `sharding` (meshes and layouts), `collectives` (shard_map and
 //! the collectives inside it); and composites users reach for: `nn` (softmax, layer_norm, rms_norm,
-//! erf, gelu_exact), `stats` (mean_all, var, std), `split` (split, chunk).
+//! erf, gelu_exact), `losses` (cross_entropy, nll_loss, mse_loss,
+//! binary_cross_entropy_with_logits, dropout), `stats` (mean_all, var, std), `split` (split, chunk).
 //!
 //! Conventions, so that a call site reads as what it does:
 //!
@@ -53,6 +54,7 @@ mod gather;
 mod graph;
 mod ir;
 pub(crate) mod linalg;
+mod losses;
 mod mask;
 mod nn;
 mod op;

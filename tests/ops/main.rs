@@ -16,7 +16,7 @@
 //! same sign) on the other.
 //!
 //! One binary, one file per family: [`elementwise`], [`nn`] (the layers), [`shape`],
-//! [`reductions`], [`indexing`], [`linalg`], [`random`], [`loops`], [`cond`], [`assoc_scan`], [`conv`] and whole [`programs`].
+//! [`reductions`], [`indexing`], [`linalg`], [`random`], [`loops`], [`cond`], [`assoc_scan`], [`conv`], [`losses`] (and the initializers) and whole [`programs`].
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -29,6 +29,7 @@ mod formulas;
 mod indexing;
 mod linalg;
 mod loops;
+mod losses;
 mod nn;
 mod programs;
 mod random;
