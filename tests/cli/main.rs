@@ -3,14 +3,15 @@
 //! transformers' fixtures, JSON and `.npy` outputs, tokenizers, state files, streams, two
 //! devices, `emit`, `bench`, `train` and `grad`), the sampling and penalty settings
 //! ([`generation_config`]), Mamba-1 checkpoints ([`mamba1`]), the quiet stderr ([`quiet`]), and
-//! the HTTP server ([`serve`]).
+//! the HTTP server ([`serve`]); and the `digits` example ([`digits`]).
 //!
-//! The example binary is built first with `cargo build --example mamba2` (a no-op when fresh),
+//! An example binary is built first with `cargo build --example NAME` (a no-op when fresh),
 //! in the profile and target directory of this test binary.
 
 #[path = "../common/mod.rs"]
 mod common;
 
+mod digits;
 mod eval;
 mod families;
 mod generation_config;
@@ -25,34 +26,34 @@ use std::sync::OnceLock;
 /// The example binary, built on first use.
 pub fn binary() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        // This test runs from <target>/<profile>/deps/cli-<hash>.
-        let exe = std::env::current_exe().expect("current_exe");
-        let profile_dir = exe
-            .parent()
-            .and_then(Path::parent)
-            .expect("test binary in <target>/<profile>/deps");
-        let mut cmd = Command::new(env!("CARGO"));
-        cmd.current_dir(env!("CARGO_MANIFEST_DIR")).args([
-            "build",
-            "--quiet",
-            "--example",
-            "mamba2",
-        ]);
-        if profile_dir.file_name().is_some_and(|n| n == "release") {
-            cmd.arg("--release");
-        }
-        if let Some(target_dir) = profile_dir.parent() {
-            cmd.arg("--target-dir").arg(target_dir);
-        }
-        let status = cmd.status().expect("running cargo build --example mamba2");
-        assert!(status.success(), "cargo build --example mamba2 failed");
-        let bin = profile_dir
-            .join("examples")
-            .join(format!("mamba2{}", std::env::consts::EXE_SUFFIX));
-        assert!(bin.is_file(), "{} was not built", bin.display());
-        bin
-    })
+    BIN.get_or_init(|| build_example("mamba2"))
+}
+
+/// Builds the example `name` with `cargo build --example` (a no-op when fresh) in this test
+/// binary's profile and target directory; returns its path.
+pub fn build_example(name: &str) -> PathBuf {
+    // This test runs from <target>/<profile>/deps/cli-<hash>.
+    let exe = std::env::current_exe().expect("current_exe");
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("test binary in <target>/<profile>/deps");
+    let mut cmd = Command::new(env!("CARGO"));
+    cmd.current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args(["build", "--quiet", "--example", name]);
+    if profile_dir.file_name().is_some_and(|n| n == "release") {
+        cmd.arg("--release");
+    }
+    if let Some(target_dir) = profile_dir.parent() {
+        cmd.arg("--target-dir").arg(target_dir);
+    }
+    let status = cmd.status().expect("running cargo build --example");
+    assert!(status.success(), "cargo build --example {name} failed");
+    let bin = profile_dir
+        .join("examples")
+        .join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
+    assert!(bin.is_file(), "{} was not built", bin.display());
+    bin
 }
 
 pub fn run(args: &[&str]) -> Output {
