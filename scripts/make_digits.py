@@ -1,7 +1,7 @@
 """Writes examples/data/digits.bin for examples/digits.rs: scikit-learn's bundled 8x8 handwritten
 digits (1,797 images, from the UCI "Optical Recognition of Handwritten Digits" set by E. Alpaydin
 and C. Kaynak, CC BY 4.0), one row of 65 bytes per image: the label (0-9), then the 64 pixels row
-by row (each 0-16). Made with scikit-learn 1.x (load_digits).
+by row (each 0-16). Made with scikit-learn 1.9.1 (load_digits).
 
     python scripts/make_digits.py   # needs scikit-learn
 """
