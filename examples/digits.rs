@@ -4,7 +4,7 @@
 //! default initial weights (`stablegraph::init`). The whole training step (forward, backward,
 //! update) is one compiled program. It prints the loss per epoch, the test accuracy on a fixed
 //! 80/20 split and the confusion matrix, then per-example gradient norms of the test images
-//! (a `fori_loop` taking one gradient per example inside one program), the largest first.
+//! (`vmap` of `grad`), the largest first.
 //!
 //! ```text
 //! cargo run --release --example digits
@@ -175,23 +175,21 @@ fn predict_program(client: &Client, n: usize) -> Result<CompiledGraph> {
     Ok(g.compile(client)?)
 }
 
-/// The norm of each of `n` images' own loss gradient (all parameters together), one per
-/// trip of a `fori_loop` that takes the gradient inside its body.
+/// The norm of each of `n` images' own loss gradient (all parameters together): `vmap` of
+/// the gradient of one image's loss.
 fn grad_norm_program(client: &Client, n: usize) -> Result<CompiledGraph> {
     let g = Graph::new();
     let w = declare(&g, "")?;
     let x = g.parameter("x", DType::F32, &[n, 1, 8, 8])?;
     let y = g.parameter("y", DType::I32, &[n])?;
-    let norms = g.zeros(DType::F32, &[n])?;
-    let norms = g.fori_loop(0, n as i64, &norms, |i, norms| {
-        let zero = g.scalar(0.0, i.dtype())?;
-        let xi = x.dynamic_slice(&[i, &zero, &zero, &zero], &[1, 1, 8, 8])?;
-        let yi = y.dynamic_slice(&[i], &[1])?;
-        let loss = logits(&w, &xi)?.cross_entropy(&yi, None)?;
-        let norm = global_norm(&loss.grad(&w.iter().collect::<Vec<_>>())?)?;
-        norms.dynamic_update_slice(&norm.reshape(&[1])?, &[i])
+    let norms = g.vmap(&[&x, &y], &[Some(0), Some(0)], &[], |one| {
+        let image = one[0].reshape(&[1, 1, 8, 8])?;
+        let loss = logits(&w, &image)?.cross_entropy(&one[1].reshape(&[1])?, None)?;
+        Ok(vec![global_norm(
+            &loss.grad(&w.iter().collect::<Vec<_>>())?,
+        )?])
     })?;
-    g.set_outputs(&[&norms])?;
+    g.set_outputs(&[&norms[0]])?;
     Ok(g.compile(client)?)
 }
 

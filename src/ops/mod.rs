@@ -7,10 +7,11 @@
 //! `linalg` (dot_general, matmul, einsum), `mask` (tril, triu), `gather` (take, take_along_axis,
 //! one_hot), `conv` (causal_conv1d), `conv_general` (conv_general_dilated, conv2d, max_pool,
 //! avg_pool), `random`, `sort`, `control` (while_loop, fori_loop, scan), `cond` (cond, switch),
-//! `assoc_scan` (associative_scan), `sharding` (meshes and layouts), `collectives` (shard_map and
-//! the collectives inside it); and composites users reach for: `nn` (softmax, layer_norm, rms_norm,
-//! erf, gelu_exact), `losses` (cross_entropy, nll_loss, mse_loss,
-//! binary_cross_entropy_with_logits, dropout), `stats` (mean_all, var, std), `split` (split, chunk).
+//! `assoc_scan` (associative_scan), `vmap`, `sharding` (meshes and layouts), `collectives`
+//! (shard_map and the collectives inside it); and composites users reach for: `nn` (softmax,
+//! layer_norm, rms_norm, erf, gelu_exact), `losses` (cross_entropy, nll_loss, mse_loss,
+//! binary_cross_entropy_with_logits, dropout), `stats` (mean_all, var, std), `split` (split,
+//! chunk).
 //!
 //! Conventions, so that a call site reads as what it does:
 //!
@@ -70,6 +71,7 @@ mod split;
 mod stats;
 mod tensor;
 mod util;
+mod vmap;
 mod walk;
 
 pub use cond::Branch;

@@ -22,10 +22,17 @@ fn digits_trains_to_97_percent_and_reports() {
     assert!(accuracy >= 97.0, "test accuracy {accuracy}%:\n{stdout}");
     // The confusion matrix: ten rows of ten counts after the header, 360 images in all.
     let lines: Vec<&str> = stdout.lines().collect();
-    let at = lines.iter().position(|l| l.starts_with("confusion")).expect("a confusion matrix");
+    let at = lines
+        .iter()
+        .position(|l| l.starts_with("confusion"))
+        .expect("a confusion matrix");
     let total: usize = lines[at + 2..at + 12]
         .iter()
-        .flat_map(|l| l.split_whitespace().skip(1).map(|c| c.parse::<usize>().unwrap()))
+        .flat_map(|l| {
+            l.split_whitespace()
+                .skip(1)
+                .map(|c| c.parse::<usize>().unwrap())
+        })
         .sum();
     assert_eq!(total, 360, "{stdout}");
     // The image with the largest gradient norm is one the model gets wrong (label != predicted):
@@ -36,5 +43,8 @@ fn digits_trains_to_97_percent_and_reports() {
         .map(|i| lines[i + 1])
         .expect("per-example gradient norms");
     let fields: Vec<&str> = top.split_whitespace().collect();
-    assert_ne!(fields[1], fields[2], "the largest gradient norm is a correct image: {top}");
+    assert_ne!(
+        fields[1], fields[2],
+        "the largest gradient norm is a correct image: {top}"
+    );
 }

@@ -16,7 +16,7 @@
 //! same sign) on the other.
 //!
 //! One binary, one file per family: [`elementwise`], [`nn`] (the layers), [`shape`],
-//! [`reductions`], [`indexing`], [`linalg`], [`random`], [`loops`], [`cond`], [`assoc_scan`], [`conv`], [`losses`] (and the initializers) and whole [`programs`].
+//! [`reductions`], [`indexing`], [`linalg`], [`random`], [`loops`], [`cond`], [`assoc_scan`], [`conv`], [`losses`] (and the initializers), [`vmap`] and whole [`programs`].
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -35,6 +35,7 @@ mod programs;
 mod random;
 mod reductions;
 mod shape;
+mod vmap;
 
 use common::*;
 use formulas::*;

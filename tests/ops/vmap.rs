@@ -1,0 +1,184 @@
+//! `vmap` against the same function applied to each example in turn and the results stacked (in
+//! the same graph, compiled and interpreted): a function touching most primitive families, with
+//! unbatched and captured operands, `in_axes` other than 0 and `out_axes`; per-example
+//! gradients (`vmap` of `grad`); `vmap` of `vmap`; the errors.
+
+use super::*;
+
+/// A per-example function over `x` `[3, 4]` and `w` `[4, 5]`, `idx` `[2]` (integers): most
+/// primitive families (dot_general, softmax's reductions, transpose, slices, concatenation,
+/// pad, reverse, cumsum, sort, argmax, select, clamp, a take at the example's indices, a
+/// dynamic slice at a fixed position), and a captured constant.
+fn per_example(x: &Tensor, w: &Tensor, idx: &Tensor, c: &Tensor) -> Result<Vec<Tensor>> {
+    let h = x.matmul(w)?.softmax(-1)?; // [3, 5]
+    let t = h.t()?.slice(0, 1, 5, 2)?; // [2, 3]
+    let joined = Tensor::concat(&[&t, &t.flip(&[1])?], 0)?; // [4, 3]
+    let padded = joined.pad(&[1, 0], &[0, 2], &[0, 1], 0.5)?; // [5, 7]
+    let scanned = padded.cumsum(1)?.sort(1, SortOrder::Descending)?;
+    let picked = w.take(idx)?; // [2, 5]
+    let gated = x.gt(0.0)?.select(&x.mul(c)?, &x.clamp(-0.5, 0.5)?)?;
+    let window = gated.dynamic_slice(
+        &[&x.graph().scalar(1.0, I64)?, &x.graph().scalar(2.0, I64)?],
+        &[2, 2],
+    )?;
+    let best = h.argmax(-1)?.astype(F64)?;
+    Ok(vec![scanned, picked, window, best, h.sum(&[0])?])
+}
+
+#[test]
+fn vmap_equals_the_function_on_each_example() -> Result<()> {
+    let mut rng = Rng::new(81);
+    let b = 4;
+    let g = Graph::new();
+    // x batched along its axis 1, idx along 0; w unbatched; c captured.
+    let xs = g.parameter("xs", F64, &[3, b, 4])?;
+    let w = g.parameter("w", F64, &[4, 5])?;
+    let idx = g.parameter("idx", I32, &[b, 2])?;
+    let c = g.parameter("c", F64, &[3, 4])?;
+    let out_axes = [0, 1, 0, 0, 0];
+    let batched = g.vmap(
+        &[&xs, &w, &idx],
+        &[Some(1), None, Some(0)],
+        &out_axes,
+        |a| per_example(&a[0], &a[1], &a[2], &c),
+    )?;
+    // The same, one example at a time, stacked along each result's out axis.
+    let mut each: Vec<Vec<Tensor>> = Vec::new();
+    for e in 0..b {
+        let x = xs.narrow(1, e, 1)?.reshape(&[3, 4])?;
+        let i = idx.narrow(0, e, 1)?.reshape(&[2])?;
+        each.push(per_example(&x, &w, &i, &c)?);
+    }
+    let mut outs = batched.clone();
+    for (k, &axis) in out_axes.iter().enumerate() {
+        let parts: Vec<Tensor> = each
+            .iter()
+            .map(|r| r[k].expand_dims(axis as isize))
+            .collect::<Result<_>>()?;
+        outs.push(Tensor::concat(
+            &parts.iter().collect::<Vec<_>>(),
+            axis as isize,
+        )?);
+    }
+    g.set_outputs(&outs.iter().collect::<Vec<_>>())?;
+    let ins = [
+        rng.array(F64, &[3, b, 4], -1.0, 1.0),
+        rng.array(F64, &[4, 5], -1.0, 1.0),
+        arr(&[b, 2], vec![0i32, 3, 2, 2, 1, 0, 3, 1]),
+        rng.array(F64, &[3, 4], -1.0, 1.0),
+    ];
+    let host = g.evaluate(&ins)?;
+    let dev = g.compile(&client())?.run(&ins)?;
+    let n = out_axes.len();
+    for out in [&host, &dev] {
+        for k in 0..n {
+            assert_eq!(out[k].dims(), out[n + k].dims(), "result {k}");
+            for (a, e) in out[k].to_f64_vec().iter().zip(out[n + k].to_f64_vec()) {
+                assert!((a - e).abs() <= 1e-12, "result {k}: {a} vs {e}");
+            }
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn vmap_of_grad_gives_per_example_gradients() -> Result<()> {
+    let mut rng = Rng::new(83);
+    let b = 5;
+    let g = Graph::new();
+    let w1 = g.parameter("w1", F64, &[3, 8])?;
+    let w2 = g.parameter("w2", F64, &[8, 2])?;
+    let xs = g.parameter("xs", F64, &[b, 3])?;
+    let ys = g.parameter("ys", I32, &[b])?;
+    let loss = |x: &Tensor, y: &Tensor| -> Result<Tensor> {
+        let h = x.reshape(&[1, 3])?.matmul(&w1)?.tanh()?.matmul(&w2)?;
+        h.cross_entropy(&y.reshape(&[1])?, None)
+    };
+    let per = g.vmap(&[&xs, &ys], &[Some(0), Some(0)], &[], |a| {
+        loss(&a[0], &a[1])?.grad(&[&w1, &w2])
+    })?;
+    let mut outs = per.clone();
+    for e in 0..b {
+        let x = xs.narrow(0, e, 1)?.reshape(&[3])?;
+        let y = ys.narrow(0, e, 1)?.reshape(&[])?;
+        outs.extend(loss(&x, &y)?.grad(&[&w1, &w2])?);
+    }
+    g.set_outputs(&outs.iter().collect::<Vec<_>>())?;
+    let ins = [
+        rng.array(F64, &[3, 8], -1.0, 1.0),
+        rng.array(F64, &[8, 2], -1.0, 1.0),
+        rng.array(F64, &[b, 3], -1.0, 1.0),
+        arr(&[b], vec![0i32, 1, 1, 0, 1]),
+    ];
+    let dev = g.compile(&client())?.run(&ins)?;
+    assert_eq!(dev[0].dims(), &[b, 3, 8]);
+    assert_eq!(dev[1].dims(), &[b, 8, 2]);
+    for (k, sizes) in [(0usize, 24usize), (1, 16)] {
+        let stacked = dev[k].to_f64_vec();
+        for e in 0..b {
+            let one = dev[2 + 2 * e + k].to_f64_vec();
+            for (a, w) in stacked[e * sizes..(e + 1) * sizes].iter().zip(&one) {
+                assert!(
+                    (a - w).abs() <= 1e-12,
+                    "example {e}, gradient {k}: {a} vs {w}"
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn vmap_nests() -> Result<()> {
+    let g = Graph::new();
+    let x = g.parameter("x", F64, &[2, 3, 4])?;
+    // For each of 2 x 3 pairs, the 4 values' sum of squares.
+    let out = g.vmap(&[&x], &[Some(0)], &[], |a| {
+        g.vmap(&[&a[0]], &[Some(0)], &[], |b| {
+            Ok(vec![b[0].square()?.sum_all()?])
+        })
+    })?;
+    let want = x.square()?.sum(&[2])?;
+    g.set_outputs(&[&out[0], &want])?;
+    let xs = Rng::new(85).array(F64, &[2, 3, 4], -1.0, 1.0);
+    let r = g.evaluate(&[xs])?;
+    assert_eq!(r[0].dims(), &[2, 3]);
+    for (a, b) in r[0].to_f64_vec().iter().zip(r[1].to_f64_vec()) {
+        assert!((a - b).abs() <= 1e-12);
+    }
+    Ok(())
+}
+
+#[test]
+fn vmap_names_what_it_cannot_batch() -> Result<()> {
+    let g = Graph::new();
+    let x = g.parameter("x", F32, &[4, 3])?;
+    let i = g.parameter("i", I32, &[4])?;
+    let msg = |r: Result<Vec<Tensor>>| r.err().map(|e| e.to_string()).unwrap_or_default();
+    let e = msg(g.vmap(&[&x], &[None], &[], |a| Ok(vec![a[0].clone()])));
+    assert!(e.contains("no input is batched"), "{e}");
+    let y = g.parameter("y", F32, &[5, 3])?;
+    let e = msg(g.vmap(&[&x, &y], &[Some(0), Some(0)], &[], |a| {
+        Ok(vec![a[0].add(&a[1])?])
+    }));
+    assert!(
+        e.contains("input 1 has a batch of 5, an earlier one 4"),
+        "{e}"
+    );
+    let e = msg(g.vmap(&[&x, &i], &[Some(0), Some(0)], &[], |a| {
+        Ok(vec![a[0].dynamic_slice(&[&a[1]], &[1])?])
+    }));
+    assert!(
+        e.contains("dynamic_slice at batched positions has no batching rule yet"),
+        "{e}"
+    );
+    let e = msg(g.vmap(&[&x], &[Some(0)], &[], |a| {
+        Ok(vec![g.fori_loop(0, 2, &a[0], |_, h| h.exp())?])
+    }));
+    assert!(e.contains("while inside vmap is not supported yet"), "{e}");
+    let e = msg(g.vmap(&[&x, &i], &[Some(0), Some(0)], &[], |a| {
+        Ok(vec![a[0].take(&a[1])?])
+    }));
+    assert!(e.contains("take has no batching rule yet"), "{e}");
+    Ok(())
+}
