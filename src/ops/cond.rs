@@ -12,7 +12,6 @@ use std::panic::Location;
 
 use super::control::{Carry, RegionGuard};
 use super::graph::{graph_error, Graph};
-use super::ir::ValueId;
 use super::op::Op;
 use super::tensor::Tensor;
 use super::util::{same_graph, Loc};
@@ -170,43 +169,6 @@ impl Graph {
         let outs = self.push(Op::Case { branches }, inputs, out_types)?;
         O::unflatten(&template, &mut outs.into_iter())
             .ok_or_else(|| graph_error(op, "internal: the results did not rebuild", loc))
-    }
-
-    /// Gives every branch an argument for each value any branch captured (after the first `n`
-    /// arguments, the operands), in one order; returns the captured outer values.
-    fn share_captures(
-        &self,
-        branches: &[usize],
-        n: usize,
-        op: &'static str,
-        loc: Loc,
-    ) -> Result<Vec<ValueId>> {
-        let mut captured: Vec<ValueId> = Vec::new();
-        for &r in branches {
-            for (o, _) in self.region_captures(r) {
-                if !captured.contains(&o) {
-                    captured.push(o);
-                }
-            }
-        }
-        for &r in branches {
-            let caps = self.region_captures(r);
-            let mut args: Vec<ValueId> = self.regions()[r].args[..n].to_vec();
-            for o in &captured {
-                let inner = match caps.iter().find(|(c, _)| c == o) {
-                    Some(&(_, inner)) => inner,
-                    None => {
-                        let ty = self.value_type(*o).ok_or_else(|| {
-                            graph_error(op, "internal: lost a captured value", loc)
-                        })?;
-                        self.add_block_arg(r, ty).id()
-                    }
-                };
-                args.push(inner);
-            }
-            self.set_region_args(r, args);
-        }
-        Ok(captured)
     }
 }
 

@@ -294,39 +294,12 @@ impl Graph {
     ) -> Result<Vec<Tensor>> {
         // Both regions take the same state: the carry, then every captured outer value (each
         // region gets an argument for the other's captures too). The body passes captures on.
-        let mut captured: Vec<ValueId> = Vec::new();
-        for region in [cond_region, body_region] {
-            for (o, _) in self.region_captures(region) {
-                if !captured.contains(&o) {
-                    captured.push(o);
-                }
-            }
-        }
         let n = types.len();
-        for region in [cond_region, body_region] {
-            let caps = self.region_captures(region);
-            let mut args: Vec<ValueId> = self.regions()[region].args[..n].to_vec();
-            let mut pass_through = Vec::new();
-            for o in &captured {
-                let inner = match caps.iter().find(|(c, _)| c == o) {
-                    Some(&(_, inner)) => inner,
-                    None => {
-                        let ty = self.value_type(*o).ok_or_else(|| {
-                            graph_error(op, "internal: lost a captured value", loc)
-                        })?;
-                        self.add_block_arg(region, ty).id()
-                    }
-                };
-                args.push(inner);
-                pass_through.push(inner);
-            }
-            self.set_region_args(region, args);
-            if region == body_region {
-                let mut results = self.regions()[region].results.clone();
-                results.extend(pass_through);
-                self.set_region_results(region, results);
-            }
-        }
+        let captured = self.share_captures(&[cond_region, body_region], n, op, loc)?;
+        let pass_through = self.regions()[body_region].args[n..].to_vec();
+        let mut results = self.regions()[body_region].results.clone();
+        results.extend(pass_through);
+        self.set_region_results(body_region, results);
         let mut inputs = init_ids;
         inputs.extend(captured.iter().copied());
         let mut out_types = types.to_vec();
@@ -345,6 +318,44 @@ impl Graph {
             out_types,
         )?;
         Ok(outs.into_iter().take(n).collect())
+    }
+
+    /// Gives each of `regions` (sibling regions of one op, each with `n` arguments of its
+    /// own first) an argument for every value any of them captured, in one order; returns
+    /// the captured outer values, the operands the op passes in after its own.
+    pub(super) fn share_captures(
+        &self,
+        regions: &[usize],
+        n: usize,
+        op: &'static str,
+        loc: Loc,
+    ) -> Result<Vec<ValueId>> {
+        let mut captured: Vec<ValueId> = Vec::new();
+        for &r in regions {
+            for (o, _) in self.region_captures(r) {
+                if !captured.contains(&o) {
+                    captured.push(o);
+                }
+            }
+        }
+        for &r in regions {
+            let caps = self.region_captures(r);
+            let mut args: Vec<ValueId> = self.regions()[r].args[..n].to_vec();
+            for o in &captured {
+                let inner = match caps.iter().find(|(c, _)| c == o) {
+                    Some(&(_, inner)) => inner,
+                    None => {
+                        let ty = self.value_type(*o).ok_or_else(|| {
+                            graph_error(op, "internal: lost a captured value", loc)
+                        })?;
+                        self.add_block_arg(r, ty).id()
+                    }
+                };
+                args.push(inner);
+            }
+            self.set_region_args(r, args);
+        }
+        Ok(captured)
     }
 
     /// Opens a region (made current) whose arguments are the loop state, and returns it with
