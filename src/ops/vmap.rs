@@ -5,8 +5,8 @@
 //! copied into the caller's region by a batching rule per primitive: the batch is axis 0 of
 //! every batched value, an operand that is not batched is broadcast where an elementwise
 //! operation meets a batched one, and each rule shifts the primitive's axes past the batch.
-//! A primitive without a rule (loops, conditionals, scatters, gathers from a batched table,
-//! dynamic slices at batched positions, collectives) is an error naming it.
+//! A primitive without a rule (loops, conditionals, dynamic slices at batched positions,
+//! collectives) is an error naming it.
 
 use std::collections::HashMap;
 use std::panic::Location;
@@ -31,7 +31,8 @@ impl Graph {
     /// (`None`: the same value for every example), all batched inputs of one size `B`; `f`
     /// gets one example of each (and the unbatched inputs whole) and returns per-example
     /// values; the results stack them along `out_axes[k]` (empty: all 0). JAX's `vmap`,
-    /// nested as it nests, `grad` inside it giving per-example gradients.
+    /// nested as it nests, `grad` inside it giving per-example gradients (embedding lookups
+    /// included: takes and scatter-adds on batched tables have rules).
     ///
     /// ```
     /// use stablegraph::ops::Graph;
@@ -286,6 +287,7 @@ fn batch_node(
             let made = make_nodes(g, Op::Take, &refs, None, OP, loc)?;
             return Ok(made.into_iter().map(|t| (t, true)).collect());
         }
+        Op::Take | Op::ScatterAdd => return batched_table(g, node, &ins, b, loc),
         Op::Pad { .. } if ins[1].1 => {
             return Err(graph_error(
                 OP,
@@ -370,6 +372,49 @@ fn batched_op(op: &Op, b: usize, loc: Loc) -> Result<Op> {
             ))
         }
     })
+}
+
+/// `take` from, or `scatter_add` into, a batched table `[B, n, rest...]`: the batch folded into
+/// the rows (`[B * n, rest...]`) and each example's indices, clamped to its own `n` rows as the
+/// primitive clamps, offset by `example * n`.
+fn batched_table(
+    g: &Graph,
+    node: &Node,
+    ins: &[Batched],
+    b: usize,
+    loc: Loc,
+) -> Result<Vec<Batched>> {
+    let all: Vec<Tensor> = ins
+        .iter()
+        .map(|(t, batched)| match batched {
+            true => Ok(t.clone()),
+            false => batch_broadcast(t, b),
+        })
+        .collect::<Result<_>>()?;
+    let (table, idx) = (&all[0], &all[1]);
+    let n = table.dims()[1];
+    if n == 0 {
+        return Err(graph_error(
+            OP,
+            format!("{} from an empty table", node.op.name()),
+            loc,
+        ));
+    }
+    let mut flat_dims: Vec<isize> = vec![(b * n) as isize];
+    flat_dims.extend(table.dims()[2..].iter().map(|&d| d as isize));
+    let flat = table.reshape(&flat_dims)?;
+    let example = g.iota(idx.dtype(), idx.dims(), 0)?;
+    let rows = idx
+        .clamp(0.0, (n - 1) as f64)?
+        .add(&example.mul(n as f64)?)?;
+    let out = match node.op {
+        Op::Take => flat.take(&rows)?,
+        _ => {
+            let table_dims: Vec<isize> = table.dims().iter().map(|&d| d as isize).collect();
+            flat.index_add(&rows, &all[2])?.reshape(&table_dims)?
+        }
+    };
+    Ok(vec![(out, true)])
 }
 
 /// `dynamic_slice` / `dynamic_update_slice` of a batched operand (or update) at unbatched

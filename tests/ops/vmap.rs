@@ -1,7 +1,8 @@
 //! `vmap` against the same function applied to each example in turn and the results stacked (in
 //! the same graph, compiled and interpreted): a function touching most primitive families, with
 //! unbatched and captured operands, `in_axes` other than 0 and `out_axes`; per-example
-//! gradients (`vmap` of `grad`); `vmap` of `vmap`; the errors.
+//! gradients (`vmap` of `grad`); gathers and scatter-adds on batched tables (and the
+//! per-example gradient of an embedding lookup); `vmap` of `vmap`; the errors.
 
 use super::*;
 
@@ -176,9 +177,65 @@ fn vmap_names_what_it_cannot_batch() -> Result<()> {
         Ok(vec![g.fori_loop(0, 2, &a[0], |_, h| h.exp())?])
     }));
     assert!(e.contains("while inside vmap is not supported yet"), "{e}");
-    let e = msg(g.vmap(&[&x, &i], &[Some(0), Some(0)], &[], |a| {
-        Ok(vec![a[0].take(&a[1])?])
-    }));
-    assert!(e.contains("take has no batching rule yet"), "{e}");
+    Ok(())
+}
+
+#[test]
+fn vmap_gathers_from_and_scatters_into_batched_tables() -> Result<()> {
+    let mut rng = Rng::new(87);
+    let b = 3;
+    let g = Graph::new();
+    let tables = g.parameter("tables", F64, &[b, 5, 2])?;
+    let idx = g.parameter("idx", I32, &[b, 4])?;
+    let shared = g.parameter("shared", I32, &[4])?;
+    let updates = g.parameter("updates", F64, &[b, 4, 2])?;
+    let emb = g.parameter("emb", F64, &[5, 2])?;
+    let per = |t: &Tensor, i: &Tensor, u: &Tensor| -> Result<Vec<Tensor>> {
+        // Out-of-range indices clamp per example; repeated ones add up.
+        let loss = emb.take(i)?.mul(u)?.sin()?.sum_all()?;
+        Ok(vec![
+            t.take(i)?,
+            t.take(&shared)?,
+            t.index_add(i, u)?,
+            loss.grad(&[&emb])?.remove(0),
+        ])
+    };
+    let batched = g.vmap(
+        &[&tables, &idx, &updates],
+        &[Some(0), Some(0), Some(0)],
+        &[],
+        |a| per(&a[0], &a[1], &a[2]),
+    )?;
+    let mut outs = batched.clone();
+    let mut each: Vec<Vec<Tensor>> = Vec::new();
+    for e in 0..b {
+        let t = tables.narrow(0, e, 1)?.reshape(&[5, 2])?;
+        let i = idx.narrow(0, e, 1)?.reshape(&[4])?;
+        let u = updates.narrow(0, e, 1)?.reshape(&[4, 2])?;
+        each.push(per(&t, &i, &u)?);
+    }
+    for k in 0..4 {
+        let parts: Vec<Tensor> = each
+            .iter()
+            .map(|r| r[k].expand_dims(0))
+            .collect::<Result<_>>()?;
+        outs.push(Tensor::concat(&parts.iter().collect::<Vec<_>>(), 0)?);
+    }
+    g.set_outputs(&outs.iter().collect::<Vec<_>>())?;
+    let ins = [
+        rng.array(F64, &[b, 5, 2], -1.0, 1.0),
+        arr(&[b, 4], vec![0i32, 4, 4, 9, -2, 1, 1, 3, 2, 2, 2, 0]),
+        arr(&[4], vec![3i32, 0, 7, 1]),
+        rng.array(F64, &[b, 4, 2], -1.0, 1.0),
+        rng.array(F64, &[5, 2], -1.0, 1.0),
+    ];
+    for out in [g.evaluate(&ins)?, g.compile(&client())?.run(&ins)?] {
+        for k in 0..4 {
+            assert_eq!(out[k].dims(), out[4 + k].dims(), "result {k}");
+            for (a, e) in out[k].to_f64_vec().iter().zip(out[4 + k].to_f64_vec()) {
+                assert!((a - e).abs() <= 1e-12, "result {k}: {a} vs {e}");
+            }
+        }
+    }
     Ok(())
 }
