@@ -5,8 +5,9 @@
 //! copied into the caller's region by a batching rule per primitive: the batch is axis 0 of
 //! every batched value, an operand that is not batched is broadcast where an elementwise
 //! operation meets a batched one, and each rule shifts the primitive's axes past the batch.
-//! A primitive without a rule (loops, conditionals, dynamic slices at batched positions,
-//! collectives) is an error naming it.
+//! A conditional runs every branch and picks each example's result by its index (`select`, as
+//! JAX does for a batched predicate). A primitive without a rule (loops, dynamic slices at
+//! batched positions, collectives) is an error naming it.
 
 use std::collections::HashMap;
 use std::panic::Location;
@@ -160,10 +161,7 @@ impl Graph {
             if node.region != region || matches!(node.op, Op::BlockArg) {
                 continue;
             }
-            if matches!(
-                node.op,
-                Op::While { .. } | Op::Case { .. } | Op::ShardMap { .. }
-            ) {
+            if matches!(node.op, Op::While { .. } | Op::ShardMap { .. }) {
                 return Err(graph_error(
                     OP,
                     format!("{} inside vmap is not supported yet", node.op.name()),
@@ -179,7 +177,11 @@ impl Graph {
                         .ok_or_else(|| graph_error(OP, "internal: a value is missing", loc))
                 })
                 .collect::<Result<Vec<_>>>()?;
-            for (output, value) in batch_node(self, node, ins, b, loc)?.into_iter().enumerate() {
+            let outs = match &node.op {
+                Op::Case { branches } => self.batch_case(branches, &ins, env, b, loc)?,
+                _ => batch_node(self, node, ins, b, loc)?,
+            };
+            for (output, value) in outs.into_iter().enumerate() {
                 env.insert(
                     ValueId {
                         node: index,
@@ -190,6 +192,65 @@ impl Graph {
             }
         }
         Ok(())
+    }
+}
+
+impl Graph {
+    /// A conditional under `vmap` (`ins`: the branch index, then the operands): every branch
+    /// batched, then the result picked per example by its index, as JAX does for a batched
+    /// predicate (`select`; here for an unbatched one too, so both branches run).
+    fn batch_case(
+        &self,
+        branches: &[usize],
+        ins: &[Batched],
+        env: &mut HashMap<ValueId, Batched>,
+        b: usize,
+        loc: Loc,
+    ) -> Result<Vec<Batched>> {
+        let mut results: Vec<Vec<Batched>> = Vec::with_capacity(branches.len());
+        for &r in branches {
+            let region = self.regions()[r].clone();
+            for (arg, value) in region.args.iter().zip(&ins[1..]) {
+                env.insert(*arg, value.clone());
+            }
+            self.batch_region(r, env, b, loc)?;
+            let outs = region
+                .results
+                .iter()
+                .map(|v| {
+                    env.get(v)
+                        .cloned()
+                        .ok_or_else(|| graph_error(OP, "internal: a branch result is missing", loc))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            results.push(outs);
+        }
+        let (index, index_batched) = ins[0].clone();
+        let last = results
+            .pop()
+            .ok_or_else(|| graph_error(OP, "a case with no branches", loc))?;
+        let batched = index_batched || last.iter().chain(results.iter().flatten()).any(|v| v.1);
+        let full = |v: &Batched| match (batched, v.1) {
+            (true, false) => batch_broadcast(&v.0, b),
+            _ => Ok(v.0.clone()),
+        };
+        let mut out = last.iter().map(full).collect::<Result<Vec<_>>>()?;
+        // Branch k where the index is k; the last one otherwise (StableHLO's rule).
+        for (k, branch) in results.iter().enumerate().rev() {
+            let is_k = index.eq(k as f64)?;
+            for (o, v) in out.iter_mut().zip(branch) {
+                let pick = match index_batched {
+                    true => {
+                        let mut dims = vec![1isize; o.rank()];
+                        dims[0] = b as isize;
+                        is_k.reshape(&dims)?.broadcast_to(o.dims())?
+                    }
+                    false => is_k.broadcast_to(o.dims())?,
+                };
+                *o = pick.select(&full(v)?, &*o)?;
+            }
+        }
+        Ok(out.into_iter().map(|t| (t, batched)).collect())
     }
 }
 

@@ -1,8 +1,9 @@
 //! `vmap` against the same function applied to each example in turn and the results stacked (in
 //! the same graph, compiled and interpreted): a function touching most primitive families, with
 //! unbatched and captured operands, `in_axes` other than 0 and `out_axes`; per-example
-//! gradients (`vmap` of `grad`); gathers and scatter-adds on batched tables (and the
-//! per-example gradient of an embedding lookup); `vmap` of `vmap`; the errors.
+//! gradients (`vmap` of `grad`); conditionals with batched and unbatched predicates; gathers
+//! and scatter-adds on batched tables (and the per-example gradient of an embedding lookup);
+//! `vmap` of `vmap`; the errors.
 
 use super::*;
 
@@ -234,6 +235,69 @@ fn vmap_gathers_from_and_scatters_into_batched_tables() -> Result<()> {
             assert_eq!(out[k].dims(), out[4 + k].dims(), "result {k}");
             for (a, e) in out[k].to_f64_vec().iter().zip(out[4 + k].to_f64_vec()) {
                 assert!((a - e).abs() <= 1e-12, "result {k}: {a} vs {e}");
+            }
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn vmap_over_conditionals_picks_each_examples_branch() -> Result<()> {
+    let mut rng = Rng::new(89);
+    let b = 6;
+    let g = Graph::new();
+    let xs = g.parameter("xs", F64, &[b, 3])?;
+    let ks = g.parameter("ks", I32, &[b])?;
+    let w = g.parameter("w", F64, &[3])?;
+    let flag = g.parameter("flag", DType::Pred, &[])?;
+    let per = |x: &Tensor, k: &Tensor| -> Result<Vec<Tensor>> {
+        // A batched predicate, a batched switch index, an unbatched predicate, and the
+        // gradient through a conditional (its VJP is one too).
+        let big = x.sum_all()?.gt(0.0)?;
+        let c = g.cond(&big, x, |x| x.mul(&w)?.exp(), |x| x.sin())?;
+        let branches: [stablegraph::ops::Branch<'_, Tensor, Tensor>; 3] =
+            [&|x| x.neg(), &|x| x.mul(2.0), &|x| x.tanh()];
+        let s = g.switch(k, x, &branches)?;
+        let u = g.cond(&flag, x, |x| x.add(1.0), |x| x.sub(&w))?;
+        let loss = g.cond(
+            &big,
+            x,
+            |x| x.mul(&w)?.sum_all()?.square(),
+            |x| x.cos()?.sum_all(),
+        )?;
+        Ok(vec![c, s, u, loss.grad(&[&w])?.remove(0)])
+    };
+    let batched = g.vmap(&[&xs, &ks], &[Some(0), Some(0)], &[], |a| per(&a[0], &a[1]))?;
+    let mut outs = batched.clone();
+    let mut each = Vec::new();
+    for e in 0..b {
+        let x = xs.narrow(0, e, 1)?.reshape(&[3])?;
+        let k = ks.narrow(0, e, 1)?.reshape(&[])?;
+        each.push(per(&x, &k)?);
+    }
+    for k in 0..4 {
+        let parts: Vec<Tensor> = each
+            .iter()
+            .map(|r: &Vec<Tensor>| r[k].expand_dims(0))
+            .collect::<Result<_>>()?;
+        outs.push(Tensor::concat(&parts.iter().collect::<Vec<_>>(), 0)?);
+    }
+    g.set_outputs(&outs.iter().collect::<Vec<_>>())?;
+    for flag_value in [true, false] {
+        let ins = [
+            rng.array(F64, &[b, 3], -1.0, 1.0),
+            arr(&[b], vec![0i32, 1, 2, 5, -1, 1]),
+            rng.array(F64, &[3], -1.0, 1.0),
+            HostArray::scalar(flag_value),
+        ];
+        for out in [g.evaluate(&ins)?, g.compile(&client())?.run(&ins)?] {
+            for k in 0..4 {
+                for (a, e) in out[k].to_f64_vec().iter().zip(out[4 + k].to_f64_vec()) {
+                    assert!(
+                        (a - e).abs() <= 1e-12,
+                        "result {k}, flag {flag_value}: {a} vs {e}"
+                    );
+                }
             }
         }
     }
