@@ -78,50 +78,51 @@ impl Init {
     /// Values of `dims` in `dtype` (a float type) drawn from `seed`.
     pub fn sample(&self, dims: &[usize], dtype: DType, seed: u64) -> Result<HostArray> {
         let n: usize = dims.iter().product();
-        let mut rng = SplitMix64::new(seed);
-        let mut normal = |mean: f64, std: f64| -> Vec<f64> {
-            (0..n)
-                .map(|_| mean + std * standard_normal(&mut rng))
-                .collect()
-        };
-        let values: Vec<f64> = match *self {
-            Init::Zeros => vec![0.0; n],
-            Init::Ones => vec![1.0; n],
-            Init::Constant(v) => vec![v; n],
-            Init::Normal { mean, std } => normal(mean, std),
-            Init::Uniform { lo, hi } => {
-                let mut rng = SplitMix64::new(seed);
-                (0..n).map(|_| rng.uniform(lo, hi)).collect()
-            }
+        // Every kind is a fill, a normal or a uniform draw; the fans set the scale.
+        let gain = |a: f64| (2.0 / (1.0 + a * a)).sqrt();
+        let draw = match *self {
+            Init::Zeros => Draw::Fill(0.0),
+            Init::Ones => Draw::Fill(1.0),
+            Init::Constant(v) => Draw::Fill(v),
+            Init::Normal { mean, std } => Draw::Normal(mean, std),
+            Init::Uniform { lo, hi } => Draw::Uniform(lo, hi),
             Init::XavierUniform { gain } => {
                 let (fi, fo) = fans(dims)?;
                 let bound = gain * (6.0 / (fi + fo) as f64).sqrt();
-                return Init::Uniform {
-                    lo: -bound,
-                    hi: bound,
-                }
-                .sample(dims, dtype, seed);
+                Draw::Uniform(-bound, bound)
             }
             Init::XavierNormal { gain } => {
                 let (fi, fo) = fans(dims)?;
-                normal(0.0, gain * (2.0 / (fi + fo) as f64).sqrt())
+                Draw::Normal(0.0, gain * (2.0 / (fi + fo) as f64).sqrt())
             }
             Init::KaimingUniform { a } => {
                 let (fi, _) = fans(dims)?;
-                let bound = (2.0 / (1.0 + a * a)).sqrt() * (3.0 / fi as f64).sqrt();
-                return Init::Uniform {
-                    lo: -bound,
-                    hi: bound,
-                }
-                .sample(dims, dtype, seed);
+                let bound = gain(a) * (3.0 / fi as f64).sqrt();
+                Draw::Uniform(-bound, bound)
             }
             Init::KaimingNormal { a } => {
                 let (fi, _) = fans(dims)?;
-                normal(0.0, (2.0 / (1.0 + a * a)).sqrt() / (fi as f64).sqrt())
+                Draw::Normal(0.0, gain(a) / (fi as f64).sqrt())
             }
+        };
+        let mut rng = SplitMix64::new(seed);
+        let values: Vec<f64> = match draw {
+            Draw::Fill(v) => vec![v; n],
+            Draw::Normal(mean, std) => (0..n)
+                .map(|_| mean + std * standard_normal(&mut rng))
+                .collect(),
+            Draw::Uniform(lo, hi) => (0..n).map(|_| rng.uniform(lo, hi)).collect(),
         };
         float_array(dims, dtype, values)
     }
+}
+
+/// What [`Init::sample`] draws: a fill, normals (mean, standard deviation) or uniforms
+/// (`[lo, hi)`).
+enum Draw {
+    Fill(f64),
+    Normal(f64, f64),
+    Uniform(f64, f64),
 }
 
 /// `(fan_in, fan_out)` of a weight of `dims` (`[out, in, *window]`), PyTorch's rule; an error

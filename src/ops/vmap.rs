@@ -14,7 +14,7 @@ use std::panic::Location;
 
 use super::control::RegionGuard;
 use super::graph::{graph_error, Graph};
-use super::ir::{Node, ValueId};
+use super::ir::{Node, Region, ValueId};
 use super::op::Op;
 use super::rules::takes_target;
 use super::tensor::Tensor;
@@ -69,20 +69,29 @@ impl Graph {
         same_graph(self, inputs, OP, loc)?;
         let b = batch_size(inputs, in_axes, loc)?;
         let (region, outs) = self.example_region(inputs, in_axes, f, loc)?;
-        // Placeholders become the inputs with the batch first; captures the outer values.
-        let mut env: HashMap<ValueId, Batched> = HashMap::new();
-        let args = self.regions()[region].args.clone();
-        let placeholders = inputs.iter().zip(in_axes).filter(|(_, a)| a.is_some());
-        for (arg, (t, a)) in args.iter().zip(placeholders) {
-            env.insert(*arg, (move_axis(t, a.unwrap_or(0), 0)?, true));
-        }
-        for (outer_value, inner) in self.region_captures(region) {
-            let t = self
-                .tensor(outer_value)
-                .ok_or_else(|| graph_error(OP, "lost a value", loc))?;
-            env.insert(inner, (t, false));
-        }
-        self.batch_region(region, &mut env, b, loc)?;
+        let env = self.with_structure(|nodes, regions| {
+            // Placeholders become the inputs with the batch first; captures the outer values.
+            let mut env: HashMap<ValueId, Batched> = HashMap::new();
+            let placeholders = inputs.iter().zip(in_axes).filter(|(_, a)| a.is_some());
+            for (arg, (t, a)) in regions[region].args.iter().zip(placeholders) {
+                env.insert(*arg, (move_axis(t, a.unwrap_or(0), 0)?, true));
+            }
+            for (outer_value, inner) in self.region_captures(region) {
+                let t = self
+                    .tensor(outer_value)
+                    .ok_or_else(|| graph_error(OP, "lost a value", loc))?;
+                env.insert(inner, (t, false));
+            }
+            let batcher = Batcher {
+                g: self,
+                nodes,
+                regions,
+                b,
+                loc,
+            };
+            batcher.region(region, &mut env)?;
+            Ok::<_, crate::error::Error>(env)
+        })?;
         if !out_axes.is_empty() && out_axes.len() != outs.len() {
             return Err(graph_error(
                 OP,
@@ -90,13 +99,10 @@ impl Graph {
                 loc,
             ));
         }
-        outs.iter()
+        lookup(&env, &outs, loc)?
+            .into_iter()
             .enumerate()
-            .map(|(k, id)| {
-                let (t, batched) = env
-                    .get(id)
-                    .cloned()
-                    .ok_or_else(|| graph_error(OP, "internal: a result is missing", loc))?;
+            .map(|(k, (t, batched))| {
                 let t = if batched { t } else { batch_broadcast(&t, b)? };
                 let axis = out_axes.get(k).copied().unwrap_or(0);
                 if axis >= t.rank() {
@@ -110,9 +116,7 @@ impl Graph {
             })
             .collect()
     }
-}
 
-impl Graph {
     /// Builds `f` on per-example placeholders (block arguments of a region of its own; the
     /// unbatched inputs passed whole, captured when used) and returns the region and the ids of
     /// its results.
@@ -146,18 +150,23 @@ impl Graph {
             .collect::<Result<Vec<_>>>()?;
         Ok((region, ids))
     }
+}
 
+/// What copying a region by the batching rules needs: the graph, a snapshot of its nodes and
+/// regions (taken once; the copies added meanwhile are not in it), the batch size.
+struct Batcher<'a> {
+    g: &'a Graph,
+    nodes: &'a [Node],
+    regions: &'a [Region],
+    b: usize,
+    loc: Loc,
+}
+
+impl Batcher<'_> {
     /// Copies the nodes of `region` into the current one by their batching rules, reading and
     /// writing `env`.
-    fn batch_region(
-        &self,
-        region: usize,
-        env: &mut HashMap<ValueId, Batched>,
-        b: usize,
-        loc: Loc,
-    ) -> Result<()> {
-        let nodes = self.nodes();
-        for (index, node) in nodes.iter().enumerate() {
+    fn region(&self, region: usize, env: &mut HashMap<ValueId, Batched>) -> Result<()> {
+        for (index, node) in self.nodes.iter().enumerate() {
             if node.region != region || matches!(node.op, Op::BlockArg) {
                 continue;
             }
@@ -165,21 +174,13 @@ impl Graph {
                 return Err(graph_error(
                     OP,
                     format!("{} inside vmap is not supported yet", node.op.name()),
-                    loc,
+                    self.loc,
                 ));
             }
-            let ins = node
-                .inputs
-                .iter()
-                .map(|v| {
-                    env.get(v)
-                        .cloned()
-                        .ok_or_else(|| graph_error(OP, "internal: a value is missing", loc))
-                })
-                .collect::<Result<Vec<_>>>()?;
+            let ins = lookup(env, &node.inputs, self.loc)?;
             let outs = match &node.op {
-                Op::Case { branches } => self.batch_case(branches, &ins, env, b, loc)?,
-                _ => batch_node(self, node, ins, b, loc)?,
+                Op::Case { branches } => self.case(branches, &ins, env)?,
+                _ => batch_node(self.g, node, ins, self.b, self.loc)?,
             };
             for (output, value) in outs.into_iter().enumerate() {
                 env.insert(
@@ -193,37 +194,24 @@ impl Graph {
         }
         Ok(())
     }
-}
 
-impl Graph {
     /// A conditional under `vmap` (`ins`: the branch index, then the operands): every branch
     /// batched, then the result picked per example by its index, as JAX does for a batched
     /// predicate (`select`; here for an unbatched one too, so both branches run).
-    fn batch_case(
+    fn case(
         &self,
         branches: &[usize],
         ins: &[Batched],
         env: &mut HashMap<ValueId, Batched>,
-        b: usize,
-        loc: Loc,
     ) -> Result<Vec<Batched>> {
+        let (b, loc) = (self.b, self.loc);
         let mut results: Vec<Vec<Batched>> = Vec::with_capacity(branches.len());
         for &r in branches {
-            let region = self.regions()[r].clone();
-            for (arg, value) in region.args.iter().zip(&ins[1..]) {
+            for (arg, value) in self.regions[r].args.iter().zip(&ins[1..]) {
                 env.insert(*arg, value.clone());
             }
-            self.batch_region(r, env, b, loc)?;
-            let outs = region
-                .results
-                .iter()
-                .map(|v| {
-                    env.get(v)
-                        .cloned()
-                        .ok_or_else(|| graph_error(OP, "internal: a branch result is missing", loc))
-                })
-                .collect::<Result<Vec<_>>>()?;
-            results.push(outs);
+            self.region(r, env)?;
+            results.push(lookup(env, &self.regions[r].results, loc)?);
         }
         let (index, index_batched) = ins[0].clone();
         let last = results
@@ -252,6 +240,17 @@ impl Graph {
         }
         Ok(out.into_iter().map(|t| (t, batched)).collect())
     }
+}
+
+/// The batched values of `ids`.
+fn lookup(env: &HashMap<ValueId, Batched>, ids: &[ValueId], loc: Loc) -> Result<Vec<Batched>> {
+    ids.iter()
+        .map(|v| {
+            env.get(v)
+                .cloned()
+                .ok_or_else(|| graph_error(OP, "internal: a value is missing", loc))
+        })
+        .collect()
 }
 
 /// The batch size: the size of every batched input's batch axis.

@@ -58,22 +58,18 @@ impl Graph {
     #[track_caller]
     pub fn jacrev(&self, output: &Tensor, wrt: &Tensor) -> Result<Tensor> {
         let loc = Location::caller();
-        let n = output.dims().iter().product::<usize>();
-        check_products("jacrev", n, "elements of the output", loc)?;
-        if n == 0 || wrt.dims().contains(&0) {
-            return self.empty_jacobian(output, wrt, loc);
-        }
-        let basis = self.basis(n, output.dtype(), loc)?;
-        let rows = (0..n)
-            .map(|e| {
-                let u = basis.narrow(0, e, 1)?.reshape_at(output.dims(), loc)?;
-                let row = vjp_at(self, &[output], &[&u], &[wrt], loc)?.remove(0);
-                row.expand_dims(0)
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let along = Along {
+            op: "jacrev",
+            what: "the output",
+            dims: output.dims(),
+            dtype: output.dtype(),
+        };
+        let rows = self.along_basis(&along, wrt.dims(), output.dtype(), loc, |u| {
+            Ok(vjp_at(self, &[output], &[u], &[wrt], loc)?.remove(0))
+        })?; // [out..., wrt...] already
         let mut dims = output.dims().to_vec();
         dims.extend_from_slice(wrt.dims());
-        stack(&rows, &dims, loc)
+        rows.reshape_at(&dims, loc)
     }
 
     /// The Jacobian of `output` with respect to `wrt`, `output.dims ++ wrt.dims`, built from
@@ -81,35 +77,68 @@ impl Graph {
     #[track_caller]
     pub fn jacfwd(&self, output: &Tensor, wrt: &Tensor) -> Result<Tensor> {
         let loc = Location::caller();
+        let along = Along {
+            op: "jacfwd",
+            what: "wrt",
+            dims: wrt.dims(),
+            dtype: wrt.dtype(),
+        };
+        let cols = self.along_basis(&along, output.dims(), output.dtype(), loc, |t| {
+            Ok(jvp_at(self, &[output], &[wrt], &[t], loc)?.remove(0))
+        })?; // [wrt..., out...]: the wrt axes go last
         let m = wrt.dims().iter().product::<usize>();
-        check_products("jacfwd", m, "elements of wrt", loc)?;
-        if m == 0 || output.dims().contains(&0) {
-            return self.empty_jacobian(output, wrt, loc);
-        }
-        let basis = self.basis(m, wrt.dtype(), loc)?;
-        let columns = (0..m)
-            .map(|e| {
-                let t = basis.narrow(0, e, 1)?.reshape_at(wrt.dims(), loc)?;
-                let column = jvp_at(self, &[output], &[wrt], &[&t], loc)?.remove(0);
-                column.expand_dims(0)
-            })
-            .collect::<Result<Vec<_>>>()?;
-        // [m, out...] to [out..., m], then wrt's shape for m.
-        let mut cols_dims = vec![m];
-        cols_dims.extend_from_slice(output.dims());
-        let cols = stack(&columns, &cols_dims, loc)?;
+        let mut flat = vec![m as isize];
+        flat.extend(output.dims().iter().map(|&d| d as isize));
         let r = output.rank() as isize;
         let perm: Vec<isize> = (1..=r).chain([0]).collect();
         let mut dims = output.dims().to_vec();
         dims.extend_from_slice(wrt.dims());
-        cols.transpose(&perm)?.reshape_at(&dims, loc)
+        cols.reshape(&flat)?
+            .transpose(&perm)?
+            .reshape_at(&dims, loc)
     }
 
-    /// The Jacobian of an output or `wrt` with no elements: zeros of `output.dims ++ wrt.dims`.
-    fn empty_jacobian(&self, output: &Tensor, wrt: &Tensor, loc: Loc) -> Result<Tensor> {
-        let mut dims = output.dims().to_vec();
-        dims.extend_from_slice(wrt.dims());
-        self.full_at(0.0, output.dtype(), &dims, loc)
+    /// `product(e)` for every basis direction `e` of `along`, stacked in order:
+    /// `along.dims ++ rest` (each product has the shape `rest`), zeros of `dtype` when either
+    /// side is empty. At most [`MAX_JACOBIAN_PRODUCTS`] products.
+    fn along_basis(
+        &self,
+        along: &Along,
+        rest: &[usize],
+        dtype: DType,
+        loc: Loc,
+        product: impl Fn(&Tensor) -> Result<Tensor>,
+    ) -> Result<Tensor> {
+        let n = along.dims.iter().product::<usize>();
+        if n > MAX_JACOBIAN_PRODUCTS {
+            return Err(graph_error(
+                along.op,
+                format!(
+                    "{n} elements of {}: a Jacobian is built from one product each, at most \
+                     {MAX_JACOBIAN_PRODUCTS}; use vjp or jvp with the directions you need",
+                    along.what
+                ),
+                loc,
+            ));
+        }
+        let mut dims = along.dims.to_vec();
+        dims.extend_from_slice(rest);
+        if n == 0 || rest.contains(&0) {
+            return self.full_at(0.0, dtype, &dims, loc);
+        }
+        let basis = self.basis(n, along.dtype, loc)?;
+        let parts = (0..n)
+            .map(|e| {
+                let direction = basis.narrow(0, e, 1)?.reshape_at(along.dims, loc)?;
+                product(&direction)?.expand_dims(0)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let refs: Vec<&Tensor> = parts.iter().collect();
+        let joined = match refs.as_slice() {
+            [one] => (*one).clone(),
+            _ => Tensor::concat(&refs, 0)?,
+        };
+        joined.reshape_at(&dims, loc)
     }
 
     /// The identity `[n, n]` in `dtype`: row `e` is the `e`-th basis vector.
@@ -136,19 +165,22 @@ impl Tensor {
         let loc = Location::caller();
         check_pairs("hvp", wrt, vectors, "vectors", loc)?;
         let grads = self.grad(wrt)?;
-        let mut dot: Option<Tensor> = None;
-        for (gr, v) in grads.iter().zip(vectors) {
-            let term = gr.mul(*v)?.sum_all()?;
-            dot = Some(match dot {
-                None => term,
-                Some(d) => d.add(&term)?,
-            });
-        }
-        match dot {
+        match inner_product(&grads, vectors)? {
             Some(d) => d.grad(wrt),
             None => Ok(Vec::new()),
         }
     }
+}
+
+/// The side a Jacobian is built along: one product per element of it.
+struct Along<'a> {
+    /// The builder, for errors.
+    op: &'static str,
+    /// The side, for errors.
+    what: &'static str,
+    /// Its shape and dtype.
+    dims: &'a [usize],
+    dtype: DType,
 }
 
 /// The transformation behind [`Graph::jvp`].
@@ -167,15 +199,7 @@ pub(crate) fn jvp_at(
         .collect::<Result<Vec<_>>>()?;
     let u_refs: Vec<&Tensor> = us.iter().collect();
     let pulled = vjp_at(g, outputs, &u_refs, wrt, loc)?;
-    let mut inner: Option<Tensor> = None;
-    for (p, t) in pulled.iter().zip(tangents) {
-        let term = p.mul(*t)?.sum_all()?;
-        inner = Some(match inner {
-            None => term,
-            Some(s) => s.add(&term)?,
-        });
-    }
-    let Some(inner) = inner else {
+    let Some(inner) = inner_product(&pulled, tangents)? else {
         return us
             .iter()
             .map(|u| g.full_at(0.0, u.dtype(), u.dims(), loc))
@@ -183,6 +207,19 @@ pub(crate) fn jvp_at(
     };
     let one = g.full_at(1.0, inner.dtype(), &[], loc)?;
     vjp_at(g, &[&inner], &[&one], &u_refs, loc)
+}
+
+/// `Σᵢ sum(a[i] * b[i])`, a rank-0 value; `None` for no pairs.
+fn inner_product(a: &[Tensor], b: &[&Tensor]) -> Result<Option<Tensor>> {
+    let mut total: Option<Tensor> = None;
+    for (x, y) in a.iter().zip(b) {
+        let term = x.mul(*y)?.sum_all()?;
+        total = Some(match total {
+            None => term,
+            Some(t) => t.add(&term)?,
+        });
+    }
+    Ok(total)
 }
 
 /// Checks that `values` has one value of each of `wrt`'s types (`what` names them for `op`).
@@ -218,29 +255,4 @@ fn check_pairs(
         }
     }
     Ok(())
-}
-
-/// Refuses a Jacobian of more than [`MAX_JACOBIAN_PRODUCTS`] products.
-fn check_products(op: &'static str, n: usize, what: &str, loc: Loc) -> Result<()> {
-    if n > MAX_JACOBIAN_PRODUCTS {
-        return Err(graph_error(
-            op,
-            format!(
-                "{n} {what}: a Jacobian is built from one product each, at most \
-                 {MAX_JACOBIAN_PRODUCTS}; use vjp or jvp with the directions you need"
-            ),
-            loc,
-        ));
-    }
-    Ok(())
-}
-
-/// Concatenates `parts` (each `[1, ...]`) along axis 0 and reshapes to `dims`.
-fn stack(parts: &[Tensor], dims: &[usize], loc: Loc) -> Result<Tensor> {
-    let refs: Vec<&Tensor> = parts.iter().collect();
-    let joined = match refs.as_slice() {
-        [one] => (*one).clone(),
-        _ => Tensor::concat(&refs, 0)?,
-    };
-    joined.reshape_at(dims, loc)
 }
