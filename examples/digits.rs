@@ -1,10 +1,11 @@
 //! A small convolutional network on the 8x8 handwritten digits that scikit-learn ships (1,797
 //! images; `examples/data/digits.bin`, written by `scripts/make_digits.py`), trained with the
-//! graph DSL: `conv2d` + `max_pool` twice, a linear layer, `cross_entropy`, AdamW, PyTorch's
-//! default initial weights (`stablegraph::init`). The whole training step (forward, backward,
-//! update) is one compiled program. It prints the loss per epoch, the test accuracy on a fixed
-//! 80/20 split and the confusion matrix, then per-example gradient norms of the test images
-//! (`vmap` of `grad`), the largest first.
+//! nn layer and parameter trees: `Conv2d` + `max_pool` twice, a `Linear` layer,
+//! `cross_entropy`, AdamW with its state as a tree, PyTorch's default initial weights. The whole
+//! training step (forward, backward, update) is one program (`jit` of a Rust function from
+//! trees to trees), updating the parameters and moments in place. It prints the loss per
+//! epoch, the test accuracy on a fixed 80/20 split and the confusion matrix, then per-example
+//! gradient norms of the test images (`vmap` of `grad`), the largest first.
 //!
 //! ```text
 //! cargo run --release --example digits
@@ -12,25 +13,17 @@
 
 use anyhow::{ensure, Context, Result};
 use clap::Parser;
-use stablegraph::init::Init;
-use stablegraph::ops::{ConvOptions, Graph, Padding, Tensor};
-use stablegraph::optim::{global_norm, AdamW, AdamWState, ParamState};
+use stablegraph::jit::jit;
+use stablegraph::nn::{Conv2d, Linear};
+use stablegraph::ops::{ConvOptions, Padding, Tensor};
+use stablegraph::optim::{global_norm, AdamW, AdamWTree};
 use stablegraph::rng::SplitMix64;
 use stablegraph::runtime::Client;
-use stablegraph::{CompiledGraph, DType, HostArray};
+use stablegraph::tree::{self, Tree};
+use stablegraph::HostArray;
 
 /// The images and labels, one row of 65 bytes each (see `scripts/make_digits.py`).
 const DATA: &[u8] = include_bytes!("data/digits.bin");
-/// The network's parameters: name and shape, in the order the programs take them.
-const PARAMS: [(&str, &[usize]); 6] = [
-    ("conv1.weight", &[16, 1, 3, 3]),
-    ("conv1.bias", &[16]),
-    ("conv2.weight", &[32, 16, 3, 3]),
-    ("conv2.bias", &[32]),
-    ("fc.weight", &[10, 128]),
-    ("fc.bias", &[10]),
-];
-
 /// Train a CNN on scikit-learn's 8x8 digits and report its test accuracy.
 #[derive(Parser)]
 struct Args {
@@ -104,108 +97,79 @@ fn shuffle(items: &mut [usize], rng: &mut SplitMix64) {
     }
 }
 
-/// The logits `[b, 10]` of images `x` `[b, 1, 8, 8]`: two 3x3 convolutions (SAME, ReLU, 2x2
-/// max pooling), then a linear layer over the 32 x 2 x 2 features.
-fn logits(p: &[Tensor], x: &Tensor) -> stablegraph::Result<Tensor> {
-    let same = ConvOptions {
-        padding: Padding::Same,
-        ..ConvOptions::default()
-    };
-    let block = |h: &Tensor, w: &Tensor, b: &Tensor| {
-        h.conv2d(w, Some(b), &same)?
-            .relu()?
-            .max_pool(&[2, 2], &[], &Padding::Valid)
-    };
-    let h = block(&block(x, &p[0], &p[1])?, &p[2], &p[3])?;
-    let flat = h.reshape(&[x.dims()[0] as isize, 128])?;
-    flat.matmul(&p[4].t()?)?.add(&p[5])
+/// The network: two 3x3 convolutions (SAME; each followed by ReLU and 2x2 max pooling), then
+/// a linear layer over the 32 x 2 x 2 features. A parameter tree: the same struct holds host
+/// arrays, device buffers and graph values.
+#[derive(Tree, Clone)]
+struct Cnn<T> {
+    conv1: Conv2d<T>,
+    conv2: Conv2d<T>,
+    fc: Linear<T>,
 }
 
-/// The parameters of `g`, in [`PARAMS`] order, named with `prefix`.
-fn declare(g: &Graph, prefix: &str) -> stablegraph::Result<Vec<Tensor>> {
-    PARAMS
-        .iter()
-        .map(|(name, dims)| g.parameter(&format!("{prefix}{name}"), DType::F32, dims))
-        .collect()
-}
-
-/// The training step: parameters, moments, step count, a batch and the learning rate in;
-/// the batch's mean loss and the next parameters, moments and count out.
-fn step_program(client: &Client, batch: usize) -> Result<CompiledGraph> {
-    let g = Graph::new();
-    let (w, m, v) = (declare(&g, "")?, declare(&g, "m.")?, declare(&g, "v.")?);
-    let step = g.parameter("step", DType::I32, &[])?;
-    let x = g.parameter("x", DType::F32, &[batch, 1, 8, 8])?;
-    let y = g.parameter("y", DType::I32, &[batch])?;
-    let lr = g.parameter("lr", DType::F32, &[])?;
-    let loss = logits(&w, &x)?.cross_entropy(&y, None)?;
-    let grads = loss.grad(&w.iter().collect::<Vec<_>>())?;
-    let params = w
-        .iter()
-        .zip(m.iter().zip(&v))
-        .map(|(p, (m, v))| ParamState {
-            param: p.clone(),
-            m: m.clone(),
-            v: v.clone(),
-            decay: p.rank() > 1,
+impl Cnn<HostArray> {
+    /// PyTorch's default initial values, seeded.
+    fn init(seed: u64) -> stablegraph::Result<Self> {
+        let key = &mut SplitMix64::new(seed);
+        let same = ConvOptions {
+            padding: Padding::Same,
+            ..ConvOptions::default()
+        };
+        Ok(Cnn {
+            conv1: Conv2d::init(1, 16, [3, 3], same.clone(), true, key)?,
+            conv2: Conv2d::init(16, 32, [3, 3], same, true, key)?,
+            fc: Linear::init(128, 10, true, key)?,
         })
-        .collect();
-    let state = AdamWState { params, step };
-    let next = AdamW::default().update(&state, &grads, Some(&lr))?;
-    let mut outs = vec![loss];
-    for part in [
-        |p: &ParamState| p.param.clone(),
-        |p: &ParamState| p.m.clone(),
-        |p: &ParamState| p.v.clone(),
-    ] {
-        outs.extend(next.params.iter().map(part));
     }
-    outs.push(next.step);
-    g.set_outputs(&outs.iter().collect::<Vec<_>>())?;
-    Ok(g.compile(client)?)
 }
 
-/// The predicted class of each of `n` images.
-fn predict_program(client: &Client, n: usize) -> Result<CompiledGraph> {
-    let g = Graph::new();
-    let w = declare(&g, "")?;
-    let x = g.parameter("x", DType::F32, &[n, 1, 8, 8])?;
-    let classes = logits(&w, &x)?.argmax(-1)?;
-    g.set_outputs(&[&classes])?;
-    Ok(g.compile(client)?)
+impl Cnn<Tensor> {
+    /// The logits `[b, 10]` of images `x` `[b, 1, 8, 8]`.
+    fn forward(&self, x: &Tensor) -> stablegraph::Result<Tensor> {
+        let block = |conv: &Conv2d<Tensor>, h: &Tensor| {
+            conv.forward(h)?
+                .relu()?
+                .max_pool(&[2, 2], &[], &Padding::Valid)
+        };
+        let h = block(&self.conv2, &block(&self.conv1, x)?)?;
+        self.fc.forward(&h.reshape(&[x.dims()[0] as isize, 128])?)
+    }
+
+    /// The mean cross-entropy of the images `x` with labels `y`.
+    fn loss(&self, x: &Tensor, y: &Tensor) -> stablegraph::Result<Tensor> {
+        self.forward(x)?.cross_entropy(y, None)
+    }
 }
 
-/// The norm of each of `n` images' own loss gradient (all parameters together): `vmap` of
-/// the gradient of one image's loss.
-fn grad_norm_program(client: &Client, n: usize) -> Result<CompiledGraph> {
-    let g = Graph::new();
-    let w = declare(&g, "")?;
-    let x = g.parameter("x", DType::F32, &[n, 1, 8, 8])?;
-    let y = g.parameter("y", DType::I32, &[n])?;
+/// The optimizer state of the network's parameters.
+type Adam<T> = AdamWTree<Cnn<T>, T>;
+
+/// The training step: parameters, optimizer state, a batch and the learning rate in; the next
+/// parameters and state (both donated: updated in place) and the batch's mean loss out.
+fn train_step(
+    (params, state, x, y, lr): (Cnn<Tensor>, Adam<Tensor>, Tensor, Tensor, Tensor),
+) -> stablegraph::Result<(Cnn<Tensor>, Adam<Tensor>, Tensor)> {
+    let loss = params.loss(&x, &y)?;
+    let grads = loss.grad_tree(&params)?;
+    let (params, state) = AdamW::default().apply(&params, &grads, &state, Some(&lr))?;
+    Ok((params, state, loss))
+}
+
+/// The predicted class of each image.
+fn predict((params, x): (Cnn<Tensor>, Tensor)) -> stablegraph::Result<Tensor> {
+    params.forward(&x)?.argmax(-1)
+}
+
+/// The norm of each image's own loss gradient (all parameters together): `vmap` of the
+/// gradient of one image's loss.
+fn grad_norms((params, x, y): (Cnn<Tensor>, Tensor, Tensor)) -> stablegraph::Result<Tensor> {
+    let g = x.graph();
     let norms = g.vmap(&[&x, &y], &[Some(0), Some(0)], &[], |one| {
         let image = one[0].reshape(&[1, 1, 8, 8])?;
-        let loss = logits(&w, &image)?.cross_entropy(&one[1].reshape(&[1])?, None)?;
-        Ok(vec![global_norm(
-            &loss.grad(&w.iter().collect::<Vec<_>>())?,
-        )?])
+        let loss = params.loss(&image, &one[1].reshape(&[1])?)?;
+        Ok(vec![global_norm(&loss.grad_tree(&params)?.flatten())?])
     })?;
-    g.set_outputs(&[&norms[0]])?;
-    Ok(g.compile(client)?)
-}
-
-/// PyTorch's default initial values of [`PARAMS`], seeded.
-fn initial(seed: u64) -> Result<Vec<HostArray>> {
-    let mut out = Vec::new();
-    for (k, pair) in PARAMS.chunks(2).enumerate() {
-        let (wdims, bdims) = (pair[0].1, pair[1].1);
-        out.push(Init::TORCH_DEFAULT.sample(wdims, DType::F32, seed * 16 + 2 * k as u64)?);
-        out.push(Init::torch_bias(wdims)?.sample(
-            bdims,
-            DType::F32,
-            seed * 16 + 2 * k as u64 + 1,
-        )?);
-    }
-    Ok(out)
+    Ok(norms[0].clone())
 }
 
 fn main() -> Result<()> {
@@ -221,45 +185,41 @@ fn main() -> Result<()> {
         train.len(),
         test.len()
     );
-    let step = step_program(&client, args.batch)?;
-    let mut weights = initial(args.seed)?;
-    let zeros: Vec<HostArray> = weights
-        .iter()
-        .map(|w| HostArray::from_vec(w.dims(), vec![0f32; w.dims().iter().product()]))
-        .collect::<stablegraph::Result<_>>()?;
-    let (mut m, mut v, mut count) = (zeros.clone(), zeros, HostArray::scalar(0i32));
+    let step = jit(&client, train_step).donate("0").donate("1");
+    let mut params = tree::upload(&client, &Cnn::init(args.seed)?)?;
+    let mut state = tree::upload(&client, &AdamW::default().init(&params)?)?;
+    let lr = client.buffer_from_scalar(args.lr as f32)?;
     let mut rng = SplitMix64::new(args.seed + 1);
     let mut order: Vec<usize> = (0..train.len()).collect();
     for epoch in 1..=args.epochs {
         shuffle(&mut order, &mut rng);
         let mut losses = Vec::new();
         for rows in order.chunks_exact(args.batch) {
-            let mut inputs: Vec<HostArray> = weights.iter().chain(&m).chain(&v).cloned().collect();
-            inputs.push(count.clone());
-            inputs.extend(train.batch(rows)?);
-            inputs.push(HostArray::scalar(args.lr as f32));
-            let mut out = step.run(&inputs)?.into_iter();
-            losses.push(out.next().context("no loss")?.to_f64_vec()[0]);
-            let n = PARAMS.len();
-            let rest: Vec<HostArray> = out.collect();
-            weights = rest[..n].to_vec();
-            m = rest[n..2 * n].to_vec();
-            v = rest[2 * n..3 * n].to_vec();
-            count = rest[3 * n].clone();
+            let [x, y] = train.batch(rows)?;
+            let (x, y) = (
+                client.buffer_from_host_array(&x)?,
+                client.buffer_from_host_array(&y)?,
+            );
+            let loss;
+            (params, state, loss) =
+                step.call(&(params.as_refs()?, state.as_refs()?, &x, &y, &lr))?;
+            losses.push(f64::from(loss.to_scalar::<f32>()?));
         }
         let mean = losses.iter().sum::<f64>() / losses.len() as f64;
         println!("epoch {epoch:>3}  train loss {mean:.4}");
     }
-    report(&client, &weights, &test)
+    report(&client, &tree::download(&params)?, &test)
 }
 
 /// The test accuracy, the confusion matrix and the per-example gradient norms.
-fn report(client: &Client, weights: &[HostArray], test: &Set) -> Result<()> {
+fn report(client: &Client, params: &Cnn<HostArray>, test: &Set) -> Result<()> {
     let rows: Vec<usize> = (0..test.len()).collect();
     let [x, y] = test.batch(&rows)?;
-    let mut inputs = weights.to_vec();
-    inputs.push(x.clone());
-    let predicted = predict_program(client, test.len())?.run(&inputs)?[0].to_f64_vec();
+    let (params, x, y) = tree::upload(client, &(params.clone(), x, y))?;
+    let predicted = jit(client, predict)
+        .call(&(params.as_refs()?, &x))?
+        .to_host_array()?
+        .to_f64_vec();
     let mut confusion = [[0usize; 10]; 10];
     for (p, &t) in predicted.iter().zip(&test.labels) {
         confusion[t as usize][*p as usize] += 1;
@@ -276,8 +236,10 @@ fn report(client: &Client, weights: &[HostArray], test: &Set) -> Result<()> {
             row.iter().map(|c| format!("{c:>4}")).collect::<String>()
         );
     }
-    inputs.push(y);
-    let norms = grad_norm_program(client, test.len())?.run(&inputs)?[0].to_f64_vec();
+    let norms = jit(client, grad_norms)
+        .call(&(params, x, y))?
+        .to_host_array()?
+        .to_f64_vec();
     let mut by_norm: Vec<usize> = (0..test.len()).collect();
     by_norm.sort_by(|&a, &b| norms[b].total_cmp(&norms[a]));
     println!("largest per-example gradient norms (test image: label, predicted, norm)");

@@ -139,6 +139,13 @@ impl HostArray {
             .map_err(|e| Error::InvalidArgument(format!("shape {dims:?}: {e}")))
     }
 
+    /// An array of `ty` filled with zeros (`false` for booleans).
+    pub fn zeros(ty: &TensorType) -> HostArray {
+        let bytes = vec![0u8; ty.element_count() * ty.dtype.size_in_bytes()];
+        // The byte count is the one from_bytes checks for, so this cannot fail.
+        HostArray::from_bytes(ty, &bytes).unwrap_or_else(|_| unreachable!("zeros of {ty}"))
+    }
+
     /// Decodes row-major little-endian element bytes (as in a constant or a device buffer).
     pub fn from_bytes(ty: &TensorType, bytes: &[u8]) -> Result<HostArray> {
         fn make<T: HostElement>(dims: &[usize], bytes: &[u8]) -> Result<HostArray> {

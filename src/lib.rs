@@ -91,6 +91,9 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks)]
 
+// The `Tree` derive names this crate `::stablegraph`, also inside it.
+extern crate self as stablegraph;
+
 pub mod array;
 mod compiled;
 pub mod dtype;
@@ -100,8 +103,10 @@ pub mod error;
 pub mod fuzzing;
 pub mod init;
 pub mod interp;
+pub mod jit;
 pub mod lower;
 pub mod models;
+pub mod nn;
 pub mod ops;
 pub mod optim;
 pub mod rng;
@@ -109,6 +114,7 @@ pub mod runtime;
 pub mod sampling;
 pub mod serving;
 pub mod sharding;
+pub mod tree;
 
 /// The README's and `docs/`'s Rust examples, compiled and run as doctests (`cargo test --doc`),
 /// so that the pages stay true to the API.
