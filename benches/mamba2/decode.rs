@@ -8,6 +8,7 @@ use std::time::Instant;
 use anyhow::{ensure, Context, Result};
 use serde_json::{json, Value};
 use stablegraph::models::mamba2::{GenerateOptions, Mamba2Config, Mamba2Weights, Sampling};
+use stablegraph::tree::Tree;
 use stablegraph::{DType, TensorType};
 
 use crate::common::{median, progress, quantile, secs_since, show, sorted, write_report};

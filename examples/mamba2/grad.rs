@@ -7,6 +7,7 @@ use anyhow::{bail, ensure, Context, Result};
 use clap::Args;
 use stablegraph::models::mamba2::Mamba2Weights;
 use stablegraph::runtime::Client;
+use stablegraph::tree::Tree;
 use stablegraph::DType;
 
 use crate::load::{parse_prompt_ids, read_config, shipped_model, SHIPPED_MODEL};

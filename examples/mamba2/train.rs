@@ -11,6 +11,7 @@ use clap::Args;
 use serde_json::json;
 use stablegraph::models::mamba2::{Mamba2Config, Mamba2Weights};
 use stablegraph::runtime::Client;
+use stablegraph::tree::Tree;
 use stablegraph::{DType, HostArray};
 
 use crate::data::{default_sources, eval_batches, unigram_entropy_bits, Data, Sampler};

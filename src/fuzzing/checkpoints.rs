@@ -2,6 +2,7 @@
 //! shards), on raw bytes and on nearly valid checkpoints.
 
 use super::Bytes;
+use crate::tree::Tree;
 use std::collections::BTreeMap;
 use std::path::Path;
 

@@ -9,6 +9,7 @@ use common::{array_diff, buffer_diff, client, max_abs, tiny_mamba2, tiny_model};
 use stablegraph::models::mamba2::{
     GenerateOptions, Mamba2, Mamba2Config, Mamba2Weights, Penalties, Sampling,
 };
+use stablegraph::tree::Tree;
 use stablegraph::{DType, HostArray};
 
 /// Row `r`'s logits at its last `n` positions of a left-padded prefill.

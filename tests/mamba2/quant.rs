@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use common::{client, greedy, max_abs, read_safetensors, tiny_mamba2};
 use stablegraph::models::mamba2::{Mamba2, Mamba2Config, Mamba2Weights, Parallel};
 use stablegraph::models::quant::{dequantize_rows, quantize_rows, QUANTIZED};
+use stablegraph::tree::Tree;
 use stablegraph::{DType, HostArray};
 
 /// Checks `(values, scales)` against the definition: per row, the scale is the largest

@@ -9,6 +9,7 @@ use stablegraph::models::mamba2::train::{decays, lm_loss, loss_and_grads, Traine
 use stablegraph::models::mamba2::{Mamba2, Mamba2Config, Mamba2Weights, Remat};
 use stablegraph::ops::Graph;
 use stablegraph::optim::AdamW;
+use stablegraph::tree::Tree;
 use stablegraph::{CompiledGraph, DType, HostArray, TensorType};
 
 /// The tiny shape with one layer, for the trainer's tests (half the compile time).

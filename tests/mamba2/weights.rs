@@ -10,6 +10,7 @@ use half::{bf16, f16};
 use safetensors::tensor::TensorView;
 use safetensors::Dtype;
 use stablegraph::models::mamba2::{LoadOptions, Mamba2, Mamba2Config, Mamba2Weights};
+use stablegraph::tree::Tree;
 use stablegraph::{DType, HostArray, TensorType};
 
 /// `common::micro_mamba2` (hidden 16, 2 layers, state 4, 4 heads, vocab 24) with these options.

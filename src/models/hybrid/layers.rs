@@ -76,7 +76,7 @@ pub(crate) fn attention(
     let (b, len) = (x.dims()[0], x.dims()[1]);
     let (h, kvh, hd) = (cfg.num_heads, cfg.num_kv_heads, cfg.head_dim);
     let cap = k.dims()[1];
-    let bias = |i: usize| w.biases.as_ref().map(|bs| &bs[i]);
+    let bias = |i: usize| w.biases.as_ref().map(|bs| bs.as_array()[i]);
     let split = |t: Tensor, heads: usize| {
         t.reshape(&[b as isize, len as isize, heads as isize, hd as isize])
     };

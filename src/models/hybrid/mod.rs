@@ -19,4 +19,6 @@ pub use config::{
 };
 pub use graph::SublayerState;
 pub use model::{Hybrid, HybridPrefill, HybridState};
-pub use weights::{AttentionWeights, HybridWeights, MlpWeights, MoeWeights, Sublayer};
+pub use weights::{
+    AttentionBiases, AttentionWeights, HybridWeights, MlpWeights, MoeWeights, Sublayer,
+};

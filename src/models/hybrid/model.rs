@@ -1,6 +1,7 @@
 //! A hybrid model on a PJRT client: its weights on the device, prefill over prompts (logits at
 //! every position and the state after them), the one-token step, and greedy decoding.
 
+use crate::tree::Tree;
 use std::path::Path;
 
 use super::config::{HybridConfig, SublayerKind};

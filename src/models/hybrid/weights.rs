@@ -2,6 +2,7 @@
 //! comes from in a family's checkpoint (Bamba's separate gate and up projections are joined
 //! into one matrix, Nemotron-H's per-expert matrices stacked into one per kind).
 
+use crate::tree::Tree;
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -14,7 +15,7 @@ use crate::models::mamba2::{LayerWeights, LoadOptions};
 use crate::runtime::{Buffer, Client};
 
 /// An attention sublayer's projections, `[out, in]`.
-#[derive(Debug, Clone)]
+#[derive(Tree, Debug, Clone)]
 pub struct AttentionWeights<T> {
     /// Queries, `[heads * head_dim, hidden]`.
     pub q: T,
@@ -25,11 +26,36 @@ pub struct AttentionWeights<T> {
     /// Output, `[hidden, heads * head_dim]`.
     pub o: T,
     /// The four biases, when the config has `attention_bias`.
-    pub biases: Option<[T; 4]>,
+    #[tree(rename = "")]
+    pub biases: Option<AttentionBiases<T>>,
+}
+
+/// An attention sublayer's biases (named `q_bias`, ... in the tree).
+#[derive(Tree, Debug, Clone)]
+pub struct AttentionBiases<T> {
+    /// `[heads * head_dim]`.
+    #[tree(rename = "q_bias")]
+    pub q: T,
+    /// `[kv_heads * head_dim]`.
+    #[tree(rename = "k_bias")]
+    pub k: T,
+    /// `[kv_heads * head_dim]`.
+    #[tree(rename = "v_bias")]
+    pub v: T,
+    /// `[hidden]`.
+    #[tree(rename = "o_bias")]
+    pub o: T,
+}
+
+impl<T> AttentionBiases<T> {
+    /// The biases of q, k, v and o, in that order.
+    pub fn as_array(&self) -> [&T; 4] {
+        [&self.q, &self.k, &self.v, &self.o]
+    }
 }
 
 /// An MLP (or, with a leading experts axis, every expert of a mixture).
-#[derive(Debug, Clone)]
+#[derive(Tree, Debug, Clone)]
 pub struct MlpWeights<T> {
     /// `[(2 *) intermediate, hidden]`: for [`Activation::SwiGlu`] the gate's rows, then up's.
     pub up: T,
@@ -38,7 +64,7 @@ pub struct MlpWeights<T> {
 }
 
 /// A mixture of experts.
-#[derive(Debug, Clone)]
+#[derive(Tree, Debug, Clone)]
 pub struct MoeWeights<T> {
     /// Router, `[experts, hidden]` (f32).
     pub router: T,
@@ -51,8 +77,9 @@ pub struct MoeWeights<T> {
     pub shared: Option<MlpWeights<T>>,
 }
 
-/// One sublayer: its RMS norm and what follows it.
-#[derive(Debug, Clone)]
+/// One sublayer: its RMS norm and what follows it. In the tree, the norm is `norm` and what
+/// follows adds its own names (`q`, `up`, `router`, `mixer.in_proj`, ...) beside it.
+#[derive(Tree, Debug, Clone)]
 pub enum Sublayer<T> {
     /// A Mamba-2 mixer (its `norm` is the sublayer's).
     Mamba(LayerWeights<T>),
@@ -61,6 +88,7 @@ pub enum Sublayer<T> {
         /// RMS norm weight, `[hidden]`.
         norm: T,
         /// Projections.
+        #[tree(rename = "")]
         attn: AttentionWeights<T>,
     },
     /// A dense MLP.
@@ -68,6 +96,7 @@ pub enum Sublayer<T> {
         /// RMS norm weight, `[hidden]`.
         norm: T,
         /// The MLP.
+        #[tree(rename = "")]
         mlp: MlpWeights<T>,
     },
     /// A mixture of experts.
@@ -75,12 +104,14 @@ pub enum Sublayer<T> {
         /// RMS norm weight, `[hidden]`.
         norm: T,
         /// The experts.
+        #[tree(rename = "")]
         moe: MoeWeights<T>,
     },
 }
 
-/// All weights of a hybrid model.
-#[derive(Debug, Clone)]
+/// All weights of a hybrid model: a [`Tree`] with leaves named like `embedding`,
+/// `sublayers.3.q`, `sublayers.1.mixer.in_proj`, in the programs' parameter order.
+#[derive(Tree, Debug, Clone)]
 pub struct HybridWeights<T> {
     /// Token embedding, `[vocab, hidden]`.
     pub embedding: T,
@@ -90,98 +121,6 @@ pub struct HybridWeights<T> {
     pub norm_f: T,
     /// The head, `[vocab, hidden]`; `None` when tied to the embedding.
     pub lm_head: Option<T>,
-}
-
-type MapFn<'f, 'a, T, U> = dyn FnMut(&str, &'a T) -> Result<U> + 'f;
-
-impl<T> MlpWeights<T> {
-    fn try_map<'a, U>(&'a self, p: &str, f: &mut MapFn<'_, 'a, T, U>) -> Result<MlpWeights<U>> {
-        Ok(MlpWeights {
-            up: f(&format!("{p}.up"), &self.up)?,
-            down: f(&format!("{p}.down"), &self.down)?,
-        })
-    }
-}
-
-impl<T> Sublayer<T> {
-    fn try_map<'a, U>(&'a self, p: &str, f: &mut MapFn<'_, 'a, T, U>) -> Result<Sublayer<U>> {
-        let norm = |f: &mut MapFn<'_, 'a, T, U>, n: &'a T| f(&format!("{p}.norm"), n);
-        Ok(match self {
-            Sublayer::Mamba(w) => Sublayer::Mamba(w.try_map(|n, t| f(&format!("{p}.{n}"), t))?),
-            Sublayer::Attention { norm: n, attn } => Sublayer::Attention {
-                norm: norm(f, n)?,
-                attn: AttentionWeights {
-                    q: f(&format!("{p}.q"), &attn.q)?,
-                    k: f(&format!("{p}.k"), &attn.k)?,
-                    v: f(&format!("{p}.v"), &attn.v)?,
-                    o: f(&format!("{p}.o"), &attn.o)?,
-                    biases: match &attn.biases {
-                        Some([a, b, c, d]) => Some([
-                            f(&format!("{p}.q_bias"), a)?,
-                            f(&format!("{p}.k_bias"), b)?,
-                            f(&format!("{p}.v_bias"), c)?,
-                            f(&format!("{p}.o_bias"), d)?,
-                        ]),
-                        None => None,
-                    },
-                },
-            },
-            Sublayer::Mlp { norm: n, mlp } => Sublayer::Mlp {
-                norm: norm(f, n)?,
-                mlp: mlp.try_map(p, f)?,
-            },
-            Sublayer::Moe { norm: n, moe } => Sublayer::Moe {
-                norm: norm(f, n)?,
-                moe: MoeWeights {
-                    router: f(&format!("{p}.router"), &moe.router)?,
-                    correction: moe
-                        .correction
-                        .as_ref()
-                        .map(|c| f(&format!("{p}.correction"), c))
-                        .transpose()?,
-                    experts: moe.experts.try_map(&format!("{p}.experts"), f)?,
-                    shared: moe
-                        .shared
-                        .as_ref()
-                        .map(|s| s.try_map(&format!("{p}.shared"), f))
-                        .transpose()?,
-                },
-            },
-        })
-    }
-}
-
-impl<T> HybridWeights<T> {
-    /// The same weights with `f(name, tensor)` applied to each, in a fixed order, with names
-    /// like `embedding`, `sublayers.3.q`, `sublayers.1.mixer.in_proj`.
-    pub fn try_map<'a, U>(
-        &'a self,
-        mut f: impl FnMut(&str, &'a T) -> Result<U>,
-    ) -> Result<HybridWeights<U>> {
-        let embedding = f("embedding", &self.embedding)?;
-        let sublayers = self
-            .sublayers
-            .iter()
-            .enumerate()
-            .map(|(i, s)| s.try_map(&format!("sublayers.{i}"), &mut f))
-            .collect::<Result<Vec<_>>>()?;
-        Ok(HybridWeights {
-            embedding,
-            sublayers,
-            norm_f: f("norm_f", &self.norm_f)?,
-            lm_head: self.lm_head.as_ref().map(|h| f("lm_head", h)).transpose()?,
-        })
-    }
-
-    /// Every tensor with its name, in [`HybridWeights::try_map`]'s order.
-    pub fn named(&self) -> Vec<(String, &T)> {
-        let mut v = Vec::new();
-        let _ = self.try_map(|n, t| {
-            v.push((n.to_string(), t));
-            Ok(())
-        });
-        v
-    }
 }
 
 /// Where a tensor comes from: checkpoint tensors joined along the first axis (one, or a
@@ -277,9 +216,11 @@ impl Layout<'_> {
             k: self.matrix(name("k", "weight"), &[kv, h]),
             v: self.matrix(name("v", "weight"), &[kv, h]),
             o: self.matrix(name("o", "weight"), &[h, q]),
-            biases: a.bias.then(|| {
-                [("q", q), ("k", kv), ("v", kv), ("o", h)]
-                    .map(|(x, n)| self.vector(name(x, "bias"), n))
+            biases: a.bias.then(|| AttentionBiases {
+                q: self.vector(name("q", "bias"), q),
+                k: self.vector(name("k", "bias"), kv),
+                v: self.vector(name("v", "bias"), kv),
+                o: self.vector(name("o", "bias"), h),
             }),
         }
     }

@@ -8,6 +8,7 @@ use crate::error::Result;
 use crate::models::mamba2::block::{linear, remembered_inputs, rms};
 use crate::models::mamba2::LayerState;
 use crate::ops::{Graph, Tensor};
+use crate::tree::Tree;
 
 /// One block's recurrent state: `conv`, the last `K` inputs of the convolution, oldest first,
 /// `[b, d_inner, K]`; `ssm`, the selective scan's state `h`, `[b, d_inner, N]`. The same

@@ -1,6 +1,7 @@
 //! A Mamba-1 model on a PJRT client: its weights on the device, prefill over prompts (logits at
 //! every position and the states after them), and the one-token step.
 
+use crate::tree::Tree;
 use std::path::Path;
 
 use super::block::{self, Mamba1State, Scan};

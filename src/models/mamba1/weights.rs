@@ -10,142 +10,66 @@ use crate::error::{Error, Result};
 use crate::models::mamba2::checkpoint::{random_tensor, Expected, Loader, Rng};
 use crate::models::mamba2::LoadOptions;
 use crate::runtime::{Buffer, Client};
+use crate::tree::Tree;
 
-/// One block's weights (HF's names under `backbone.layers.{i}.`), matrices `[out, in]`.
-#[derive(Debug, Clone)]
+/// One block's weights (a [`Tree`] with HF's names under `backbone.layers.{i}.`), matrices
+/// `[out, in]`.
+#[derive(Tree, Debug, Clone)]
 pub struct Mamba1Layer<T> {
     /// `norm.weight` `[hidden]`.
+    #[tree(rename = "norm.weight")]
     pub norm: T,
     /// `mixer.in_proj.weight` `[2 d_inner, hidden]`: `x` then the gate `z`.
+    #[tree(rename = "mixer.in_proj.weight")]
     pub in_proj: T,
     /// `mixer.in_proj.bias` `[2 d_inner]` (with `use_bias`).
+    #[tree(rename = "mixer.in_proj.bias")]
     pub in_proj_bias: Option<T>,
     /// `mixer.conv1d.weight`, `[d_inner, 1, K]` on disk, held as `[d_inner, K]`.
+    #[tree(rename = "mixer.conv1d.weight")]
     pub conv_weight: T,
     /// `mixer.conv1d.bias` `[d_inner]` (with `use_conv_bias`).
+    #[tree(rename = "mixer.conv1d.bias")]
     pub conv_bias: Option<T>,
     /// `mixer.x_proj.weight` `[rank + 2 N, d_inner]`: `dt`, `B`, `C`.
+    #[tree(rename = "mixer.x_proj.weight")]
     pub x_proj: T,
     /// `mixer.dt_proj.weight` `[d_inner, rank]`.
+    #[tree(rename = "mixer.dt_proj.weight")]
     pub dt_proj: T,
     /// `mixer.dt_proj.bias` `[d_inner]`.
+    #[tree(rename = "mixer.dt_proj.bias")]
     pub dt_proj_bias: T,
     /// `mixer.A_log` `[d_inner, N]`: `A = -exp(A_log)`.
+    #[tree(rename = "mixer.A_log")]
     pub a_log: T,
     /// `mixer.D` `[d_inner]`: the skip.
+    #[tree(rename = "mixer.D")]
     pub d: T,
     /// `mixer.out_proj.weight` `[hidden, d_inner]`.
+    #[tree(rename = "mixer.out_proj.weight")]
     pub out_proj: T,
     /// `mixer.out_proj.bias` `[hidden]` (with `use_bias`).
+    #[tree(rename = "mixer.out_proj.bias")]
     pub out_proj_bias: Option<T>,
 }
 
-/// A Mamba-1 model's weights.
-#[derive(Debug, Clone)]
+/// A Mamba-1 model's weights: a [`Tree`] whose leaves carry their HF checkpoint names, in the
+/// programs' parameter order.
+#[derive(Tree, Debug, Clone)]
 pub struct Mamba1Weights<T> {
     /// `backbone.embeddings.weight` `[vocab, hidden]`.
+    #[tree(rename = "backbone.embeddings.weight")]
     pub embedding: T,
     /// The blocks.
+    #[tree(rename = "backbone.layers")]
     pub layers: Vec<Mamba1Layer<T>>,
     /// `backbone.norm_f.weight` `[hidden]`.
+    #[tree(rename = "backbone.norm_f.weight")]
     pub norm_f: T,
     /// `lm_head.weight` `[vocab, hidden]`, absent when tied to the embedding.
+    #[tree(rename = "lm_head.weight")]
     pub lm_head: Option<T>,
-}
-
-impl<T> Mamba1Layer<T> {
-    /// The tensors with their names relative to the block, in a fixed order.
-    fn named(&self) -> Vec<(&'static str, &T)> {
-        let mut v = vec![
-            ("norm.weight", &self.norm),
-            ("mixer.in_proj.weight", &self.in_proj),
-        ];
-        if let Some(b) = &self.in_proj_bias {
-            v.push(("mixer.in_proj.bias", b));
-        }
-        v.push(("mixer.conv1d.weight", &self.conv_weight));
-        if let Some(b) = &self.conv_bias {
-            v.push(("mixer.conv1d.bias", b));
-        }
-        v.extend([
-            ("mixer.x_proj.weight", &self.x_proj),
-            ("mixer.dt_proj.weight", &self.dt_proj),
-            ("mixer.dt_proj.bias", &self.dt_proj_bias),
-            ("mixer.A_log", &self.a_log),
-            ("mixer.D", &self.d),
-            ("mixer.out_proj.weight", &self.out_proj),
-        ]);
-        if let Some(b) = &self.out_proj_bias {
-            v.push(("mixer.out_proj.bias", b));
-        }
-        v
-    }
-
-    /// `f(name, tensor)` applied to each tensor, in the order of [`Self::named`].
-    fn try_map<U>(&self, f: &mut impl FnMut(&str, &T) -> Result<U>) -> Result<Mamba1Layer<U>> {
-        let opt = |name: &str, t: &Option<T>, f: &mut dyn FnMut(&str, &T) -> Result<U>| {
-            t.as_ref().map(|t| f(name, t)).transpose()
-        };
-        Ok(Mamba1Layer {
-            norm: f("norm.weight", &self.norm)?,
-            in_proj: f("mixer.in_proj.weight", &self.in_proj)?,
-            in_proj_bias: opt("mixer.in_proj.bias", &self.in_proj_bias, f)?,
-            conv_weight: f("mixer.conv1d.weight", &self.conv_weight)?,
-            conv_bias: opt("mixer.conv1d.bias", &self.conv_bias, f)?,
-            x_proj: f("mixer.x_proj.weight", &self.x_proj)?,
-            dt_proj: f("mixer.dt_proj.weight", &self.dt_proj)?,
-            dt_proj_bias: f("mixer.dt_proj.bias", &self.dt_proj_bias)?,
-            a_log: f("mixer.A_log", &self.a_log)?,
-            d: f("mixer.D", &self.d)?,
-            out_proj: f("mixer.out_proj.weight", &self.out_proj)?,
-            out_proj_bias: opt("mixer.out_proj.bias", &self.out_proj_bias, f)?,
-        })
-    }
-}
-
-impl<T> Mamba1Weights<T> {
-    /// Every tensor with its HF checkpoint name, in a fixed order (the programs' parameter
-    /// order).
-    pub fn named(&self) -> Vec<(String, &T)> {
-        let mut v = vec![("backbone.embeddings.weight".to_string(), &self.embedding)];
-        for (i, layer) in self.layers.iter().enumerate() {
-            v.extend(
-                layer
-                    .named()
-                    .into_iter()
-                    .map(|(n, t)| (format!("backbone.layers.{i}.{n}"), t)),
-            );
-        }
-        v.push(("backbone.norm_f.weight".to_string(), &self.norm_f));
-        if let Some(h) = &self.lm_head {
-            v.push(("lm_head.weight".to_string(), h));
-        }
-        v
-    }
-
-    /// The same weights with `f(name, tensor)` applied to each, in the order and with the
-    /// names of [`Self::named`].
-    pub fn try_map<U>(&self, mut f: impl FnMut(&str, &T) -> Result<U>) -> Result<Mamba1Weights<U>> {
-        let embedding = f("backbone.embeddings.weight", &self.embedding)?;
-        let layers = self
-            .layers
-            .iter()
-            .enumerate()
-            .map(|(i, l)| {
-                l.try_map(&mut |n: &str, t: &T| f(&format!("backbone.layers.{i}.{n}"), t))
-            })
-            .collect::<Result<Vec<_>>>()?;
-        Ok(Mamba1Weights {
-            embedding,
-            layers,
-            norm_f: f("backbone.norm_f.weight", &self.norm_f)?,
-            lm_head: self
-                .lm_head
-                .as_ref()
-                .map(|h| f("lm_head.weight", h))
-                .transpose()?,
-        })
-    }
 }
 
 impl Mamba1Weights<TensorType> {

@@ -14,6 +14,7 @@ use crate::dtype::{DType, TensorType};
 use crate::error::{Error, Result};
 use crate::models::quant;
 use crate::ops::{Graph, Tensor};
+use crate::tree::Tree;
 
 /// An error of the builder `op` about its argument `arg`.
 fn bad_arg(op: &str, arg: &str, why: impl std::fmt::Display) -> Error {
@@ -56,17 +57,6 @@ fn shape_problems(
     problems.extend(found.into_iter().map(|p| format!("{prefix}{p}")));
 }
 
-/// Every tensor of `w` with its name, in [`LayerWeights::try_map`] order.
-fn named_layer<T>(w: &LayerWeights<T>) -> Vec<(String, &T)> {
-    let mut out = Vec::new();
-    // The closure never fails.
-    let _ = w.try_map(|name, t| {
-        out.push((name.to_string(), t));
-        Ok(())
-    });
-    out
-}
-
 /// The error of `op` listing `problems` with the weights argument `arg`, if any.
 fn weight_error(op: &str, arg: &str, problems: Vec<String>) -> Result<()> {
     if problems.is_empty() {
@@ -83,7 +73,7 @@ fn weight_error(op: &str, arg: &str, problems: Vec<String>) -> Result<()> {
 fn check_layer(op: &str, w: &LayerWeights<Tensor>, cfg: &Mamba2Config) -> Result<()> {
     let want = layer_types(cfg, w.in_proj.dtype());
     let mut problems = Vec::new();
-    shape_problems("", named_layer(w), named_layer(&want), &mut problems);
+    shape_problems("", w.named(), want.named(), &mut problems);
     weight_error(op, "w", problems)
 }
 
@@ -146,8 +136,8 @@ fn check_weights(op: &str, w: &Mamba2Weights<Tensor>, cfg: &Mamba2Config) -> Res
     for (i, layer) in w.layers.iter().enumerate() {
         shape_problems(
             &format!("layers.{i}."),
-            named_layer(layer),
-            named_layer(&want),
+            layer.named(),
+            want.named(),
             &mut problems,
         );
     }
@@ -782,7 +772,7 @@ pub fn step(
 }
 
 /// Adds the weights to `g` as parameters named after them (`embedding`, `layers.0.mixer.D`,
-/// ...), in the order of [`Mamba2Weights::try_map`], with the given types.
+/// ...), in tree order ([`crate::tree::Tree`]), with the given types.
 pub fn weight_parameters(
     g: &Graph,
     types: &Mamba2Weights<crate::dtype::TensorType>,

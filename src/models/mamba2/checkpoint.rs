@@ -1,6 +1,7 @@
 //! Where Mamba-2 weights come from: safetensors checkpoints (one file, or shards with an index;
 //! f32, bf16 or f16 on disk; HF or `mamba_ssm` names) and a deterministic random initialisation.
 
+use crate::tree::Tree;
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
@@ -299,7 +300,7 @@ enum Target {
 
 /// One expected tensor.
 struct Slot {
-    /// Its name in [`Mamba2Weights::named`].
+    /// Its name by [`crate::tree::Tree::named`].
     key: String,
     /// The checkpoint names it may have (the first is the one reported when missing).
     names: Vec<String>,
@@ -585,7 +586,7 @@ impl Loader {
     }
 }
 
-/// The checkpoint names of the tensor named `key` in [`Mamba2Weights::named`].
+/// The checkpoint names of the tensor named `key` by [`crate::tree::Tree::named`].
 pub(crate) fn checkpoint_names(key: &str) -> Vec<String> {
     match key {
         "embedding" => EMBEDDING_NAMES.iter().map(|s| s.to_string()).collect(),

@@ -3,6 +3,7 @@
 //! in one program).
 
 use super::weights::named_differences;
+use crate::tree::Tree;
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -271,7 +272,7 @@ impl Mamba2 {
         self.types.embedding.dtype
     }
 
-    /// The weights on the device, in [`Mamba2Weights::try_map`] order. With
+    /// The weights on the device, in tree order ([`crate::tree::Tree`]). With
     /// [`block::weight_parameters`] and [`Mamba2Weights::types`] they let a custom program (say,
     /// a benchmark's variant of prefill) run on this model's weights without a second upload.
     pub fn weights(&self) -> &Mamba2Weights<ShardedBuffer> {

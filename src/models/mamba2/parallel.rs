@@ -129,7 +129,7 @@ impl Placement {
         PartitionSpec::new(dims.iter().copied())
     }
 
-    /// The spec of weight `name` (as [`super::Mamba2Weights::named`] names it) of type `ty`.
+    /// The spec of weight `name` (as [`crate::tree::Tree::named`] names it) of type `ty`.
     pub(crate) fn weight_spec(&self, name: &str, ty: &TensorType) -> PartitionSpec {
         let axis = Some(self.kind.axis());
         if self.kind == Parallel::Batch {

@@ -3,6 +3,7 @@
 //! `Mamba2ForCausalLM.from_pretrained` both read them.
 
 use super::weights::named_differences;
+use crate::tree::Tree;
 use std::fmt::Write as _;
 use std::path::Path;
 

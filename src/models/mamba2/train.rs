@@ -8,6 +8,7 @@
 //! inspection and comparison with other frameworks.
 
 use super::weights::named_differences;
+use crate::tree::Tree;
 use std::sync::Mutex;
 use std::time::Instant;
 
@@ -166,7 +167,7 @@ fn check_tokens(op: &str, tokens: impl Iterator<Item = u32>, cfg: &Mamba2Config)
     Ok(())
 }
 
-/// The tensors of `flat` (in [`Mamba2Weights::try_map`] order) in the structure of `types`.
+/// The tensors of `flat` (in tree order ([`crate::tree::Tree`])) in the structure of `types`.
 fn unflatten<T: Clone, U>(types: &Mamba2Weights<U>, flat: &[T]) -> Result<Mamba2Weights<T>> {
     let mut it = flat.iter();
     types.try_map(|name, _| {
@@ -620,7 +621,7 @@ impl Trainer {
     }
 
     /// The compiled training-step program, for inspection. Its parameters: every weight, then
-    /// every `m`, every `v` (each in [`Mamba2Weights::try_map`] order, named `w.*`, `m.*`,
+    /// every `m`, every `v` (each in tree order ([`crate::tree::Tree`]), named `w.*`, `m.*`,
     /// `v.*`), the step count (i32, donated like the previous ones), `lr` (f32) and `tokens`
     /// (i32); its outputs: the mean loss and gradient norm, then the new weights, `m`, `v` and
     /// step count, each written over its donated parameter.

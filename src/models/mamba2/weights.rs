@@ -10,47 +10,62 @@ use crate::array::HostArray;
 use crate::dtype::{DType, TensorType};
 use crate::error::{Error, Result};
 use crate::runtime::{Buffer, Client};
+use crate::tree::Tree;
 use crate::with_host_array;
 
 use super::Mamba2Config;
 use crate::models::quant;
 
-/// One block's weights. Matrices keep the checkpoint's `[out, in]` layout: the programs contract
+/// One block's weights, a [`Tree`] whose leaves carry the checkpoint's names (`norm`,
+/// `mixer.in_proj`, `mixer.A_log`, ...). Matrices keep the checkpoint's `[out, in]` layout: the programs contract
 /// their second axis (`x @ W^T`), which measured as fast as or faster than `[in, out]` for
 /// matrix-vector products on XLA CPU (see `docs/performance.md`), so loading never transposes.
-#[derive(Debug, Clone)]
+#[derive(Tree, Debug, Clone)]
 pub struct LayerWeights<T> {
     /// Pre-mixer RMSNorm weight, `[hidden]`.
     pub norm: T,
     /// `in_proj`, `[in_proj_dim, hidden]` (rows: `z`, `x`, `B`, `C`, `dt`).
+    #[tree(rename = "mixer.in_proj")]
     pub in_proj: T,
     /// The per-row scales of an 8-bit `in_proj` (`[in_proj_dim]`; see [`crate::models::quant`]),
     /// `None` for f32 and bf16 matrices.
+    #[tree(rename = "mixer.in_proj_scale")]
     pub in_proj_scale: Option<T>,
     /// `in_proj` bias, `[in_proj_dim]`, when the config has `use_bias`.
+    #[tree(rename = "mixer.in_proj_bias")]
     pub in_proj_bias: Option<T>,
     /// Depthwise convolution weight, `[conv_dim, conv_kernel]`.
+    #[tree(rename = "mixer.conv1d")]
     pub conv_weight: T,
     /// Convolution bias, `[conv_dim]`, when the config has `use_conv_bias`.
+    #[tree(rename = "mixer.conv1d_bias")]
     pub conv_bias: Option<T>,
     /// `dt` bias, `[num_heads]`.
+    #[tree(rename = "mixer.dt_bias")]
     pub dt_bias: T,
     /// `A_log`, `[num_heads]` (`A = -exp(A_log)`).
+    #[tree(rename = "mixer.A_log")]
     pub a_log: T,
     /// Skip connection `D`, `[num_heads]`.
+    #[tree(rename = "mixer.D")]
     pub d: T,
     /// Gated RMSNorm weight, `[d_inner]`.
+    #[tree(rename = "mixer.norm")]
     pub gated_norm: T,
     /// `out_proj`, `[hidden, d_inner]`.
+    #[tree(rename = "mixer.out_proj")]
     pub out_proj: T,
     /// The per-row scales of an 8-bit `out_proj` (`[hidden]`), `None` for f32 and bf16.
+    #[tree(rename = "mixer.out_proj_scale")]
     pub out_proj_scale: Option<T>,
     /// `out_proj` bias, `[hidden]`, when the config has `use_bias`.
+    #[tree(rename = "mixer.out_proj_bias")]
     pub out_proj_bias: Option<T>,
 }
 
-/// All weights of a model.
-#[derive(Debug, Clone)]
+/// All weights of a model: a [`Tree`] with the leaves `embedding`, `layers.<i>.<name>` (see
+/// [`LayerWeights`]), `norm_f` and `lm_head`, in that order (the order the programs take them).
+#[derive(Tree, Debug, Clone)]
 pub struct Mamba2Weights<T> {
     /// Token embedding, `[vocab, hidden]`.
     pub embedding: T,
@@ -64,138 +79,6 @@ pub struct Mamba2Weights<T> {
     pub lm_head: Option<T>,
     /// The per-row scales of an 8-bit untied head (`[vocab]`).
     pub lm_head_scale: Option<T>,
-}
-
-impl<T> LayerWeights<T> {
-    /// Applies `f` to every tensor with its name (`norm`, `mixer.in_proj`, ...), in a fixed order.
-    pub fn try_map<'a, U>(
-        &'a self,
-        f: impl FnMut(&str, &'a T) -> Result<U>,
-    ) -> Result<LayerWeights<U>> {
-        self.as_refs().try_into_map(f)
-    }
-
-    /// A reference to every tensor, in the same structure.
-    pub fn as_refs(&self) -> LayerWeights<&T> {
-        LayerWeights {
-            norm: &self.norm,
-            in_proj: &self.in_proj,
-            in_proj_scale: self.in_proj_scale.as_ref(),
-            in_proj_bias: self.in_proj_bias.as_ref(),
-            conv_weight: &self.conv_weight,
-            conv_bias: self.conv_bias.as_ref(),
-            dt_bias: &self.dt_bias,
-            a_log: &self.a_log,
-            d: &self.d,
-            gated_norm: &self.gated_norm,
-            out_proj: &self.out_proj,
-            out_proj_scale: self.out_proj_scale.as_ref(),
-            out_proj_bias: self.out_proj_bias.as_ref(),
-        }
-    }
-
-    /// [`LayerWeights::try_map`] taking the tensors: each is dropped (or moved into the
-    /// result) as soon as `f` returns.
-    pub fn try_into_map<U>(
-        self,
-        mut f: impl FnMut(&str, T) -> Result<U>,
-    ) -> Result<LayerWeights<U>> {
-        Ok(LayerWeights {
-            norm: f("norm", self.norm)?,
-            in_proj: f("mixer.in_proj", self.in_proj)?,
-            in_proj_scale: self
-                .in_proj_scale
-                .map(|t| f("mixer.in_proj_scale", t))
-                .transpose()?,
-            in_proj_bias: self
-                .in_proj_bias
-                .map(|t| f("mixer.in_proj_bias", t))
-                .transpose()?,
-            conv_weight: f("mixer.conv1d", self.conv_weight)?,
-            conv_bias: self
-                .conv_bias
-                .map(|t| f("mixer.conv1d_bias", t))
-                .transpose()?,
-            dt_bias: f("mixer.dt_bias", self.dt_bias)?,
-            a_log: f("mixer.A_log", self.a_log)?,
-            d: f("mixer.D", self.d)?,
-            gated_norm: f("mixer.norm", self.gated_norm)?,
-            out_proj: f("mixer.out_proj", self.out_proj)?,
-            out_proj_scale: self
-                .out_proj_scale
-                .map(|t| f("mixer.out_proj_scale", t))
-                .transpose()?,
-            out_proj_bias: self
-                .out_proj_bias
-                .map(|t| f("mixer.out_proj_bias", t))
-                .transpose()?,
-        })
-    }
-}
-
-impl<T> Mamba2Weights<T> {
-    /// Applies `f` to every tensor with a unique name (`embedding`, `layers.3.mixer.D`, ...),
-    /// in a fixed order: embedding, layers, norm_f, lm_head.
-    pub fn try_map<'a, U>(
-        &'a self,
-        f: impl FnMut(&str, &'a T) -> Result<U>,
-    ) -> Result<Mamba2Weights<U>> {
-        self.as_refs().try_into_map(f)
-    }
-
-    /// A reference to every tensor, in the same structure.
-    pub fn as_refs(&self) -> Mamba2Weights<&T> {
-        Mamba2Weights {
-            embedding: &self.embedding,
-            embedding_scale: self.embedding_scale.as_ref(),
-            layers: self.layers.iter().map(LayerWeights::as_refs).collect(),
-            norm_f: &self.norm_f,
-            lm_head: self.lm_head.as_ref(),
-            lm_head_scale: self.lm_head_scale.as_ref(),
-        }
-    }
-
-    /// [`Mamba2Weights::try_map`] taking the tensors: each is dropped (or moved into the
-    /// result) as soon as `f` returns, so a map that uploads host arrays holds one copy of
-    /// the weights at a time, not two.
-    pub fn try_into_map<U>(
-        self,
-        mut f: impl FnMut(&str, T) -> Result<U>,
-    ) -> Result<Mamba2Weights<U>> {
-        let embedding = f("embedding", self.embedding)?;
-        let embedding_scale = self
-            .embedding_scale
-            .map(|t| f("embedding_scale", t))
-            .transpose()?;
-        let layers = self
-            .layers
-            .into_iter()
-            .enumerate()
-            .map(|(i, l)| l.try_into_map(|name, t| f(&format!("layers.{i}.{name}"), t)))
-            .collect::<Result<Vec<_>>>()?;
-        Ok(Mamba2Weights {
-            embedding,
-            embedding_scale,
-            layers,
-            norm_f: f("norm_f", self.norm_f)?,
-            lm_head: self.lm_head.map(|t| f("lm_head", t)).transpose()?,
-            lm_head_scale: self
-                .lm_head_scale
-                .map(|t| f("lm_head_scale", t))
-                .transpose()?,
-        })
-    }
-
-    /// Every tensor with its name, in the order of [`Mamba2Weights::try_map`].
-    pub fn named(&self) -> Vec<(String, &T)> {
-        let mut out = Vec::new();
-        // The closure never fails.
-        let _ = self.try_map(|name, t| {
-            out.push((name.to_string(), t));
-            Ok(())
-        });
-        out
-    }
 }
 
 impl Mamba2Weights<TensorType> {
@@ -352,7 +235,7 @@ pub trait HostWeights<'a> {
 
 impl<'a> HostWeights<'a> for &'a Mamba2Weights<HostArray> {
     fn into_cows(self) -> Result<Mamba2Weights<Cow<'a, HostArray>>> {
-        self.as_refs().try_into_map(|_, t| Ok(Cow::Borrowed(t)))
+        self.try_map(|_, t| Ok(Cow::Borrowed(t)))
     }
 }
 
