@@ -272,6 +272,16 @@ impl<L, P: Tree<L>> Tree<L> for AdamWTree<P, L> {
     }
 }
 
+impl<P: Tree<Tensor>> Carry for AdamWTree<P, Tensor> {
+    fn flatten(&self, out: &mut Vec<Tensor>) {
+        crate::tree::carry_flatten(self, out)
+    }
+
+    fn unflatten(template: &Self, values: &mut dyn Iterator<Item = Tensor>) -> Option<Self> {
+        crate::tree::carry_unflatten(template, values)
+    }
+}
+
 impl AdamW {
     /// The state before the first step for the parameters `params` (any tree with typed
     /// leaves: host arrays, buffers, tensor types, graph values): zero moments of each
@@ -324,6 +334,35 @@ impl AdamW {
         lr: Option<&Tensor>,
         decay: impl Fn(&str, &Tensor) -> bool,
     ) -> Result<(P, AdamWTree<P, Tensor>)> {
+        let (flat, grads) = self.flat_state(params, grads, state, decay)?;
+        let next = self.update(&flat, &grads, lr)?;
+        unflat_state(params, state, &next)
+    }
+
+    /// [`AdamW::apply`] that also returns the gradients' global L2 norm before clipping
+    /// ([`AdamW::update_with_norm`]'s).
+    pub fn apply_with_norm<P: Tree<Tensor>>(
+        &self,
+        params: &P,
+        grads: &P,
+        state: &AdamWTree<P, Tensor>,
+        lr: Option<&Tensor>,
+    ) -> Result<(P, AdamWTree<P, Tensor>, Tensor)> {
+        let (flat, grads) = self.flat_state(params, grads, state, |_, p| p.rank() >= 2)?;
+        let (next, norm) = self.update_with_norm(&flat, &grads, lr)?;
+        let (params, state) = unflat_state(params, state, &next)?;
+        Ok((params, state, norm))
+    }
+
+    /// The flat state and gradients of a tree's, after checking that the gradients and both
+    /// moments have the parameters' structure.
+    fn flat_state<P: Tree<Tensor>>(
+        &self,
+        params: &P,
+        grads: &P,
+        state: &AdamWTree<P, Tensor>,
+        decay: impl Fn(&str, &Tensor) -> bool,
+    ) -> Result<(AdamWState, Vec<Tensor>)> {
         for (what, other) in [("grads", grads), ("m", &state.m), ("v", &state.v)] {
             params
                 .try_zip_map(other, |_, _, _| Ok(()))
@@ -343,17 +382,25 @@ impl AdamW {
                 .collect(),
             step: state.step.clone(),
         };
-        let next = self.update(&flat, &grads.flatten(), lr)?;
-        let part = |f: fn(&ParamState) -> Tensor| next.params.iter().map(f).collect::<Vec<_>>();
-        Ok((
-            params.rebuild(part(|p| p.param.clone()))?,
-            AdamWTree {
-                m: state.m.rebuild(part(|p| p.m.clone()))?,
-                v: state.v.rebuild(part(|p| p.v.clone()))?,
-                step: next.step.clone(),
-            },
-        ))
+        Ok((flat, grads.flatten()))
     }
+}
+
+/// The parameters and state of `next` in the structure of `params` and `state`.
+fn unflat_state<P: Tree<Tensor>>(
+    params: &P,
+    state: &AdamWTree<P, Tensor>,
+    next: &AdamWState,
+) -> Result<(P, AdamWTree<P, Tensor>)> {
+    let part = |f: fn(&ParamState) -> Tensor| next.params.iter().map(f).collect::<Vec<_>>();
+    Ok((
+        params.rebuild(part(|p| p.param.clone()))?,
+        AdamWTree {
+            m: state.m.rebuild(part(|p| p.m.clone()))?,
+            v: state.v.rebuild(part(|p| p.v.clone()))?,
+            step: next.step.clone(),
+        },
+    ))
 }
 
 /// An error of `op`.

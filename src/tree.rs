@@ -224,6 +224,21 @@ impl Tensor {
     }
 }
 
+/// [`crate::ops::Carry::flatten`] of a tree of tensors: its leaves in order (what `#[derive(Tree)]`
+/// implements `Carry` with, so every derived tree is a loop state).
+pub fn carry_flatten<T: Tree<Tensor>>(tree: &T, out: &mut Vec<Tensor>) {
+    tree.visit(|_, t| out.push(t.clone()))
+}
+
+/// [`crate::ops::Carry::unflatten`] of a tree of tensors: `template`'s structure over the next
+/// `template.leaf_count()` values; `None` when there are fewer.
+pub fn carry_unflatten<T: Tree<Tensor>>(
+    template: &T,
+    values: &mut dyn Iterator<Item = Tensor>,
+) -> Option<T> {
+    template.rebuild(values.take(template.leaf_count())).ok()
+}
+
 /// Extends `path` with `segment` (after a `.` unless `path` is empty; nothing for an empty
 /// segment) and returns its length before, for `path.truncate` after the child is walked.
 pub fn enter(path: &mut String, segment: &str) -> usize {

@@ -30,7 +30,8 @@ use syn::{
     PathArguments, Type,
 };
 
-/// Implements `stablegraph::tree::Tree<T>` for a struct or enum generic over its leaf type `T`.
+/// Implements `stablegraph::tree::Tree<T>` for a struct or enum generic over its leaf type `T`,
+/// and `stablegraph::ops::Carry` for its tensor form (a loop state of its leaves, in order).
 /// Attributes on fields: `#[tree(rename = "path.name")]`, `#[tree(skip)]` (not a leaf; the
 /// field must be `Clone`).
 #[proc_macro_derive(Tree, attributes(tree))]
@@ -176,6 +177,20 @@ fn expand(input: &DeriveInput) -> syn::Result<Tokens> {
                 f: &mut dyn ::core::ops::FnMut(&str, &#leaf) -> #result<#leaf>,
             ) -> #result<Self> {
                 #replace
+            }
+        }
+
+        #[automatically_derived]
+        impl ::stablegraph::ops::Carry for #name<::stablegraph::ops::Tensor> {
+            fn flatten(&self, out: &mut ::std::vec::Vec<::stablegraph::ops::Tensor>) {
+                ::stablegraph::tree::carry_flatten(self, out)
+            }
+
+            fn unflatten(
+                template: &Self,
+                values: &mut dyn ::core::iter::Iterator<Item = ::stablegraph::ops::Tensor>,
+            ) -> ::core::option::Option<Self> {
+                ::stablegraph::tree::carry_unflatten(template, values)
             }
         }
     })

@@ -8,7 +8,7 @@
 //! inspection and comparison with other frameworks.
 
 use super::weights::named_differences;
-use crate::tree::Tree;
+use crate::tree::{self, Tree};
 use std::sync::Mutex;
 use std::time::Instant;
 
@@ -20,7 +20,7 @@ use crate::compiled::CompiledGraph;
 use crate::dtype::{DType, TensorType};
 use crate::error::{Error, Result};
 use crate::ops::{Graph, Tensor};
-use crate::optim::{AdamW, AdamWState, ParamState};
+use crate::optim::{AdamW, AdamWTree};
 use crate::runtime::{Buffer, Client};
 
 /// An error of `op` about its argument `arg`.
@@ -167,39 +167,32 @@ fn check_tokens(op: &str, tokens: impl Iterator<Item = u32>, cfg: &Mamba2Config)
     Ok(())
 }
 
-/// The tensors of `flat` (in tree order ([`crate::tree::Tree`])) in the structure of `types`.
-fn unflatten<T: Clone, U>(types: &Mamba2Weights<U>, flat: &[T]) -> Result<Mamba2Weights<T>> {
-    let mut it = flat.iter();
-    types.try_map(|name, _| {
-        it.next().cloned().ok_or_else(|| {
-            Error::InvalidArgument(format!(
-                "too few tensors for the weights: {name} is missing"
-            ))
-        })
-    })
-}
-
 /// What one optimizer step in a graph reads besides the weights, moments and step count.
 struct StepIn<'a> {
     cfg: &'a Mamba2Config,
     opt: &'a AdamW,
-    types: &'a Mamba2Weights<TensorType>,
     lr: &'a Tensor,
     remat: Remat,
 }
 
+/// The weights and AdamW's state in a graph.
+type Params = (
+    Mamba2Weights<Tensor>,
+    AdamWTree<Mamba2Weights<Tensor>, Tensor>,
+);
+
 /// What one step in a graph returns: the loss, the gradients' global norm (before clipping),
-/// and the optimizer's next state (weights, moments, step count).
+/// and the next weights and optimizer state.
 struct StepOut {
     loss: Tensor,
     norm: Tensor,
-    state: AdamWState,
+    next: Params,
 }
 
 impl StepIn<'_> {
     /// One optimizer step on `tokens` `[b, L + 1]` (inputs: the first `L`, targets: the last
     /// `L`) from `state`: the loss before the update, the gradients' norm, and the next state.
-    fn run(&self, tokens: &Tensor, state: &AdamWState) -> Result<StepOut> {
+    fn run(&self, tokens: &Tensor, (w, state): &Params) -> Result<StepOut> {
         let [b, l1] = *tokens.dims() else {
             return Err(Error::InvalidArgument(format!(
                 "a training step's tokens are {}, expected [b, L + 1]",
@@ -207,14 +200,14 @@ impl StepIn<'_> {
             )));
         };
         let len = l1.saturating_sub(1);
-        let w = state.params();
-        let w_tree = unflatten(self.types, &w)?;
-        let loss = batch_loss(tokens, &w_tree, self.cfg, [b, len], self.remat)?;
-        let wrt: Vec<&Tensor> = w.iter().collect();
-        let (state, norm) = self
-            .opt
-            .update_with_norm(state, &loss.grad(&wrt)?, Some(self.lr))?;
-        Ok(StepOut { loss, norm, state })
+        let loss = batch_loss(tokens, w, self.cfg, [b, len], self.remat)?;
+        let grads = loss.grad_tree(w)?;
+        let (w, state, norm) = self.opt.apply_with_norm(w, &grads, state, Some(self.lr))?;
+        Ok(StepOut {
+            loss,
+            norm,
+            next: (w, state),
+        })
     }
 }
 
@@ -263,10 +256,8 @@ pub struct Trainer {
     remat: Remat,
     step_program: CompiledGraph,
     eval_program: Mutex<Option<CompiledGraph>>,
-    weights: Vec<Buffer>,
-    m: Vec<Buffer>,
-    v: Vec<Buffer>,
-    step: Buffer,
+    weights: Mamba2Weights<Buffer>,
+    state: AdamWTree<Mamba2Weights<Buffer>, Buffer>,
     steps_done: u64,
     grad_norm: Option<f32>,
     compile_seconds: Mutex<f64>,
@@ -335,23 +326,8 @@ impl Trainer {
         let graph = step_graph(cfg, &opt, &types, shape, Remat::Off)?;
         let step_program = graph.compile(client)?;
         let compile_seconds = start.elapsed().as_secs_f64();
-        let upload = |a: &HostArray| client.buffer_from_host_array(a);
-        let named = weights.named();
-        let weight_buffers = named
-            .iter()
-            .map(|(_, a)| upload(a))
-            .collect::<Result<Vec<_>>>()?;
-        let zeros = || -> Result<Vec<Buffer>> {
-            named
-                .iter()
-                .map(|(_, a)| {
-                    let n = a.ty().element_count();
-                    upload(&HostArray::from_vec(a.dims(), vec![0f32; n])?)
-                })
-                .collect()
-        };
-        let (m, v) = (zeros()?, zeros()?);
-        let step = upload(&HostArray::scalar(0i32))?;
+        let state = tree::upload(client, &opt.init(&weights)?)?;
+        let weights = tree::upload(client, &weights)?;
         Ok(Trainer {
             client: client.clone(),
             cfg: cfg.clone(),
@@ -363,10 +339,8 @@ impl Trainer {
             remat: Remat::Off,
             step_program,
             eval_program: Mutex::new(None),
-            weights: weight_buffers,
-            m,
-            v,
-            step,
+            weights,
+            state,
             steps_done: 0,
             grad_norm: None,
             compile_seconds: Mutex::new(compile_seconds),
@@ -420,32 +394,27 @@ impl Trainer {
         let lr = self
             .client
             .buffer_from_host_array(&HostArray::scalar(lr as f32))?;
-        let mut args: Vec<&Buffer> = Vec::with_capacity(3 * self.weights.len() + 3);
-        args.extend(&self.weights);
-        args.extend(&self.m);
-        args.extend(&self.v);
-        args.push(&self.step);
-        args.push(&lr);
-        args.push(&tokens);
+        let mut args = self.weights.leaves();
+        args.extend(self.state.leaves());
+        args.extend([&lr, &tokens]);
         let outs = self.step_program.run_buffers(&args)?;
         drop(args);
-        let n = self.weights.len();
-        if outs.len() != 3 * n + 3 {
+        let n = self.weights.leaf_count();
+        let mut outs = outs.into_iter();
+        let mut scalar = || outs.next().map(|b| b.to_scalar::<f32>()).transpose();
+        let (loss, norm) = (scalar()?, scalar()?);
+        let rest: Vec<Buffer> = outs.collect();
+        if rest.len() != n + self.state.leaf_count() {
             return Err(Error::InvalidArgument(format!(
-                "{op}: the step program returned {} outputs, expected {}",
-                outs.len(),
-                3 * n + 3
+                "{op}: the step program returned {} weights and optimizer tensors, expected {}",
+                rest.len(),
+                n + self.state.leaf_count()
             )));
         }
-        let mut outs = outs.into_iter();
-        let loss = outs.next().map(|b| b.to_scalar::<f32>()).transpose()?;
-        self.grad_norm = outs.next().map(|b| b.to_scalar::<f32>()).transpose()?;
-        self.weights = outs.by_ref().take(n).collect();
-        self.m = outs.by_ref().take(n).collect();
-        self.v = outs.by_ref().take(n).collect();
-        if let Some(step) = outs.next() {
-            self.step = step;
-        }
+        let mut rest = rest.into_iter();
+        self.weights = self.weights.unflatten(rest.by_ref().take(n))?;
+        self.state = self.state.unflatten(rest)?;
+        self.grad_norm = norm;
         self.steps_done += self.micro_steps as u64;
         loss.ok_or_else(|| Error::InvalidArgument(format!("{op}: no loss returned")))
     }
@@ -482,7 +451,7 @@ impl Trainer {
             let ids = self
                 .client
                 .buffer_from_host_array(&HostArray::from_vec(&dims, ids)?)?;
-            let mut args: Vec<&Buffer> = self.weights.iter().collect();
+            let mut args = self.weights.leaves();
             args.push(&ids);
             let outs = program.run_buffers(&args)?;
             let loss = outs
@@ -539,24 +508,15 @@ impl Trainer {
 
     /// The current weights, downloaded.
     pub fn weights(&self) -> Result<Mamba2Weights<HostArray>> {
-        let host = self
-            .weights
-            .iter()
-            .map(Buffer::to_host_array)
-            .collect::<Result<Vec<_>>>()?;
-        unflatten(&self.types, &host)
+        tree::download(&self.weights)
     }
 
     /// AdamW's first and second moments (`m`, `v`), downloaded, in the weights' structure.
     pub fn moments(&self) -> Result<(Mamba2Weights<HostArray>, Mamba2Weights<HostArray>)> {
-        let down = |list: &[Buffer]| -> Result<Mamba2Weights<HostArray>> {
-            let host = list
-                .iter()
-                .map(Buffer::to_host_array)
-                .collect::<Result<Vec<_>>>()?;
-            unflatten(&self.types, &host)
-        };
-        Ok((down(&self.m)?, down(&self.v)?))
+        Ok((
+            tree::download(&self.state.m)?,
+            tree::download(&self.state.v)?,
+        ))
     }
 
     /// Seconds spent compiling so far: the step program, and the eval program once
@@ -594,7 +554,7 @@ impl Trainer {
         let step = i32::try_from(steps_done)
             .map_err(|_| bad_arg(op, "steps_done", format!("({steps_done}) exceeds i32::MAX")))?;
         let want = self.types.named();
-        let upload = |arg: &str, x: &Mamba2Weights<HostArray>| -> Result<Vec<Buffer>> {
+        let upload = |arg: &str, x: &Mamba2Weights<HostArray>| -> Result<Mamba2Weights<Buffer>> {
             let got = x.named();
             let problems = named_differences(&got, &want, |a, ty| {
                 (a.ty() != **ty).then(|| format!("is {}, expected {ty}", a.ty()))
@@ -606,16 +566,13 @@ impl Trainer {
                     format!("does not fit the weights: {}", problems.join("; ")),
                 ));
             }
-            got.iter()
-                .map(|(_, a)| self.client.buffer_from_host_array(a))
-                .collect()
+            tree::upload(&self.client, x)
         };
         let (m, v) = (upload("m", m)?, upload("v", v)?);
-        self.step = self
+        let step = self
             .client
             .buffer_from_host_array(&HostArray::scalar(step))?;
-        self.m = m;
-        self.v = v;
+        self.state = AdamWTree { m, v, step };
         self.steps_done = steps_done;
         Ok(())
     }
@@ -644,39 +601,22 @@ fn step_graph(
     remat: Remat,
 ) -> Result<Graph> {
     let g = Graph::new();
-    let named = types.named();
-    let params = |prefix: &str| -> Result<Vec<Tensor>> {
-        named
-            .iter()
-            .map(|(name, ty)| {
-                let t = g.parameter(&format!("{prefix}.{name}"), ty.dtype, &ty.dims)?;
-                g.donate(&t)?;
-                Ok(t)
-            })
-            .collect()
+    let params = |prefix: &str| -> Result<Mamba2Weights<Tensor>> {
+        types.try_map(|name, ty| {
+            let t = g.parameter(&format!("{prefix}.{name}"), ty.dtype, &ty.dims)?;
+            g.donate(&t)?;
+            Ok(t)
+        })
     };
     let (w, m, v) = (params("w")?, params("m")?, params("v")?);
     let step = g.parameter("step", DType::I32, &[])?;
     g.donate(&step)?;
     let lr = g.parameter("lr", DType::F32, &[])?;
     let tokens = g.parameter("tokens", DType::I32, &[micro_steps, batch, seq_len + 1])?;
-    let state = AdamWState {
-        params: named
-            .iter()
-            .zip(w.into_iter().zip(m).zip(v))
-            .map(|((_, ty), ((param, m), v))| ParamState {
-                param,
-                m,
-                v,
-                decay: decays(ty),
-            })
-            .collect(),
-        step,
-    };
+    let state = (w, AdamWTree { m, v, step });
     let one = StepIn {
         cfg,
         opt,
-        types,
         lr: &lr,
         remat,
     };
@@ -697,21 +637,18 @@ fn step_graph(
                     .reshape(&rows)?;
                 let out = one.run(&batch_i, state)?;
                 let sums = (loss_sum.add(&out.loss)?, norm_sum.add(&out.norm)?);
-                Ok((out.state, sums))
+                Ok((out.next, sums))
             },
         )?;
         StepOut {
             loss: loss_sum.div(micro_steps as f64)?,
             norm: norm_sum.div(micro_steps as f64)?,
-            state,
+            next: state,
         }
     };
-    let new = &out.state;
     let mut outs: Vec<&Tensor> = vec![&out.loss, &out.norm];
-    outs.extend(new.params.iter().map(|p| &p.param));
-    outs.extend(new.params.iter().map(|p| &p.m));
-    outs.extend(new.params.iter().map(|p| &p.v));
-    outs.push(&new.step);
+    outs.extend(out.next.0.leaves());
+    outs.extend(out.next.1.leaves());
     g.set_outputs(&outs)?;
     Ok(g)
 }
@@ -773,18 +710,12 @@ pub fn loss_and_grads(
     let t_mask = g.parameter("mask", DType::F32, &dims)?;
     let t_lw = g.parameter("weights", DType::F32, &dims)?;
     let loss = lm_loss(&t_ids, &t_targets, &t_lw, &t_mask, &w, cfg)?;
-    let named = w.named();
-    let wrt: Vec<&Tensor> = named.iter().map(|(_, t)| *t).collect();
-    let grads = loss.grad(&wrt)?;
+    let grads = loss.grad_tree(&w)?;
     let mut outs = vec![&loss];
-    outs.extend(&grads);
+    outs.extend(grads.leaves());
     g.set_outputs(&outs)?;
     let program = g.compile(client)?;
-    let mut inputs: Vec<HostArray> = weights
-        .named()
-        .into_iter()
-        .map(|(_, a)| a.clone())
-        .collect();
+    let mut inputs = weights.flatten();
     inputs.push(HostArray::from_vec(&dims, ids)?);
     inputs.push(HostArray::from_vec(&dims, targets)?);
     inputs.push(HostArray::from_vec(&dims, mask)?);
@@ -794,5 +725,5 @@ pub fn loss_and_grads(
         .split_first()
         .ok_or_else(|| Error::InvalidArgument(format!("{op}: the program returned nothing")))?;
     let loss = first.to_f64_vec().first().copied().unwrap_or(f64::NAN) as f32;
-    Ok((loss, unflatten(&types, rest)?))
+    Ok((loss, types.unflatten(rest.iter().cloned())?))
 }
