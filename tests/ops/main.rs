@@ -36,6 +36,7 @@ mod random;
 mod reductions;
 mod shape;
 mod vmap;
+mod vmap_loops;
 
 use common::*;
 use formulas::*;

@@ -6,8 +6,14 @@
 //! every batched value, an operand that is not batched is broadcast where an elementwise
 //! operation meets a batched one, and each rule shifts the primitive's axes past the batch.
 //! A conditional runs every branch and picks each example's result by its index (`select`, as
-//! JAX does for a batched predicate). A primitive without a rule (loops, dynamic slices at
-//! batched positions, collectives) is an error naming it.
+//! JAX does for a batched predicate). A loop becomes a loop over the batched state: with an
+//! unbatched predicate (a `fori_loop`'s counter) one trip count for all, still differentiable;
+//! with a batched one, it runs while any example goes on and freezes the others. Dynamic slices
+//! at per-example positions become gathers (and a masked scatter for updates). A primitive
+//! without a rule (`shard_map`, collectives, boolean updates at batched positions, a batched
+//! padding value) is an error naming it.
+
+mod loops;
 
 use std::collections::HashMap;
 use std::panic::Location;
@@ -170,7 +176,7 @@ impl Batcher<'_> {
             if node.region != region || matches!(node.op, Op::BlockArg) {
                 continue;
             }
-            if matches!(node.op, Op::While { .. } | Op::ShardMap { .. }) {
+            if matches!(node.op, Op::ShardMap { .. }) {
                 return Err(graph_error(
                     OP,
                     format!("{} inside vmap is not supported yet", node.op.name()),
@@ -180,6 +186,7 @@ impl Batcher<'_> {
             let ins = lookup(env, &node.inputs, self.loc)?;
             let outs = match &node.op {
                 Op::Case { branches } => self.case(branches, &ins, env)?,
+                Op::While { cond, body } => self.while_loop(*cond, *body, &ins, env)?,
                 _ => batch_node(self.g, node, ins, self.b, self.loc)?,
             };
             for (output, value) in outs.into_iter().enumerate() {
@@ -492,14 +499,7 @@ fn dynamic_slices(
         2
     };
     if ins[first_index..].iter().any(|(_, batched)| *batched) {
-        return Err(graph_error(
-            OP,
-            format!(
-                "{} at batched positions has no batching rule yet (a gather)",
-                node.op.name()
-            ),
-            loc,
-        ));
+        return gathered_slices(g, node, &ins, b, loc);
     }
     let zero = match ins.get(first_index) {
         Some((i, _)) => g.scalar(0.0, i.dtype())?,
@@ -526,6 +526,74 @@ fn dynamic_slices(
     let refs: Vec<&Tensor> = operands.iter().collect();
     let made = make_nodes(g, op, &refs, None, OP, loc)?;
     Ok(made.into_iter().map(|t| (t, true)).collect())
+}
+
+/// `dynamic_slice` / `dynamic_update_slice` at batched positions: each example's start
+/// indices clamped as the primitive clamps them (so the window fits), turned into flat indices
+/// of the batched operand, then a `take` of those elements (the slice) or, for an update, the
+/// update's elements placed there (`index_add` into zeros, picked by a mask of the positions).
+fn gathered_slices(
+    g: &Graph,
+    node: &Node,
+    ins: &[Batched],
+    b: usize,
+    loc: Loc,
+) -> Result<Vec<Batched>> {
+    use crate::dtype::DType;
+    let widen = |(t, batched): &Batched| match batched {
+        true => Ok(t.clone()),
+        false => batch_broadcast(t, b),
+    };
+    let x = widen(&ins[0])?;
+    let (update, starts) = match node.op {
+        Op::DynamicSlice { .. } => (None, &ins[1..]),
+        _ => (Some(widen(&ins[1])?), &ins[2..]),
+    };
+    let window: Vec<usize> = match (&node.op, &update) {
+        (Op::DynamicSlice { sizes }, _) => sizes.clone(),
+        (_, Some(u)) => u.dims()[1..].to_vec(),
+        _ => return Err(graph_error(OP, "internal: not a dynamic slice", loc)),
+    };
+    let dims = &x.dims()[1..];
+    // The flat index of every element of the window, per example: [B, window...].
+    let mut shape = vec![b];
+    shape.extend(&window);
+    let per_example: usize = dims.iter().product();
+    let mut idx = g.iota(DType::I64, &shape, 0)?.mul(per_example as f64)?;
+    let mut stride = per_example;
+    for (k, (start, &d)) in starts.iter().zip(dims).enumerate() {
+        stride /= d.max(1);
+        let first = widen(start)?
+            .astype(DType::I64)?
+            .clamp(0.0, d.saturating_sub(window[k]) as f64)?;
+        let mut at = vec![1isize; shape.len()];
+        at[0] = b as isize;
+        let first = first.reshape(&at)?.broadcast_to(&shape)?;
+        let along = g.iota(DType::I64, &shape, k as isize + 1)?;
+        idx = idx.add(&first.add(&along)?.mul(stride as f64)?)?;
+    }
+    let flat = x.reshape(&[-1])?;
+    let out = match update {
+        None => flat.take(&idx)?,
+        Some(u) => {
+            if u.dtype() == DType::Pred {
+                return Err(graph_error(
+                    OP,
+                    "dynamic_update_slice of booleans at batched positions has no rule yet",
+                    loc,
+                ));
+            }
+            let placed = g.zeros(flat.dtype(), flat.dims())?.index_add(&idx, &u)?;
+            let ones = g.ones(DType::I32, &shape)?;
+            let mask = g
+                .zeros(DType::I32, flat.dims())?
+                .index_add(&idx, &ones)?
+                .gt(0.0)?;
+            let full: Vec<isize> = x.dims().iter().map(|&d| d as isize).collect();
+            mask.select(&placed, &flat)?.reshape(&full)?
+        }
+    };
+    Ok(vec![(out, true)])
 }
 
 /// `dot_general` with a batched operand: a batch dimension of both when both are batched,

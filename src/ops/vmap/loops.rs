@@ -1,0 +1,165 @@
+//! `vmap` of loops: which state components carry the batch (a fixed point over the body), and
+//! the batched loop itself.
+
+use std::collections::HashMap;
+
+use super::{batch_broadcast, lookup, Batched, Batcher, OP};
+use crate::error::Result;
+use crate::ops::graph::graph_error;
+use crate::ops::ir::ValueId;
+use crate::ops::op::Op;
+use crate::ops::tensor::Tensor;
+
+impl Batcher<'_> {
+    /// Which results of `region` carry the batch when its arguments do as `args` says: a value
+    /// is batched when any operand is (a conditional's results when its index or any branch's
+    /// results are; a loop's by [`Batcher::loop_flags`]), as the rules batch them.
+    fn flags(&self, region: usize, args: &[bool]) -> Vec<bool> {
+        let mut f: HashMap<ValueId, bool> = self.regions[region]
+            .args
+            .iter()
+            .copied()
+            .zip(args.iter().copied())
+            .collect();
+        for (index, node) in self.nodes.iter().enumerate() {
+            if node.region != region || matches!(node.op, Op::BlockArg) {
+                continue;
+            }
+            let ins: Vec<bool> = node
+                .inputs
+                .iter()
+                .map(|v| f.get(v) == Some(&true))
+                .collect();
+            let outs = match &node.op {
+                Op::Case { branches } => {
+                    let any = ins[0]
+                        || branches
+                            .iter()
+                            .any(|&r| self.flags(r, &ins[1..]).contains(&true));
+                    vec![any; node.outputs.len()]
+                }
+                Op::While { cond, body } => self.loop_flags(*cond, *body, &ins).0,
+                _ => vec![ins.contains(&true); node.outputs.len()],
+            };
+            for (output, b) in outs.into_iter().enumerate() {
+                f.insert(
+                    ValueId {
+                        node: index,
+                        output,
+                    },
+                    b,
+                );
+            }
+        }
+        self.regions[region]
+            .results
+            .iter()
+            .map(|v| f.get(v) == Some(&true))
+            .collect()
+    }
+
+    /// Which components of a loop's state carry the batch, starting from `init`: those whose
+    /// initial value does, and those the body makes batched (to a fixed point); with a batched
+    /// predicate, every component the body changes (each example stops on its own). Returns
+    /// them and whether the predicate is batched.
+    fn loop_flags(&self, cond: usize, body: usize, init: &[bool]) -> (Vec<bool>, bool) {
+        let mut flags = init.to_vec();
+        loop {
+            let res = self.flags(body, &flags);
+            let next: Vec<bool> = flags.iter().zip(&res).map(|(a, b)| *a || *b).collect();
+            if next == flags {
+                break;
+            }
+            flags = next;
+        }
+        let pred = self.flags(cond, &flags).first() == Some(&true);
+        if pred {
+            for (k, changes) in self.changing(body).into_iter().enumerate() {
+                flags[k] |= changes;
+            }
+        }
+        (flags, pred)
+    }
+
+    /// For each state component of the loop body `body`, whether the body changes it (its next
+    /// value is not its own argument).
+    fn changing(&self, body: usize) -> Vec<bool> {
+        let r = &self.regions[body];
+        r.results.iter().zip(&r.args).map(|(v, a)| v != a).collect()
+    }
+
+    /// A loop under `vmap` (`ins`: its initial state, captured values included): a loop over
+    /// the batched state, its body and condition batched by the same rules. An unbatched
+    /// predicate (a `fori_loop`'s counter) keeps one trip count for all examples, and the loop
+    /// stays a `fori_loop` that `grad` differentiates; a batched one runs while any example
+    /// goes on, each example's state frozen (`select`) once its own predicate is false, as
+    /// JAX's rule does.
+    pub(super) fn while_loop(
+        &self,
+        cond: usize,
+        body: usize,
+        ins: &[Batched],
+        env: &HashMap<ValueId, Batched>,
+    ) -> Result<Vec<Batched>> {
+        let (b, loc) = (self.b, self.loc);
+        let init_flags: Vec<bool> = ins.iter().map(|v| v.1).collect();
+        let (flags, pred_batched) = self.loop_flags(cond, body, &init_flags);
+        let changing = self.changing(body);
+        let widen = |(t, batched): &Batched, want: bool| match (want, *batched) {
+            (true, false) => batch_broadcast(t, b),
+            _ => Ok(t.clone()),
+        };
+        let init = ins
+            .iter()
+            .zip(&flags)
+            .map(|(v, &f)| widen(v, f))
+            .collect::<Result<Vec<_>>>()?;
+        // `region` copied over the state `s`, each component batched as `flags` says.
+        let run = |region: usize, s: &[Tensor]| -> Result<Vec<Batched>> {
+            let mut e = env.clone();
+            for (arg, (t, &f)) in self.regions[region].args.iter().zip(s.iter().zip(&flags)) {
+                e.insert(*arg, (t.clone(), f));
+            }
+            self.region(region, &mut e)?;
+            lookup(&e, &self.regions[region].results, loc)
+        };
+        let predicate = |s: &[Tensor]| -> Result<Batched> {
+            run(cond, s)?
+                .into_iter()
+                .next()
+                .ok_or_else(|| graph_error(OP, "internal: a loop without a condition", loc))
+        };
+        let out = self.g.while_loop(
+            &init,
+            |s| {
+                let (p, batched) = predicate(s)?;
+                match batched {
+                    // Whether any example goes on.
+                    true => p.astype(crate::dtype::DType::I32)?.max(&[0])?.gt(0.0),
+                    false => Ok(p),
+                }
+            },
+            |s| {
+                let next = run(body, s)?;
+                let mut next = next
+                    .iter()
+                    .zip(&flags)
+                    .map(|(v, &f)| widen(v, f))
+                    .collect::<Result<Vec<_>>>()?;
+                if pred_batched {
+                    let (p, _) = predicate(s)?;
+                    for (k, n) in next.iter_mut().enumerate() {
+                        if changing[k] {
+                            let mut dims = vec![1isize; n.rank()];
+                            dims[0] = b as isize;
+                            let goes_on = p.reshape(&dims)?.broadcast_to(n.dims())?;
+                            *n = goes_on.select(&*n, &s[k])?;
+                        }
+                    }
+                }
+                Ok(next)
+            },
+        )?;
+        Ok(out.into_iter().zip(flags).collect())
+    }
+}

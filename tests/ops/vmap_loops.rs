@@ -1,0 +1,179 @@
+//! `vmap` over loops and over dynamic slices at per-example positions, against the same
+//! function applied to each example in turn and the results stacked (in the same graph,
+//! compiled and interpreted): a `fori_loop` whose counter stays unbatched (and its gradient,
+//! inside and outside `vmap`), a `while_loop` whose predicate is batched (each example stops
+//! at its own trip), and slices read and written at each example's own (clamped) offsets.
+
+use super::*;
+
+/// `each[e][k]` stacked along a new axis 0, for every `k`.
+fn stacked(each: &[Vec<Tensor>]) -> Result<Vec<Tensor>> {
+    (0..each[0].len())
+        .map(|k| {
+            let parts: Vec<Tensor> = each
+                .iter()
+                .map(|r| r[k].expand_dims(0))
+                .collect::<Result<_>>()?;
+            Tensor::concat(&parts.iter().collect::<Vec<_>>(), 0)
+        })
+        .collect()
+}
+
+/// Example `e` of `t` (batched along axis 0).
+fn example(t: &Tensor, e: usize) -> Result<Tensor> {
+    let dims: Vec<isize> = t.dims()[1..].iter().map(|&d| d as isize).collect();
+    t.narrow(0, e, 1)?.reshape(&dims)
+}
+
+/// Runs `g` (outputs: `n` batched results, then the same stacked from each example) on the
+/// interpreter and the device and compares each pair to 1e-12.
+fn check_pairs(g: &Graph, ins: &[HostArray], n: usize) -> Result<()> {
+    for (side, out) in [
+        ("interpreter", g.evaluate(ins)?),
+        ("device", g.compile(&client())?.run(ins)?),
+    ] {
+        for k in 0..n {
+            assert_eq!(out[k].dims(), out[n + k].dims(), "{side}, result {k}");
+            for (a, e) in out[k].to_f64_vec().iter().zip(out[n + k].to_f64_vec()) {
+                assert!((a - e).abs() <= 1e-12, "{side}, result {k}: {a} vs {e}");
+            }
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn vmap_over_a_fori_loop_keeps_its_counter_and_its_gradient() -> Result<()> {
+    let mut rng = Rng::new(91);
+    let b = 3;
+    let g = Graph::new();
+    let xs = g.parameter("xs", F64, &[b, 4, 2])?;
+    let h0 = g.parameter("h0", F64, &[2])?;
+    let w = g.parameter("w", F64, &[2, 2])?;
+    // A recurrence over the example's 4 steps (a dynamic slice at the unbatched counter), an
+    // unbatched initial state, a captured weight; its loss's gradient with respect to w.
+    let per = |x: &Tensor| -> Result<Vec<Tensor>> {
+        let h = g.fori_loop(0, 4, &h0, |i, h| {
+            let zero = g.scalar(0.0, i.dtype())?;
+            let row = x.dynamic_slice(&[i, &zero], &[1, 2])?.reshape(&[2])?;
+            h.reshape(&[1, 2])?
+                .matmul(&w)?
+                .reshape(&[2])?
+                .add(&row)?
+                .tanh()
+        })?;
+        let loss = h.square()?.sum_all()?;
+        Ok(vec![h, loss.clone(), loss.grad(&[&w])?.remove(0)])
+    };
+    let batched = g.vmap(&[&xs], &[Some(0)], &[], |a| per(&a[0]))?;
+    let each = (0..b)
+        .map(|e| per(&example(&xs, e)?))
+        .collect::<Result<Vec<_>>>()?;
+    // The gradient of the batch's summed loss through the vmapped loop: the sum of the
+    // examples' gradients.
+    let total = batched[1].sum_all()?.grad(&[&w])?.remove(0);
+    let mut sum = each[0][2].clone();
+    for r in &each[1..] {
+        sum = sum.add(&r[2])?;
+    }
+    let mut outs = batched.clone();
+    outs.push(total);
+    outs.extend(stacked(&each)?);
+    outs.push(sum);
+    g.set_outputs(&outs.iter().collect::<Vec<_>>())?;
+    let ins = [
+        rng.array(F64, &[b, 4, 2], -1.0, 1.0),
+        rng.array(F64, &[2], -1.0, 1.0),
+        rng.array(F64, &[2, 2], -1.0, 1.0),
+    ];
+    check_pairs(&g, &ins, 4)
+}
+
+#[test]
+fn vmap_over_a_while_loop_stops_each_example_on_its_own() -> Result<()> {
+    let b = 5;
+    let g = Graph::new();
+    let xs = g.parameter("xs", F64, &[b])?;
+    let limits = g.parameter("limits", F64, &[b])?;
+    let growth = g.parameter("growth", F64, &[])?;
+    // Grow x until it passes the example's limit, counting the trips: a different count per
+    // example (0 for one already past it).
+    let per = |x: &Tensor, limit: &Tensor| -> Result<Vec<Tensor>> {
+        let init = (x.clone(), g.scalar(0.0, I32)?);
+        let (x, n) = g.while_loop(
+            &init,
+            |(x, _)| x.lt(limit),
+            |(x, n)| Ok((x.mul(&growth)?.add(0.25)?, n.add(1)?)),
+        )?;
+        Ok(vec![x, n.astype(F64)?])
+    };
+    let batched = g.vmap(&[&xs, &limits], &[Some(0), Some(0)], &[], |a| {
+        per(&a[0], &a[1])
+    })?;
+    let each = (0..b)
+        .map(|e| per(&example(&xs, e)?, &example(&limits, e)?))
+        .collect::<Result<Vec<_>>>()?;
+    let mut outs = batched.clone();
+    outs.extend(stacked(&each)?);
+    g.set_outputs(&outs.iter().collect::<Vec<_>>())?;
+    let ins = [
+        arr(&[b], vec![0.5f64, 3.0, 0.05, 0.1, 2.0]),
+        arr(&[b], vec![4.0f64, 1.0, 10.0, 0.2, 2.5]),
+        HostArray::scalar(1.5f64),
+    ];
+    check_pairs(&g, &ins, 2)?;
+    // The trip counts differ from example to example.
+    let counts = g.evaluate(&ins)?[1].to_f64_vec();
+    assert_eq!(counts[1], 0.0, "{counts:?}");
+    assert!(counts[2] > counts[0], "{counts:?}");
+    Ok(())
+}
+
+#[test]
+fn vmap_slices_at_each_examples_own_offsets() -> Result<()> {
+    let mut rng = Rng::new(93);
+    let b = 4;
+    let g = Graph::new();
+    let xs = g.parameter("xs", F64, &[b, 5, 3])?;
+    let shared = g.parameter("shared", F64, &[5, 3])?;
+    let rows = g.parameter("rows", I32, &[b])?;
+    let cols = g.parameter("cols", I64, &[b])?;
+    let patches = g.parameter("patches", F64, &[b, 2, 2])?;
+    // Out-of-range offsets clamp so that the window fits, per example.
+    let per = |x: &Tensor, r: &Tensor, c: &Tensor, p: &Tensor| -> Result<Vec<Tensor>> {
+        let c32 = c.astype(I32)?;
+        Ok(vec![
+            x.dynamic_slice(&[r, &c32], &[2, 2])?,
+            shared.dynamic_slice(&[r, &c32], &[3, 1])?,
+            x.dynamic_update_slice(p, &[r, &c32])?,
+            shared.dynamic_update_slice(p, &[r, &c32])?,
+        ])
+    };
+    let batched = g.vmap(
+        &[&xs, &rows, &cols, &patches],
+        &[Some(0), Some(0), Some(0), Some(0)],
+        &[],
+        |a| per(&a[0], &a[1], &a[2], &a[3]),
+    )?;
+    let each = (0..b)
+        .map(|e| {
+            per(
+                &example(&xs, e)?,
+                &example(&rows, e)?,
+                &example(&cols, e)?,
+                &example(&patches, e)?,
+            )
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let mut outs = batched.clone();
+    outs.extend(stacked(&each)?);
+    g.set_outputs(&outs.iter().collect::<Vec<_>>())?;
+    let ins = [
+        rng.array(F64, &[b, 5, 3], -1.0, 1.0),
+        rng.array(F64, &[5, 3], -1.0, 1.0),
+        arr(&[b], vec![0i32, 4, -3, 2]),
+        arr(&[b], vec![1i64, 0, 2, 9]),
+        rng.array(F64, &[b, 2, 2], 2.0, 3.0),
+    ];
+    check_pairs(&g, &ins, 4)
+}
