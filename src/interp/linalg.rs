@@ -1,4 +1,4 @@
-//! `DotGeneral`.
+//! `DotGeneral` and `Convolution`.
 
 use half::{bf16, f16};
 use ndarray::{ArrayD, Dimension, IxDyn};
@@ -6,7 +6,8 @@ use ndarray::{ArrayD, Dimension, IxDyn};
 use super::scalar::Num;
 use super::{row_major_index, Ctx};
 use crate::array::HostArray;
-use crate::dtype::DType;
+use crate::dtype::{DType, TensorType};
+use crate::ops::ConvWindow;
 
 use crate::error::Result;
 
@@ -159,6 +160,109 @@ pub(super) fn dot_general(ctx: &Ctx, dims: DotDims) -> Result<HostArray> {
         _ => return Err(ctx.err("operand dtypes differ")),
     };
     Ok(result)
+}
+
+/// `Convolution` by its definition: each output element the sum, over its group's input
+/// channels and the kernel's taps, of kernel value times the input element under the tap (zero
+/// where the tap falls on padding or between dilated input elements). `f16`/`bf16` accumulate
+/// in `f32` and `f32`/`f64` in `f64`, in row-major order of (channel, tap), rounded once.
+pub(super) fn convolution(ctx: &Ctx, w: &ConvWindow) -> Result<HostArray> {
+    let args = ctx.args(2)?;
+    let (x, k) = (args[0], args[1]);
+    let out = ctx.out()?;
+    let (xv, kv) = (x.to_f64_vec(), k.to_f64_vec());
+    let shapes = ConvShapes {
+        x: x.dims(),
+        k: k.dims(),
+        out: &out.dims,
+    };
+    let values: Vec<f64> = match out.dtype {
+        DType::F16 | DType::BF16 => {
+            let narrow = |v: &[f64]| v.iter().map(|&a| a as f32).collect::<Vec<_>>();
+            conv_sums(&narrow(&xv), &narrow(&kv), &shapes, w)
+                .into_iter()
+                .map(f64::from)
+                .collect()
+        }
+        _ => conv_sums(&xv, &kv, &shapes, w),
+    };
+    float_values(out, values).ok_or_else(|| ctx.err(format!("convolution of {}", out.dtype)))
+}
+
+/// The operands' and the result's shapes.
+struct ConvShapes<'a> {
+    x: &'a [usize],
+    k: &'a [usize],
+    out: &'a [usize],
+}
+
+/// The convolution's output values (row-major), accumulated in `T`.
+fn conv_sums<T: Num>(x: &[T], k: &[T], s: &ConvShapes, w: &ConvWindow) -> Vec<T> {
+    let d = s.x.len() - 2;
+    let (c, o) = (s.x[1], s.k[0]);
+    let (cg, og) = (c / w.feature_groups, o / w.feature_groups);
+    let x_space: usize = s.x[2..].iter().product();
+    let taps: usize = s.k[2..].iter().product();
+    let total: usize = s.out.iter().product();
+    let mut values = Vec::with_capacity(total);
+    let mut at = vec![0usize; s.out.len()];
+    let mut tap = vec![0usize; d];
+    for flat in 0..total {
+        unravel(flat, s.out, &mut at);
+        let (n, oc) = (at[0], at[1]);
+        let group = oc / og;
+        let mut acc = T::ZERO;
+        for ci in 0..cg {
+            let x_base = (n * c + group * cg + ci) * x_space;
+            let k_base = (oc * cg + ci) * taps;
+            for t in 0..taps {
+                unravel(t, &s.k[2..], &mut tap);
+                if let Some(pos) = input_position(&at[2..], &tap, s.x, w) {
+                    acc = acc.plus(k[k_base + t].times(x[x_base + pos]));
+                }
+            }
+        }
+        values.push(acc);
+    }
+    values
+}
+
+/// The flat spatial index of the input element under kernel tap `tap` of the window at output
+/// position `q`, or `None` on padding or between dilated elements.
+fn input_position(q: &[usize], tap: &[usize], x: &[usize], w: &ConvWindow) -> Option<usize> {
+    let mut pos = 0usize;
+    for i in 0..q.len() {
+        let p = (q[i] * w.strides[i] + tap[i] * w.rhs_dilation[i]) as i64;
+        let u = p - w.padding[i].0;
+        let ld = w.lhs_dilation[i] as i64;
+        if u < 0 || u % ld != 0 || (u / ld) as usize >= x[2 + i] {
+            return None;
+        }
+        pos = pos * x[2 + i] + (u / ld) as usize;
+    }
+    Some(pos)
+}
+
+/// The row-major multi-index of `flat` in `dims`, written into `out`.
+fn unravel(mut flat: usize, dims: &[usize], out: &mut [usize]) {
+    for (slot, &n) in out.iter_mut().zip(dims).rev() {
+        *slot = flat % n.max(1);
+        flat /= n.max(1);
+    }
+}
+
+/// A float array of `ty` from `values`, each rounded once to its dtype; `None` for a dtype
+/// that is not a float.
+fn float_values(ty: &TensorType, values: Vec<f64>) -> Option<HostArray> {
+    let dims = &ty.dims;
+    let made = match ty.dtype {
+        DType::F16 => HostArray::from_vec(dims, values.into_iter().map(f16::from_f64).collect()),
+        DType::BF16 => HostArray::from_vec(dims, values.into_iter().map(bf16::from_f64).collect()),
+        DType::F32 => HostArray::from_vec(dims, values.into_iter().map(|v| v as f32).collect()),
+        DType::F64 => HostArray::from_vec(dims, values),
+        _ => return None,
+    };
+    made.ok()
 }
 
 #[cfg(test)]

@@ -397,6 +397,7 @@ impl<'a> Ctx<'a> {
             Op::Reduce { kind, axes } => one(reduce::reduce(self, *kind, axes)),
             Op::ArgReduce { kind, axis } => one(reduce::arg_reduce(self, *kind, *axis)),
             Op::Cumsum { axis } => one(reduce::cumsum(self, *axis)),
+            Op::Convolution(w) => one(linalg::convolution(self, w)),
             Op::DotGeneral {
                 lhs_batch,
                 rhs_batch,

@@ -1,7 +1,8 @@
-//! Lowering of `DotGeneral`.
+//! Lowering of `DotGeneral` and `Convolution`.
 
 use super::literal::int_list;
 use super::{Inst, Lowering};
+use crate::ops::ConvWindow;
 
 impl Lowering<'_> {
     /// `batch` and `contract` are `[lhs, rhs]` dimension lists.
@@ -27,6 +28,32 @@ impl Lowering<'_> {
             n.ins[1],
             int_list(contract[0]),
             int_list(contract[1]),
+            n.sig()
+        ));
+        res.clone()
+    }
+
+    /// A convolution in the NCHW / OIHW / NCHW layout (JAX's default dimension numbers).
+    pub(super) fn convolution(&mut self, n: &Inst, w: &ConvWindow) -> String {
+        let res = &n.res;
+        let spatial: Vec<String> = (0..w.strides.len()).map(|i| i.to_string()).collect();
+        let sp = spatial.join(", ");
+        let pad: Vec<String> = w
+            .padding
+            .iter()
+            .map(|(lo, hi)| format!("[{lo}, {hi}]"))
+            .collect();
+        self.emit(format!(
+            "{res} = stablehlo.convolution({}, {}) dim_numbers = [b, f, {sp}]x[o, i, {sp}]->[b, f, \
+             {sp}], window = {{stride = {}, pad = [{}], lhs_dilate = {}, rhs_dilate = {}}} \
+             {{batch_group_count = 1 : i64, feature_group_count = {} : i64}} : {}",
+            n.ins[0],
+            n.ins[1],
+            int_list(&w.strides),
+            pad.join(", "),
+            int_list(&w.lhs_dilation),
+            int_list(&w.rhs_dilation),
+            w.feature_groups,
             n.sig()
         ));
         res.clone()

@@ -370,6 +370,7 @@ impl<'g> Lowering<'g> {
                 lhs_contract,
                 rhs_contract,
             } => self.dot_general(n, [lhs_batch, rhs_batch], [lhs_contract, rhs_contract]),
+            Op::Convolution(w) => self.convolution(n, w),
             Op::Take => self.take(n),
             Op::ScatterAdd => self.scatter_add(n),
             Op::ShardingConstraint { spec } => self.sharding_constraint(n, spec),

@@ -2,18 +2,19 @@
 //! layouts: strides, padding, input and kernel dilation, feature groups), `conv2d`, and max
 //! and average pooling over the spatial axes.
 //!
-//! They are composites, as XLA's CPU backend runs a convolution itself: the padded (and
-//! input-dilated) input is cut into one strided slice per kernel tap, the slices are stacked
-//! (im2col) and contracted with the kernel in one `einsum` per feature group. So they are
-//! lowered, interpreted and differentiated like any graph; the cost is the stacked patches
-//! (channels × taps times the input) in memory. At ties, `max_pool`'s gradient is shared
-//! evenly among the maxima (this crate's rule for `max`), where JAX's goes to the first.
+//! A convolution is one primitive ([`Op::Convolution`], `stablehlo.convolution`), so XLA runs
+//! it with its own convolution kernels on every backend; its gradients are convolutions too.
+//! Pooling is a composite: the padded input is cut into one strided slice per window position
+//! and those are reduced, so it is lowered, interpreted and differentiated like any graph. At
+//! ties, `max_pool`'s gradient is shared evenly among the maxima (this crate's rule for
+//! `max`), where JAX's goes to the first.
 
 use std::panic::Location;
 
 use super::graph::graph_error;
+use super::op::{ConvWindow, Op};
 use super::tensor::Tensor;
-use super::util::{same_graph, Loc};
+use super::util::{node, same_graph, Loc};
 use crate::error::Result;
 
 /// The most kernel taps (or pooling window positions) a convolution unrolls.
@@ -91,7 +92,7 @@ impl Tensor {
         let loc = Location::caller();
         const OP: &str = "conv_general_dilated";
         same_graph(self.graph(), &[kernel], OP, loc)?;
-        let (n, c, o) = check_conv(self, kernel, options, loc)?;
+        check_conv(self, kernel, options, loc)?;
         let d = self.rank() - 2;
         let groups = options.feature_group_count;
         let strides = per_axis(OP, "strides", &options.strides, d, loc)?;
@@ -110,27 +111,14 @@ impl Tensor {
             &options.padding,
             loc,
         )?;
-        let x = spatial_pad(self, &pads, &lhs_dil, 0.0)?;
-        let out = out_sizes(OP, &x.dims()[2..], &window, &strides, loc)?;
-        let taps: Vec<Vec<usize>> = offsets(&kernel.dims()[2..], OP, loc)?
-            .into_iter()
-            .map(|t| t.iter().zip(&rhs_dil).map(|(k, r)| k * r).collect())
-            .collect();
-        let patches = taps
-            .iter()
-            .map(|start| window_slice(&x, start, &out, &strides)?.expand_dims(2))
-            .collect::<Result<Vec<_>>>()?;
-        let refs: Vec<&Tensor> = patches.iter().collect();
-        let stacked = Tensor::concat(&refs, 2)?; // [N, C, taps, *out]
-        let (k, s): (usize, usize) = (taps.len(), out.iter().product());
-        let cg = c / groups;
-        let shape = |dims: &[usize]| dims.iter().map(|&v| v as isize).collect::<Vec<_>>();
-        let pat = stacked.reshape(&shape(&[n, groups, cg, k, s]))?;
-        let w = kernel.reshape(&shape(&[groups, o / groups, cg, k]))?;
-        let y = Tensor::einsum("ngcks,gock->ngos", &[&pat, &w])?;
-        let mut dims = vec![n, o];
-        dims.extend(&out);
-        y.reshape(&shape(&dims))
+        let w = ConvWindow {
+            strides,
+            padding: pads.iter().map(|&(l, h)| (l as i64, h as i64)).collect(),
+            lhs_dilation: lhs_dil,
+            rhs_dilation: rhs_dil,
+            feature_groups: groups,
+        };
+        node(self.graph(), Op::Convolution(w), &[self, kernel], OP, loc)
     }
 
     /// A 2-D convolution of `self` (`[N, C, H, W]`) with `weight` (`[O, C / groups, kh, kw]`)
@@ -248,8 +236,8 @@ impl Tensor {
     }
 }
 
-/// Checks a convolution's operands; returns the batch, input channels and output channels.
-fn check_conv(x: &Tensor, k: &Tensor, o: &ConvOptions, loc: Loc) -> Result<(usize, usize, usize)> {
+/// Checks a convolution's operands.
+fn check_conv(x: &Tensor, k: &Tensor, o: &ConvOptions, loc: Loc) -> Result<()> {
     let groups = o.feature_group_count;
     let fits = x.rank() >= 3
         && k.rank() == x.rank()
@@ -272,7 +260,7 @@ fn check_conv(x: &Tensor, k: &Tensor, o: &ConvOptions, loc: Loc) -> Result<(usiz
             loc,
         ));
     }
-    Ok((x.dims()[0], x.dims()[1], k.dims()[0]))
+    Ok(())
 }
 
 /// `values` as one entry per spatial axis (`d` of them; empty means all 1), each at least 1.

@@ -306,6 +306,10 @@ pub enum Op {
         /// Contracting dimensions of the rhs, paired with `lhs_contract`.
         rhs_contract: Vec<usize>,
     },
+    /// A convolution (`stablehlo.convolution`, a cross-correlation) of `inputs[0]` (`[N, C,
+    /// *spatial]`) with the kernel `inputs[1]` (`[O, C / groups, *window]`), giving `[N, O,
+    /// *out]`; see [`ConvWindow`]. One float dtype.
+    Convolution(ConvWindow),
     /// Rows of the table `inputs[0]` (shape `[n, rest...]`) picked by the integer tensor
     /// `inputs[1]` (any shape `I`): output shape `I ++ rest`. Indices are clamped to `[0, n-1]`.
     Take,
@@ -427,6 +431,25 @@ pub enum Op {
     },
 }
 
+/// How an [`Op::Convolution`] slides its kernel, per spatial axis: the input dilated by
+/// `lhs_dilation` (`d - 1` zeros between elements), padded by `padding` (`(low, high)`,
+/// negative amounts crop), the kernel's taps `rhs_dilation` apart, windows `strides` apart
+/// (`out = (padded - ((k - 1) * rhs_dilation + 1)) / stride + 1` windows, at least one); output
+/// channel `o` reads the input channels of its group `o / (O / feature_groups)`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ConvWindow {
+    /// The step between windows.
+    pub strides: Vec<usize>,
+    /// `(low, high)` padding.
+    pub padding: Vec<(i64, i64)>,
+    /// Input dilation.
+    pub lhs_dilation: Vec<usize>,
+    /// Kernel dilation.
+    pub rhs_dilation: Vec<usize>,
+    /// Channel groups (at least 1).
+    pub feature_groups: usize,
+}
+
 impl Op {
     /// A short name for messages (`add`, `dot_general`, ...).
     pub fn name(&self) -> &'static str {
@@ -454,6 +477,7 @@ impl Op {
             Op::ArgReduce { .. } => "arg_reduce",
             Op::Cumsum { .. } => "cumsum",
             Op::DotGeneral { .. } => "dot_general",
+            Op::Convolution(_) => "convolution",
             Op::Take => "take",
             Op::ScatterAdd => "scatter_add",
             Op::Sort { .. } => "sort",

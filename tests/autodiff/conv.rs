@@ -99,6 +99,39 @@ fn convolution_and_pooling_gradients_match_finite_differences() {
         },
     );
     check(
+        "conv1d_cropped_3d",
+        vec![
+            rng.array(F64, &[2, 2, 9], -1.0, 1.0),
+            rng.array(F64, &[3, 2, 2], -1.0, 1.0),
+        ],
+        |p| {
+            // Negative padding crops, and a stride of 3 leaves the input's tail unread.
+            let opts = ConvOptions {
+                strides: vec![3],
+                padding: Padding::Explicit(vec![(-1, 1)]),
+                ..ConvOptions::default()
+            };
+            p[0].conv_general_dilated(&p[1], &opts)
+        },
+    );
+    check(
+        "conv3d_grouped",
+        vec![
+            rng.array(F64, &[1, 4, 3, 4, 3], -1.0, 1.0),
+            rng.array(F64, &[2, 2, 2, 2, 1], -1.0, 1.0),
+        ],
+        |p| {
+            let opts = ConvOptions {
+                strides: vec![1, 2, 1],
+                padding: Padding::Explicit(vec![(0, 1), (1, 0), (0, 0)]),
+                rhs_dilation: vec![2, 1, 1],
+                feature_group_count: 2,
+                ..ConvOptions::default()
+            };
+            p[0].conv_general_dilated(&p[1], &opts)
+        },
+    );
+    check(
         "conv2d_bias",
         vec![
             rng.array(F64, &[2, 3, 5, 5], -1.0, 1.0),

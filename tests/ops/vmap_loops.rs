@@ -177,3 +177,53 @@ fn vmap_slices_at_each_examples_own_offsets() -> Result<()> {
     ];
     check_pairs(&g, &ins, 4)
 }
+
+#[test]
+fn vmap_batches_convolutions_over_inputs_and_kernels() -> Result<()> {
+    use stablegraph::ops::{ConvOptions, Padding};
+    let mut rng = Rng::new(95);
+    let b = 3;
+    let g = Graph::new();
+    let xs = g.parameter("xs", F64, &[b, 2, 4, 5, 4])?;
+    let ks = g.parameter("ks", F64, &[b, 6, 2, 2, 3])?;
+    let k = g.parameter("k", F64, &[6, 2, 2, 3])?;
+    let opts = ConvOptions {
+        strides: vec![2, 1],
+        padding: Padding::Explicit(vec![(1, 0), (-1, 2)]),
+        rhs_dilation: vec![1, 2],
+        feature_group_count: 2,
+        ..ConvOptions::default()
+    };
+    // A batched input with a shared kernel, a batched kernel, and both batched; and the
+    // per-example gradient of a loss through the convolution.
+    let per = |x: &Tensor, kk: &Tensor| -> Result<Vec<Tensor>> {
+        let loss = x.conv_general_dilated(kk, &opts)?.sin()?.sum_all()?;
+        Ok(vec![
+            x.conv_general_dilated(&k, &opts)?,
+            x.conv_general_dilated(kk, &opts)?,
+            loss.grad(&[kk])?.remove(0),
+        ])
+    };
+    let batched = g.vmap(&[&xs, &ks], &[Some(0), Some(0)], &[], |a| per(&a[0], &a[1]))?;
+    let shared_x = g.vmap(&[&xs, &ks], &[None, Some(0)], &[], |a| {
+        Ok(vec![example(&a[0], 1)?.conv_general_dilated(&a[1], &opts)?])
+    })?;
+    let each = (0..b)
+        .map(|e| {
+            let x = example(&xs, e)?;
+            let mut r = per(&x, &example(&ks, e)?)?;
+            r.push(example(&xs, 1)?.conv_general_dilated(&example(&ks, e)?, &opts)?);
+            Ok(r)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let mut outs = batched.clone();
+    outs.extend(shared_x);
+    outs.extend(stacked(&each)?);
+    g.set_outputs(&outs.iter().collect::<Vec<_>>())?;
+    let ins = [
+        rng.array(F64, &[b, 2, 4, 5, 4], -1.0, 1.0),
+        rng.array(F64, &[b, 6, 2, 2, 3], -1.0, 1.0),
+        rng.array(F64, &[6, 2, 2, 3], -1.0, 1.0),
+    ];
+    check_pairs(&g, &ins, 4)
+}

@@ -22,6 +22,7 @@
 //! node (the walk).
 
 mod collectives;
+mod conv;
 mod elementwise;
 mod index;
 mod linalg;
@@ -116,6 +117,7 @@ fn dispatch(op: &Op, operands: &[&TensorType], target: Option<&TensorType>) -> R
             [lhs_contract, rhs_contract],
             target,
         )),
+        Op::Convolution(w) => one(conv::convolution(operands, w)),
         Op::Take => one(index::take(operands)),
         Op::ScatterAdd => one(index::scatter_add(operands)),
         Op::ShardingConstraint { .. } => one(collectives::sharding_constraint(operands)),
@@ -197,6 +199,7 @@ pub(crate) fn vjp(s: &Step) -> Result<Cotangents> {
             lhs_contract,
             rhs_contract,
         } => linalg::dot_general_vjp(s, [lhs_batch, rhs_batch], [lhs_contract, rhs_contract]),
+        Op::Convolution(w) => conv::convolution_vjp(s, w),
         Op::Take => index::take_vjp(s),
         Op::ScatterAdd => index::scatter_add_vjp(s),
         Op::Sort { axis, descending } => reduce::sort_vjp(s, *axis, *descending),

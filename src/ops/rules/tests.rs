@@ -630,6 +630,57 @@ fn reduce_rules() {
 }
 
 #[test]
+fn convolution_rules() {
+    let conv = |strides: &[usize], padding: &[(i64, i64)], lhs: &[usize], rhs: &[usize], g| {
+        Op::Convolution(crate::ops::ConvWindow {
+            strides: strides.to_vec(),
+            padding: padding.to_vec(),
+            lhs_dilation: lhs.to_vec(),
+            rhs_dilation: rhs.to_vec(),
+            feature_groups: g,
+        })
+    };
+    let x = t(DType::F32, &[2, 4, 7, 6]);
+    let k = t(DType::F32, &[6, 2, 3, 2]);
+    // JAX's own shapes for these settings: (7 + 1 - 5) / 2 + 1 and (11 + 1 - 2) / 1 + 1.
+    let op = conv(&[2, 1], &[(-1, 2), (1, 0)], &[1, 2], &[2, 1], 2);
+    assert_eq!(
+        ok1(op.clone(), &[x.clone(), k.clone()]),
+        t(DType::F32, &[2, 6, 2, 11])
+    );
+    rejects(
+        op.clone(),
+        &[x.clone(), t(DType::F32, &[6, 4, 3, 2])],
+        None,
+        "C / groups",
+    );
+    rejects(
+        op.clone(),
+        &[t(DType::I32, &[2, 4, 7, 6]), k.clone()],
+        None,
+        "float",
+    );
+    rejects(
+        conv(&[2], &[(0, 0)], &[1], &[1], 2),
+        &[x.clone(), k.clone()],
+        None,
+        "per spatial axis",
+    );
+    rejects(
+        conv(&[0, 1], &[(0, 0), (0, 0)], &[1, 1], &[1, 1], 2),
+        &[x.clone(), k.clone()],
+        None,
+        "at least 1",
+    );
+    rejects(
+        conv(&[1, 1], &[(-5, 0), (0, 0)], &[1, 1], &[1, 1], 2),
+        &[x, k],
+        None,
+        "does not fit the padded size",
+    );
+}
+
+#[test]
 fn dot_general_rules() {
     let dot = |lb: &[usize], rb: &[usize], lc: &[usize], rc: &[usize]| Op::DotGeneral {
         lhs_batch: lb.to_vec(),

@@ -349,6 +349,7 @@ fn batch_node(
             return dynamic_slices(g, node, ins, b, loc)
         }
         Op::DotGeneral { .. } => return dot_general(node, &ins, loc),
+        Op::Convolution(w) => return convolution(g, w, &ins, b, loc),
         Op::Take if !ins[0].1 => {
             // Rows of an unbatched table at batched indices: the batch is the indices' axis 0.
             let made = make_nodes(g, Op::Take, &refs, None, OP, loc)?;
@@ -594,6 +595,54 @@ fn gathered_slices(
         }
     };
     Ok(vec![(out, true)])
+}
+
+/// A convolution with a batched operand: a batched input alone folds the batch into `N`; a
+/// batched kernel makes each example's kernel a group of its own (the input's channels of all
+/// examples side by side, `B x groups` groups), as JAX batches `conv_general_dilated`.
+fn convolution(
+    g: &Graph,
+    w: &super::op::ConvWindow,
+    ins: &[Batched],
+    b: usize,
+    loc: Loc,
+) -> Result<Vec<Batched>> {
+    let ((x, xb), (k, kb)) = (&ins[0], &ins[1]);
+    let dims = |t: &Tensor| -> Vec<isize> { t.dims().iter().map(|&d| d as isize).collect() };
+    let conv = |x: &Tensor, k: &Tensor, w: super::op::ConvWindow| {
+        make_nodes(g, Op::Convolution(w), &[x, k], None, OP, loc)?
+            .pop()
+            .ok_or_else(|| graph_error(OP, "internal: a convolution without a result", loc))
+    };
+    if !kb {
+        let mut folded = dims(x);
+        folded.splice(0..2, [-1]);
+        let y = conv(&x.reshape(&folded)?, k, w.clone())?;
+        let mut out = dims(&y);
+        out.splice(0..1, [b as isize, x.dims()[1] as isize]);
+        return Ok(vec![(y.reshape(&out)?, true)]);
+    }
+    let x = if *xb {
+        x.clone()
+    } else {
+        batch_broadcast(x, b)?
+    };
+    let d = x.rank() - 3;
+    // [B, N, C, *s] -> [N, B * C, *s]; kernel [B, O, C/G, *k] -> [B * O, C/G, *k].
+    let mut perm: Vec<isize> = vec![1, 0];
+    perm.extend(2..3 + d as isize);
+    let mut lhs = dims(&x.transpose(&perm)?);
+    lhs.splice(1..3, [-1]);
+    let mut rhs = dims(k);
+    rhs.splice(0..2, [-1]);
+    let wide = super::op::ConvWindow {
+        feature_groups: w.feature_groups * b,
+        ..w.clone()
+    };
+    let y = conv(&x.transpose(&perm)?.reshape(&lhs)?, &k.reshape(&rhs)?, wide)?;
+    let mut split = dims(&y);
+    split.splice(1..2, [b as isize, k.dims()[1] as isize]);
+    Ok(vec![(y.reshape(&split)?.transpose(&perm)?, true)])
 }
 
 /// `dot_general` with a batched operand: a batch dimension of both when both are batched,

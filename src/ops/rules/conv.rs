@@ -1,0 +1,175 @@
+//! The rules of `Convolution`: its type rule, then its VJP rule (both cotangents are
+//! convolutions again, JAX's transpose rules).
+
+use super::{arity, list, Rule};
+use crate::dtype::TensorType;
+use crate::error::Result;
+use crate::ops::autodiff::{Cotangents, Step};
+use crate::ops::util::node;
+use crate::ops::{ConvWindow, Op, Tensor};
+
+/// `Convolution`: an input `[N, C, *spatial]` and a kernel `[O, C / groups, *window]` of one
+/// float dtype and rank (at least 3), `O` a multiple of the groups, which divide `C`; one
+/// stride, padding and dilation (each stride and dilation at least 1) per spatial axis; every
+/// dilated kernel window fitting the dilated, padded input. The result: `[N, O, *out]`.
+pub(super) fn convolution(operands: &[&TensorType], w: &ConvWindow) -> Rule<TensorType> {
+    let [x, k] = arity(operands)?;
+    let bad = |why: String| format!("{why}; operands {}, {w:?}", list(operands.iter()));
+    let g = w.feature_groups;
+    let fits = x.rank() >= 3
+        && k.rank() == x.rank()
+        && x.dtype == k.dtype
+        && x.dtype.is_float()
+        && g >= 1
+        && x.dims[1].is_multiple_of(g)
+        && k.dims[0].is_multiple_of(g)
+        && k.dims[1] * g == x.dims[1];
+    if !fits {
+        return Err(bad(format!(
+            "needs an input [N, C, *spatial] and a kernel [O, C / groups, *window] of one float \
+             dtype, O a multiple of the groups ({g}), which divide C"
+        )));
+    }
+    let d = x.rank() - 2;
+    let lists = [&w.strides, &w.lhs_dilation, &w.rhs_dilation];
+    if lists.iter().any(|l| l.len() != d || l.contains(&0)) || w.padding.len() != d {
+        return Err(bad(format!(
+            "needs one stride, padding and dilation per spatial axis ({d}), each stride and \
+             dilation at least 1"
+        )));
+    }
+    let mut dims = vec![x.dims[0], k.dims[0]];
+    for i in 0..d {
+        let window = dilated(k.dims[2 + i], w.rhs_dilation[i]);
+        let (lo, hi) = w.padding[i];
+        let padded = dilated(x.dims[2 + i], w.lhs_dilation[i]) as i64 + lo + hi;
+        if window == 0 || padded < window as i64 {
+            return Err(bad(format!(
+                "spatial axis {i}: a window of {window} does not fit the padded size {padded}"
+            )));
+        }
+        dims.push((padded as usize - window) / w.strides[i] + 1);
+    }
+    Ok(TensorType::new(x.dtype, &dims))
+}
+
+/// The extent of `n` elements with `d - 1` gaps between neighbours (0 for none).
+fn dilated(n: usize, d: usize) -> usize {
+    match n {
+        0 => 0,
+        _ => (n - 1) * d + 1,
+    }
+}
+
+/// The cotangents of a convolution's input and kernel, each a convolution: the input's is the
+/// output cotangent convolved with the kernel flipped and its channel axes swapped (per group),
+/// the kernel's is the input convolved with the output cotangent, batch and channel axes
+/// swapped (per group), as JAX transposes `conv_general_dilated`.
+pub(super) fn convolution_vjp(s: &Step, w: &ConvWindow) -> Result<Cotangents> {
+    let (x, k) = (&s.inputs[0], &s.inputs[1]);
+    let ct = s.ct(0)?;
+    let mut out = s.none();
+    if s.want[0] {
+        out[0] = Some(input_cotangent(&ct, x, k, w, s)?);
+    }
+    if s.want[1] {
+        out[1] = Some(kernel_cotangent(&ct, x, k, w, s)?);
+    }
+    Ok(out)
+}
+
+/// `[N, C, *spatial]`: `ct` convolved with the kernel reversed, `[C, O / groups, *window]`.
+fn input_cotangent(
+    ct: &Tensor,
+    x: &Tensor,
+    k: &Tensor,
+    w: &ConvWindow,
+    s: &Step,
+) -> Result<Tensor> {
+    let (g, d) = (w.feature_groups, x.rank() - 2);
+    let (o, cg) = (k.dims()[0], k.dims()[1]);
+    let spatial: Vec<isize> = (2..2 + d as isize).collect();
+    // [O, C/G, *w] -> [G, O/G, C/G, *w] -> [G, C/G, O/G, *w] -> [C, O/G, *w], reversed taps.
+    let mut split = vec![g as isize, (o / g) as isize, cg as isize];
+    split.extend(k.dims()[2..].iter().map(|&v| v as isize));
+    let mut perm: Vec<isize> = vec![0, 2, 1];
+    perm.extend((3..3 + d as isize).collect::<Vec<_>>());
+    let mut joined = vec![(g * cg) as isize, (o / g) as isize];
+    joined.extend(k.dims()[2..].iter().map(|&v| v as isize));
+    let kernel = k
+        .reshape(&split)?
+        .transpose(&perm)?
+        .reshape(&joined)?
+        .flip(&spatial)?;
+    let padding = (0..d)
+        .map(|i| {
+            let window = dilated(k.dims()[2 + i], w.rhs_dilation[i]) as i64;
+            let input = dilated(x.dims()[2 + i], w.lhs_dilation[i]) as i64;
+            let output = dilated(ct.dims()[2 + i], w.strides[i]) as i64;
+            let before = window - w.padding[i].0 - 1;
+            (before, input + window - 1 - output - before)
+        })
+        .collect();
+    let t = ConvWindow {
+        strides: w.lhs_dilation.clone(),
+        padding,
+        lhs_dilation: w.strides.clone(),
+        rhs_dilation: w.rhs_dilation.clone(),
+        feature_groups: g,
+    };
+    node(
+        ct.graph(),
+        Op::Convolution(t),
+        &[ct, &kernel],
+        "grad",
+        s.loc,
+    )
+}
+
+/// `[O, C / groups, *window]`: per group, the input (batch and channels swapped) convolved
+/// with the output cotangent (likewise swapped), the result's two leading axes swapped back.
+fn kernel_cotangent(
+    ct: &Tensor,
+    x: &Tensor,
+    k: &Tensor,
+    w: &ConvWindow,
+    s: &Step,
+) -> Result<Tensor> {
+    let (g, d) = (w.feature_groups, x.rank() - 2);
+    let (c, o) = (x.dims()[1], k.dims()[0]);
+    let mut swap: Vec<isize> = vec![1, 0];
+    swap.extend((2..2 + d as isize).collect::<Vec<_>>());
+    let padding = (0..d)
+        .map(|i| {
+            let window = dilated(k.dims()[2 + i], w.rhs_dilation[i]) as i64;
+            let input = dilated(x.dims()[2 + i], w.lhs_dilation[i]) as i64;
+            let output = dilated(ct.dims()[2 + i], w.strides[i]) as i64;
+            let lo = w.padding[i].0;
+            (lo, output - input + window - lo - 1)
+        })
+        .collect();
+    let t = ConvWindow {
+        strides: w.rhs_dilation.clone(),
+        padding,
+        lhs_dilation: w.lhs_dilation.clone(),
+        rhs_dilation: w.strides.clone(),
+        feature_groups: 1,
+    };
+    let per_group = |xg: &Tensor, cg: &Tensor| -> Result<Tensor> {
+        let lhs = xg.transpose(&swap)?;
+        let rhs = cg.transpose(&swap)?;
+        let op = Op::Convolution(t.clone());
+        node(ct.graph(), op, &[&lhs, &rhs], "grad", s.loc)?.transpose(&swap)
+    };
+    if g == 1 {
+        return per_group(x, ct);
+    }
+    let parts = (0..g)
+        .map(|j| {
+            let xg = x.narrow(1, j * (c / g), c / g)?;
+            let cg = ct.narrow(1, j * (o / g), o / g)?;
+            per_group(&xg, &cg)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Tensor::concat(&parts.iter().collect::<Vec<_>>(), 0)
+}
