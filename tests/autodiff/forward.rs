@@ -7,7 +7,7 @@ use stablegraph::{DType, HostArray, Result};
 
 use DType::F64;
 
-/// The three functions of `tests/fixtures/jax/make_fixtures.py`, built with the DSL.
+/// The functions of `tests/fixtures/jax/make_fixtures.py`'s cases, built with the DSL.
 fn fixture_function(name: &str, x: &Tensor, w: &Tensor) -> Result<Tensor> {
     let g = x.graph();
     match name {
@@ -15,9 +15,23 @@ fn fixture_function(name: &str, x: &Tensor, w: &Tensor) -> Result<Tensor> {
         "loop" => g.fori_loop(0, 4, x, |_, h| {
             h.mul(1.5)?.add(&w.matmul(h)?)?.sin()?.add(x)
         }),
-        _ => {
+        "cond_true" | "cond_false" => {
             let pred = x.sum_all()?.gt(0.0)?;
             g.cond(&pred, x, |x| w.matmul(x)?.exp(), |x| x.mul(&w.sum_all()?))
+        }
+        _ => {
+            // switch_0, switch_1, switch_clamped (index 5: the last branch).
+            let k = match name {
+                "switch_0" => 0.0,
+                "switch_1" => 1.0,
+                _ => 5.0,
+            };
+            let branches: [stablegraph::ops::Branch<'_, Tensor, Tensor>; 3] = [
+                &|x| w.matmul(x)?.sin(),
+                &|x| x.mul(&w.mul(w)?.sum_all()?),
+                &|x| x.tanh()?.reshape(&[1, 3])?.matmul(w)?.reshape(&[3]),
+            ];
+            g.switch(&g.scalar(k, DType::I32)?, x, &branches)
         }
     }
 }
@@ -27,7 +41,7 @@ fn jvp_grad_hvp_and_jacobians_match_jax() {
     let text = std::fs::read_to_string("tests/fixtures/jax/transforms.json").unwrap();
     let fixtures: serde_json::Value = serde_json::from_str(&text).unwrap();
     let cases = fixtures["cases"].as_object().unwrap();
-    assert_eq!(cases.len(), 4);
+    assert_eq!(cases.len(), 7);
     for (name, c) in cases {
         let get = |k: &str, dims: &[usize]| {
             let v: Vec<f64> = c[k]

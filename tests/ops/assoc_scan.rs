@@ -1,7 +1,9 @@
 //! `associative_scan` compiled and interpreted against prefix combinations computed here by a
 //! host loop: sums, linear recurrences over pairs (forward and reverse), integer maxima, every
 //! length from 0 to 17 (odd and even levels of the recursion), another axis; its gradient
-//! against finite differences; its errors.
+//! against finite differences; a recurrence and its gradient against JAX's
+//! `lax.associative_scan` on recorded fixtures (`tests/fixtures/jax/make_fixtures.py`); its
+//! errors.
 
 use super::*;
 
@@ -169,5 +171,50 @@ fn associative_scan_checks_its_elements() -> Result<()> {
         e.contains("combine turned element 0 from f32[2, 2] into f32[2]"),
         "{e}"
     );
+    Ok(())
+}
+
+/// Section `section` of the JAX fixtures, `tests/fixtures/jax/transforms.json`.
+pub(crate) fn jax_fixture(section: &str) -> serde_json::Value {
+    let text = std::fs::read_to_string("tests/fixtures/jax/transforms.json").unwrap();
+    let all: serde_json::Value = serde_json::from_str(&text).unwrap();
+    all[section].clone()
+}
+
+/// The values of `key` in a fixture section.
+pub(crate) fn values(section: &serde_json::Value, key: &str) -> Vec<f64> {
+    section[key]
+        .as_array()
+        .unwrap_or_else(|| panic!("no {key} in the fixture"))
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect()
+}
+
+#[test]
+fn a_recurrence_and_its_gradient_match_jax() -> Result<()> {
+    let f = jax_fixture("assoc");
+    let g = Graph::new();
+    let a = g.parameter("a", F64, &[7, 3])?;
+    let b = g.parameter("b", F64, &[7, 3])?;
+    let r = g.parameter("r", F64, &[7, 3])?;
+    // h[t] = a[t] h[t-1] + b[t]: (a1, b1) then (a2, b2) combine to (a1 a2, a2 b1 + b2).
+    let combine = |x: &(Tensor, Tensor), y: &(Tensor, Tensor)| -> Result<(Tensor, Tensor)> {
+        Ok((x.0.mul(&y.0)?, y.0.mul(&x.1)?.add(&y.1)?))
+    };
+    let (_, h) = g.associative_scan(&(a.clone(), b.clone()), 0, combine)?;
+    let (_, hr) = g.associative_scan_reverse(&(a.clone(), b.clone()), 0, combine)?;
+    let loss = h.add(&hr.mul(2.0)?)?.mul(&r)?.sum_all()?;
+    let grads = loss.grad(&[&a, &b])?;
+    g.set_outputs(&[&h, &hr, &grads[0], &grads[1]])?;
+    let input = |k: &str| HostArray::from_vec(&[7, 3], values(&f, k)).unwrap();
+    let out = both(&g, &[input("a"), input("b"), input("r")]);
+    for (k, key) in ["h", "hr", "ga", "gb"].iter().enumerate() {
+        let want = values(&f, key);
+        assert_eq!(out[k].len(), want.len(), "{key}");
+        for (a, b) in out[k].iter().zip(&want) {
+            assert!((a - b).abs() <= 1e-12 * b.abs().max(1.0), "{key}: {a} vs JAX {b}");
+        }
+    }
     Ok(())
 }

@@ -1,8 +1,10 @@
-//! `vmap` over loops and over dynamic slices at per-example positions, against the same
-//! function applied to each example in turn and the results stacked (in the same graph,
+//! `vmap` over loops, dynamic slices at per-example positions and convolutions, against the
+//! same function applied to each example in turn and the results stacked (in the same graph,
 //! compiled and interpreted): a `fori_loop` whose counter stays unbatched (and its gradient,
 //! inside and outside `vmap`), a `while_loop` whose predicate is batched (each example stops
-//! at its own trip), and slices read and written at each example's own (clamped) offsets.
+//! at its own trip), slices read and written at each example's own (clamped) offsets, batched
+//! inputs and kernels; and `vmap` of a function over most primitive families, and of a
+//! gradient, against JAX's on recorded fixtures (`tests/fixtures/jax/make_fixtures.py`).
 
 use super::*;
 
@@ -226,4 +228,105 @@ fn vmap_batches_convolutions_over_inputs_and_kernels() -> Result<()> {
         rng.array(F64, &[6, 2, 2, 3], -1.0, 1.0),
     ];
     check_pairs(&g, &ins, 4)
+}
+
+/// `per_example` of `tests/fixtures/jax/make_fixtures.py`: x `[3, 4]`, w `[4, 5]`, idx `[2]`,
+/// k (a switch index) and limit (rank 0).
+fn jax_per_example(
+    x: &Tensor,
+    w: &Tensor,
+    idx: &Tensor,
+    k: &Tensor,
+    limit: &Tensor,
+) -> Result<Vec<Tensor>> {
+    let g = x.graph();
+    let h = x.matmul(w)?.softmax(-1)?;
+    let t = h.t()?.slice(0, 1, 5, 2)?;
+    let joined = Tensor::concat(&[&t, &t.flip(&[1])?], 0)?;
+    let padded = joined.pad(&[1, 0], &[0, 2], &[0, 1], 0.5)?;
+    let scanned = padded.cumsum(1)?.sort(1, SortOrder::Descending)?;
+    let picked = w.take(idx)?;
+    let gated = x.gt(0.0)?.select(&x.mul(2.0)?, &x.clamp(-0.5, 0.5)?)?;
+    let at = |i: usize| idx.narrow(0, i, 1)?.reshape(&[]);
+    let window = gated.dynamic_slice(&[&at(0)?, &at(1)?], &[2, 2])?;
+    let best = h.argmax(-1)?.astype(F64)?;
+    let branches: [stablegraph::ops::Branch<'_, Tensor, Tensor>; 3] =
+        [&|v| v.neg(), &|v| v.mul(2.0), &|v| v.tanh()];
+    let sw = g.switch(k, &x.sum(&[0])?, &branches)?;
+    let start = x
+        .narrow(0, 0, 1)?
+        .narrow(1, 0, 1)?
+        .reshape(&[])?
+        .abs()?
+        .add(0.05)?;
+    let (last, trips) = g.while_loop(
+        &(start, g.scalar(0.0, I32)?),
+        |(c, _)| c.lt(limit),
+        |(c, n)| Ok((c.mul(1.5)?.add(0.25)?, n.add(1)?)),
+    )?;
+    Ok(vec![
+        scanned,
+        picked,
+        window,
+        best,
+        sw,
+        last,
+        trips.astype(F64)?,
+    ])
+}
+
+#[test]
+fn vmap_matches_jax_over_most_primitive_families() -> Result<()> {
+    let f = super::assoc_scan::jax_fixture("vmap");
+    let vals = |k: &str| super::assoc_scan::values(&f, k);
+    let ints = |k: &str| vals(k).iter().map(|&v| v as i32).collect::<Vec<_>>();
+    let b = 4;
+    let g = Graph::new();
+    let xs = g.parameter("xs", F64, &[3, b, 4])?;
+    let w = g.parameter("w", F64, &[4, 5])?;
+    let idx = g.parameter("idx", I32, &[b, 2])?;
+    let ks = g.parameter("ks", I32, &[b])?;
+    let limits = g.parameter("limits", F64, &[b])?;
+    let ys = g.parameter("ys", I32, &[b])?;
+    let mut outs = g.vmap(
+        &[&xs, &w, &idx, &ks, &limits],
+        &[Some(1), None, Some(0), Some(0), Some(0)],
+        &[0, 1, 0, 0, 0, 0, 0],
+        |a| jax_per_example(&a[0], &a[1], &a[2], &a[3], &a[4]),
+    )?;
+    // Per-example gradients of a cross-entropy with respect to the shared w.
+    outs.extend(g.vmap(&[&xs, &ys], &[Some(1), Some(0)], &[], |a| {
+        let logits = a[0].matmul(&w)?.tanh()?.sum(&[0])?.reshape(&[1, 5])?;
+        logits
+            .cross_entropy(&a[1].reshape(&[1])?, None)?
+            .grad(&[&w])
+    })?);
+    g.set_outputs(&outs.iter().collect::<Vec<_>>())?;
+    let ins = [
+        HostArray::from_vec(&[3, b, 4], vals("xs"))?,
+        HostArray::from_vec(&[4, 5], vals("w"))?,
+        HostArray::from_vec(&[b, 2], ints("idx"))?,
+        HostArray::from_vec(&[b], ints("ks"))?,
+        HostArray::from_vec(&[b], vals("limits"))?,
+        HostArray::from_vec(&[b], ints("ys"))?,
+    ];
+    let keys = [
+        "scanned", "picked", "window", "best", "switch", "final", "trips", "grads",
+    ];
+    for (side, out) in [
+        ("interpreter", g.evaluate(&ins)?),
+        ("device", g.compile(&client())?.run(&ins)?),
+    ] {
+        for (k, key) in keys.iter().enumerate() {
+            let (got, want) = (out[k].to_f64_vec(), vals(key));
+            assert_eq!(got.len(), want.len(), "{side}, {key}");
+            for (a, e) in got.iter().zip(&want) {
+                assert!(
+                    (a - e).abs() <= 1e-12 * e.abs().max(1.0),
+                    "{side}, {key}: {got:?} vs JAX {want:?}"
+                );
+            }
+        }
+    }
+    Ok(())
 }
