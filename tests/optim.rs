@@ -1,12 +1,19 @@
 //! AdamW as a graph against an independent f64 host implementation of PyTorch's formulas
 //! (`torch.optim.AdamW` and `torch.nn.utils.clip_grad_norm_`), over several steps, with the
 //! clipping active, inactive and off (the default), a runtime learning rate and a constant one,
-//! and several steps in one device loop; and the warm-up + cosine schedule against its formula.
+//! and several steps in one device loop; the warm-up + cosine schedule against its formula (on
+//! the host and in the graph); and gradient-transformation chains (optax's `chain`) against
+//! the same host formulas: clip + Adam + decay + learning rate is AdamW, momentum (plain and
+//! Nesterov), value clipping.
 
 mod common;
 
 use stablegraph::ops::{Graph, Tensor};
-use stablegraph::optim::{global_norm, AdamW, AdamWState, ParamState, WarmupCosine};
+use stablegraph::optim::{
+    apply_updates, global_norm, AdamW, AdamWState, Chain, ParamState, Schedule, Transform,
+    WarmupCosine,
+};
+use stablegraph::tree::Tree;
 use stablegraph::{CompiledGraph, DType, HostArray};
 
 /// The shapes of the test's parameters and whether each is decayed.
@@ -392,4 +399,156 @@ fn warmup_cosine_new_is_the_train_examples_schedule() {
     assert!((s.lr(1000) - peak / 10.0).abs() < 1e-12);
     assert!((s.lr(525) - peak * 0.55).abs() < 1e-9);
     assert!((WarmupCosine::new(peak, 1).lr(1) - peak).abs() < 1e-12);
+}
+
+/// Runs `chain` for `grads.len()` steps in one f64 graph from parameters `p0` (in [`SHAPES`]),
+/// each step's gradients given, and returns the parameters after each step.
+fn chain_steps(chain: &Chain, p0: &[Vec<f64>], grads: &[Vec<Vec<f64>>]) -> Vec<Vec<Vec<f64>>> {
+    let g = Graph::new();
+    let f64s = |rows: &[Vec<f64>]| -> Vec<HostArray> {
+        rows.iter()
+            .zip(SHAPES)
+            .map(|(v, (dims, _))| HostArray::from_vec(dims, v.clone()).unwrap())
+            .collect()
+    };
+    let start = f64s(p0);
+    let mut params: Vec<Tensor> = start.iter().map(|a| g.constant(a).unwrap()).collect();
+    let mut state = chain
+        .init(&params)
+        .unwrap()
+        .try_map(|_, a| g.constant(a))
+        .unwrap();
+    let mut outs = Vec::new();
+    for step in grads {
+        let gs: Vec<Tensor> = f64s(step).iter().map(|a| g.constant(a).unwrap()).collect();
+        let (updates, next) = chain.update(&gs, &state, &params).unwrap();
+        params = apply_updates(&params, &updates).unwrap();
+        state = next;
+        outs.extend(params.iter().cloned());
+    }
+    g.set_outputs(&outs.iter().collect::<Vec<_>>()).unwrap();
+    let values = g.compile(&common::client()).unwrap().run(&[]).unwrap();
+    values
+        .chunks(SHAPES.len())
+        .map(|c| c.iter().map(HostArray::to_f64_vec).collect())
+        .collect()
+}
+
+fn assert_close(got: &[Vec<f64>], want: &[Vec<f64>], what: &str) {
+    for (g, w) in got.iter().zip(want) {
+        for (a, b) in g.iter().zip(w) {
+            assert!(
+                (a - b).abs() <= 1e-12 * b.abs().max(1.0),
+                "{what}: {a} vs {b}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_chain_of_clip_adam_decay_and_a_learning_rate_is_adamw() {
+    let mut rng = common::Rng::new(71);
+    let opt = AdamW {
+        lr: 0.05,
+        clip_norm: Some(0.5),
+        ..AdamW::default()
+    };
+    let chain = Chain(vec![
+        Transform::ClipByGlobalNorm(0.5),
+        Transform::ScaleByAdam {
+            b1: opt.beta1,
+            b2: opt.beta2,
+            eps: opt.eps,
+        },
+        Transform::AddDecayedWeights(opt.weight_decay),
+        Transform::ScaleByLearningRate(Schedule::Constant(opt.lr)),
+    ]);
+    let mut host = host_start(&mut rng);
+    let p0 = host.p.clone();
+    let grads: Vec<Vec<Vec<f64>>> = (0..3).map(|_| draw(&mut rng, 2.0)).collect();
+    let got = chain_steps(&chain, &p0, &grads);
+    for (t, gs) in grads.iter().enumerate() {
+        host_step(&opt, &mut host, gs, t as i32 + 1, opt.lr);
+        assert_close(&got[t], &host.p, &format!("step {}", t + 1));
+    }
+}
+
+#[test]
+fn momentum_and_value_clipping_follow_their_formulas() {
+    let mut rng = common::Rng::new(73);
+    let p0 = draw(&mut rng, 1.0);
+    let grads: Vec<Vec<Vec<f64>>> = (0..3).map(|_| draw(&mut rng, 2.0)).collect();
+    for nesterov in [false, true] {
+        let chain = Chain(vec![
+            Transform::ClipByValue(1.5),
+            Transform::Trace {
+                decay: 0.9,
+                nesterov,
+            },
+            Transform::Scale(-0.1),
+        ]);
+        let got = chain_steps(&chain, &p0, &grads);
+        let mut p = p0.clone();
+        let mut trace: Vec<Vec<f64>> = p0.iter().map(|r| vec![0.0; r.len()]).collect();
+        for (t, gs) in grads.iter().enumerate() {
+            for i in 0..p.len() {
+                for k in 0..p[i].len() {
+                    let g = gs[i][k].clamp(-1.5, 1.5);
+                    trace[i][k] = 0.9 * trace[i][k] + g;
+                    let u = if nesterov {
+                        0.9 * trace[i][k] + g
+                    } else {
+                        trace[i][k]
+                    };
+                    p[i][k] -= 0.1 * u;
+                }
+            }
+            assert_close(&got[t], &p, &format!("nesterov {nesterov}, step {}", t + 1));
+        }
+    }
+}
+
+#[test]
+fn the_schedule_in_the_graph_is_the_host_schedule() {
+    for s in [
+        WarmupCosine::new(3e-3, 200),
+        WarmupCosine {
+            warmup_steps: 0,
+            ..WarmupCosine::new(1.0, 10)
+        },
+    ] {
+        let g = Graph::new();
+        let steps: Vec<f64> = (0..=s.total_steps + 3).map(|t| t as f64).collect();
+        let t = g
+            .constant(&HostArray::from_vec(&[steps.len()], steps.clone()).unwrap())
+            .unwrap();
+        g.set_outputs(&[&s.lr_at(&t).unwrap()]).unwrap();
+        let got = g.evaluate(&[]).unwrap()[0].to_f64_vec();
+        for (k, v) in got.iter().enumerate() {
+            let want = s.lr(k as u64);
+            assert!(
+                (v - want).abs() <= 1e-12 * want.abs().max(1e-3),
+                "step {k}: {v} vs {want}"
+            );
+        }
+    }
+}
+
+#[test]
+fn chains_name_what_does_not_fit() {
+    let ints = vec![HostArray::from_vec(&[2], vec![1i32, 2]).unwrap()];
+    let chain = Chain(vec![Transform::ScaleByAdam {
+        b1: 0.9,
+        b2: 0.99,
+        eps: 1e-8,
+    }]);
+    let e = chain.init(&ints).unwrap_err().to_string();
+    assert!(e.contains("the parameter `0` is i32"), "{e}");
+    let g = Graph::new();
+    let p = vec![g.parameter("p", DType::F32, &[2]).unwrap()];
+    let empty = std::collections::BTreeMap::new();
+    let Err(e) = chain.update(&p, &empty, &p) else {
+        panic!("a missing state was taken")
+    };
+    assert!(e.to_string().contains("the state has no `0.count`"), "{e}");
 }

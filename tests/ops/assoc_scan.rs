@@ -213,7 +213,10 @@ fn a_recurrence_and_its_gradient_match_jax() -> Result<()> {
         let want = values(&f, key);
         assert_eq!(out[k].len(), want.len(), "{key}");
         for (a, b) in out[k].iter().zip(&want) {
-            assert!((a - b).abs() <= 1e-12 * b.abs().max(1.0), "{key}: {a} vs JAX {b}");
+            assert!(
+                (a - b).abs() <= 1e-12 * b.abs().max(1.0),
+                "{key}: {a} vs JAX {b}"
+            );
         }
     }
     Ok(())
