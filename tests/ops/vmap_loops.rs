@@ -330,3 +330,30 @@ fn vmap_matches_jax_over_most_primitive_families() -> Result<()> {
     }
     Ok(())
 }
+
+#[test]
+fn vmap_of_a_rematerialised_gradient_is_the_per_example_gradient() -> Result<()> {
+    let mut rng = Rng::new(97);
+    let b = 3;
+    let g = Graph::new();
+    let xs = g.parameter("xs", F64, &[b, 4])?;
+    let w = g.parameter("w", F64, &[4, 4])?;
+    // A checkpointed block (recomputed behind an optimization barrier in the backward pass).
+    let per = |x: &Tensor| -> Result<Vec<Tensor>> {
+        let h = g.checkpoint(x, |x| x.reshape(&[1, 4])?.matmul(&w)?.tanh()?.reshape(&[4]))?;
+        let loss = h.square()?.sum_all()?;
+        Ok(vec![loss.grad(&[&w])?.remove(0)])
+    };
+    let batched = g.vmap(&[&xs], &[Some(0)], &[], |a| per(&a[0]))?;
+    let each = (0..b)
+        .map(|e| per(&example(&xs, e)?))
+        .collect::<Result<Vec<_>>>()?;
+    let mut outs = batched.clone();
+    outs.extend(stacked(&each)?);
+    g.set_outputs(&outs.iter().collect::<Vec<_>>())?;
+    let ins = [
+        rng.array(F64, &[b, 4], -1.0, 1.0),
+        rng.array(F64, &[4, 4], -1.0, 1.0),
+    ];
+    check_pairs(&g, &ins, 1)
+}

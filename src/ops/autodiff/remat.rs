@@ -93,7 +93,11 @@ pub(super) fn recompute(
     loc: Loc,
 ) -> Result<()> {
     let region = span.region;
-    let in_span = |i: usize| (span.first..=span.last).contains(&i) && nodes[i].region == region;
+    // A block argument made inside the span (a value captured from an enclosing region while
+    // the span was built) is read, not replayed: a copy would be an argument of nothing.
+    let is_arg = |i: usize| matches!(nodes[i].op, Op::BlockArg);
+    let in_span =
+        |i: usize| (span.first..=span.last).contains(&i) && nodes[i].region == region && !is_arg(i);
     // Every value of the span with a cotangent: its results, and any value used after it.
     let mut seeds: Vec<(ValueId, Tensor)> = Vec::new();
     for i in (span.first..=span.last).filter(|&i| in_span(i)) {
@@ -111,7 +115,7 @@ pub(super) fn recompute(
     let mut outside: Vec<ValueId> = Vec::new();
     for i in (span.first..=span.last).filter(|&i| in_span(i)) {
         for v in &nodes[i].inputs {
-            if v.node < span.first && !outside.contains(v) {
+            if (v.node < span.first || is_arg(v.node)) && !outside.contains(v) {
                 outside.push(*v);
             }
         }

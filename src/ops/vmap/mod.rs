@@ -392,7 +392,8 @@ fn batched_op(op: &Op, b: usize, loc: Loc) -> Result<Op> {
         | Op::Clamp
         | Op::Convert
         | Op::BitcastConvert
-        | Op::Reshape => op.clone(),
+        | Op::Reshape
+        | Op::OptimizationBarrier => op.clone(),
         Op::BroadcastInDim { dims } => Op::BroadcastInDim {
             dims: front(0, &shift(dims)),
         },
