@@ -192,6 +192,14 @@ pub struct PartitionSpec {
 }
 
 impl PartitionSpec {
+    /// The spec of the same value with a new leading axis that is not split (for `vmap`,
+    /// which puts the batch first).
+    pub(crate) fn with_leading_axis(&self) -> PartitionSpec {
+        let mut dims = vec![Vec::new()];
+        dims.extend(self.dims.iter().cloned());
+        PartitionSpec { dims }
+    }
+
     /// Every dimension replicated: each device holds the whole array.
     pub fn replicated() -> PartitionSpec {
         PartitionSpec::default()

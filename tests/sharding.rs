@@ -767,3 +767,33 @@ fn xla_partitions_a_constrained_interior_pad_wrongly() {
     let got = g.compile(&client).unwrap().run(&inputs).unwrap();
     assert_eq!(got[1].to_f64_vec(), want[1].to_f64_vec());
 }
+
+/// `vmap` of a function that constrains its per-example values: the batched constraint keeps
+/// the spec with the batch axis not split, and the program computes what one device does.
+#[test]
+fn vmap_keeps_a_sharding_constraint_past_the_batch() {
+    let build = |sharded: bool| {
+        let g = Graph::new();
+        let xs = g.parameter("xs", DType::F32, &[3, 4, 6]).unwrap();
+        let w = g.parameter("w", DType::F32, &[6, 8]).unwrap();
+        if sharded {
+            g.set_mesh(&mesh22());
+        }
+        let out = g
+            .vmap(&[&xs], &[Some(0)], &[], |a| {
+                let y = a[0].matmul(&w)?.tanh()?;
+                let y = match sharded {
+                    true => y.with_sharding_constraint(&PartitionSpec::new([
+                        Some("data"),
+                        Some("model"),
+                    ]))?,
+                    false => y,
+                };
+                Ok(vec![y.sum(&[1])?])
+            })
+            .unwrap();
+        g.set_outputs(&[&out[0]]).unwrap();
+        g
+    };
+    check_sharded(build, &[f32_array(&[3, 4, 6], 1), f32_array(&[6, 8], 2)]);
+}

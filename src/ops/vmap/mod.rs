@@ -11,7 +11,8 @@
 //! with a batched one, it runs while any example goes on and freezes the others. Dynamic slices
 //! at per-example positions become gathers (and a masked scatter for updates). A primitive
 //! without a rule (`shard_map`, collectives, boolean updates at batched positions, a batched
-//! padding value) is an error naming it.
+//! padding value) is an error naming it. A sharding constraint keeps its spec, the batch axis
+//! not split.
 
 mod loops;
 
@@ -429,6 +430,9 @@ fn batched_op(op: &Op, b: usize, loc: Loc) -> Result<Op> {
             axis: axis + 1,
         },
         Op::Cumsum { axis } => Op::Cumsum { axis: axis + 1 },
+        Op::ShardingConstraint { spec } => Op::ShardingConstraint {
+            spec: spec.with_leading_axis(),
+        },
         Op::Sort { axis, descending } => Op::Sort {
             axis: axis + 1,
             descending: *descending,
