@@ -1,8 +1,8 @@
 //! Layers as parameter trees (PyTorch's `torch.nn` modules, Flax's and Equinox's in spirit):
 //! each layer is a struct generic over its leaf type ([`crate::tree::Tree`]), made with
-//! PyTorch's initial values as host arrays (`init`, seeded through a [`SplitMix64`] key),
-//! uploaded or passed to [`crate::jit`] as a tree, and applied to graph values with `forward`
-//! on its [`Tensor`] form. Static settings (a convolution's stride, a norm's `eps`) are fields
+//! PyTorch's initial values as host arrays (`init`, seeded through a [`SplitMix64`] key; any
+//! [`Init`] with `init_with` / `reinit`), uploaded or passed to [`crate::jit`] as a tree, and
+//! applied to graph values with `forward` on its [`Tensor`] form. Static settings (a convolution's stride, a norm's `eps`) are fields
 //! the tree skips.
 //!
 //! ```
@@ -53,9 +53,22 @@ impl Linear<HostArray> {
         key: &mut SplitMix64,
     ) -> Result<Self> {
         let dims = [out_features, in_features];
-        let weight = Init::TORCH_DEFAULT.sample(&dims, DType::F32, key.next_u64())?;
+        let bias = bias.then(|| Init::torch_bias(&dims)).transpose()?;
+        Linear::init_with(in_features, out_features, Init::TORCH_DEFAULT, bias, key)
+    }
+
+    /// Initial values drawn as `weight` and `bias` say (`None`: no bias), f32; the fans of
+    /// Xavier and Kaiming are the weight's (`[out, in]`).
+    pub fn init_with(
+        in_features: usize,
+        out_features: usize,
+        weight: Init,
+        bias: Option<Init>,
+        key: &mut SplitMix64,
+    ) -> Result<Self> {
+        let weight = weight.sample(&[out_features, in_features], DType::F32, key.next_u64())?;
         let bias = bias
-            .then(|| Init::torch_bias(&dims)?.sample(&[out_features], DType::F32, key.next_u64()))
+            .map(|b| b.sample(&[out_features], DType::F32, key.next_u64()))
             .transpose()?;
         Ok(Linear { weight, bias })
     }
@@ -86,8 +99,18 @@ impl Embedding<HostArray> {
             mean: 0.0,
             std: 1.0,
         };
+        Embedding::init_with(num_embeddings, dim, normal, key)
+    }
+
+    /// Initial values drawn as `weight` says, f32.
+    pub fn init_with(
+        num_embeddings: usize,
+        dim: usize,
+        weight: Init,
+        key: &mut SplitMix64,
+    ) -> Result<Self> {
         Ok(Embedding {
-            weight: normal.sample(&[num_embeddings, dim], DType::F32, key.next_u64())?,
+            weight: weight.sample(&[num_embeddings, dim], DType::F32, key.next_u64())?,
         })
     }
 }
@@ -143,6 +166,22 @@ impl Conv2d<HostArray> {
             weight,
             bias,
             options,
+        })
+    }
+
+    /// The same layer with its weight drawn again as `weight` says (fans from the kernel
+    /// `[out, in / groups, kh, kw]`, as PyTorch counts them) and its bias as `bias` says
+    /// (`None`: no bias).
+    pub fn reinit(self, weight: Init, bias: Option<Init>, key: &mut SplitMix64) -> Result<Self> {
+        let dims = self.weight.dims().to_vec();
+        let weight = weight.sample(&dims, DType::F32, key.next_u64())?;
+        let bias = bias
+            .map(|b| b.sample(&[dims[0]], DType::F32, key.next_u64()))
+            .transpose()?;
+        Ok(Conv2d {
+            weight,
+            bias,
+            ..self
         })
     }
 }

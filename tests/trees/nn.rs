@@ -2,6 +2,7 @@
 //! PyTorch's bounds, and AdamW over a tree against the same update over flat parameters.
 
 use super::common::{client, vals};
+use stablegraph::init::Init;
 use stablegraph::jit::jit;
 use stablegraph::nn::{Activation, Conv2d, Embedding, LayerNorm, Linear, Mlp, RmsNorm};
 use stablegraph::ops::{ConvOptions, Graph, Tensor};
@@ -344,4 +345,34 @@ fn init_refuses_integer_parameters() {
     let p = vec![HostArray::from_vec(&[2], vec![1i32, 2]).unwrap()];
     let err = AdamW::default().init(&p).unwrap_err().to_string();
     assert!(err.contains("the parameter `0` is i32"), "{err}");
+}
+
+#[test]
+fn layers_take_any_initializer() {
+    let key = &mut SplitMix64::new(11);
+    let lin = Linear::init_with(
+        30,
+        20,
+        Init::XavierUniform { gain: 1.0 },
+        Some(Init::Zeros),
+        key,
+    )
+    .unwrap();
+    let bound = (6.0f64 / 50.0).sqrt();
+    let w = lin.weight.to_f64_vec();
+    assert!(w.iter().all(|v| v.abs() <= bound));
+    // Spread over the range, not bunched at zero.
+    assert!(w.iter().any(|v| v.abs() > 0.8 * bound));
+    assert_eq!(lin.bias.unwrap().to_f64_vec(), vec![0.0; 20]);
+    let emb = Embedding::init_with(7, 3, Init::Uniform { lo: 2.0, hi: 3.0 }, key).unwrap();
+    assert!(emb
+        .weight
+        .to_f64_vec()
+        .iter()
+        .all(|v| (2.0..3.0).contains(v)));
+    let conv = Conv2d::init(4, 8, [3, 3], ConvOptions::default(), true, key).unwrap();
+    let conv = conv.reinit(Init::Constant(0.5), None, key).unwrap();
+    assert_eq!(conv.weight.dims(), &[8, 4, 3, 3]);
+    assert!(conv.weight.to_f64_vec().iter().all(|&v| v == 0.5));
+    assert!(conv.bias.is_none());
 }
