@@ -357,3 +357,37 @@ fn vmap_of_a_rematerialised_gradient_is_the_per_example_gradient() -> Result<()>
     ];
     check_pairs(&g, &ins, 1)
 }
+
+#[test]
+fn an_unbatched_predicate_stays_a_conditional_under_vmap() -> Result<()> {
+    let mut rng = Rng::new(99);
+    let b = 3;
+    let g = Graph::new();
+    let xs = g.parameter("xs", F64, &[b, 4])?;
+    let flag = g.parameter("flag", Pred, &[])?;
+    let w = g.parameter("w", F64, &[4])?;
+    // One branch reads only the shared w (its result unbatched until the other's is).
+    let per = |x: &Tensor| -> Result<Vec<Tensor>> {
+        Ok(vec![g.cond(&flag, x, |x| x.mul(&w)?.exp(), |_| w.sin())?])
+    };
+    let batched = g.vmap(&[&xs], &[Some(0)], &[], |a| per(&a[0]))?;
+    let each = (0..b)
+        .map(|e| per(&example(&xs, e)?))
+        .collect::<Result<Vec<_>>>()?;
+    let mut outs = batched.clone();
+    outs.extend(stacked(&each)?);
+    g.set_outputs(&outs.iter().collect::<Vec<_>>())?;
+    // The batched function keeps one `case` (the per-example ones add three more), no select
+    // of both branches.
+    let text = g.to_stablehlo()?;
+    assert_eq!(text.matches("stablehlo.case").count(), 4, "{text}");
+    for f in [true, false] {
+        let ins = [
+            rng.array(F64, &[b, 4], -1.0, 1.0),
+            HostArray::scalar(f),
+            rng.array(F64, &[4], -1.0, 1.0),
+        ];
+        check_pairs(&g, &ins, 1)?;
+    }
+    Ok(())
+}

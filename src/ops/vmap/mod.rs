@@ -5,8 +5,9 @@
 //! copied into the caller's region by a batching rule per primitive: the batch is axis 0 of
 //! every batched value, an operand that is not batched is broadcast where an elementwise
 //! operation meets a batched one, and each rule shifts the primitive's axes past the batch.
-//! A conditional runs every branch and picks each example's result by its index (`select`, as
-//! JAX does for a batched predicate). A loop becomes a loop over the batched state: with an
+//! A conditional whose index is the same for every example stays a conditional over the
+//! batched branches; with a batched index every branch runs and each example's result is
+//! picked by its index (`select`), as JAX does. A loop becomes a loop over the batched state: with an
 //! unbatched predicate (a `fori_loop`'s counter) one trip count for all, still differentiable;
 //! with a batched one, it runs while any example goes on and freezes the others. Dynamic slices
 //! at per-example positions become gathers (and a masked scatter for updates). A primitive
@@ -14,7 +15,7 @@
 //! padding value) is an error naming it. A sharding constraint keeps its spec, the batch axis
 //! not split.
 
-mod loops;
+mod control;
 
 use std::collections::HashMap;
 use std::panic::Location;
@@ -201,52 +202,6 @@ impl Batcher<'_> {
             }
         }
         Ok(())
-    }
-
-    /// A conditional under `vmap` (`ins`: the branch index, then the operands): every branch
-    /// batched, then the result picked per example by its index, as JAX does for a batched
-    /// predicate (`select`; here for an unbatched one too, so both branches run).
-    fn case(
-        &self,
-        branches: &[usize],
-        ins: &[Batched],
-        env: &mut HashMap<ValueId, Batched>,
-    ) -> Result<Vec<Batched>> {
-        let (b, loc) = (self.b, self.loc);
-        let mut results: Vec<Vec<Batched>> = Vec::with_capacity(branches.len());
-        for &r in branches {
-            for (arg, value) in self.regions[r].args.iter().zip(&ins[1..]) {
-                env.insert(*arg, value.clone());
-            }
-            self.region(r, env)?;
-            results.push(lookup(env, &self.regions[r].results, loc)?);
-        }
-        let (index, index_batched) = ins[0].clone();
-        let last = results
-            .pop()
-            .ok_or_else(|| graph_error(OP, "a case with no branches", loc))?;
-        let batched = index_batched || last.iter().chain(results.iter().flatten()).any(|v| v.1);
-        let full = |v: &Batched| match (batched, v.1) {
-            (true, false) => batch_broadcast(&v.0, b),
-            _ => Ok(v.0.clone()),
-        };
-        let mut out = last.iter().map(full).collect::<Result<Vec<_>>>()?;
-        // Branch k where the index is k; the last one otherwise (StableHLO's rule).
-        for (k, branch) in results.iter().enumerate().rev() {
-            let is_k = index.eq(k as f64)?;
-            for (o, v) in out.iter_mut().zip(branch) {
-                let pick = match index_batched {
-                    true => {
-                        let mut dims = vec![1isize; o.rank()];
-                        dims[0] = b as isize;
-                        is_k.reshape(&dims)?.broadcast_to(o.dims())?
-                    }
-                    false => is_k.broadcast_to(o.dims())?,
-                };
-                *o = pick.select(&full(v)?, &*o)?;
-            }
-        }
-        Ok(out.into_iter().map(|t| (t, batched)).collect())
     }
 }
 

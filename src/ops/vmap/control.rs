@@ -1,10 +1,11 @@
-//! `vmap` of loops: which state components carry the batch (a fixed point over the body), and
-//! the batched loop itself.
+//! `vmap` of control flow: which values carry the batch (a fixed point over a loop's body), the
+//! batched loop, and conditionals with batched and unbatched indices.
 
 use std::collections::HashMap;
 
 use super::{batch_broadcast, lookup, Batched, Batcher, OP};
 use crate::error::Result;
+use crate::ops::cond::Branch;
 use crate::ops::graph::graph_error;
 use crate::ops::ir::ValueId;
 use crate::ops::op::Op;
@@ -14,7 +15,7 @@ impl Batcher<'_> {
     /// Which results of `region` carry the batch when its arguments do as `args` says: a value
     /// is batched when any operand is (a conditional's results when its index or any branch's
     /// results are; a loop's by [`Batcher::loop_flags`]), as the rules batch them.
-    fn flags(&self, region: usize, args: &[bool]) -> Vec<bool> {
+    pub(super) fn flags(&self, region: usize, args: &[bool]) -> Vec<bool> {
         let mut f: HashMap<ValueId, bool> = self.regions[region]
             .args
             .iter()
@@ -161,5 +162,108 @@ impl Batcher<'_> {
             },
         )?;
         Ok(out.into_iter().zip(flags).collect())
+    }
+}
+
+/// A batched branch of a conditional.
+type BranchFn<'a> = dyn Fn(&Vec<Tensor>) -> Result<Vec<Tensor>> + 'a;
+
+impl Batcher<'_> {
+    /// A conditional under `vmap` (`ins`: the branch index, then the operands). An unbatched
+    /// index stays a conditional over the batched branches (only the taken one runs); a
+    /// batched one runs every branch and picks each example's result by its index (`select`),
+    /// as JAX does.
+    pub(super) fn case(
+        &self,
+        branches: &[usize],
+        ins: &[Batched],
+        env: &mut HashMap<ValueId, Batched>,
+    ) -> Result<Vec<Batched>> {
+        if !ins[0].1 {
+            return self.unbatched_case(branches, ins, env);
+        }
+        let (b, loc) = (self.b, self.loc);
+        let mut results: Vec<Vec<Batched>> = Vec::with_capacity(branches.len());
+        for &r in branches {
+            for (arg, value) in self.regions[r].args.iter().zip(&ins[1..]) {
+                env.insert(*arg, value.clone());
+            }
+            self.region(r, env)?;
+            results.push(lookup(env, &self.regions[r].results, loc)?);
+        }
+        let (index, index_batched) = ins[0].clone();
+        let last = results
+            .pop()
+            .ok_or_else(|| graph_error(OP, "a case with no branches", loc))?;
+        let batched = index_batched || last.iter().chain(results.iter().flatten()).any(|v| v.1);
+        let full = |v: &Batched| match (batched, v.1) {
+            (true, false) => batch_broadcast(&v.0, b),
+            _ => Ok(v.0.clone()),
+        };
+        let mut out = last.iter().map(full).collect::<Result<Vec<_>>>()?;
+        // Branch k where the index is k; the last one otherwise (StableHLO's rule).
+        for (k, branch) in results.iter().enumerate().rev() {
+            let is_k = index.eq(k as f64)?;
+            for (o, v) in out.iter_mut().zip(branch) {
+                let pick = match index_batched {
+                    true => {
+                        let mut dims = vec![1isize; o.rank()];
+                        dims[0] = b as isize;
+                        is_k.reshape(&dims)?.broadcast_to(o.dims())?
+                    }
+                    false => is_k.broadcast_to(o.dims())?,
+                };
+                *o = pick.select(&full(v)?, &*o)?;
+            }
+        }
+        Ok(out.into_iter().map(|t| (t, batched)).collect())
+    }
+
+    /// A conditional whose index is the same for every example: one conditional whose
+    /// branches are the batched branches, each result batched when any branch's is.
+    fn unbatched_case(
+        &self,
+        branches: &[usize],
+        ins: &[Batched],
+        env: &HashMap<ValueId, Batched>,
+    ) -> Result<Vec<Batched>> {
+        let (b, loc) = (self.b, self.loc);
+        let operand_flags: Vec<bool> = ins[1..].iter().map(|v| v.1).collect();
+        let mut out_flags: Vec<bool> = Vec::new();
+        for &r in branches {
+            let f = self.flags(r, &operand_flags);
+            out_flags.resize(f.len(), false);
+            for (o, x) in out_flags.iter_mut().zip(f) {
+                *o |= x;
+            }
+        }
+        let operands: Vec<Tensor> = ins[1..].iter().map(|v| v.0.clone()).collect();
+        let run = |r: usize, ops: &Vec<Tensor>| -> Result<Vec<Tensor>> {
+            let mut e = env.clone();
+            for (arg, (t, &f)) in self.regions[r]
+                .args
+                .iter()
+                .zip(ops.iter().zip(&operand_flags))
+            {
+                e.insert(*arg, (t.clone(), f));
+            }
+            self.region(r, &mut e)?;
+            lookup(&e, &self.regions[r].results, loc)?
+                .iter()
+                .zip(&out_flags)
+                .map(|((t, batched), &want)| match (want, batched) {
+                    (true, false) => batch_broadcast(t, b),
+                    _ => Ok(t.clone()),
+                })
+                .collect()
+        };
+        let closures: Vec<Box<BranchFn<'_>>> = branches
+            .iter()
+            .map(|&r| Box::new(move |ops: &Vec<Tensor>| run(r, ops)) as Box<BranchFn<'_>>)
+            .collect();
+        let refs: Vec<Branch<'_, Vec<Tensor>, Vec<Tensor>>> =
+            closures.iter().map(|c| c.as_ref()).collect();
+        let outs = self.g.switch(&ins[0].0, &operands, &refs)?;
+        Ok(outs.into_iter().zip(out_flags.iter().copied()).collect())
     }
 }
