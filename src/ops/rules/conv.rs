@@ -61,6 +61,16 @@ fn dilated(n: usize, d: usize) -> usize {
     }
 }
 
+/// The extents along spatial axis `i` of the dilated kernel, the dilated input and the output
+/// spread `stride` apart (the cotangent's positions in the padded input).
+fn extents(x: &Tensor, k: &Tensor, ct: &Tensor, w: &ConvWindow, i: usize) -> [i64; 3] {
+    [
+        dilated(k.dims()[2 + i], w.rhs_dilation[i]) as i64,
+        dilated(x.dims()[2 + i], w.lhs_dilation[i]) as i64,
+        dilated(ct.dims()[2 + i], w.strides[i]) as i64,
+    ]
+}
+
 /// The cotangents of a convolution's input and kernel, each a convolution: the input's is the
 /// output cotangent convolved with the kernel flipped and its channel axes swapped (per group),
 /// the kernel's is the input convolved with the output cotangent, batch and channel axes
@@ -103,9 +113,7 @@ fn input_cotangent(
         .flip(&spatial)?;
     let padding = (0..d)
         .map(|i| {
-            let window = dilated(k.dims()[2 + i], w.rhs_dilation[i]) as i64;
-            let input = dilated(x.dims()[2 + i], w.lhs_dilation[i]) as i64;
-            let output = dilated(ct.dims()[2 + i], w.strides[i]) as i64;
+            let [window, input, output] = extents(x, k, ct, w, i);
             let before = window - w.padding[i].0 - 1;
             (before, input + window - 1 - output - before)
         })
@@ -141,9 +149,7 @@ fn kernel_cotangent(
     swap.extend((2..2 + d as isize).collect::<Vec<_>>());
     let padding = (0..d)
         .map(|i| {
-            let window = dilated(k.dims()[2 + i], w.rhs_dilation[i]) as i64;
-            let input = dilated(x.dims()[2 + i], w.lhs_dilation[i]) as i64;
-            let output = dilated(ct.dims()[2 + i], w.strides[i]) as i64;
+            let [window, input, output] = extents(x, k, ct, w, i);
             let lo = w.padding[i].0;
             (lo, output - input + window - lo - 1)
         })
