@@ -16,7 +16,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
-use stablegraph::models::mamba2::{Mamba2Config, Mamba2Weights, Remat, Trainer};
+use stablegraph::models::mamba2::{Mamba2Config, Mamba2Weights, Remat, TrainOptions, Trainer};
 use stablegraph::optim::AdamW;
 use stablegraph::rng::SplitMix64;
 use stablegraph::runtime::{Client, CompileCache};
@@ -58,14 +58,14 @@ pub fn child(arg: &str) -> Result<()> {
         clip_norm: Some(1.0),
         ..AdamW::default()
     };
-    let mut trainer = Trainer::new(&client, &cfg, weights, opt, BATCH, SEQ_LEN, micro)?;
-    // With remat the step program is compiled again: its compile time is the second one.
-    let plain_compile = trainer.compile_seconds();
-    trainer = trainer.with_remat(remat)?;
-    let compile_s = match remat {
-        Remat::Off => plain_compile,
-        Remat::PerLayer => trainer.compile_seconds() - plain_compile,
+    let options = TrainOptions {
+        batch: BATCH,
+        seq_len: SEQ_LEN,
+        micro_steps: micro,
+        remat,
     };
+    let mut trainer = Trainer::with_options(&client, &cfg, weights, opt, options)?;
+    let compile_s = trainer.compile_seconds();
     let temporaries = trainer
         .step_program()
         .executable()

@@ -18,7 +18,7 @@ use crate::data::{default_sources, eval_batches, unigram_entropy_bits, Data, Sam
 use crate::plot::loss_svg;
 use crate::text::BYTE_VOCAB;
 use crate::{bars, peak_rss_mb, progress, seconds};
-use stablegraph::models::mamba2::{Remat, Trainer};
+use stablegraph::models::mamba2::{Remat, TrainOptions, Trainer};
 use stablegraph::optim::{AdamW, WarmupCosine};
 
 /// The fixed shape of the trained model (`Mamba2Config::byte_level`), besides --layers and
@@ -330,20 +330,17 @@ fn optimize(
         clip_norm: Some(1.0),
     };
     progress("compiling the training and evaluation programs");
-    let mut trainer = Trainer::new(
-        client,
-        config,
-        weights,
-        opt,
-        a.batch,
-        a.seq_len,
-        a.micro_steps(),
-    )
-    .and_then(|t| match a.remat {
-        true => t.with_remat(Remat::PerLayer),
-        false => Ok(t),
-    })
-    .context("building the trainer")?;
+    let options = TrainOptions {
+        batch: a.batch,
+        seq_len: a.seq_len,
+        micro_steps: a.micro_steps(),
+        remat: match a.remat {
+            true => Remat::PerLayer,
+            false => Remat::Off,
+        },
+    };
+    let mut trainer = Trainer::with_options(client, config, weights, opt, options)
+        .context("building the trainer")?;
     say(format!(
         "compile   {:.2} s (the training step)",
         trainer.compile_seconds()

@@ -5,7 +5,7 @@
 use crate::common;
 
 use stablegraph::models::mamba2::block;
-use stablegraph::models::mamba2::train::{decays, lm_loss, loss_and_grads, Trainer};
+use stablegraph::models::mamba2::train::{decays, lm_loss, loss_and_grads, TrainOptions, Trainer};
 use stablegraph::models::mamba2::{Mamba2, Mamba2Config, Mamba2Weights, Remat};
 use stablegraph::ops::Graph;
 use stablegraph::optim::AdamW;
@@ -404,11 +404,24 @@ fn per_layer_remat_trains_the_same_in_fewer_temporaries() {
     };
     let tokens = batches(&mut common::Rng::new(11), 3, 2, 8);
     let plain = Trainer::new(&client, &cfg, weights(&cfg, 5), opt.clone(), 2, 8, 1).unwrap();
-    let remat = Trainer::new(&client, &cfg, weights(&cfg, 5), opt, 2, 8, 1)
+    let options = TrainOptions {
+        batch: 2,
+        seq_len: 8,
+        micro_steps: 1,
+        remat: Remat::PerLayer,
+    };
+    let remat =
+        Trainer::with_options(&client, &cfg, weights(&cfg, 5), opt.clone(), options).unwrap();
+    check_donation(&remat, &cfg);
+    // Switching a built trainer compiles the remat step too, to the same program.
+    let switched = Trainer::new(&client, &cfg, weights(&cfg, 5), opt, 2, 8, 1)
         .unwrap()
         .with_remat(Remat::PerLayer)
         .unwrap();
-    check_donation(&remat, &cfg);
+    assert_eq!(
+        switched.step_program().stablehlo(),
+        remat.step_program().stablehlo()
+    );
     let temps = |t: &Trainer| {
         let stats = t.step_program().executable().memory_stats().unwrap();
         stats.temporaries

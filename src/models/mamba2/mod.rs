@@ -29,5 +29,5 @@ pub use model::{Mamba2, Prefill, CPU_MAX_CHUNK, MAX_PREFILL_CHUNK};
 pub use parallel::Parallel;
 pub use slots::Mamba2Slots;
 pub use state::Mamba2State;
-pub use train::{lm_loss, lm_loss_with, loss_and_grads, Trainer};
+pub use train::{lm_loss, lm_loss_with, loss_and_grads, TrainOptions, Trainer};
 pub use weights::{HostWeights, LayerWeights, Mamba2Weights};

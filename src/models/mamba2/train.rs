@@ -275,15 +275,25 @@ impl std::fmt::Debug for Trainer {
     }
 }
 
+/// The shape of a [`Trainer`]'s step: `batch` rows of `seq_len + 1` tokens, `micro_steps`
+/// optimizer steps per call, and whether each layer is recomputed in the backward pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TrainOptions {
+    /// Rows per batch (at least 1).
+    pub batch: usize,
+    /// Tokens per row fed to the model (a positive multiple of the chunk); each row holds one
+    /// more, the last target.
+    pub seq_len: usize,
+    /// Optimizer steps per [`Trainer::step`] call (at least 1), in one device loop.
+    pub micro_steps: usize,
+    /// Rematerialisation of the layers in the backward pass ([`Remat::PerLayer`]: less memory
+    /// for more compute).
+    pub remat: Remat,
+}
+
 impl Trainer {
-    /// Uploads `weights` (f32, as [`Mamba2Weights::types`]`(cfg, F32)` gives them) to device 0
-    /// of `client`, with AdamW moments at zero, and compiles the training step for batches of
-    /// `batch` rows of `seq_len + 1` tokens, `micro_steps` optimizer steps per call (at least
-    /// 1). `opt` is used as given: gradients are clipped only when `opt.clip_norm` is set
-    /// ([`AdamW::default`], like PyTorch's, does not clip; the `train` example and its
-    /// benchmark ask for `Some(1.0)`). A config that [`Mamba2Config::validate`] rejects, weights that do not fit it (or are
-    /// not f32), optimizer settings that [`AdamW::validate`] rejects, a zero `batch`, or a
-    /// `seq_len` that is zero or not a multiple of the chunk, are an error naming them.
+    /// [`Trainer::with_options`] without rematerialisation: batches of `batch` rows of
+    /// `seq_len + 1` tokens, `micro_steps` optimizer steps per call.
     pub fn new(
         client: &Client,
         cfg: &Mamba2Config,
@@ -293,7 +303,37 @@ impl Trainer {
         seq_len: usize,
         micro_steps: usize,
     ) -> Result<Trainer> {
+        let options = TrainOptions {
+            batch,
+            seq_len,
+            micro_steps,
+            remat: Remat::Off,
+        };
+        Trainer::with_options(client, cfg, weights, opt, options)
+    }
+
+    /// Uploads `weights` (f32, as [`Mamba2Weights::types`]`(cfg, F32)` gives them) to device 0
+    /// of `client`, with AdamW moments at zero, and compiles the training step of `options`
+    /// once. `opt` is used as given: gradients are clipped only when `opt.clip_norm` is set
+    /// ([`AdamW::default`], like PyTorch's, does not clip; the `train` example and its
+    /// benchmark ask for `Some(1.0)`). A config that [`Mamba2Config::validate`] rejects,
+    /// weights that do not fit it (or are not f32), optimizer settings that
+    /// [`AdamW::validate`] rejects, a zero `batch` or `micro_steps`, or a `seq_len` that is zero
+    /// or not a multiple of the chunk, are an error naming them.
+    pub fn with_options(
+        client: &Client,
+        cfg: &Mamba2Config,
+        weights: Mamba2Weights<HostArray>,
+        opt: AdamW,
+        options: TrainOptions,
+    ) -> Result<Trainer> {
         let op = "Trainer::new";
+        let TrainOptions {
+            batch,
+            seq_len,
+            micro_steps,
+            remat,
+        } = options;
         cfg.validate()?;
         opt.validate()?;
         let types = checked_types(op, &weights, cfg, &[DType::F32])?;
@@ -323,7 +363,7 @@ impl Trainer {
         }
         let start = Instant::now();
         let shape = [batch, seq_len, micro_steps];
-        let graph = step_graph(cfg, &opt, &types, shape, Remat::Off)?;
+        let graph = step_graph(cfg, &opt, &types, shape, remat)?;
         let step_program = graph.compile(client)?;
         let compile_seconds = start.elapsed().as_secs_f64();
         let state = tree::upload(client, &opt.init(&weights)?)?;
@@ -336,7 +376,7 @@ impl Trainer {
             seq_len,
             micro_steps,
             opt,
-            remat: Remat::Off,
+            remat,
             step_program,
             eval_program: Mutex::new(None),
             weights,
@@ -349,7 +389,8 @@ impl Trainer {
 
     /// The same trainer with its step program rebuilt to recompute each layer in the backward
     /// pass ([`Remat::PerLayer`]) or not: less memory for more compute, the same steps
-    /// (compiles the step program again when `remat` changes it).
+    /// (compiles the step program again when `remat` changes it; to compile it once, give
+    /// [`TrainOptions::remat`] to [`Trainer::with_options`]).
     pub fn with_remat(mut self, remat: Remat) -> Result<Trainer> {
         if remat == self.remat {
             return Ok(self);
