@@ -391,3 +391,37 @@ fn an_unbatched_predicate_stays_a_conditional_under_vmap() -> Result<()> {
     }
     Ok(())
 }
+
+#[test]
+fn a_conditional_in_a_vmapped_loop_keeps_its_unbatched_results() -> Result<()> {
+    let mut rng = Rng::new(101);
+    let b = 3;
+    let g = Graph::new();
+    let xs = g.parameter("xs", F64, &[b, 2])?;
+    let flag = g.parameter("flag", Pred, &[])?;
+    // The count s never meets the batch; h does. Both go through a conditional in the body.
+    let per = |x: &Tensor| -> Result<Vec<Tensor>> {
+        let init = (x.clone(), g.scalar(0.0, F64)?);
+        let (h, s) = g.fori_loop(0, 3, &init, |_, state| {
+            g.cond(
+                &flag,
+                state,
+                |(h, s)| Ok((h.mul(2.0)?.sin()?, s.add(1.0)?)),
+                |(h, s)| Ok((h.add(s)?, s.clone())),
+            )
+        })?;
+        Ok(vec![h, s])
+    };
+    let batched = g.vmap(&[&xs], &[Some(0)], &[], |a| per(&a[0]))?;
+    let each = (0..b)
+        .map(|e| per(&example(&xs, e)?))
+        .collect::<Result<Vec<_>>>()?;
+    let mut outs = batched.clone();
+    outs.extend(stacked(&each)?);
+    g.set_outputs(&outs.iter().collect::<Vec<_>>())?;
+    for f in [true, false] {
+        let ins = [rng.array(F64, &[b, 2], -1.0, 1.0), HostArray::scalar(f)];
+        check_pairs(&g, &ins, 2)?;
+    }
+    Ok(())
+}

@@ -13,8 +13,8 @@ use crate::ops::tensor::Tensor;
 
 impl Batcher<'_> {
     /// Which results of `region` carry the batch when its arguments do as `args` says: a value
-    /// is batched when any operand is (a conditional's results when its index or any branch's
-    /// results are; a loop's by [`Batcher::loop_flags`]), as the rules batch them.
+    /// is batched when any operand is (a conditional's results when its index is or a branch's
+    /// result is; a loop's by [`Batcher::loop_flags`]), as the rules batch them.
     pub(super) fn flags(&self, region: usize, args: &[bool]) -> Vec<bool> {
         let mut f: HashMap<ValueId, bool> = self.regions[region]
             .args
@@ -33,11 +33,15 @@ impl Batcher<'_> {
                 .collect();
             let outs = match &node.op {
                 Op::Case { branches } => {
-                    let any = ins[0]
-                        || branches
-                            .iter()
-                            .any(|&r| self.flags(r, &ins[1..]).contains(&true));
-                    vec![any; node.outputs.len()]
+                    // A batched index batches every result; an unbatched one, each result some
+                    // branch batches.
+                    let mut outs = vec![ins[0]; node.outputs.len()];
+                    for &r in branches {
+                        for (o, x) in outs.iter_mut().zip(self.flags(r, &ins[1..])) {
+                            *o |= x;
+                        }
+                    }
+                    outs
                 }
                 Op::While { cond, body } => self.loop_flags(*cond, *body, &ins).0,
                 _ => vec![ins.contains(&true); node.outputs.len()],
