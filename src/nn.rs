@@ -174,9 +174,15 @@ impl Conv2d<HostArray> {
     /// (`None`: no bias).
     pub fn reinit(self, weight: Init, bias: Option<Init>, key: &mut SplitMix64) -> Result<Self> {
         let dims = self.weight.dims().to_vec();
+        let Some(&out_channels) = dims.first() else {
+            return Err(Error::InvalidArgument(
+                "Conv2d::reinit: the kernel is a scalar; it needs [out, in / groups, kh, kw]"
+                    .into(),
+            ));
+        };
         let weight = weight.sample(&dims, DType::F32, key.next_u64())?;
         let bias = bias
-            .map(|b| b.sample(&[dims[0]], DType::F32, key.next_u64()))
+            .map(|b| b.sample(&[out_channels], DType::F32, key.next_u64()))
             .transpose()?;
         Ok(Conv2d {
             weight,
