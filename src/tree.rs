@@ -252,6 +252,14 @@ pub fn enter(path: &mut String, segment: &str) -> usize {
     n
 }
 
+/// `walk` of the child `segment` of `path` ([`enter`]), `path` restored after.
+pub fn at<R>(path: &mut String, segment: &str, walk: impl FnOnce(&mut String) -> R) -> R {
+    let n = enter(path, segment);
+    let r = walk(path);
+    path.truncate(n);
+    r
+}
+
 fn count_error(want: usize, path: &str) -> Error {
     Error::InvalidArgument(format!(
         "unflatten: the leaves ran out at `{path}`; the tree has {want}"
@@ -319,9 +327,7 @@ impl<L, X: Tree<L>> Tree<L> for Vec<X> {
 
     fn visit_at<'a>(&'a self, path: &mut String, f: &mut dyn FnMut(&str, &'a L)) {
         for (i, x) in self.iter().enumerate() {
-            let n = enter(path, &i.to_string());
-            x.visit_at(path, f);
-            path.truncate(n);
+            at(path, &i.to_string(), |p| x.visit_at(p, f));
         }
     }
 
@@ -330,13 +336,8 @@ impl<L, X: Tree<L>> Tree<L> for Vec<X> {
         path: &mut String,
         f: &mut dyn FnMut(&str, &'a L) -> Result<U>,
     ) -> Result<Self::Map<U>> {
-        let mut out = Vec::with_capacity(self.len());
-        for (i, x) in self.iter().enumerate() {
-            let n = enter(path, &i.to_string());
-            out.push(x.try_map_at(path, f)?);
-            path.truncate(n);
-        }
-        Ok(out)
+        let mut each = |(i, x): (usize, &'a X)| at(path, &i.to_string(), |p| x.try_map_at(p, f));
+        self.iter().enumerate().map(&mut each).collect()
     }
 
     fn try_into_map_at<U>(
@@ -344,13 +345,8 @@ impl<L, X: Tree<L>> Tree<L> for Vec<X> {
         path: &mut String,
         f: &mut dyn FnMut(&str, L) -> Result<U>,
     ) -> Result<Self::Map<U>> {
-        let mut out = Vec::with_capacity(self.len());
-        for (i, x) in self.into_iter().enumerate() {
-            let n = enter(path, &i.to_string());
-            out.push(x.try_into_map_at(path, f)?);
-            path.truncate(n);
-        }
-        Ok(out)
+        let mut each = |(i, x): (usize, X)| at(path, &i.to_string(), |p| x.try_into_map_at(p, f));
+        self.into_iter().enumerate().map(&mut each).collect()
     }
 
     fn try_replace_at(
@@ -358,13 +354,8 @@ impl<L, X: Tree<L>> Tree<L> for Vec<X> {
         path: &mut String,
         f: &mut dyn FnMut(&str, &L) -> Result<L>,
     ) -> Result<Self> {
-        let mut out = Vec::with_capacity(self.len());
-        for (i, x) in self.iter().enumerate() {
-            let n = enter(path, &i.to_string());
-            out.push(x.try_replace_at(path, f)?);
-            path.truncate(n);
-        }
-        Ok(out)
+        let mut each = |(i, x): (usize, &X)| at(path, &i.to_string(), |p| x.try_replace_at(p, f));
+        self.iter().enumerate().map(&mut each).collect()
     }
 }
 
@@ -407,9 +398,7 @@ impl<L, X: Tree<L>> Tree<L> for BTreeMap<String, X> {
 
     fn visit_at<'a>(&'a self, path: &mut String, f: &mut dyn FnMut(&str, &'a L)) {
         for (k, x) in self {
-            let n = enter(path, k);
-            x.visit_at(path, f);
-            path.truncate(n);
+            at(path, k, |p| x.visit_at(p, f));
         }
     }
 
@@ -418,13 +407,9 @@ impl<L, X: Tree<L>> Tree<L> for BTreeMap<String, X> {
         path: &mut String,
         f: &mut dyn FnMut(&str, &'a L) -> Result<U>,
     ) -> Result<Self::Map<U>> {
-        let mut out = BTreeMap::new();
-        for (k, x) in self {
-            let n = enter(path, k);
-            out.insert(k.clone(), x.try_map_at(path, f)?);
-            path.truncate(n);
-        }
-        Ok(out)
+        let mut each =
+            |(k, x): (&String, &'a X)| Ok((k.clone(), at(path, k, |p| x.try_map_at(p, f))?));
+        self.iter().map(&mut each).collect()
     }
 
     fn try_into_map_at<U>(
@@ -432,14 +417,11 @@ impl<L, X: Tree<L>> Tree<L> for BTreeMap<String, X> {
         path: &mut String,
         f: &mut dyn FnMut(&str, L) -> Result<U>,
     ) -> Result<Self::Map<U>> {
-        let mut out = BTreeMap::new();
-        for (k, x) in self {
-            let n = enter(path, &k);
-            let v = x.try_into_map_at(path, f)?;
-            path.truncate(n);
-            out.insert(k, v);
-        }
-        Ok(out)
+        let mut each = |(k, x): (String, X)| {
+            let v = at(path, &k, |p| x.try_into_map_at(p, f))?;
+            Ok((k, v))
+        };
+        self.into_iter().map(&mut each).collect()
     }
 
     fn try_replace_at(
@@ -447,13 +429,9 @@ impl<L, X: Tree<L>> Tree<L> for BTreeMap<String, X> {
         path: &mut String,
         f: &mut dyn FnMut(&str, &L) -> Result<L>,
     ) -> Result<Self> {
-        let mut out = BTreeMap::new();
-        for (k, x) in self {
-            let n = enter(path, k);
-            out.insert(k.clone(), x.try_replace_at(path, f)?);
-            path.truncate(n);
-        }
-        Ok(out)
+        let mut each =
+            |(k, x): (&String, &X)| Ok((k.clone(), at(path, k, |p| x.try_replace_at(p, f))?));
+        self.iter().map(&mut each).collect()
     }
 }
 
@@ -464,11 +442,7 @@ macro_rules! tuple_tree {
             type Map<U> = ($($x::Map<U>,)*);
 
             fn visit_at<'a>(&'a self, path: &mut String, f: &mut dyn FnMut(&str, &'a L)) {
-                $(
-                    let n = enter(path, stringify!($i));
-                    self.$i.visit_at(path, f);
-                    path.truncate(n);
-                )*
+                $(at(path, stringify!($i), |p| self.$i.visit_at(p, f));)*
             }
 
             fn try_map_at<'a, U>(
@@ -476,12 +450,7 @@ macro_rules! tuple_tree {
                 path: &mut String,
                 f: &mut dyn FnMut(&str, &'a L) -> Result<U>,
             ) -> Result<Self::Map<U>> {
-                Ok(($({
-                    let n = enter(path, stringify!($i));
-                    let v = self.$i.try_map_at(path, f)?;
-                    path.truncate(n);
-                    v
-                },)*))
+                Ok(($(at(path, stringify!($i), |p| self.$i.try_map_at(p, f))?,)*))
             }
 
             #[allow(non_snake_case)]
@@ -491,12 +460,7 @@ macro_rules! tuple_tree {
                 f: &mut dyn FnMut(&str, L) -> Result<U>,
             ) -> Result<Self::Map<U>> {
                 let ($($x,)*) = self;
-                Ok(($({
-                    let n = enter(path, stringify!($i));
-                    let v = $x.try_into_map_at(path, f)?;
-                    path.truncate(n);
-                    v
-                },)*))
+                Ok(($(at(path, stringify!($i), |p| $x.try_into_map_at(p, f))?,)*))
             }
 
             fn try_replace_at(
@@ -504,12 +468,7 @@ macro_rules! tuple_tree {
                 path: &mut String,
                 f: &mut dyn FnMut(&str, &L) -> Result<L>,
             ) -> Result<Self> {
-                Ok(($({
-                    let n = enter(path, stringify!($i));
-                    let v = self.$i.try_replace_at(path, f)?;
-                    path.truncate(n);
-                    v
-                },)*))
+                Ok(($(at(path, stringify!($i), |p| self.$i.try_replace_at(p, f))?,)*))
             }
         }
     };

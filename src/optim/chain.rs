@@ -251,11 +251,10 @@ impl Step<'_> {
         u: Vec<Tensor>,
         next: &mut BTreeMap<String, Tensor>,
     ) -> Result<Vec<Tensor>> {
-        let dtype_of = |x: &Tensor| x.dtype();
         match t {
             Transform::ClipByGlobalNorm(max) => {
                 let Some(first) = u.first() else { return Ok(u) };
-                let c = dtype_of(first);
+                let c = first.dtype();
                 let norm = global_norm(&u)?.astype(c)?;
                 let factor = first
                     .graph()
@@ -278,7 +277,7 @@ impl Step<'_> {
             Transform::Scale(f) => u.iter().map(|x| x.mul(*f)).collect(),
             Transform::ScaleByLearningRate(schedule) => {
                 let Some(first) = u.first() else { return Ok(u) };
-                let t = self.count(next, dtype_of(first))?;
+                let t = self.count(next, first.dtype())?;
                 let lr = schedule.at(&t)?.neg()?;
                 u.iter().map(|x| x.mul(&lr.astype(x.dtype())?)).collect()
             }
@@ -305,7 +304,7 @@ impl Step<'_> {
         [b1, b2, eps]: [f64; 3],
     ) -> Result<Vec<Tensor>> {
         let Some(first) = u.first() else { return Ok(u) };
-        let t = self.count(next, dtype_of_compute(first))?;
+        let t = self.count(next, first.dtype())?;
         let g = first.graph();
         (0..u.len())
             .map(|i| {
@@ -327,11 +326,6 @@ impl Step<'_> {
             })
             .collect()
     }
-}
-
-/// The compute dtype of an update.
-fn dtype_of_compute(x: &Tensor) -> DType {
-    compute_dtype(x.dtype())
 }
 
 impl Schedule {

@@ -5,7 +5,7 @@ use super::{bad, AdamW, AdamWState, ParamState};
 use crate::array::HostArray;
 use crate::error::Result;
 use crate::ops::{Carry, Tensor};
-use crate::tree::{enter, Tree, Typed};
+use crate::tree::{at, Tree, Typed};
 
 /// AdamW's state for a tree of parameters `P` with leaves `L`: both moments in the
 /// parameters' structure and the step count. It is a [`Tree`] itself (leaves `m.<path>`,
@@ -25,15 +25,9 @@ impl<L, P: Tree<L>> Tree<L> for AdamWTree<P, L> {
     type Map<U> = AdamWTree<P::Map<U>, U>;
 
     fn visit_at<'a>(&'a self, path: &mut String, f: &mut dyn FnMut(&str, &'a L)) {
-        let n = enter(path, "m");
-        self.m.visit_at(path, f);
-        path.truncate(n);
-        let n = enter(path, "v");
-        self.v.visit_at(path, f);
-        path.truncate(n);
-        let n = enter(path, "step");
-        f(path, &self.step);
-        path.truncate(n);
+        at(path, "m", |p| self.m.visit_at(p, f));
+        at(path, "v", |p| self.v.visit_at(p, f));
+        at(path, "step", |p| f(p, &self.step));
     }
 
     fn try_map_at<'a, U>(
@@ -41,16 +35,11 @@ impl<L, P: Tree<L>> Tree<L> for AdamWTree<P, L> {
         path: &mut String,
         f: &mut dyn FnMut(&str, &'a L) -> Result<U>,
     ) -> Result<Self::Map<U>> {
-        let n = enter(path, "m");
-        let m = self.m.try_map_at(path, f)?;
-        path.truncate(n);
-        let n = enter(path, "v");
-        let v = self.v.try_map_at(path, f)?;
-        path.truncate(n);
-        let n = enter(path, "step");
-        let step = f(path, &self.step)?;
-        path.truncate(n);
-        Ok(AdamWTree { m, v, step })
+        Ok(AdamWTree {
+            m: at(path, "m", |p| self.m.try_map_at(p, f))?,
+            v: at(path, "v", |p| self.v.try_map_at(p, f))?,
+            step: at(path, "step", |p| f(p, &self.step))?,
+        })
     }
 
     fn try_into_map_at<U>(
@@ -58,16 +47,12 @@ impl<L, P: Tree<L>> Tree<L> for AdamWTree<P, L> {
         path: &mut String,
         f: &mut dyn FnMut(&str, L) -> Result<U>,
     ) -> Result<Self::Map<U>> {
-        let n = enter(path, "m");
-        let m = self.m.try_into_map_at(path, f)?;
-        path.truncate(n);
-        let n = enter(path, "v");
-        let v = self.v.try_into_map_at(path, f)?;
-        path.truncate(n);
-        let n = enter(path, "step");
-        let step = f(path, self.step)?;
-        path.truncate(n);
-        Ok(AdamWTree { m, v, step })
+        let AdamWTree { m, v, step } = self;
+        Ok(AdamWTree {
+            m: at(path, "m", |p| m.try_into_map_at(p, f))?,
+            v: at(path, "v", |p| v.try_into_map_at(p, f))?,
+            step: at(path, "step", |p| f(p, step))?,
+        })
     }
 
     fn try_replace_at(
@@ -75,16 +60,11 @@ impl<L, P: Tree<L>> Tree<L> for AdamWTree<P, L> {
         path: &mut String,
         f: &mut dyn FnMut(&str, &L) -> Result<L>,
     ) -> Result<Self> {
-        let n = enter(path, "m");
-        let m = self.m.try_replace_at(path, f)?;
-        path.truncate(n);
-        let n = enter(path, "v");
-        let v = self.v.try_replace_at(path, f)?;
-        path.truncate(n);
-        let n = enter(path, "step");
-        let step = f(path, &self.step)?;
-        path.truncate(n);
-        Ok(AdamWTree { m, v, step })
+        Ok(AdamWTree {
+            m: at(path, "m", |p| self.m.try_replace_at(p, f))?,
+            v: at(path, "v", |p| self.v.try_replace_at(p, f))?,
+            step: at(path, "step", |p| f(p, &self.step))?,
+        })
     }
 }
 
