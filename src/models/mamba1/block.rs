@@ -5,7 +5,7 @@
 use super::{Mamba1Config, Mamba1Layer, Mamba1Weights};
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::models::mamba2::block::{linear, remembered_inputs, rms};
+use crate::models::mamba2::block::{linear, remembered_inputs, rms, window_sum};
 use crate::models::mamba2::LayerState;
 use crate::ops::{Graph, Tensor};
 use crate::tree::Tree;
@@ -199,7 +199,7 @@ pub(crate) fn block_step(
     let k = cfg.conv_kernel;
     let (x, z) = mixer_inputs(hidden, None, w, cfg)?;
     let window = Tensor::concat(&[&state.conv.narrow(2, 1, k - 1)?, &x.expand_dims(2)?], 2)?;
-    let mut xc = window.mul(&w.conv_weight)?.sum(&[-1])?;
+    let mut xc = window_sum(&window, &w.conv_weight)?;
     if let Some(bias) = &w.conv_bias {
         xc = xc.add(bias)?;
     }
