@@ -4,6 +4,9 @@
 #
 #   scripts/serve_load.sh OUT [LLAMA_SERVER_BIN]
 #
+# REQUESTS (default 16) sets the requests per setting; RATES (default 0.25,0.5,1,2) the
+# open-loop rates, none when empty.
+#
 # The weights: scripts/llama_cpp_compare.py --out target/llama-compare (an HF checkpoint for us,
 # the same tensors as a GGUF for llama-server). Both servers: 2 threads, 8 slots.
 set -euo pipefail
@@ -24,7 +27,7 @@ fi
 trap 'kill "${pids[@]}" 2>/dev/null || true' EXIT
 until grep -q listening "$out/ours.log"; do sleep 1; done
 if [[ -n "$llama" ]]; then until curl -sf 127.0.0.1:18091/health >/dev/null; do sleep 1; done; fi
-common=(--ids 50288 --prompt-len 16,128 --output-len 32,128 --requests 16 --slo-ttft 1 --slo-itl 0.1)
+common=(--ids 50288 --prompt-len 16,128 --output-len 32,128 --requests "${REQUESTS:-16}" --slo-ttft 1 --slo-itl 0.1)
 run() { # label port mode values [earlier json for the chart]
   "$bin" loadgen --url "http://127.0.0.1:$2" "--$3" "$4" "${common[@]}" --label "$1" \
     --json "$out/$1-$3.json" --svg "$out/$1-$3.svg" ${5:+--with "$5"}
@@ -33,7 +36,10 @@ for round in 1 2; do
   run "stablegraph-r$round" 18090 clients 1,8
   if [[ -n "$llama" ]]; then run "llama-server-r$round" 18091 clients 1,8; fi
 done
-run stablegraph 18090 rates 0.25,0.5,1,2
-if [[ -n "$llama" ]]; then
-  run llama-server 18091 rates 0.25,0.5,1,2 "$out/stablegraph-rates.json" # both in one chart
+rates=${RATES-0.25,0.5,1,2}
+if [[ -n "$rates" ]]; then
+  run stablegraph 18090 rates "$rates"
+  if [[ -n "$llama" ]]; then
+    run llama-server 18091 rates "$rates" "$out/stablegraph-rates.json" # both in one chart
+  fi
 fi
