@@ -5,7 +5,8 @@
 use super::{Mamba1Config, Mamba1Layer, Mamba1Weights};
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::models::mamba2::block::{linear, remembered_inputs, rms, window_sum};
+use crate::models::mamba2::block::{linear, remembered_inputs, rms};
+use crate::models::mamba2::materialize::window_sum;
 use crate::models::mamba2::LayerState;
 use crate::ops::{Graph, Tensor};
 use crate::tree::Tree;

@@ -7,6 +7,7 @@
 //! `scan_dtype` (f32 unless changed for a precision ablation).
 
 use super::config::Mamba2Config;
+use super::materialize::{materialized, window_sum};
 use super::ssd::{groups_to_heads, ssd_chunked, ssd_step};
 use super::weights::named_differences;
 use super::weights::{layer_types, LayerWeights, Mamba2Weights};
@@ -606,33 +607,6 @@ pub(crate) fn mixer_step(
             ssm,
         },
     ))
-}
-
-/// The decode step's depthwise convolution `sum_i window[.., i] * weight[.., i]` over the
-/// last axis (the kernel's `k` taps), as `k` products added in order and materialized once
-/// (behind an optimization barrier, so that its consumers read it instead of recomputing
-/// it). Written as a reduction over the taps, XLA's CPU backend hands it to YNNPACK: the
-/// 130M shape's 8-row decode step took 20-25% longer that way (`docs/serving.md`).
-pub(crate) fn window_sum(window: &Tensor, weight: &Tensor) -> Result<Tensor> {
-    let k = *window.dims().last().unwrap_or(&0);
-    let tap = |i: usize| -> Result<Tensor> {
-        let w = weight.narrow(-1, i, 1)?.squeeze(&[-1])?;
-        window.narrow(-1, i, 1)?.squeeze(&[-1])?.mul(&w)
-    };
-    let mut sum = tap(0)?;
-    for i in 1..k {
-        sum = sum.add(&tap(i)?)?;
-    }
-    materialized(&sum)
-}
-
-/// `t` behind an optimization barrier: computed once into a buffer that its consumers read,
-/// where XLA would otherwise fuse (recompute) it into each of them.
-pub(crate) fn materialized(t: &Tensor) -> Result<Tensor> {
-    Tensor::optimization_barrier(&[t])?
-        .into_iter()
-        .next()
-        .ok_or_else(|| Error::InvalidArgument("materialized: the barrier returned nothing".into()))
 }
 
 /// The shapes of a batch's [`LayerState`] for a validated config: `conv`, `ssm`.

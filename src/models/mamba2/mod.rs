@@ -9,6 +9,7 @@ pub(crate) mod checkpoint;
 pub(crate) mod config;
 mod decode;
 mod generate;
+pub(crate) mod materialize;
 mod model;
 mod parallel;
 mod save;

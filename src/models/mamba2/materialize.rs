@@ -1,0 +1,74 @@
+//! Values XLA's CPU backend should compute once: [`materialized`] puts one behind an
+//! optimization barrier (read by its consumers, not fused into and recomputed by each), and
+//! [`window_sum`] is the decode step's convolution in the form that runs well there.
+
+use crate::error::{Error, Result};
+use crate::ops::Tensor;
+
+/// The decode step's depthwise convolution `sum_i window[.., i] * weight[.., i]` over the
+/// last axis (the kernel's `k` taps), as `k` products added in order and materialized once
+/// (behind an optimization barrier, so that its consumers read it instead of recomputing
+/// it). Written as a reduction over the taps, XLA's CPU backend hands it to YNNPACK: the
+/// 130M shape's 8-row decode step took 20-25% longer that way (`docs/serving.md`).
+pub(crate) fn window_sum(window: &Tensor, weight: &Tensor) -> Result<Tensor> {
+    let k = *window.dims().last().unwrap_or(&0);
+    let tap = |i: usize| -> Result<Tensor> {
+        let w = weight.narrow(-1, i, 1)?.squeeze(&[-1])?;
+        window.narrow(-1, i, 1)?.squeeze(&[-1])?.mul(&w)
+    };
+    let mut sum = tap(0)?;
+    for i in 1..k {
+        sum = sum.add(&tap(i)?)?;
+    }
+    materialized(&sum)
+}
+
+/// `t` behind an optimization barrier: computed once into a buffer that its consumers read,
+/// where XLA would otherwise fuse (recompute) it into each of them.
+pub(crate) fn materialized(t: &Tensor) -> Result<Tensor> {
+    Tensor::optimization_barrier(&[t])?
+        .into_iter()
+        .next()
+        .ok_or_else(|| Error::InvalidArgument("materialized: the barrier returned nothing".into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::array::HostArray;
+    use crate::dtype::DType;
+    use crate::ops::Graph;
+
+    /// The window sum against the formula, per row and channel, for 1 to 4 taps.
+    #[test]
+    fn window_sum_is_the_dot_of_each_window_with_its_taps() {
+        for k in 1..=4usize {
+            let (b, c) = (2usize, 3usize);
+            let window: Vec<f32> = (0..b * c * k).map(|i| (i as f32 * 0.37).sin()).collect();
+            let weight: Vec<f32> = (0..c * k).map(|i| (i as f32 * 0.91).cos()).collect();
+            let g = Graph::new();
+            let tw = g.parameter("window", DType::F32, &[b, c, k]).unwrap();
+            let tk = g.parameter("weight", DType::F32, &[c, k]).unwrap();
+            let out = window_sum(&tw, &tk).unwrap();
+            assert_eq!(out.dims(), [b, c]);
+            g.set_outputs(&[&out]).unwrap();
+            let got = g
+                .evaluate(&[
+                    HostArray::from_vec(&[b, c, k], window.clone()).unwrap(),
+                    HostArray::from_vec(&[c, k], weight.clone()).unwrap(),
+                ])
+                .unwrap()[0]
+                .to_f64_vec();
+            for (i, got) in got.iter().enumerate() {
+                let (row, ch) = (i / c, i % c);
+                let want: f64 = (0..k)
+                    .map(|t| f64::from(window[(row * c + ch) * k + t] * weight[ch * k + t]))
+                    .sum();
+                assert!(
+                    (got - want).abs() < 1e-6,
+                    "k {k}, [{row}, {ch}]: {got} vs {want}"
+                );
+            }
+        }
+    }
+}
