@@ -9,7 +9,7 @@ use crate::ops::Tensor;
 /// last axis (the kernel's `k` taps), as `k` products added in order and materialized once
 /// (behind an optimization barrier, so that its consumers read it instead of recomputing
 /// it). Written as a reduction over the taps, XLA's CPU backend hands it to YNNPACK: the
-/// 130M shape's 8-row decode step took 20-25% longer that way (`docs/serving.md`).
+/// 130M shape's 8-row decode step took 28-37% longer that way (`docs/serving.md`).
 pub(crate) fn window_sum(window: &Tensor, weight: &Tensor) -> Result<Tensor> {
     let k = *window.dims().last().unwrap_or(&0);
     let tap = |i: usize| -> Result<Tensor> {
