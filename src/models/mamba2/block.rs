@@ -228,9 +228,7 @@ fn weight_major(x: &Tensor, w: &Tensor, rows: usize) -> Result<Tensor> {
     let (n_out, n_in) = (w.dims()[0] as isize, w.dims()[1] as isize);
     let flat = x.reshape(&[rows as isize, n_in])?;
     let yt = w.dot_general(&flat, &[], &[(1, 1)])?; // [out, rows]
-    let yt = Tensor::optimization_barrier(&[&yt])?
-        .pop()
-        .ok_or_else(|| Error::InvalidArgument("optimization_barrier: one value".into()))?;
+    let yt = materialized(&yt)?;
     let mut out: Vec<isize> = x.dims().iter().map(|&d| d as isize).collect();
     if let Some(last) = out.last_mut() {
         *last = n_out;
