@@ -3,9 +3,9 @@
 //! - A reduction by one op uses the pretty form (`stablehlo.reduce(%x init: %c) applies
 //!   stablehlo.add across dimensions = [1]`); float max/min reductions, whose region propagates
 //!   NaN, use the generic form.
-//! - Arg-reductions are a variadic reduce over (value, index) whose comparator is commutative
-//!   and associative: NaN beats every number for the max and loses to every number for the min,
-//!   ties go to the smaller index.
+//! - Arg-reductions are two plain reductions, the best value and then the first position
+//!   holding it: NaN beats every number for the max and loses to every number for the min, ties
+//!   go to the smaller index.
 //! - Cumsum along an axis of `n <= 16` is a `reduce_window` whose window covers everything up to
 //!   each element (a sequential sum, `n` additions per element); a longer one is a log-depth
 //!   scan, `ceil(log2 n)` rounds of adding the running sum shifted by 1, 2, 4, ... (a tree sum
@@ -107,107 +107,141 @@ impl Lowering<'_> {
         ));
     }
 
-    /// A variadic reduce over (values, their indices along `axis`) keeping the best pair (see
-    /// [`Self::arg_pick`]); the init pair (the worst value, the index dtype's maximum) is its
-    /// identity. The index dtype is the node's (integer) output dtype. Results `{res}_r#0`
-    /// (values) and `{res}_r#1` (indices, the output).
+    /// The index of the best value along `axis` as two plain reductions (XLA's CPU backend runs
+    /// them 2-3x faster than one variadic reduce over (value, index) pairs): the best number
+    /// `m` (NaNs replaced by the worst value), then the smallest key, a key being the position
+    /// for an element equal to `m` and the largest key for the others. Floats shift one kind by
+    /// the axis length so that a NaN beats every number for the max (NaNs keep their position,
+    /// numbers get position + length) and loses to every number for the min (the other way
+    /// round); the length is taken off again. Ties go to the smaller index. (The graph refuses an
+    /// empty axis.)
     pub(super) fn arg_reduce(&mut self, n: &Inst, kind: ArgKind, axis: usize) -> String {
         let (res, x, x_ty, out) = (&n.res, &n.ins[0], n.tys[0], n.out());
-        let dtype = x_ty.dtype;
-        let index = out.dtype;
-        let iota = TensorType::new(index, &x_ty.dims);
-        let values_out = TensorType::new(dtype, &out.dims);
-        let sv = scalar_or_shaped(dtype, &[]);
-        let si = scalar_or_shaped(index, &[]);
-        // The worst value: nothing beats it, so it loses every tie (by its index).
-        let worst = match (kind, dtype.is_float()) {
-            (ArgKind::Max, _) => special(dtype, Special::Lowest),
-            (ArgKind::Min, true) => nan(dtype),
-            (ArgKind::Min, false) => special(dtype, Special::Highest),
-        };
-        self.emit(format!(
-            "{res}_iota = stablehlo.iota dim = {axis} : {}",
-            tensor_type(&iota)
-        ));
-        self.emit(format!(
-            "{res}_init = stablehlo.constant dense<{worst}> : {sv}"
-        ));
-        self.emit(format!(
-            "{res}_init_index = stablehlo.constant dense<{}> : {si}",
-            special(index, Special::Highest)
-        ));
-        self.emit(format!(
-            "{res}_r:2 = \"stablehlo.reduce\"({x}, {res}_iota, {res}_init, {res}_init_index) ({{"
-        ));
-        self.emit(format!(
-            "^bb0({res}_a: {sv}, {res}_ai: {si}, {res}_b: {sv}, {res}_bi: {si}):"
-        ));
-        self.arg_pick(res, kind, dtype, index);
-        self.emit(format!(
-            "}}) {{dimensions = array<i64: {axis}>}} : ({}, {}, {sv}, {si}) -> ({}, {})",
-            tensor_type(x_ty),
-            tensor_type(&iota),
-            tensor_type(&values_out),
-            tensor_type(out)
-        ));
-        format!("{res}_r#1")
-    }
-
-    /// The comparator region of [`Self::arg_reduce`] over `(a, ai)` and `(b, bi)`: keeps the
-    /// larger (smaller) value, NaN counting as larger than every number, and on a tie the
-    /// smaller index. This choice is commutative and associative, as `stablehlo.reduce`
-    /// requires.
-    fn arg_pick(&mut self, res: &str, kind: ArgKind, dtype: DType, index: DType) {
-        let sv = scalar_or_shaped(dtype, &[]);
-        let si = scalar_or_shaped(index, &[]);
-        let pred = scalar_or_shaped(DType::Pred, &[]);
-        let cmp_type = compare_type(dtype);
-        let better = match kind {
-            ArgKind::Max => "GT",
-            ArgKind::Min => "LT",
-        };
-        let cmp = |name: &str, dir: &str, l: &str, r: &str, ty: &str, ct: &str| {
-            format!(
-                "{res}_{name} = stablehlo.compare {dir}, {res}_{l}, {res}_{r}, {ct} : ({ty}, \
-                 {ty}) -> {pred}"
-            )
-        };
-        self.emit_inner(cmp("better", better, "a", "b", &sv, cmp_type));
-        self.emit_inner(cmp("eq", "EQ", "a", "b", &sv, cmp_type));
-        self.emit_inner(cmp("first", "LT", "ai", "bi", &si, compare_type(index)));
-        let binop = |name: &str, op: &str, l: &str, r: &str| {
-            format!("{res}_{name} = stablehlo.{op} {res}_{l}, {res}_{r} : {pred}")
-        };
-        if dtype.is_float() {
-            self.emit_inner(cmp("a_nan", "NE", "a", "a", &sv, cmp_type));
-            self.emit_inner(cmp("b_nan", "NE", "b", "b", &sv, cmp_type));
-            // NaN is larger than every number: it wins a max and loses a min against one.
-            let (nan_side, number_side) = match kind {
-                ArgKind::Max => ("a_nan", "b_nan"),
-                ArgKind::Min => ("b_nan", "a_nan"),
-            };
-            self.emit_inner(format!(
-                "{res}_number = stablehlo.not {res}_{number_side} : {pred}"
-            ));
-            self.emit_inner(binop("nan_wins", "and", nan_side, "number"));
-            self.emit_inner(binop("both_nan", "and", "a_nan", "b_nan"));
-            self.emit_inner(binop("same", "or", "eq", "both_nan"));
-            self.emit_inner(binop("tie", "and", "same", "first"));
-            self.emit_inner(binop("wins", "or", "better", "nan_wins"));
-            self.emit_inner(binop("pick_a", "or", "wins", "tie"));
+        let (dtype, index) = (x_ty.dtype, out.dtype);
+        let len = x_ty.dims[axis];
+        let out_t = tensor_type(out);
+        let x_t = tensor_type(x_ty);
+        let x_pred = scalar_or_shaped(DType::Pred, &x_ty.dims);
+        let keep: Vec<usize> = (0..x_ty.rank()).filter(|&d| d != axis).collect();
+        // The keys: positions, and for floats positions + len, in a dtype holding 2 len.
+        let float = dtype.is_float();
+        let key = if !float {
+            index
+        } else if 2 * len <= i32::MAX as usize {
+            DType::I32
         } else {
-            self.emit_inner(binop("tie", "and", "eq", "first"));
-            self.emit_inner(binop("pick_a", "or", "better", "tie"));
+            DType::I64
+        };
+        let key_t = scalar_or_shaped(key, &x_ty.dims);
+        let key_out = scalar_or_shaped(key, &out.dims);
+        let key_s = scalar_or_shaped(key, &[]);
+        let (op, worst) = match kind {
+            ArgKind::Max => ("maximum", Special::Lowest),
+            ArgKind::Min => ("minimum", Special::Highest),
+        };
+        let mut numbers = x.clone();
+        if float {
+            self.emit(format!(
+                "{res}_isnan = stablehlo.compare NE, {x}, {x}, FLOAT : ({x_t}, {x_t}) -> {x_pred}"
+            ));
+            self.emit(format!(
+                "{res}_worst = stablehlo.constant dense<{}> : {x_t}",
+                special(dtype, worst)
+            ));
+            self.emit(format!(
+                "{res}_numbers = stablehlo.select {res}_isnan, {res}_worst, {x} : {x_pred}, {x_t}"
+            ));
+            numbers = format!("{res}_numbers");
         }
-        self.emit_inner(format!(
-            "{res}_value = stablehlo.select {res}_pick_a, {res}_a, {res}_b : {pred}, {sv}"
+        let sv = scalar_or_shaped(dtype, &[]);
+        let vals_t = scalar_or_shaped(dtype, &out.dims);
+        self.emit(format!(
+            "{res}_init = stablehlo.constant dense<{}> : {sv}",
+            special(dtype, worst)
         ));
-        self.emit_inner(format!(
-            "{res}_index = stablehlo.select {res}_pick_a, {res}_ai, {res}_bi : {pred}, {si}"
+        self.emit(format!(
+            "{res}_best = stablehlo.reduce({numbers} init: {res}_init) applies stablehlo.{op} \
+             across dimensions = [{axis}] : ({x_t}, {sv}) -> {vals_t}"
         ));
-        self.emit_inner(format!(
-            "stablehlo.return {res}_value, {res}_index : {sv}, {si}"
+        self.emit(format!(
+            "{res}_bestb = stablehlo.broadcast_in_dim {res}_best, dims = {} : ({vals_t}) -> {x_t}",
+            int_list(&keep)
         ));
+        self.emit(format!(
+            "{res}_hit = stablehlo.compare EQ, {x}, {res}_bestb, {} : ({x_t}, {x_t}) -> {x_pred}",
+            compare_type(dtype)
+        ));
+        self.emit(format!(
+            "{res}_iota = stablehlo.iota dim = {axis} : {key_t}"
+        ));
+        self.emit(format!(
+            "{res}_none = stablehlo.constant dense<{}> : {key_t}",
+            special(key, Special::Highest)
+        ));
+        let keys = format!("{res}_keys");
+        if float {
+            // A NaN's key: the max prefers it to any number, the min any number to it.
+            self.emit(format!(
+                "{res}_len = stablehlo.constant dense<{len}> : {key_t}"
+            ));
+            self.emit(format!(
+                "{res}_late = stablehlo.add {res}_iota, {res}_len : {key_t}"
+            ));
+            let (nan_key, number_key) = match kind {
+                ArgKind::Max => (format!("{res}_iota"), format!("{res}_late")),
+                ArgKind::Min => (format!("{res}_late"), format!("{res}_iota")),
+            };
+            self.emit(format!(
+                "{res}_numkey = stablehlo.select {res}_hit, {number_key}, {res}_none : {x_pred}, \
+                 {key_t}"
+            ));
+            self.emit(format!(
+                "{keys} = stablehlo.select {res}_isnan, {nan_key}, {res}_numkey : {x_pred}, \
+                 {key_t}"
+            ));
+        } else {
+            self.emit(format!(
+                "{keys} = stablehlo.select {res}_hit, {res}_iota, {res}_none : {x_pred}, {key_t}"
+            ));
+        }
+        self.emit(format!(
+            "{res}_kinit = stablehlo.constant dense<{}> : {key_s}",
+            special(key, Special::Highest)
+        ));
+        let first = if float {
+            format!("{res}_first")
+        } else {
+            res.clone()
+        };
+        self.emit(format!(
+            "{first} = stablehlo.reduce({keys} init: {res}_kinit) applies stablehlo.minimum \
+             across dimensions = [{axis}] : ({key_t}, {key_s}) -> {key_out}"
+        ));
+        if float {
+            // Keys of len and above are positions + len.
+            let key_pred = scalar_or_shaped(DType::Pred, &out.dims);
+            self.emit(format!(
+                "{res}_olen = stablehlo.constant dense<{len}> : {key_out}"
+            ));
+            self.emit(format!(
+                "{res}_late_one = stablehlo.compare GE, {first}, {res}_olen, SIGNED : ({key_out}, \
+                 {key_out}) -> {key_pred}"
+            ));
+            self.emit(format!(
+                "{res}_early = stablehlo.subtract {first}, {res}_olen : {key_out}"
+            ));
+            self.emit(format!(
+                "{res}_pos = stablehlo.select {res}_late_one, {res}_early, {first} : {key_pred}, \
+                 {key_out}"
+            ));
+            if key == index {
+                return format!("{res}_pos");
+            }
+            self.emit(format!(
+                "{res} = stablehlo.convert {res}_pos : ({key_out}) -> {out_t}"
+            ));
+        }
+        res.clone()
     }
 
     /// An inclusive running sum along `axis`: a window scan up to [`SCAN_WINDOW_MAX`] elements,

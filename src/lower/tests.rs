@@ -147,7 +147,9 @@ module @stablegraph {
 }
 
 /// The text of a graph with a node of every family (`testdata/families.mlir` was written by the
-/// lowering before it was split by family).
+/// lowering before it was split by family, and rewritten when the arg-reductions became two
+/// plain reductions; what the text computes is checked by the op suites, against the
+/// interpreter).
 #[test]
 fn golden_families() {
     let g = family_graph().expect("builds");

@@ -165,6 +165,29 @@ fn argmax_argmin() {
             }
         }
     }
+    // Lanes the random ones rarely make: all NaN, NaN beside infinities, signed zeros tied;
+    // against the interpreter and the definition (NaN above every number, the first of equals).
+    let nan = f64::NAN;
+    let (inf, ninf) = (f64::INFINITY, f64::NEG_INFINITY);
+    let lanes: [[f64; 4]; 6] = [
+        [nan, nan, nan, nan],
+        [inf, nan, ninf, nan],
+        [ninf, inf, inf, ninf],
+        [-0.0, 0.0, -0.0, 0.0],
+        [1.0, nan, 1.0, inf],
+        [ninf, ninf, ninf, ninf],
+    ];
+    let (want_max, want_min) = (
+        [0.0, 1.0, 1.0, 0.0, 1.0, 0.0],
+        [0.0, 2.0, 0.0, 0.0, 0.0, 0.0],
+    );
+    for dtype in [F32, F64, BF16] {
+        s.case(format!("arg {dtype} special lanes"));
+        let values: Vec<f64> = lanes.iter().flatten().copied().collect();
+        let x = s.input("x", array_of(dtype, &[6, 4], &values));
+        s.check_exact(&x.argmax(1).unwrap(), array_of(I64, &[6], &want_max));
+        s.check_exact(&x.argmin(1).unwrap(), array_of(I64, &[6], &want_min));
+    }
     // Every integer index dtype, against the interpreter and a host argmax (first extreme).
     for (k, index) in INTS.into_iter().enumerate() {
         let dtype = NUMERIC[(3 * k) % NUMERIC.len()];

@@ -10,28 +10,27 @@ module @stablegraph {
       %v4_r = stablehlo.select %v4_b_nan, %v4_b, %v4_or_a : tensor<i1>, tensor<f32>
       stablehlo.return %v4_r : tensor<f32>
     }) {dimensions = array<i64: 1>} : (tensor<2x3xf32>, tensor<f32>) -> tensor<2xf32>
-    %v5_iota = stablehlo.iota dim = 1 : tensor<2x3xi64>
-    %v5_init = stablehlo.constant dense<0x7FC00000> : tensor<f32>
-    %v5_init_index = stablehlo.constant dense<9223372036854775807> : tensor<i64>
-    %v5_r:2 = "stablehlo.reduce"(%p0_x, %v5_iota, %v5_init, %v5_init_index) ({
-    ^bb0(%v5_a: tensor<f32>, %v5_ai: tensor<i64>, %v5_b: tensor<f32>, %v5_bi: tensor<i64>):
-      %v5_better = stablehlo.compare LT, %v5_a, %v5_b, FLOAT : (tensor<f32>, tensor<f32>) -> tensor<i1>
-      %v5_eq = stablehlo.compare EQ, %v5_a, %v5_b, FLOAT : (tensor<f32>, tensor<f32>) -> tensor<i1>
-      %v5_first = stablehlo.compare LT, %v5_ai, %v5_bi, SIGNED : (tensor<i64>, tensor<i64>) -> tensor<i1>
-      %v5_a_nan = stablehlo.compare NE, %v5_a, %v5_a, FLOAT : (tensor<f32>, tensor<f32>) -> tensor<i1>
-      %v5_b_nan = stablehlo.compare NE, %v5_b, %v5_b, FLOAT : (tensor<f32>, tensor<f32>) -> tensor<i1>
-      %v5_number = stablehlo.not %v5_a_nan : tensor<i1>
-      %v5_nan_wins = stablehlo.and %v5_b_nan, %v5_number : tensor<i1>
-      %v5_both_nan = stablehlo.and %v5_a_nan, %v5_b_nan : tensor<i1>
-      %v5_same = stablehlo.or %v5_eq, %v5_both_nan : tensor<i1>
-      %v5_tie = stablehlo.and %v5_same, %v5_first : tensor<i1>
-      %v5_wins = stablehlo.or %v5_better, %v5_nan_wins : tensor<i1>
-      %v5_pick_a = stablehlo.or %v5_wins, %v5_tie : tensor<i1>
-      %v5_value = stablehlo.select %v5_pick_a, %v5_a, %v5_b : tensor<i1>, tensor<f32>
-      %v5_index = stablehlo.select %v5_pick_a, %v5_ai, %v5_bi : tensor<i1>, tensor<i64>
-      stablehlo.return %v5_value, %v5_index : tensor<f32>, tensor<i64>
-    }) {dimensions = array<i64: 1>} : (tensor<2x3xf32>, tensor<2x3xi64>, tensor<f32>, tensor<i64>) -> (tensor<2xf32>, tensor<2xi64>)
-    %v6 = stablehlo.reshape %v5_r#1 : (tensor<2xi64>) -> tensor<2x1xi64>
+    %v5_isnan = stablehlo.compare NE, %p0_x, %p0_x, FLOAT : (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<2x3xi1>
+    %v5_worst = stablehlo.constant dense<0x7F800000> : tensor<2x3xf32>
+    %v5_numbers = stablehlo.select %v5_isnan, %v5_worst, %p0_x : tensor<2x3xi1>, tensor<2x3xf32>
+    %v5_init = stablehlo.constant dense<0x7F800000> : tensor<f32>
+    %v5_best = stablehlo.reduce(%v5_numbers init: %v5_init) applies stablehlo.minimum across dimensions = [1] : (tensor<2x3xf32>, tensor<f32>) -> tensor<2xf32>
+    %v5_bestb = stablehlo.broadcast_in_dim %v5_best, dims = [0] : (tensor<2xf32>) -> tensor<2x3xf32>
+    %v5_hit = stablehlo.compare EQ, %p0_x, %v5_bestb, FLOAT : (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<2x3xi1>
+    %v5_iota = stablehlo.iota dim = 1 : tensor<2x3xi32>
+    %v5_none = stablehlo.constant dense<2147483647> : tensor<2x3xi32>
+    %v5_len = stablehlo.constant dense<3> : tensor<2x3xi32>
+    %v5_late = stablehlo.add %v5_iota, %v5_len : tensor<2x3xi32>
+    %v5_numkey = stablehlo.select %v5_hit, %v5_iota, %v5_none : tensor<2x3xi1>, tensor<2x3xi32>
+    %v5_keys = stablehlo.select %v5_isnan, %v5_late, %v5_numkey : tensor<2x3xi1>, tensor<2x3xi32>
+    %v5_kinit = stablehlo.constant dense<2147483647> : tensor<i32>
+    %v5_first = stablehlo.reduce(%v5_keys init: %v5_kinit) applies stablehlo.minimum across dimensions = [1] : (tensor<2x3xi32>, tensor<i32>) -> tensor<2xi32>
+    %v5_olen = stablehlo.constant dense<3> : tensor<2xi32>
+    %v5_late_one = stablehlo.compare GE, %v5_first, %v5_olen, SIGNED : (tensor<2xi32>, tensor<2xi32>) -> tensor<2xi1>
+    %v5_early = stablehlo.subtract %v5_first, %v5_olen : tensor<2xi32>
+    %v5_pos = stablehlo.select %v5_late_one, %v5_early, %v5_first : tensor<2xi1>, tensor<2xi32>
+    %v5 = stablehlo.convert %v5_pos : (tensor<2xi32>) -> tensor<2xi64>
+    %v6 = stablehlo.reshape %v5 : (tensor<2xi64>) -> tensor<2x1xi64>
     %v7 = stablehlo.constant dense<0.0> : tensor<f32>
     %v8 = stablehlo.pad %p0_x, %v7, low = [0, 1], high = [0, -1], interior = [0, 0] : (tensor<2x3xf32>, tensor<f32>) -> tensor<2x3xf32>
     %v9_init = stablehlo.constant dense<0.0> : tensor<f32>
