@@ -2,7 +2,7 @@
 //! sampling with a temperature, top-k and top-p whose values are runtime inputs of the program,
 //! so that one compiled program serves every setting and every seed.
 //!
-//! The filters sort nothing. Each logit is mapped to a `u32` key in the order of the float
+//! The filters sort no logits. Each logit is mapped to a `u32` key in the order of the float
 //! values ([`order_keys`]), and each cut is a threshold on the keys found bit by bit, from the
 //! highest: 32 rounds, each one pass over the vocabulary (a compare and a sum).
 //!
@@ -22,10 +22,18 @@
 //! 2^17). Each kept token is drawn with its softmax probability, up to the f32 rounding of the
 //! sums.
 //!
+//! Over a large vocabulary (16,384 tokens and more) with top-k between 1 and 64 in every row,
+//! the rounds and the draw run over 4,096 candidates per row instead of the vocabulary: the 64
+//! blocks of 64 tokens with the best maxima (the block maxima are sorted, not the logits), once
+//! a count over the vocabulary has checked that they hold every token the top-k cut keeps. When
+//! they do not (ties at the cut spread wider), the whole vocabulary is used. Either way the
+//! cuts and the draw are the ones defined above.
+//!
 //! Penalties on tokens the context already holds ([`Penalties`], [`penalize`]) change the
 //! logits before either. A checkpoint's `generation_config.json` ([`GenerationConfig`]) says
 //! which settings it is meant to be run with.
 
+mod candidates;
 mod generation_config;
 mod penalties;
 
@@ -233,55 +241,103 @@ fn largest_true(
     })
 }
 
-/// What the filters leave of a batch of logits.
-struct Filtered {
-    /// The logits divided by the temperature, f32 `[batch, vocab]`.
+/// The tokens that the cuts and the draw look at in each row: the whole vocabulary, or the
+/// candidates of [`candidates::pool`].
+struct Pool {
+    /// The logits divided by the temperature, f32 `[batch, n]`.
     x: Tensor,
-    /// Which tokens top-k and top-p keep, pred `[batch, vocab]`.
+    /// [`order_keys`] of `x`, u32 `[batch, n]`.
+    keys: Tensor,
+    /// Where each entry sits in the vocabulary, i64 `[batch, n]`, ascending along each row;
+    /// `None` for the whole vocabulary (entry `i` is token `i`).
+    tokens: Option<Tensor>,
+}
+
+impl Pool {
+    /// The whole vocabulary of `logits`, scaled by each row's temperature.
+    fn vocabulary(logits: &Tensor, settings: &SampleSettings) -> Result<Pool> {
+        let x = logits
+            .astype(DType::F32)?
+            .div(&settings.temperature.expand_dims(1)?)?;
+        let keys = order_keys(&x)?;
+        Ok(Pool {
+            x,
+            keys,
+            tokens: None,
+        })
+    }
+
+    /// The entries each row holds.
+    fn len(&self) -> usize {
+        self.x.dims()[1]
+    }
+
+    /// The tokens at `positions` (i32 `[batch]`) of each row, as i32 `[batch]`.
+    fn token_at(&self, positions: &Tensor) -> Result<Tensor> {
+        match &self.tokens {
+            None => Ok(positions.clone()),
+            Some(tokens) => {
+                let batch = positions.dims()[0] as isize;
+                tokens
+                    .take_along_axis(&positions.expand_dims(1)?, 1)?
+                    .reshape(&[batch])?
+                    .astype(DType::I32)
+            }
+        }
+    }
+
+    /// The top-k threshold on the keys for the rows in `on` (0, keeping everything, for the
+    /// others): the largest `T` with `count(key >= T) >= k`.
+    fn top_k_cut(&self, k: &Tensor, on: &Tensor) -> Result<Tensor> {
+        let keys = &self.keys;
+        largest_true(keys.graph(), on, 32, |t| {
+            let count = keys.ge(t)?.astype(DType::I32)?.sum(&[1])?;
+            count.ge(k)
+        })
+    }
+}
+
+/// What the filters leave of a pool.
+struct Filtered {
+    /// Which tokens top-k and top-p keep, pred `[batch, n]`.
     keep: Tensor,
     /// `exp(x - max(x))` where kept, 0 elsewhere: the unnormalised probabilities.
     weights: Tensor,
 }
 
-fn filter(
-    logits: &Tensor,
-    settings: &SampleSettings,
-    batch: usize,
-    vocab: usize,
-) -> Result<Filtered> {
-    settings.check(batch)?;
-    let g = logits.graph();
-    let x = logits
-        .astype(DType::F32)?
-        .div(&settings.temperature.expand_dims(1)?)?;
-    let keys = order_keys(&x)?;
-    let k = &settings.top_k;
-    let vocab_i32 = i32::try_from(vocab).unwrap_or(i32::MAX);
-    let k_on = k.gt(0.0)?.and(&k.lt(f64::from(vocab_i32))?)?;
-    let k_cut = largest_true(g, &k_on, 32, |t| {
-        let count = keys.ge(t)?.astype(DType::I32)?.sum(&[1])?;
-        count.ge(k)
-    })?;
+/// Top-k at `k_cut` (from [`Pool::top_k_cut`]), then top-p over what it kept.
+fn filter(pool: &Pool, settings: &SampleSettings, k_cut: &Tensor) -> Result<Filtered> {
+    let (x, keys) = (&pool.x, &pool.keys);
     // The largest logit survives both cuts, so it is the maximum of the kept ones too.
     let e = x.sub(&x.max_keepdims(&[1])?)?.exp()?;
     let in_k = keys.ge(&k_cut.expand_dims(1)?)?.select(&e, 0.0)?;
     let top_p = &settings.top_p;
     let p_on = top_p.lt(1.0)?;
     let target = in_k.sum(&[1])?.mul(top_p)?;
-    let p_cut = largest_true(g, &p_on, 32, |t| {
+    let p_cut = largest_true(x.graph(), &p_on, 32, |t| {
         keys.ge(t)?.select(&in_k, 0.0)?.sum(&[1])?.ge(&target)
     })?;
     let keep = keys.ge(&k_cut.maximum(&p_cut)?.expand_dims(1)?)?;
     let weights = keep.select(&e, 0.0)?;
-    Ok(Filtered { x, keep, weights })
+    Ok(Filtered { keep, weights })
+}
+
+/// Whether top-k filters a row: `0 < k < vocab`.
+fn top_k_on(settings: &SampleSettings, vocab: usize) -> Result<Tensor> {
+    let k = &settings.top_k;
+    let vocab_i32 = i32::try_from(vocab).unwrap_or(i32::MAX);
+    k.gt(0.0)?.and(&k.lt(f64::from(vocab_i32))?)
 }
 
 /// `logits` `[batch, vocab]` divided by each row's temperature, with the tokens that top-k and
 /// then top-p remove set to `-inf` (f32). See the module docs for the exact cuts.
 pub fn filtered_logits(logits: &Tensor, settings: &SampleSettings) -> Result<Tensor> {
     let (batch, vocab) = logits_dims(logits, "filtered_logits")?;
-    let f = filter(logits, settings, batch, vocab)?;
-    f.keep.select(&f.x, f64::NEG_INFINITY)
+    settings.check(batch)?;
+    let pool = Pool::vocabulary(logits, settings)?;
+    let k_cut = pool.top_k_cut(&settings.top_k, &top_k_on(settings, vocab)?)?;
+    let f = filter(&pool, settings, &k_cut)?;
+    f.keep.select(&pool.x, f64::NEG_INFINITY)
 }
 
 /// Samples one token per row of `logits` `[batch, vocab]` with `settings`, from the Threefry
@@ -302,7 +358,7 @@ pub fn sample(
             key.ty()
         )));
     }
-    let Filtered { x, weights: w, .. } = filter(logits, settings, batch, vocab)?;
+    settings.check(batch)?;
     let g = logits.graph();
     let (u, next) = if per_row {
         // Three words per row: one for the draw, two for the row's next key.
@@ -312,25 +368,55 @@ pub fn sample(
     } else {
         (g.random_uniform(key, DType::F32, &[batch])?, next_key(key)?)
     };
-    // Inverse CDF over the vocabulary in index order: with r = u * sum(w), the token is the
-    // largest j with sum(w[..j]) <= r, found bit by bit.
+    // The whole vocabulary is built where it is used, so that a branch of the conditional
+    // below captures the logits, not copies of the vocabulary's size.
+    let from_vocabulary = |u: &Tensor| {
+        let pool = Pool::vocabulary(logits, settings)?;
+        let k_cut = pool.top_k_cut(&settings.top_k, &top_k_on(settings, vocab)?)?;
+        draw(&pool, settings, &k_cut, u)
+    };
+    let token = match candidates::pool(logits, settings)? {
+        None => from_vocabulary(&u)?,
+        Some(few) => {
+            let k = &settings.top_k;
+            let k_on = k.ge(1.0)?.and(&k.le(candidates::TOP_K_MAX as f64)?)?;
+            let k_cut = few.top_k_cut(k, &k_on)?;
+            let covered = candidates::cover(logits, settings, &few, &k_cut, &k_on)?;
+            g.cond(
+                &covered,
+                &u,
+                |u| draw(&few, settings, &k_cut, u),
+                from_vocabulary,
+            )?
+        }
+    };
+    Ok((token, next))
+}
+
+/// One token per row of `pool` after the cuts (top-k at `k_cut`), with the uniform numbers `u`
+/// (f32 `[batch]`): an inverse CDF over the pool in vocabulary order, i32 `[batch]`.
+fn draw(pool: &Pool, settings: &SampleSettings, k_cut: &Tensor, u: &Tensor) -> Result<Tensor> {
+    let Filtered { weights: w, .. } = filter(pool, settings, k_cut)?;
+    let g = w.graph();
+    let (batch, n) = (w.dims()[0], pool.len());
+    // With r = u * sum(w), the token is the largest j with sum(w[..j]) <= r, found bit by bit.
     let r = u.mul(&w.sum(&[1])?)?;
-    let index = g.iota(DType::U32, &[batch, vocab], 1)?;
-    let bits = usize::BITS - vocab.leading_zeros();
+    let index = g.iota(DType::U32, &[batch, n], 1)?;
+    let bits = usize::BITS - n.leading_zeros();
     let on = g.full(1.0, DType::Pred, &[batch])?;
-    let token = largest_true(g, &on, bits, |j| {
+    let position = largest_true(g, &on, bits, |j| {
         let before = index.lt(j)?.select(&w, 0.0)?.sum(&[1])?;
         before.le(&r)
     })?;
     // A token whose weight is 0 can only come from rounding in the sums (r within an ulp of
     // the total): take the most likely token instead (which every filter keeps).
     // Top-k 1 is the argmax too, so that ties go to the first token as in greedy decoding.
-    let picked = index.eq(&token.expand_dims(1)?)?;
+    let picked = index.eq(&position.expand_dims(1)?)?;
     let weight = picked.select(&w, 0.0)?.sum(&[1])?;
-    let token = token.astype(DType::I32)?;
     let drawn = weight.gt(0.0)?.and(&settings.top_k.ne(1.0)?)?;
-    let token = drawn.select(&token, &greedy(&x)?)?;
-    Ok((token, next))
+    let best = pool.x.argmax_as(-1, DType::I32)?;
+    let position = drawn.select(&position.astype(DType::I32)?, &best)?;
+    pool.token_at(&position)
 }
 
 /// The key for the next draw: bits from a separate stream (the key xor a constant), so that

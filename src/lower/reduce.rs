@@ -180,25 +180,7 @@ impl Lowering<'_> {
         ));
         let keys = format!("{res}_keys");
         if float {
-            // A NaN's key: the max prefers it to any number, the min any number to it.
-            self.emit(format!(
-                "{res}_len = stablehlo.constant dense<{len}> : {key_t}"
-            ));
-            self.emit(format!(
-                "{res}_late = stablehlo.add {res}_iota, {res}_len : {key_t}"
-            ));
-            let (nan_key, number_key) = match kind {
-                ArgKind::Max => (format!("{res}_iota"), format!("{res}_late")),
-                ArgKind::Min => (format!("{res}_late"), format!("{res}_iota")),
-            };
-            self.emit(format!(
-                "{res}_numkey = stablehlo.select {res}_hit, {number_key}, {res}_none : {x_pred}, \
-                 {key_t}"
-            ));
-            self.emit(format!(
-                "{keys} = stablehlo.select {res}_isnan, {nan_key}, {res}_numkey : {x_pred}, \
-                 {key_t}"
-            ));
+            self.nan_keys(res, kind, &keys, &key_t, &x_pred, len);
         } else {
             self.emit(format!(
                 "{keys} = stablehlo.select {res}_hit, {res}_iota, {res}_none : {x_pred}, {key_t}"
@@ -218,30 +200,75 @@ impl Lowering<'_> {
              across dimensions = [{axis}] : ({key_t}, {key_s}) -> {key_out}"
         ));
         if float {
-            // Keys of len and above are positions + len.
-            let key_pred = scalar_or_shaped(DType::Pred, &out.dims);
-            self.emit(format!(
-                "{res}_olen = stablehlo.constant dense<{len}> : {key_out}"
-            ));
-            self.emit(format!(
-                "{res}_late_one = stablehlo.compare GE, {first}, {res}_olen, SIGNED : ({key_out}, \
-                 {key_out}) -> {key_pred}"
-            ));
-            self.emit(format!(
-                "{res}_early = stablehlo.subtract {first}, {res}_olen : {key_out}"
-            ));
-            self.emit(format!(
-                "{res}_pos = stablehlo.select {res}_late_one, {res}_early, {first} : {key_pred}, \
-                 {key_out}"
-            ));
+            let pos = self.unshifted(res, &first, out, key, len);
             if key == index {
-                return format!("{res}_pos");
+                return pos;
             }
             self.emit(format!(
-                "{res} = stablehlo.convert {res}_pos : ({key_out}) -> {out_t}"
+                "{res} = stablehlo.convert {pos} : ({key_out}) -> {out_t}"
             ));
         }
         res.clone()
+    }
+
+    /// The keys of a float arg-reduction (`{keys}`): a NaN's position or position + `len`,
+    /// whichever `kind` prefers to a number's, the other for a number equal to the best
+    /// (`{res}_hit`), the largest key for the rest.
+    fn nan_keys(
+        &mut self,
+        res: &str,
+        kind: ArgKind,
+        keys: &str,
+        key_t: &str,
+        x_pred: &str,
+        len: usize,
+    ) {
+        self.emit(format!(
+            "{res}_len = stablehlo.constant dense<{len}> : {key_t}"
+        ));
+        self.emit(format!(
+            "{res}_late = stablehlo.add {res}_iota, {res}_len : {key_t}"
+        ));
+        let (nan_key, number_key) = match kind {
+            ArgKind::Max => (format!("{res}_iota"), format!("{res}_late")),
+            ArgKind::Min => (format!("{res}_late"), format!("{res}_iota")),
+        };
+        self.emit(format!(
+            "{res}_numkey = stablehlo.select {res}_hit, {number_key}, {res}_none : {x_pred}, \
+             {key_t}"
+        ));
+        self.emit(format!(
+            "{keys} = stablehlo.select {res}_isnan, {nan_key}, {res}_numkey : {x_pred}, {key_t}"
+        ));
+    }
+
+    /// The position of the smallest key `first` (of dtype `key`, shaped as `out`): keys of
+    /// `len` and above are positions + `len`. Returns its name.
+    fn unshifted(
+        &mut self,
+        res: &str,
+        first: &str,
+        out: &TensorType,
+        key: DType,
+        len: usize,
+    ) -> String {
+        let key_out = scalar_or_shaped(key, &out.dims);
+        let key_pred = scalar_or_shaped(DType::Pred, &out.dims);
+        self.emit(format!(
+            "{res}_olen = stablehlo.constant dense<{len}> : {key_out}"
+        ));
+        self.emit(format!(
+            "{res}_late_one = stablehlo.compare GE, {first}, {res}_olen, SIGNED : ({key_out}, \
+             {key_out}) -> {key_pred}"
+        ));
+        self.emit(format!(
+            "{res}_early = stablehlo.subtract {first}, {res}_olen : {key_out}"
+        ));
+        self.emit(format!(
+            "{res}_pos = stablehlo.select {res}_late_one, {res}_early, {first} : {key_pred}, \
+             {key_out}"
+        ));
+        format!("{res}_pos")
     }
 
     /// An inclusive running sum along `axis`: a window scan up to [`SCAN_WINDOW_MAX`] elements,

@@ -9,13 +9,13 @@ use stablegraph::{CompiledGraph, DType, HostArray};
 
 /// One row's settings.
 #[derive(Clone, Copy, Debug)]
-struct Row {
-    temperature: f32,
-    top_k: i32,
-    top_p: f32,
+pub struct Row {
+    pub temperature: f32,
+    pub top_k: i32,
+    pub top_p: f32,
 }
 
-fn settings_arrays(rows: &[Row]) -> [HostArray; 3] {
+pub fn settings_arrays(rows: &[Row]) -> [HostArray; 3] {
     let b = rows.len();
     [
         HostArray::from_vec(&[b], rows.iter().map(|r| r.temperature).collect()).unwrap(),
@@ -25,7 +25,7 @@ fn settings_arrays(rows: &[Row]) -> [HostArray; 3] {
 }
 
 /// The host reference: which tokens of `logits` survive top-k then top-p, by sorting.
-fn kept(logits: &[f32], row: Row) -> Vec<bool> {
+pub fn kept(logits: &[f32], row: Row) -> Vec<bool> {
     let x: Vec<f32> = logits.iter().map(|l| l / row.temperature).collect();
     let v = x.len();
     let mut keep = vec![true; v];
@@ -126,7 +126,7 @@ fn filtered_logits_cut_where_a_sort_cuts() {
 
 /// Draws `rounds * batch` tokens from one row of logits with `row`'s settings; returns the
 /// count of each token.
-fn draw(logits: &[f32], row: Row, batch: usize, rounds: u64) -> Vec<usize> {
+pub fn draw(logits: &[f32], row: Row, batch: usize, rounds: u64) -> Vec<usize> {
     let vocab = logits.len();
     let g = Graph::new();
     let l = g.parameter("logits", DType::F32, &[batch, vocab]).unwrap();
@@ -207,36 +207,53 @@ fn samples_follow_the_filtered_distribution() {
             top_p: 1.0,
         },
     ];
-    let (batch, rounds) = (1000, 8);
-    let n = (batch as u64 * rounds) as f64;
     for row in cases {
-        let keep = kept(&logits, row);
-        let counts = draw(&logits, row, batch, rounds);
-        let weights: Vec<f64> = logits
-            .iter()
-            .zip(&keep)
-            .map(|(&l, &k)| {
-                if k {
-                    (f64::from(l) / f64::from(row.temperature)).exp()
-                } else {
-                    0.0
-                }
-            })
-            .collect();
-        let total: f64 = weights.iter().sum();
-        let mut chi2 = 0.0;
-        for (i, (&c, &w)) in counts.iter().zip(&weights).enumerate() {
-            if w == 0.0 {
-                assert_eq!(c, 0, "{row:?}: token {i} is cut but was drawn {c} times");
-            } else {
-                let expected = n * w / total;
-                chi2 += (c as f64 - expected).powi(2) / expected;
-            }
-        }
-        // Fewer than 8 kept tokens: at most 7 degrees of freedom, whose chi-square exceeds
-        // 24.3 with probability 0.001. A cut one token short puts a whole token's mass at 0.
-        assert!(chi2 < 24.3, "{row:?}: counts {counts:?}, chi2 {chi2}");
+        follows_the_filtered_distribution(&logits, row, 1000, 8);
     }
+}
+
+/// Draws `batch * rounds` tokens from `logits` with `row`'s settings and checks their counts
+/// against the softmax of the tokens the host reference keeps (a chi-square test at 0.001 over
+/// the tokens with a probability above 1e-6; every cut token is never drawn).
+pub fn follows_the_filtered_distribution(logits: &[f32], row: Row, batch: usize, rounds: u64) {
+    let n = (batch as u64 * rounds) as f64;
+    let keep = kept(logits, row);
+    let counts = draw(logits, row, batch, rounds);
+    let weights: Vec<f64> = logits
+        .iter()
+        .zip(&keep)
+        .map(|(&l, &k)| {
+            if k {
+                (f64::from(l) / f64::from(row.temperature)).exp()
+            } else {
+                0.0
+            }
+        })
+        .collect();
+    let total: f64 = weights.iter().sum();
+    let (mut chi2, mut classes) = (0.0, 0);
+    for (i, (&c, &w)) in counts.iter().zip(&weights).enumerate() {
+        if w == 0.0 {
+            assert_eq!(c, 0, "{row:?}: token {i} is cut but was drawn {c} times");
+        } else if w / total > 1e-6 {
+            let expected = n * w / total;
+            chi2 += (c as f64 - expected).powi(2) / expected;
+            classes += 1;
+        }
+    }
+    // At most 7 degrees of freedom (8 likely tokens), whose chi-square exceeds 24.3 with
+    // probability 0.001. A cut one token short puts a whole token's mass at 0.
+    assert!(
+        classes <= 8,
+        "{row:?}: {classes} likely tokens, the bound is for 8"
+    );
+    let likely: Vec<(usize, usize)> = counts
+        .iter()
+        .copied()
+        .enumerate()
+        .filter(|c| c.1 > 0)
+        .collect();
+    assert!(chi2 < 24.3, "{row:?}: counts {likely:?}, chi2 {chi2}");
 }
 
 #[test]

@@ -6,4 +6,5 @@
 mod common;
 
 mod cuts;
+mod large;
 mod penalties;
