@@ -96,8 +96,31 @@ pub fn quantize_matrix(name: &str, a: &HostArray) -> Result<(HostArray, HostArra
             )))
         }
     };
-    let data: Vec<f32> = a.to_f64_vec().iter().map(|&v| v as f32).collect();
-    let (values, scales) = quantize_rows(name, &data, rows, cols)?;
+    // The f32 values, borrowed where they are f32 already: no copy of the matrix in f64 (the
+    // embedding of the 130M shape would take 309 MB for the moment of its quantization).
+    let widened: Vec<f32>;
+    let data: &[f32] = match a {
+        HostArray::F32(m) => match m.as_slice() {
+            Some(contiguous) => contiguous,
+            None => {
+                widened = m.iter().copied().collect();
+                &widened
+            }
+        },
+        HostArray::BF16(m) => {
+            widened = m.iter().map(|v| v.to_f32()).collect();
+            &widened
+        }
+        HostArray::F16(m) => {
+            widened = m.iter().map(|v| v.to_f32()).collect();
+            &widened
+        }
+        other => {
+            widened = other.to_f64_vec().iter().map(|&v| v as f32).collect();
+            &widened
+        }
+    };
+    let (values, scales) = quantize_rows(name, data, rows, cols)?;
     Ok((
         HostArray::from_vec(&[rows, cols], values)?,
         HostArray::from_vec(&[rows], scales)?,
@@ -192,6 +215,45 @@ mod tests {
     use super::*;
     use crate::ops::Graph;
     use crate::runtime::Client;
+
+    /// A matrix of any float dtype quantizes as its values in f32 do.
+    #[test]
+    fn matrices_quantize_as_their_f32_values() {
+        let (rows, cols) = (3usize, 5usize);
+        let v: Vec<f32> = (0..rows * cols)
+            .map(|i| (i as f32 * 0.7).sin() * 3.0)
+            .collect();
+        let d = [rows, cols];
+        let arrays = [
+            HostArray::from_vec(&d, v.clone()),
+            HostArray::from_vec(&d, v.iter().map(|&x| half::bf16::from_f32(x)).collect()),
+            HostArray::from_vec(&d, v.iter().map(|&x| half::f16::from_f32(x)).collect()),
+            HostArray::from_vec(&d, v.iter().map(|&x| f64::from(x) + 1e-9).collect()),
+        ];
+        for a in arrays {
+            let a = a.unwrap();
+            let dtype = a.dtype();
+            let as_f32: Vec<f32> = a.to_f64_vec().iter().map(|&x| x as f32).collect();
+            let (want_values, want_scales) = quantize_rows("m", &as_f32, rows, cols).unwrap();
+            let (values, scales) = quantize_matrix("m", &a).unwrap();
+            assert_eq!(
+                values.to_f64_vec(),
+                HostArray::from_vec(&[rows, cols], want_values)
+                    .unwrap()
+                    .to_f64_vec(),
+                "{dtype}"
+            );
+            assert_eq!(
+                scales.to_f64_vec(),
+                HostArray::from_vec(&[rows], want_scales)
+                    .unwrap()
+                    .to_f64_vec(),
+                "{dtype}"
+            );
+        }
+        let e = quantize_matrix("m", &HostArray::from_vec(&[2], vec![1.0f32, 2.0]).unwrap());
+        assert!(e.unwrap_err().to_string().contains("float matrix"));
+    }
 
     /// The integer product of 1 to 9 rows (one dot for all of them) against the formula in
     /// f64, on the device and in the interpreter: each row quantized by its own scale, so a
