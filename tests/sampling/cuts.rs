@@ -214,7 +214,7 @@ fn samples_follow_the_filtered_distribution() {
 
 /// Draws `batch * rounds` tokens from `logits` with `row`'s settings and checks their counts
 /// against the softmax of the tokens the host reference keeps (a chi-square test at 0.001 over
-/// the tokens with a probability above 1e-6; every cut token is never drawn).
+/// the tokens with a probability above 1e-6; no cut token is ever drawn).
 pub fn follows_the_filtered_distribution(logits: &[f32], row: Row, batch: usize, rounds: u64) {
     let n = (batch as u64 * rounds) as f64;
     let keep = kept(logits, row);
