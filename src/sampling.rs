@@ -253,12 +253,21 @@ struct Pool {
     tokens: Option<Tensor>,
 }
 
+impl SampleSettings {
+    /// `logits` `[batch, n]` (any part of a vocabulary) in f32 divided by each row's
+    /// temperature: the one place this is computed, so that the vocabulary and the candidates
+    /// of a row see equal values, and equal keys, for the same token.
+    fn scaled(&self, logits: &Tensor) -> Result<Tensor> {
+        logits
+            .astype(DType::F32)?
+            .div(&self.temperature.expand_dims(1)?)
+    }
+}
+
 impl Pool {
     /// The whole vocabulary of `logits`, scaled by each row's temperature.
     fn vocabulary(logits: &Tensor, settings: &SampleSettings) -> Result<Pool> {
-        let x = logits
-            .astype(DType::F32)?
-            .div(&settings.temperature.expand_dims(1)?)?;
+        let x = settings.scaled(logits)?;
         let keys = order_keys(&x)?;
         Ok(Pool {
             x,

@@ -38,8 +38,7 @@ pub(super) fn pool(logits: &Tensor, settings: &SampleSettings) -> Result<Option<
     if vocab < MIN_VOCAB {
         return Ok(None);
     }
-    let temperature = settings.temperature.expand_dims(1)?;
-    let keys = |x: &Tensor| order_keys(&x.astype(DType::F32)?.div(&temperature)?);
+    let keys = |part: &Tensor| order_keys(&settings.scaled(part)?);
     // The blocks' largest keys: the whole blocks, then the short one at the end, if any.
     let whole = vocab / BLOCK;
     let mut best = vec![keys(&logits.narrow(1, 0, whole * BLOCK)?)?
@@ -64,10 +63,7 @@ pub(super) fn pool(logits: &Tensor, settings: &SampleSettings) -> Result<Option<
     // Gathered from the logits (indices past the end are clamped, then masked), scaled as the
     // whole vocabulary is, so that equal tokens have equal keys in both.
     let past = tokens.ge(vocab as f64)?;
-    let x = logits
-        .take_along_axis(&tokens, 1)?
-        .astype(DType::F32)?
-        .div(&temperature)?;
+    let x = settings.scaled(&logits.take_along_axis(&tokens, 1)?)?;
     let x = past.select(&g.scalar(f64::NEG_INFINITY, DType::F32)?, &x)?;
     Ok(Some(Pool {
         keys: order_keys(&x)?,
@@ -87,8 +83,6 @@ pub(super) fn cover(
 ) -> Result<Tensor> {
     let cut = k_cut.expand_dims(1)?;
     let count = |keys: &Tensor| keys.ge(&cut)?.astype(DType::I32)?.sum(&[1]);
-    let temperature = settings.temperature.expand_dims(1)?;
-    let keys = order_keys(&logits.astype(DType::F32)?.div(&temperature)?)?;
-    let held = count(&keys)?.eq(&count(&few.keys)?)?;
+    let held = count(&order_keys(&settings.scaled(logits)?)?)?.eq(&count(&few.keys)?)?;
     k_on.and(&held)?.astype(DType::I32)?.min(&[0])?.eq(1.0)
 }
