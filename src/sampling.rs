@@ -265,15 +265,21 @@ impl SampleSettings {
 }
 
 impl Pool {
-    /// The whole vocabulary of `logits`, scaled by each row's temperature.
-    fn vocabulary(logits: &Tensor, settings: &SampleSettings) -> Result<Pool> {
+    /// The whole vocabulary of `logits`, scaled by each row's temperature, and its top-k cut
+    /// (for the rows with `0 < k < vocab`; see [`Pool::top_k_cut`]).
+    fn vocabulary(logits: &Tensor, settings: &SampleSettings) -> Result<(Pool, Tensor)> {
         let x = settings.scaled(logits)?;
         let keys = order_keys(&x)?;
-        Ok(Pool {
+        let pool = Pool {
             x,
             keys,
             tokens: None,
-        })
+        };
+        let k = &settings.top_k;
+        let vocab = i32::try_from(pool.len()).unwrap_or(i32::MAX);
+        let on = k.gt(0.0)?.and(&k.lt(f64::from(vocab))?)?;
+        let k_cut = pool.top_k_cut(k, &on)?;
+        Ok((pool, k_cut))
     }
 
     /// The entries each row holds.
@@ -331,20 +337,12 @@ fn filter(pool: &Pool, settings: &SampleSettings, k_cut: &Tensor) -> Result<Filt
     Ok(Filtered { keep, weights })
 }
 
-/// Whether top-k filters a row: `0 < k < vocab`.
-fn top_k_on(settings: &SampleSettings, vocab: usize) -> Result<Tensor> {
-    let k = &settings.top_k;
-    let vocab_i32 = i32::try_from(vocab).unwrap_or(i32::MAX);
-    k.gt(0.0)?.and(&k.lt(f64::from(vocab_i32))?)
-}
-
 /// `logits` `[batch, vocab]` divided by each row's temperature, with the tokens that top-k and
 /// then top-p remove set to `-inf` (f32). See the module docs for the exact cuts.
 pub fn filtered_logits(logits: &Tensor, settings: &SampleSettings) -> Result<Tensor> {
-    let (batch, vocab) = logits_dims(logits, "filtered_logits")?;
+    let (batch, _) = logits_dims(logits, "filtered_logits")?;
     settings.check(batch)?;
-    let pool = Pool::vocabulary(logits, settings)?;
-    let k_cut = pool.top_k_cut(&settings.top_k, &top_k_on(settings, vocab)?)?;
+    let (pool, k_cut) = Pool::vocabulary(logits, settings)?;
     let f = filter(&pool, settings, &k_cut)?;
     f.keep.select(&pool.x, f64::NEG_INFINITY)
 }
@@ -359,7 +357,7 @@ pub fn sample(
     settings: &SampleSettings,
     key: &Tensor,
 ) -> Result<(Tensor, Tensor)> {
-    let (batch, vocab) = logits_dims(logits, "sample")?;
+    let (batch, _) = logits_dims(logits, "sample")?;
     let per_row = key.dims() == [batch, 2];
     if key.dtype() != DType::U32 || !(key.dims() == [2] || per_row) {
         return Err(Error::InvalidArgument(format!(
@@ -380,8 +378,7 @@ pub fn sample(
     // The whole vocabulary is built where it is used, so that a branch of the conditional
     // below captures the logits, not copies of the vocabulary's size.
     let from_vocabulary = |u: &Tensor| {
-        let pool = Pool::vocabulary(logits, settings)?;
-        let k_cut = pool.top_k_cut(&settings.top_k, &top_k_on(settings, vocab)?)?;
+        let (pool, k_cut) = Pool::vocabulary(logits, settings)?;
         draw(&pool, settings, &k_cut, u)
     };
     let token = match candidates::pool(logits, settings)? {
