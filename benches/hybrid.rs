@@ -30,7 +30,8 @@ use common::{
     json_number, json_object, json_string, median, report_json, secs_since, sorted, write_report,
 };
 use stablegraph::models::hybrid::{Hybrid, HybridConfig, HybridWeights};
-use stablegraph::models::mamba2::{GenerateOptions, Penalties, Sampling};
+use stablegraph::models::mamba2::{Penalties, Sampling};
+use stablegraph::models::GenerateOptions;
 use stablegraph::runtime::Client;
 use stablegraph::DType;
 

@@ -29,7 +29,8 @@ use common::{
     write_report,
 };
 use stablegraph::models::mamba1::{Mamba1, Mamba1Config, Mamba1Weights, Scan};
-use stablegraph::models::mamba2::{GenerateOptions, Penalties, Sampling};
+use stablegraph::models::mamba2::{Penalties, Sampling};
+use stablegraph::models::GenerateOptions;
 use stablegraph::runtime::Client;
 use stablegraph::DType;
 

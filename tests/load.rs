@@ -7,7 +7,8 @@ mod common;
 use std::sync::Barrier;
 
 use common::{client, rss_kb};
-use stablegraph::models::mamba2::{GenerateOptions, Mamba2, Mamba2Weights, Penalties, Sampling};
+use stablegraph::models::mamba2::{Mamba2, Mamba2Weights, Penalties, Sampling};
+use stablegraph::models::GenerateOptions;
 use stablegraph::DType;
 
 /// Each thread's settings: greedy, greedy with an end token, and two kinds of sampling.

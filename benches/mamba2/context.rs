@@ -4,9 +4,8 @@
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use stablegraph::models::mamba2::{
-    GenerateOptions, Mamba2, Mamba2Config, Mamba2Weights, Penalties, Sampling,
-};
+use stablegraph::models::mamba2::{Mamba2, Mamba2Config, Mamba2Weights, Penalties, Sampling};
+use stablegraph::models::GenerateOptions;
 use stablegraph::runtime::Client;
 use stablegraph::{DType, HostArray};
 

@@ -7,7 +7,8 @@ use std::time::Instant;
 
 use anyhow::{ensure, Context, Result};
 use serde_json::{json, Value};
-use stablegraph::models::mamba2::{GenerateOptions, Mamba2Config, Mamba2Weights, Sampling};
+use stablegraph::models::mamba2::{Mamba2Config, Mamba2Weights, Sampling};
+use stablegraph::models::GenerateOptions;
 use stablegraph::tree::Tree;
 use stablegraph::{DType, TensorType};
 

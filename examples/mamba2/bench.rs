@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use anyhow::{ensure, Context, Result};
 use clap::Args;
 use serde_json::json;
-use stablegraph::models::mamba2::GenerateOptions;
+use stablegraph::models::GenerateOptions;
 
 use crate::family;
 use crate::generate::{is_other_family, warm_up, Timed};

@@ -1,13 +1,13 @@
-//! `eval`: how well a Mamba-2 model predicts a text: the mean next-token cross-entropy (nats and
-//! bits per token) and the perplexity over windows of the text, with any matrix dtype, so that
-//! bf16 and 8-bit weights can be compared with f32 on held-out text.
+//! `eval`: how well a model of any family predicts a text: the mean next-token cross-entropy
+//! (nats and bits per token) and the perplexity over windows of the text, with any matrix
+//! dtype, so that bf16 and 8-bit weights can be compared with f32 on held-out text.
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, ensure, Context, Result};
 use clap::Args;
 use serde_json::json;
-use stablegraph::models::mamba2::Mamba2;
+use stablegraph::models::family::CausalLm;
 use stablegraph::HostArray;
 
 use crate::data::Data;
@@ -65,8 +65,8 @@ fn row_nll(logits: &[f32], vocab: usize, row: &[u32]) -> (f64, usize) {
 }
 
 /// The summed negative log-likelihood of every window's next tokens, and their count.
-fn score(model: &Mamba2, windows: &[Vec<u32>], window: usize) -> Result<(f64, usize)> {
-    let vocab = model.config().vocab_size;
+fn score(model: &dyn CausalLm, windows: &[Vec<u32>], window: usize) -> Result<(f64, usize)> {
+    let vocab = model.vocab_size();
     // Rows per call: the logits of a call ([rows, window, vocab] f32) within 64 MiB.
     let rows = ((1usize << 24) / (window * vocab)).clamp(1, windows.len());
     progress(&format!(
@@ -80,7 +80,7 @@ fn score(model: &Mamba2, windows: &[Vec<u32>], window: usize) -> Result<(f64, us
         // compiled program); the copies are not counted.
         let real = batch.len();
         batch.resize(rows, batch[0].clone());
-        let logits: HostArray = model.prefill_all_positions(&batch)?.logits;
+        let logits: HostArray = model.prefill_logits(&batch)?;
         // Each row's window fills the last positions of its padded length.
         let padded = logits.dims()[1];
         let values = logits.as_array::<f32>()?;
@@ -97,9 +97,6 @@ fn score(model: &Mamba2, windows: &[Vec<u32>], window: usize) -> Result<(f64, us
 
 /// `eval`.
 pub(crate) fn eval(a: EvalArgs) -> Result<()> {
-    if a.model.model.as_deref().is_some_and(is_other_family) {
-        bail!("eval runs Mamba-2 checkpoints so far");
-    }
     ensure!(
         a.window >= 2,
         "--window must be at least 2 (one token to predict)"
@@ -112,10 +109,18 @@ pub(crate) fn eval(a: EvalArgs) -> Result<()> {
     };
     let data = Data::read(&sources)?;
     let text = [data.train, data.val].concat();
-    let (source, config, codec) = a.model.model_config(false)?;
-    let (_client, model, description) = a.model.place(&source, config)?;
+    let (model, codec, description) = open(&a)?;
     let tokens = match &codec {
         Codec::Bytes => bytes_to_ids(&text),
+        Codec::None { .. } => bail!(
+            "eval needs the text as tokens: {} has no tokenizer.json and its vocabulary ({} \
+             tokens) is not bytes",
+            a.model
+                .model
+                .as_deref()
+                .map_or("the random shape".into(), |d| d.display().to_string()),
+            model.vocab_size()
+        ),
         codec => codec.encode(&String::from_utf8_lossy(&text))?,
     };
     let windows: Vec<Vec<u32>> = tokens
@@ -129,7 +134,7 @@ pub(crate) fn eval(a: EvalArgs) -> Result<()> {
         tokens.len(),
         a.window
     );
-    let (nll, count) = score(&model, &windows, a.window)?;
+    let (nll, count) = score(model.as_ref(), &windows, a.window)?;
     let nats = nll / count as f64;
     let bits = nats / std::f64::consts::LN_2;
     let unit = if matches!(codec, Codec::Bytes) {
@@ -159,7 +164,19 @@ pub(crate) fn eval(a: EvalArgs) -> Result<()> {
             "loss_bits": bits,
             "perplexity": nats.exp(),
         });
-        write_run_json(path, value, &model)?;
+        write_run_json(path, value, model.as_ref())?;
     }
     Ok(())
+}
+
+/// The model the flags name (of any family), how its tokens relate to text, and a line on it.
+fn open(a: &EvalArgs) -> Result<(Box<dyn CausalLm>, Codec, String)> {
+    if let Some(dir) = a.model.model.as_deref().filter(|d| is_other_family(d)) {
+        let (_client, model, description) = crate::family::load_model(dir, &a.model)?;
+        let codec = Codec::for_model(Some(dir), model.vocab_size())?;
+        return Ok((model, codec, description));
+    }
+    let (source, config, codec) = a.model.model_config(false)?;
+    let (_client, model, description) = a.model.place(&source, config)?;
+    Ok((Box::new(model), codec, description))
 }

@@ -14,7 +14,7 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use serde_json::json;
 use stablegraph::models::family::{self, CausalLm};
-use stablegraph::models::mamba2::GenerateOptions;
+use stablegraph::models::GenerateOptions;
 use stablegraph::runtime::Client;
 use stablegraph::DType;
 
@@ -82,8 +82,9 @@ struct Opened {
     description: String,
 }
 
-/// Opens the checkpoint in `dir` as the flags say (the Mamba-2-only ones refused by name).
-fn open(dir: &Path, m: &ModelArgs, p: &PromptArgs, s: &SamplingArgs) -> Result<Opened> {
+/// Loads the checkpoint in `dir` as the flags say (the Mamba-2-only ones refused by name): the
+/// client, the model, and a line describing it.
+pub(crate) fn load_model(dir: &Path, m: &ModelArgs) -> Result<(Client, Box<dyn CausalLm>, String)> {
     refuse(family_name(dir), m)?;
     progress("loading the PJRT plugin");
     let client = match &m.plugin {
@@ -94,6 +95,13 @@ fn open(dir: &Path, m: &ModelArgs, p: &PromptArgs, s: &SamplingArgs) -> Result<O
     progress(&format!("loading weights from {}", dir.display()));
     let model =
         family::load(&client, dir, dtype).with_context(|| format!("--model {}", dir.display()))?;
+    let description = describe(dir, model.as_ref(), dtype);
+    Ok((client, model, description))
+}
+
+/// Opens the checkpoint in `dir` as the flags say (the Mamba-2-only ones refused by name).
+fn open(dir: &Path, m: &ModelArgs, p: &PromptArgs, s: &SamplingArgs) -> Result<Opened> {
+    let (client, model, description) = load_model(dir, m)?;
     let vocab = model.vocab_size();
     let codec = Codec::for_model(Some(dir), vocab)?;
     let prompts = p.prompts(&codec, vocab)?;
@@ -102,7 +110,6 @@ fn open(dir: &Path, m: &ModelArgs, p: &PromptArgs, s: &SamplingArgs) -> Result<O
         shipped: false,
     };
     let (options, settings_from) = s.options_for(&source, vocab)?;
-    let description = describe(dir, model.as_ref(), dtype);
     Ok(Opened {
         client,
         model,

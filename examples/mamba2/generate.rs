@@ -7,7 +7,8 @@ use std::time::Instant;
 use anyhow::{bail, ensure, Context, Result};
 use clap::Args;
 use serde_json::json;
-use stablegraph::models::mamba2::{GenerateOptions, Mamba2State, Sampling};
+use stablegraph::models::mamba2::{Mamba2State, Sampling};
+use stablegraph::models::GenerateOptions;
 use stablegraph::HostArray;
 
 use crate::family;

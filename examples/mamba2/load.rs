@@ -7,9 +7,9 @@ use anyhow::{bail, ensure, Context, Result};
 use clap::{Args, ValueEnum};
 use stablegraph::models::family;
 use stablegraph::models::mamba2::{
-    GenerateOptions, LoadOptions, Mamba2, Mamba2Config, Mamba2Weights, Parallel, Penalties,
-    Sampling,
+    Mamba2, Mamba2Config, Mamba2Weights, Parallel, Penalties, Sampling,
 };
+use stablegraph::models::{GenerateOptions, LoadOptions};
 use stablegraph::runtime::Client;
 use stablegraph::sampling::GenerationConfig;
 use stablegraph::{DType, HostArray};

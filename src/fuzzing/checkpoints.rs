@@ -7,8 +7,9 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use crate::dtype::{DType, TensorType};
-use crate::models::mamba2::checkpoint::{read_index, sharded_files, Loader};
-use crate::models::mamba2::{LoadOptions, Mamba2Config, Mamba2Weights};
+use crate::models::common::checkpoint::{read_index, sharded_files, LoadOptions};
+use crate::models::mamba2::checkpoint::mamba2_loader;
+use crate::models::mamba2::{Mamba2Config, Mamba2Weights};
 
 /// Shard names an index may give, good and bad.
 const SHARD_NAMES: &[&str] = &[
@@ -262,7 +263,7 @@ fn check_checkpoint(
         }
         weight_map = Some(map);
     }
-    let mut loader = Loader::new(types, config, &LoadOptions::default());
+    let mut loader = mamba2_loader(types, config, &LoadOptions::default());
     if loader.read(&dir.join(&shard), &shard, file).is_err() {
         return;
     }

@@ -6,23 +6,27 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use super::hybrid::{self, Hybrid, HybridFamily};
+use super::common::{GenerateOptions, ModelState};
+use super::engine::{self, Family};
+use super::hybrid::{self, Hybrid};
 use super::mamba1::{self, Mamba1};
-use super::mamba2::{GenerateOptions, Mamba2, Mamba2Config, Mamba2State, Mamba2Weights};
+use super::mamba2::{Mamba2, Mamba2Config, Mamba2State, Mamba2Weights};
 use crate::array::HostArray;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::runtime::Client;
 
-/// A causal language model on a device: prompts in, logits and greedy tokens out.
-pub trait CausalLm {
+/// A causal language model of any family on a device: prompts in, logits and tokens out, and
+/// the state after them to continue from. `Send + Sync`: one loaded model can serve many
+/// threads (its compiled programs are shared behind a lock).
+pub trait CausalLm: Send + Sync {
     /// The family, for people ("Mamba-1", "Falcon-Mamba", "Bamba", ...).
     fn family(&self) -> &'static str;
     /// One line on the shape: layers, width, state, vocabulary.
     fn describe(&self) -> String;
     /// The vocabulary size.
     fn vocab_size(&self) -> usize;
-    /// The dtype of the matrices (f32 or bf16).
+    /// The dtype of the matrices (f32, bf16, or u8 for 8-bit ones).
     fn matmul_dtype(&self) -> DType;
     /// The bytes of the weights on the device (on each device, for a model split over
     /// several).
@@ -45,81 +49,22 @@ pub trait CausalLm {
         segment: usize,
         on_tokens: &mut dyn FnMut(&[Vec<u32>]) -> bool,
     ) -> Result<Vec<Vec<u32>>>;
+    /// [`CausalLm::generate`] continuing from `state` (when given: one this model returned,
+    /// one row per prompt), returning with the tokens the state after the prompts and every
+    /// token emitted (a row that stopped at `eos` keeps its state from there): a conversation,
+    /// turn by turn. A state of another family is an error naming both.
+    fn generate_from(
+        &self,
+        prompts: &[Vec<u32>],
+        state: Option<ModelState>,
+        options: &GenerateOptions,
+    ) -> Result<(Vec<Vec<u32>>, ModelState)>;
     /// The StableHLO text of the prefill, step and generate programs for `prompts` and
     /// `options`.
     fn stablehlo(&self, prompts: &[Vec<u32>], options: &GenerateOptions) -> Result<[String; 3]>;
-    /// [`CausalLm::generate`] continuing from the state file `state_in` (when given), and
+    /// [`CausalLm::generate_from`] continuing from the state file `state_in` (when given), and
     /// writing the state after the prompts and every token emitted to `state_out` (when
-    /// given), in the family's state layout (safetensors).
-    fn generate_with_state_files(
-        &self,
-        prompts: &[Vec<u32>],
-        options: &GenerateOptions,
-        state_in: Option<&Path>,
-        state_out: Option<&Path>,
-    ) -> Result<Vec<Vec<u32>>>;
-}
-
-/// The [`CausalLm`] methods a model type has under the same names and signatures.
-macro_rules! delegate_generation {
-    ($ty:ident) => {
-        fn matmul_dtype(&self) -> DType {
-            $ty::matmul_dtype(self)
-        }
-        fn weight_bytes(&self) -> usize {
-            $ty::weight_bytes(self)
-        }
-        fn vocab_size(&self) -> usize {
-            self.config().vocab_size
-        }
-        fn prefill_logits(&self, prompts: &[Vec<u32>]) -> Result<HostArray> {
-            Ok(self.prefill(prompts)?.logits)
-        }
-        fn greedy(&self, prompts: &[Vec<u32>], new_tokens: usize) -> Result<Vec<Vec<u32>>> {
-            $ty::greedy(self, prompts, new_tokens)
-        }
-        fn generate(
-            &self,
-            prompts: &[Vec<u32>],
-            options: &GenerateOptions,
-        ) -> Result<Vec<Vec<u32>>> {
-            $ty::generate(self, prompts, options)
-        }
-        fn generate_stream(
-            &self,
-            prompts: &[Vec<u32>],
-            options: &GenerateOptions,
-            segment: usize,
-            on_tokens: &mut dyn FnMut(&[Vec<u32>]) -> bool,
-        ) -> Result<Vec<Vec<u32>>> {
-            $ty::generate_stream(self, prompts, options, segment, on_tokens)
-        }
-        fn stablehlo(
-            &self,
-            prompts: &[Vec<u32>],
-            options: &GenerateOptions,
-        ) -> Result<[String; 3]> {
-            $ty::stablehlo(self, prompts, options)
-        }
-    };
-}
-
-impl CausalLm for Mamba1 {
-    fn family(&self) -> &'static str {
-        if self.config().mixer_rms_eps.is_some() {
-            "Falcon-Mamba"
-        } else {
-            "Mamba-1"
-        }
-    }
-    fn describe(&self) -> String {
-        let c = self.config();
-        format!(
-            "{} layers, {} wide, state {}, vocab {}",
-            c.num_layers, c.hidden_size, c.state_size, c.vocab_size
-        )
-    }
-    delegate_generation!(Mamba1);
+    /// given), as [`ModelState::save`] writes it. An error about the state file names it.
     fn generate_with_state_files(
         &self,
         prompts: &[Vec<u32>],
@@ -127,58 +72,66 @@ impl CausalLm for Mamba1 {
         state_in: Option<&Path>,
         state_out: Option<&Path>,
     ) -> Result<Vec<Vec<u32>>> {
-        let states = state_in.map(mamba1::load_states).transpose()?;
-        let (tokens, states) = self.generate_from(prompts, states.as_deref(), options)?;
-        if let Some(path) = state_out {
-            mamba1::save_states(path, &states)?;
-        }
-        Ok(tokens)
-    }
-}
-
-impl CausalLm for Hybrid {
-    fn family(&self) -> &'static str {
-        match self.config().family {
-            HybridFamily::Bamba => "Bamba",
-            HybridFamily::Granite => "Granite 4.0-H",
-            HybridFamily::NemotronH => "Nemotron-H",
-        }
-    }
-    fn describe(&self) -> String {
-        use hybrid::SublayerKind as K;
-        let c = self.config();
-        let pattern: String = c
-            .sublayers
-            .iter()
-            .map(|k| match k {
-                K::Mamba => 'M',
-                K::Attention => '*',
-                K::Mlp => '-',
-                K::Moe => 'E',
-            })
-            .collect();
-        format!(
-            "sublayers {pattern}, {} wide, state {}, vocab {}",
-            c.hidden_size, c.mamba.state_size, c.vocab_size
-        )
-    }
-    delegate_generation!(Hybrid);
-    fn generate_with_state_files(
-        &self,
-        prompts: &[Vec<u32>],
-        options: &GenerateOptions,
-        state_in: Option<&Path>,
-        state_out: Option<&Path>,
-    ) -> Result<Vec<Vec<u32>>> {
-        let layers = self.config().sublayers.len();
         let state = state_in
-            .map(|p| hybrid::HybridState::load(p, layers))
+            .map(|p| ModelState::load(p, self.family()))
             .transpose()?;
+        if let (Some(s), Some(path)) = (&state, state_in) {
+            s.check_family(self.family())
+                .map_err(|e| Error::InvalidArgument(format!("state {}: {e}", path.display())))?;
+        }
         let (tokens, state) = self.generate_from(prompts, state, options)?;
         if let Some(path) = state_out {
             state.save(path)?;
         }
         Ok(tokens)
+    }
+}
+
+impl<F: Family + Send + Sync> CausalLm for F {
+    fn family(&self) -> &'static str {
+        Family::family(self)
+    }
+    fn describe(&self) -> String {
+        Family::describe(self)
+    }
+    fn vocab_size(&self) -> usize {
+        Family::vocab_size(self)
+    }
+    fn matmul_dtype(&self) -> DType {
+        Family::matmul_dtype(self)
+    }
+    fn weight_bytes(&self) -> usize {
+        Family::weight_bytes(self)
+    }
+    fn prefill_logits(&self, prompts: &[Vec<u32>]) -> Result<HostArray> {
+        engine::check_prompts(Family::family(self), "prefill", prompts)?;
+        Ok(self.prefill_reserving(prompts, None, 0)?.logits)
+    }
+    fn greedy(&self, prompts: &[Vec<u32>], new_tokens: usize) -> Result<Vec<Vec<u32>>> {
+        engine::greedy(self, prompts, new_tokens)
+    }
+    fn generate(&self, prompts: &[Vec<u32>], options: &GenerateOptions) -> Result<Vec<Vec<u32>>> {
+        engine::generate(self, prompts, options)
+    }
+    fn generate_stream(
+        &self,
+        prompts: &[Vec<u32>],
+        options: &GenerateOptions,
+        segment: usize,
+        on_tokens: &mut dyn FnMut(&[Vec<u32>]) -> bool,
+    ) -> Result<Vec<Vec<u32>>> {
+        Ok(engine::segments(self, prompts, None, options, segment, false, on_tokens)?.0)
+    }
+    fn generate_from(
+        &self,
+        prompts: &[Vec<u32>],
+        state: Option<ModelState>,
+        options: &GenerateOptions,
+    ) -> Result<(Vec<Vec<u32>>, ModelState)> {
+        engine::generate_from(self, prompts, state, options)
+    }
+    fn stablehlo(&self, prompts: &[Vec<u32>], options: &GenerateOptions) -> Result<[String; 3]> {
+        Family::stablehlo(self, prompts, options)
     }
 }
 
@@ -236,28 +189,24 @@ impl CausalLm for Mamba2 {
     ) -> Result<Vec<Vec<u32>>> {
         Mamba2::generate_stream(self, prompts, options, segment, on_tokens)
     }
+    fn generate_from(
+        &self,
+        prompts: &[Vec<u32>],
+        state: Option<ModelState>,
+        options: &GenerateOptions,
+    ) -> Result<(Vec<Vec<u32>>, ModelState)> {
+        let state = state
+            .map(|s| Mamba2State::from_model_state(s, self.client()))
+            .transpose()?;
+        let (tokens, state) = Mamba2::generate_from(self, prompts, state, options)?;
+        Ok((tokens, state.to_model_state()?))
+    }
     fn stablehlo(&self, prompts: &[Vec<u32>], options: &GenerateOptions) -> Result<[String; 3]> {
         let longest = prompts.iter().map(Vec::len).max().unwrap_or(0);
         let bucket = self.prompt_bucket(longest.max(1)).ok_or_else(|| {
             Error::InvalidArgument(format!("prompts of {longest} tokens have no bucket"))
         })?;
         Mamba2::stablehlo(self, prompts.len(), bucket, options)
-    }
-    fn generate_with_state_files(
-        &self,
-        prompts: &[Vec<u32>],
-        options: &GenerateOptions,
-        state_in: Option<&Path>,
-        state_out: Option<&Path>,
-    ) -> Result<Vec<Vec<u32>>> {
-        let state = state_in
-            .map(|p| Mamba2State::load(p, self.client()))
-            .transpose()?;
-        let (tokens, state) = self.generate_from(prompts, state, options)?;
-        if let Some(path) = state_out {
-            state.save(path)?;
-        }
-        Ok(tokens)
     }
 }
 
@@ -277,7 +226,7 @@ pub fn load(client: &Client, dir: &Path, matmul_dtype: DType) -> Result<Box<dyn 
     let path = dir.join("config.json");
     let text = std::fs::read_to_string(&path)
         .map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
-    let v: Value = serde_json::from_str(&super::mamba2::config::strict_json(&text))
+    let v: Value = serde_json::from_str(&super::common::json::strict_json(&text))
         .map_err(|e| Error::InvalidArgument(format!("{}: not JSON: {e}", path.display())))?;
     let model_type = v.get("model_type").and_then(Value::as_str);
     match model_type {

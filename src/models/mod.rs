@@ -1,8 +1,14 @@
-//! Models built only from the public graph API.
+//! Models built only from the public graph API: the families (Mamba-2, Mamba-1 and
+//! Falcon-Mamba, the hybrids), what they share ([`common`]), and loading any of them by its
+//! checkpoint ([`family`]).
 
+pub mod common;
 pub(crate) mod engine;
 pub mod family;
 pub mod hybrid;
 pub mod mamba1;
 pub mod mamba2;
 pub mod quant;
+
+pub use crate::sampling::{Penalties, Sampling};
+pub use common::{GenerateOptions, LayerState, LoadOptions, ModelState, MAX_NEW_TOKENS};

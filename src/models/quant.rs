@@ -13,8 +13,8 @@
 use crate::array::HostArray;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::models::mamba2::block::host_has_bf16_dot;
-use crate::models::mamba2::materialize::rows_as_columns;
+use crate::models::common::layers::host_has_bf16_dot;
+use crate::models::common::materialize::rows_as_columns;
 use crate::ops::Tensor;
 
 /// The dtype of an 8-bit matrix on the device (values `q + 128`).

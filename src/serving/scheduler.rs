@@ -185,11 +185,11 @@ impl<M: SlotModel> Scheduler<M> {
                 "SchedulerOptions.{name} is 0; it must be at least 1"
             )));
         }
-        if o.segment > crate::models::mamba2::MAX_NEW_TOKENS {
+        if o.segment > crate::models::MAX_NEW_TOKENS {
             return Err(Error::InvalidArgument(format!(
                 "SchedulerOptions.segment ({}) is more than {}",
                 o.segment,
-                crate::models::mamba2::MAX_NEW_TOKENS
+                crate::models::MAX_NEW_TOKENS
             )));
         }
         let vocab = model.vocab_size();

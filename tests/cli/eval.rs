@@ -1,5 +1,6 @@
 //! `eval`: its loss on the shipped model is `grad`'s (the training graph's cross-entropy) on the
-//! same windows; bf16 and 8-bit weights stay near it; bad settings are one-line errors.
+//! same windows; bf16 and 8-bit weights stay near it; every family scores a text as transformers'
+//! logits do; bad settings are one-line errors.
 
 use serde_json::Value;
 
@@ -76,4 +77,131 @@ fn eval_loss_is_the_training_loss_on_the_same_windows() {
     assert!(line.contains("fewer than one --window of 500"), "{line}");
     let line = error_line(&["eval", "--data", dir.join("missing").to_str().unwrap()]);
     assert!(line.contains("missing"), "{line}");
+}
+
+/// A character-level `tokenizer.json` for a vocabulary of `size` tokens: token `i` is the
+/// character U+0100 + i (letters of Latin Extended-A and B, one token each).
+fn char_tokenizer(size: u32) -> String {
+    let vocab: serde_json::Map<String, Value> = (0..size)
+        .map(|i| {
+            (
+                char::from_u32(0x100 + i).unwrap().to_string(),
+                Value::from(i),
+            )
+        })
+        .collect();
+    serde_json::json!({
+        "version": "1.0",
+        "truncation": null,
+        "padding": null,
+        "added_tokens": [],
+        "normalizer": null,
+        "pre_tokenizer": {
+            "type": "Split",
+            "pattern": {"Regex": "."},
+            "behavior": "Isolated",
+            "invert": false
+        },
+        "post_processor": null,
+        "decoder": null,
+        "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "\u{100}"}
+    })
+    .to_string()
+}
+
+/// The mean next-token cross-entropy (nats) of `ids` under `logits` (`[n, vocab]`, position
+/// `t` predicting token `t + 1`), in f64.
+fn reference_loss(logits: &[f64], vocab: usize, ids: &[u32]) -> f64 {
+    let mut nll = 0.0;
+    for t in 0..ids.len() - 1 {
+        let row = &logits[t * vocab..(t + 1) * vocab];
+        let max = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        let lse = max + row.iter().map(|x| (x - max).exp()).sum::<f64>().ln();
+        nll += lse - row[ids[t + 1] as usize];
+    }
+    nll / (ids.len() - 1) as f64
+}
+
+/// Case 1's logits in the fixture `dir`.
+fn cases_logits(dir: &str) -> crate::common::Stored {
+    let mut cases =
+        crate::common::read_safetensors(&std::path::Path::new(dir).join("cases.safetensors"));
+    cases.remove("case1.logits").unwrap()
+}
+
+#[test]
+fn eval_scores_every_family_as_transformers_logits_do() {
+    // Each family's fixture with a character tokenizer, and a text whose tokens are case 1's
+    // first prompt: eval's loss over that one window equals the cross-entropy of HF's logits.
+    let fixtures = [
+        "tests/fixtures/mamba2/tiny",
+        "tests/fixtures/mamba1/tiny",
+        "tests/fixtures/mamba1/falcon",
+        "tests/fixtures/hybrid/bamba",
+        "tests/fixtures/hybrid/granite",
+        "tests/fixtures/hybrid/nemotron",
+    ];
+    for fixture in fixtures {
+        let name = fixture.replace('/', "-");
+        let dir = scratch(&format!("eval-{name}"));
+        let model = dir.join("model");
+        std::fs::create_dir_all(&model).unwrap();
+        for f in ["config.json", "model.safetensors"] {
+            std::fs::copy(std::path::Path::new(fixture).join(f), model.join(f)).unwrap();
+        }
+        let logits = &cases_logits(fixture);
+        let (len, vocab) = (logits.shape[1], logits.shape[2]);
+        std::fs::write(model.join("tokenizer.json"), char_tokenizer(vocab as u32)).unwrap();
+        let cases = crate::common::read_safetensors(
+            &std::path::Path::new(fixture).join("cases.safetensors"),
+        );
+        let prompt = &crate::common::fixture_prompts(&cases, 1)[0];
+        let text: String = prompt
+            .iter()
+            .map(|&t| char::from_u32(0x100 + t).unwrap())
+            .collect();
+        let data = dir.join("text.txt");
+        std::fs::write(&data, text).unwrap();
+        // Row 0's prompt fills the last positions of its padded length.
+        let start = (len - prompt.len()) * vocab;
+        let want = reference_loss(&logits.values[start..len * vocab], vocab, prompt);
+        let json = dir.join("eval.json");
+        let window = prompt.len().to_string();
+        let stdout = run_ok(&[
+            "eval",
+            "--model",
+            model.to_str().unwrap(),
+            "--data",
+            data.to_str().unwrap(),
+            "--window",
+            &window,
+            "--json",
+            json.to_str().unwrap(),
+        ]);
+        let out = read_json(&json);
+        let loss = out["loss_nats"].as_f64().unwrap();
+        let perplexity = out["perplexity"].as_f64().unwrap();
+        assert!(perplexity.is_finite(), "{fixture}: {out}");
+        assert!(
+            (loss - want).abs() < 1e-4,
+            "{fixture}: {loss} against {want}\n{stdout}"
+        );
+        assert_eq!(out["predictions"], prompt.len() - 1, "{fixture}");
+    }
+}
+
+#[test]
+fn eval_without_a_tokenizer_or_bytes_is_one_line() {
+    let data = scratch("eval-no-tokenizer").join("text.txt");
+    std::fs::write(&data, "some text to score").unwrap();
+    for fixture in [
+        "tests/fixtures/hybrid/bamba",
+        "tests/fixtures/mamba1/falcon",
+    ] {
+        let e = error_line(&["eval", "--model", fixture, "--data", data.to_str().unwrap()]);
+        assert!(
+            e.contains("no tokenizer.json") && e.contains("96 tokens") && e.contains(fixture),
+            "{e}"
+        );
+    }
 }

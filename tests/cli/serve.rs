@@ -11,9 +11,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use stablegraph::models::mamba2::{
-    GenerateOptions, Mamba2, Mamba2Config, Mamba2Weights, Penalties, Sampling,
-};
+use stablegraph::models::mamba2::{Mamba2, Mamba2Config, Mamba2Weights, Penalties, Sampling};
+use stablegraph::models::GenerateOptions;
 use stablegraph::DType;
 
 use crate::binary;

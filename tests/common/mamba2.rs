@@ -1,8 +1,9 @@
 //! The tiny Mamba-2 shapes, models and state comparisons the model tests share.
 
 use stablegraph::models::mamba2::{
-    GenerateOptions, Mamba2, Mamba2Config, Mamba2State, Mamba2Weights, Penalties, Sampling,
+    Mamba2, Mamba2Config, Mamba2State, Mamba2Weights, Penalties, Sampling,
 };
+use stablegraph::models::GenerateOptions;
 use stablegraph::DType;
 
 use super::{buffer_diff, client};

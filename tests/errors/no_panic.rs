@@ -220,11 +220,11 @@ fn graph_builders_refuse_overflowing_sizes() {
 
 // ---- models::mamba2 ---------------------------------------------------------------------------
 
-use stablegraph::models::mamba2::block::{self, LayerState};
+use stablegraph::models::mamba2::block;
 use stablegraph::models::mamba2::ssd;
-use stablegraph::models::mamba2::{
-    GenerateOptions, Mamba2, Mamba2Config, Mamba2State, Mamba2Weights, Sampling,
-};
+use stablegraph::models::mamba2::{Mamba2, Mamba2Config, Mamba2State, Mamba2Weights, Sampling};
+use stablegraph::models::GenerateOptions;
+use stablegraph::models::LayerState;
 use stablegraph::ops::Tensor;
 use stablegraph::TensorType;
 

@@ -8,7 +8,8 @@ use crate::common;
 
 use common::{client, read_safetensors};
 use stablegraph::models::family;
-use stablegraph::models::mamba2::{GenerateOptions, Penalties, Sampling};
+use stablegraph::models::mamba2::{Penalties, Sampling};
+use stablegraph::models::GenerateOptions;
 use stablegraph::DType;
 
 /// Every fixture directory: the hybrids and Mamba-1's.

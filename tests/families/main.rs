@@ -1,9 +1,10 @@
 //! Every family through one face (`stablegraph::models::family::load`, `CausalLm`): Mamba-2,
 //! Mamba-1, Falcon-Mamba, Bamba, Granite 4.0-H and Nemotron-H, each on its HF fixtures:
 //! one-program generation against transformers' greedy tokens, the sampling options, streams
-//! and state files ([`generate`]).
+//! and state files ([`generate`]); the face a service holds ([`face`]).
 
 #[path = "../common/mod.rs"]
 mod common;
 
+mod face;
 mod generate;

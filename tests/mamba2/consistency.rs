@@ -6,9 +6,8 @@
 use crate::common;
 
 use common::{array_diff, buffer_diff, client, max_abs, tiny_mamba2, tiny_model};
-use stablegraph::models::mamba2::{
-    GenerateOptions, Mamba2, Mamba2Config, Mamba2Weights, Penalties, Sampling,
-};
+use stablegraph::models::mamba2::{Mamba2, Mamba2Config, Mamba2Weights, Penalties, Sampling};
+use stablegraph::models::GenerateOptions;
 use stablegraph::tree::Tree;
 use stablegraph::{DType, HostArray};
 

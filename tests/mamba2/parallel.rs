@@ -5,9 +5,8 @@
 use crate::common;
 
 use common::{array_diff, client4, state_diff, tiny_mamba2};
-use stablegraph::models::mamba2::{
-    GenerateOptions, Mamba2, Mamba2Config, Mamba2Weights, Parallel, Sampling,
-};
+use stablegraph::models::mamba2::{Mamba2, Mamba2Config, Mamba2Weights, Parallel, Sampling};
+use stablegraph::models::GenerateOptions;
 use stablegraph::DType;
 
 /// The tiny config with `groups` groups (G = 1 or 2).

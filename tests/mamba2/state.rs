@@ -5,9 +5,8 @@
 use crate::common;
 
 use common::{array_diff, client, greedy, state_diff, tiny_mamba2, tiny_model};
-use stablegraph::models::mamba2::{
-    GenerateOptions, Mamba2, Mamba2State, Mamba2Weights, Penalties, Sampling,
-};
+use stablegraph::models::mamba2::{Mamba2, Mamba2State, Mamba2Weights, Penalties, Sampling};
+use stablegraph::models::GenerateOptions;
 use stablegraph::DType;
 
 fn joined(a: &[Vec<u32>], b: &[Vec<u32>]) -> Vec<Vec<u32>> {

@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 use half::{bf16, f16};
 use safetensors::tensor::TensorView;
 use safetensors::Dtype;
-use stablegraph::models::mamba2::{LoadOptions, Mamba2, Mamba2Config, Mamba2Weights};
+use stablegraph::models::mamba2::{Mamba2, Mamba2Config, Mamba2Weights};
+use stablegraph::models::LoadOptions;
 use stablegraph::tree::Tree;
 use stablegraph::{DType, HostArray, TensorType};
 

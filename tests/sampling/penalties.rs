@@ -12,7 +12,8 @@ use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 
 use crate::common::{client, Rng};
-use stablegraph::models::mamba2::{GenerateOptions, Mamba2, Mamba2Config, Mamba2Weights};
+use stablegraph::models::mamba2::{Mamba2, Mamba2Config, Mamba2Weights};
+use stablegraph::models::GenerateOptions;
 use stablegraph::ops::Graph;
 use stablegraph::sampling::{
     penalize, GenerationConfig, Penalties, PenaltySettings, Sampling, TokenHistory,

@@ -4,7 +4,8 @@
 
 use std::collections::BTreeMap;
 
-use stablegraph::models::mamba2::{GenerateOptions, Mamba2, Penalties, Sampling};
+use stablegraph::models::mamba2::{Mamba2, Penalties, Sampling};
+use stablegraph::models::GenerateOptions;
 use stablegraph::serving::{
     Event, FinishReason, Request, RequestId, Scheduler, SchedulerOptions, SlotModel, SubmitError,
 };

@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::models::mamba2::config::{number, strict_json, time_step_limit};
+use crate::models::common::json::{number, strict_json, time_step_limit};
 use crate::models::mamba2::Mamba2Config;
 
 /// The `model_type`s a [`HybridConfig`] reads.

@@ -9,10 +9,11 @@ use super::model::{Hybrid, HybridState, Kind};
 use super::weights::HybridWeights;
 use super::HybridConfig;
 use crate::array::HostArray;
+use crate::compiled::CompiledGraph;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::models::engine::{self, decode_loop, rows, Decoding, Stepper, Variant};
-use crate::models::mamba2::{generate_capacity, GenerateOptions, LayerState};
+use crate::models::common::{generate_capacity, GenerateOptions, LayerState};
+use crate::models::engine::{self, decode_loop, rows, Decoding, Prepared, Stepper, Variant};
 use crate::ops::{Carry, Tensor};
 
 impl Carry for SublayerState<Tensor> {
@@ -153,20 +154,20 @@ impl Hybrid {
         prompts: &[Vec<u32>],
         options: &GenerateOptions,
     ) -> Result<Vec<Vec<u32>>> {
-        let cfg = self.config();
-        engine::check_options(options, cfg.vocab_size)?;
-        if prompts.is_empty() || prompts.iter().any(Vec::is_empty) {
-            return Err(Error::InvalidArgument(
-                "Hybrid::generate needs at least one prompt, and no empty prompt".into(),
-            ));
-        }
-        if options.max_new_tokens == 0 {
-            return Ok(vec![Vec::new(); prompts.len()]);
-        }
-        let (b, v) = (prompts.len(), engine::variant(options));
+        engine::generate(self, prompts, options)
+    }
+
+    /// The generate program for `prompts` and `capacity` new tokens, and its inputs before the
+    /// controls.
+    pub(super) fn generate_program(
+        &self,
+        prompts: &[Vec<u32>],
+        capacity: usize,
+        v: Variant,
+    ) -> Result<Prepared> {
+        let b = prompts.len();
         let (rows_in, chunk) = self.padded_rows(prompts);
         let len = rows_in[0].len();
-        let capacity = generate_capacity(options.max_new_tokens);
         let cap = len + capacity;
         let empty = self.empty_state(b, cap)?;
         let fed = self.feed(&rows_in, &empty)?;
@@ -174,21 +175,11 @@ impl Hybrid {
         let program = self.program(key, |g, w| {
             self.generate_outputs(g, w, (b, len, cap, chunk), capacity, v, &empty)
         })?;
-        let mut inputs = vec![fed.ids, fed.mask, fed.rotary, fed.valid];
-        let width = len + capacity;
-        inputs.extend(engine::control_inputs(
-            prompts,
-            options,
-            cfg.vocab_size,
+        Ok(Prepared {
+            program,
+            inputs: vec![fed.ids, fed.mask, fed.rotary, fed.valid],
             len,
-            width,
-            v,
-        )?);
-        let out = self.run(&program, &inputs)?;
-        let tokens = out
-            .first()
-            .ok_or_else(|| Error::InvalidArgument("generate returned nothing".into()))?;
-        engine::rows_of_tokens(tokens, options.max_new_tokens)
+        })
     }
 
     /// The generate program's output (the tokens `[b, capacity]`) for `(b, len, cap, chunk)`
@@ -302,9 +293,7 @@ impl Hybrid {
         segment: usize,
         on_tokens: impl FnMut(&[Vec<u32>]) -> bool,
     ) -> Result<Vec<Vec<u32>>> {
-        Ok(self
-            .segments(prompts, None, options, segment, false, on_tokens)?
-            .0)
+        Ok(engine::segments(self, prompts, None, options, segment, false, on_tokens)?.0)
     }
 
     /// [`Hybrid::generate`] continuing from `state` (when given: as a prefill, step or earlier
@@ -319,70 +308,47 @@ impl Hybrid {
         options: &GenerateOptions,
     ) -> Result<(Vec<Vec<u32>>, HybridState)> {
         let segment = generate_capacity(options.max_new_tokens);
-        self.segments(prompts, state, options, segment, true, |_| true)
+        engine::segments(self, prompts, state, options, segment, true, |_| true)
     }
 
-    /// The prefill (after `init`, when given) with caches sized for the generation, then
-    /// segments of up to `segment` tokens; with `state_out` rows that stopped keep their state.
-    /// Returns the tokens and the last state.
-    fn segments(
+    /// The segment program of up to `segment` steps from a state shaped like `state`, with a
+    /// penalty history of `width` positions.
+    pub(super) fn segment_program(
         &self,
-        prompts: &[Vec<u32>],
-        init: Option<HybridState>,
-        options: &GenerateOptions,
+        state: &HybridState,
         segment: usize,
-        state_out: bool,
-        on_tokens: impl FnMut(&[Vec<u32>]) -> bool,
-    ) -> Result<(Vec<Vec<u32>>, HybridState)> {
+        width: usize,
+        v: Variant,
+    ) -> Result<CompiledGraph> {
         let cfg = self.config();
-        let vocab = cfg.vocab_size;
-        engine::check_options(options, vocab)?;
-        engine::check_segment(segment)?;
-        let capacity = generate_capacity(options.max_new_tokens);
-        let pre = self.prefill_reserving(prompts, init, capacity)?;
-        if options.max_new_tokens == 0 {
-            return Ok((vec![Vec::new(); prompts.len()], pre.state));
-        }
-        let (b, state) = (prompts.len(), pre.state);
-        let v = Variant {
-            segment: true,
-            state_out,
-            ..engine::variant(options)
-        };
-        let (len, cap) = (state.column, state.capacity());
-        // The penalty history: this call's prompts (padded as fed) and new tokens.
-        let fed = pre.logits.dims()[1].max(1);
-        let prompt_width = self.padded_rows(prompts).0[0].len().max(fed);
-        let width = prompt_width + capacity;
-        let template = state.sublayers.clone();
+        let (b, cap) = (state.rows(), state.capacity());
+        let template = &state.sublayers;
         let key = (Kind::Segment(segment, v), b, width, cap, 0);
-        let program = self.program(key, |g, w| {
+        self.program(key, |g, w| {
             let steps = Steps {
                 w,
                 cfg,
                 gather: self.gathers(),
             };
-            engine::segment_outputs(g, &steps, b, vocab, segment, width, v, |g| {
-                carried_parameters(g, &template, b, cap)
+            engine::segment_outputs(g, &steps, b, cfg.vocab_size, segment, width, v, |g| {
+                carried_parameters(g, template, b, cap)
             })
-        })?;
+        })
+    }
+
+    /// The state's tensors in the segment program's order.
+    pub(super) fn flatten_state(&self, state: &HybridState) -> Result<Vec<HostArray>> {
         let mut flat: Vec<HostArray> = Vec::new();
         for s in &state.sublayers {
             flat.extend(s.tensors().into_iter().cloned());
         }
-        flat.push(state.valid);
-        flat.push(HostArray::scalar(len as i32));
-        flat.push(HostArray::from_vec(&[b], state.positions)?);
-        let start = engine::StreamStart {
-            logits: engine::last_position(&pre.logits)?,
-            state: flat,
-            len: prompt_width,
-            width,
-        };
-        let run = |inputs: &[HostArray]| self.run(&program, inputs);
-        let (tokens, flat) =
-            engine::stream_segments(prompts, options, vocab, segment, start, v, run, on_tokens)?;
-        Ok((tokens, unflatten_state(&template, flat)?))
+        flat.push(state.valid.clone());
+        flat.push(HostArray::scalar(state.column as i32));
+        flat.push(HostArray::from_vec(
+            &[state.rows()],
+            state.positions.clone(),
+        )?);
+        Ok(flat)
     }
 }
 
@@ -413,7 +379,7 @@ fn carried_parameters(
 }
 
 /// A [`HybridState`] from a segment program's flattened state (shaped like `template`).
-fn unflatten_state(
+pub(super) fn unflatten_state(
     template: &[SublayerState<HostArray>],
     flat: Vec<HostArray>,
 ) -> Result<HybridState> {

@@ -7,8 +7,10 @@ use super::layers::{attention, mlp, moe, Positions};
 use super::weights::{HybridWeights, Sublayer};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::models::mamba2::block::{linear, mixer_prefill, mixer_step, rms};
-use crate::models::mamba2::{LayerState, Mamba2Config};
+use crate::models::common::layers::{linear, rms};
+use crate::models::common::LayerState;
+use crate::models::mamba2::block::{mixer_prefill, mixer_step};
+use crate::models::mamba2::Mamba2Config;
 use crate::ops::Tensor;
 
 /// What one sublayer carries from token to token.

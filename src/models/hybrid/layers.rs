@@ -5,7 +5,7 @@ use super::config::{Activation, AttentionConfig, MlpConfig, MoeConfig, Routing};
 use super::weights::{AttentionWeights, MlpWeights, MoeWeights};
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::models::mamba2::block::linear;
+use crate::models::common::layers::linear;
 use crate::ops::Tensor;
 
 /// The score of a position a query may not see: finite, so a row that sees nothing (a padded

@@ -7,6 +7,7 @@
 //! `docs/hybrid.md`.
 
 mod config;
+mod family;
 mod generate;
 mod graph;
 mod layers;

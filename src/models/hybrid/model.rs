@@ -12,8 +12,8 @@ use crate::array::HostArray;
 use crate::compiled::CompiledGraph;
 use crate::dtype::{DType, TensorType};
 use crate::error::{Error, Result};
+use crate::models::common::{LayerState, LoadOptions};
 use crate::models::engine::{self, Programs, Variant};
-use crate::models::mamba2::{LayerState, LoadOptions};
 use crate::ops::{Graph, Tensor};
 use crate::runtime::Client;
 
@@ -42,81 +42,6 @@ impl HybridState {
     /// The attention caches' capacity in columns.
     pub fn capacity(&self) -> usize {
         self.valid.dims().get(1).copied().unwrap_or(0)
-    }
-
-    /// Writes the state to `path` as safetensors: `sublayers.{i}.conv` and `.ssm` (Mamba-2
-    /// mixers), `sublayers.{i}.k` and `.v` (attention caches), `valid` (f32), `column` and
-    /// `positions` (i32).
-    pub fn save(&self, path: &Path) -> Result<()> {
-        let mut named: Vec<(String, &HostArray)> = Vec::new();
-        for (i, s) in self.sublayers.iter().enumerate() {
-            let names: &[&str] = match s {
-                SublayerState::Mamba(_) => &["conv", "ssm"],
-                SublayerState::Attention { .. } => &["k", "v"],
-                SublayerState::None => &[],
-            };
-            for (n, t) in names.iter().zip(s.tensors()) {
-                named.push((format!("sublayers.{i}.{n}"), t));
-            }
-        }
-        let column = HostArray::scalar(i32::try_from(self.column).unwrap_or(i32::MAX));
-        let positions = HostArray::from_vec(&[self.rows()], self.positions.clone())?;
-        named.push(("valid".into(), &self.valid));
-        named.push(("column".into(), &column));
-        named.push(("positions".into(), &positions));
-        crate::models::engine::save_tensors(path, &named)
-    }
-
-    /// Reads a state written by [`HybridState::save`] for a model of `sublayers` sublayers. A
-    /// file that is not such a state (unreadable, not safetensors, a missing or extra tensor)
-    /// is an error naming the file and tensor; the model checks the shapes when it continues.
-    pub fn load(path: &Path, sublayers: usize) -> Result<HybridState> {
-        let mut t = crate::models::engine::load_tensors(path)?;
-        let bad = |why: String| Error::InvalidArgument(format!("state {}: {why}", path.display()));
-        let mut take = |name: String| {
-            t.remove(&name)
-                .ok_or_else(|| bad(format!("{name} is missing")))
-        };
-        let mut states = Vec::with_capacity(sublayers);
-        for i in 0..sublayers {
-            let p = format!("sublayers.{i}");
-            states.push(if let Ok(ssm) = take(format!("{p}.ssm")) {
-                SublayerState::Mamba(LayerState {
-                    conv: take(format!("{p}.conv"))?,
-                    ssm,
-                })
-            } else if let Ok(k) = take(format!("{p}.k")) {
-                SublayerState::Attention {
-                    k,
-                    v: take(format!("{p}.v"))?,
-                }
-            } else {
-                SublayerState::None
-            });
-        }
-        let valid = take("valid".into())?;
-        let column = take("column".into())?;
-        let positions: Vec<i32> = take("positions".into())?
-            .as_array::<i32>()?
-            .iter()
-            .copied()
-            .collect();
-        if let Some(extra) = t.keys().next() {
-            return Err(bad(format!("unexpected tensor {extra}")));
-        }
-        let column = column
-            .as_array::<i32>()?
-            .iter()
-            .copied()
-            .next()
-            .unwrap_or(-1);
-        let column = usize::try_from(column).map_err(|_| bad(format!("column {column}")))?;
-        Ok(HybridState {
-            sublayers: states,
-            valid,
-            column,
-            positions,
-        })
     }
 }
 
@@ -351,17 +276,7 @@ impl Hybrid {
     /// Greedy decoding of `new_tokens` tokens per prompt: a prefill with caches sized for
     /// them, then one [`Hybrid::step`] per token with the argmax taken on the host.
     pub fn greedy(&self, prompts: &[Vec<u32>], new_tokens: usize) -> Result<Vec<Vec<u32>>> {
-        let state = self.empty_state(prompts.len(), 0)?;
-        let p = self.run_prefill(prompts, state, new_tokens)?;
-        let mut state = Some(p.state);
-        engine::greedy_on_host(&p.logits, new_tokens, |picks| {
-            let s = state
-                .take()
-                .ok_or_else(|| Error::InvalidArgument("no state".into()))?;
-            let (logits, next) = self.step(picks, s)?;
-            state = Some(next);
-            Ok(logits)
-        })
+        engine::greedy(self, prompts, new_tokens)
     }
 
     /// Feeds `rows` (equal lengths, `None` = padding) after `state`, growing the caches to hold

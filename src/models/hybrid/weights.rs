@@ -10,8 +10,9 @@ use super::config::{Activation, HybridConfig, HybridFamily, MlpConfig, MoeConfig
 use crate::array::HostArray;
 use crate::dtype::{DType, TensorType};
 use crate::error::{Error, Result};
-use crate::models::mamba2::checkpoint::{random_tensor, Expected, Loader, Rng};
-use crate::models::mamba2::{LayerWeights, LoadOptions};
+use crate::models::common::checkpoint::{random_tensor, Expected, Loader, Rng};
+use crate::models::common::LoadOptions;
+use crate::models::mamba2::LayerWeights;
 use crate::runtime::{Buffer, Client};
 
 /// An attention sublayer's projections, `[out, in]`.

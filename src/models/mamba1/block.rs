@@ -3,17 +3,18 @@
 //! recurrence), and the whole model around them.
 
 use super::{Mamba1Config, Mamba1Layer, Mamba1Weights};
+use crate::array::HostArray;
 use crate::dtype::DType;
-use crate::error::Result;
-use crate::models::mamba2::block::{linear, remembered_inputs, rms};
-use crate::models::mamba2::materialize::window_sum;
-use crate::models::mamba2::LayerState;
+use crate::error::{Error, Result};
+use crate::models::common::layers::{linear, remembered_inputs, rms};
+use crate::models::common::materialize::window_sum;
+use crate::models::common::LayerState;
 use crate::ops::{Graph, Tensor};
 use crate::tree::Tree;
 
 /// One block's recurrent state: `conv`, the last `K` inputs of the convolution, oldest first,
 /// `[b, d_inner, K]`; `ssm`, the selective scan's state `h`, `[b, d_inner, N]`. The same
-/// struct as Mamba-2's [`LayerState`](crate::models::mamba2::LayerState).
+/// struct as Mamba-2's [`LayerState`](crate::models::LayerState).
 pub type Mamba1State<T> = LayerState<T>;
 
 /// The block's RMS norm and `in_proj`, split into the mixer input `x` and the gate `z`
@@ -273,4 +274,18 @@ pub(crate) fn step(
         next.push(s);
     }
     Ok((head(&hidden, w, cfg)?, next))
+}
+
+/// Pairs `conv, ssm, conv, ssm, ...` into states.
+pub(crate) fn pair_states(
+    mut it: impl Iterator<Item = HostArray>,
+) -> Result<Vec<Mamba1State<HostArray>>> {
+    let mut states = Vec::new();
+    while let Some(conv) = it.next() {
+        let ssm = it
+            .next()
+            .ok_or_else(|| Error::InvalidArgument("a conv state without its ssm state".into()))?;
+        states.push(Mamba1State { conv, ssm });
+    }
+    Ok(states)
 }

@@ -5,7 +5,7 @@ use std::path::Path;
 use serde_json::Value;
 
 use crate::error::{Error, Result};
-use crate::models::mamba2::config::{number, strict_json};
+use crate::models::common::json::{number, strict_json};
 use crate::models::mamba2::Mamba2Config;
 
 /// The shape and numerics of a Mamba-1 (or Falcon-Mamba) model.

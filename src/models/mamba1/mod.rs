@@ -6,10 +6,11 @@
 
 mod block;
 mod config;
+mod family;
 mod model;
 mod weights;
 
 pub use block::{Mamba1State, Scan};
 pub use config::{Mamba1Config, MODEL_TYPES};
-pub use model::{load_states, save_states, Mamba1, Mamba1Prefill};
+pub use model::{Mamba1, Mamba1Prefill};
 pub use weights::{Mamba1Layer, Mamba1Weights};

@@ -4,15 +4,14 @@
 use crate::tree::Tree;
 use std::path::Path;
 
-use super::block::{self, Mamba1State, Scan};
+use super::block::{self, pair_states, Mamba1State, Scan};
 use super::{Mamba1Config, Mamba1Weights};
 use crate::array::HostArray;
 use crate::compiled::CompiledGraph;
 use crate::dtype::{DType, TensorType};
 use crate::error::{Error, Result};
+use crate::models::common::{generate_capacity, GenerateOptions, LayerState, LoadOptions};
 use crate::models::engine::{self, decode_loop, rows, Decoding, Programs, Stepper, Variant};
-use crate::models::mamba2::LoadOptions;
-use crate::models::mamba2::{GenerateOptions, LayerState};
 use crate::ops::{Graph, Tensor};
 use crate::runtime::Client;
 
@@ -29,11 +28,11 @@ pub struct Mamba1 {
 type Generated = (Vec<Vec<u32>>, Vec<Mamba1State<HostArray>>);
 
 /// What a compiled program computes: (its kind, rows, positions, scan).
-type ProgramKey = (Kind, usize, usize, Scan);
+pub(super) type ProgramKey = (Kind, usize, usize, Scan);
 
 /// The kinds of program.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-enum Kind {
+pub(super) enum Kind {
     /// A prefill from a zero state.
     Prefill,
     /// A prefill from states given as inputs.
@@ -101,6 +100,11 @@ impl Mamba1 {
         let config = Mamba1Config::load(dir)?;
         let weights = Mamba1Weights::load(dir, &config, matmul_dtype, &LoadOptions::default())?;
         Mamba1::new(client, config, &weights)
+    }
+
+    /// How the prefill's selective scan runs.
+    pub(super) fn scan(&self) -> Scan {
+        self.scan
     }
 
     /// Runs every prefill's selective scan as `scan` says (by default [`Scan::Loop`] on the CPU
@@ -171,7 +175,7 @@ impl Mamba1 {
     }
 
     /// One state per block as parameters of `g`, for `b` rows.
-    fn state_parameters(&self, g: &Graph, b: usize) -> Result<Vec<Mamba1State<Tensor>>> {
+    pub(super) fn state_parameters(&self, g: &Graph, b: usize) -> Result<Vec<Mamba1State<Tensor>>> {
         let (conv, ssm) = self.state_dims(b);
         (0..self.config.num_layers)
             .map(|i| {
@@ -245,22 +249,15 @@ impl Mamba1 {
         Ok((logits, pair_states(out)?))
     }
 
-    /// Greedy decoding of `new_tokens` tokens per prompt: a prefill, then one [`Mamba1::step`]
-    /// per token with the argmax taken on the host.
-    pub fn greedy(&self, prompts: &[Vec<u32>], new_tokens: usize) -> Result<Vec<Vec<u32>>> {
-        let p = self.prefill(prompts)?;
-        let mut states = p.states;
-        engine::greedy_on_host(&p.logits, new_tokens, |picks| {
-            let (logits, next) = self.step(picks, &states)?;
-            states = next;
-            Ok(logits)
-        })
-    }
-
     /// The prompts left-padded to `len` positions: token ids `[b, len]` i32 and the mask
     /// `[b, len]` f32 (1 at real tokens); a token outside the vocabulary is an error naming
     /// `op`.
-    fn padded(&self, prompts: &[Vec<u32>], len: usize, op: &str) -> Result<(HostArray, HostArray)> {
+    pub(super) fn padded(
+        &self,
+        prompts: &[Vec<u32>],
+        len: usize,
+        op: &str,
+    ) -> Result<(HostArray, HostArray)> {
         let b = prompts.len();
         let mut ids = vec![0i32; b * len];
         let mut mask = vec![0f32; b * len];
@@ -287,36 +284,7 @@ impl Mamba1 {
         prompts: &[Vec<u32>],
         options: &GenerateOptions,
     ) -> Result<Vec<Vec<u32>>> {
-        engine::check_options(options, self.config.vocab_size)?;
-        let len = prompts.iter().map(Vec::len).max().unwrap_or(0);
-        if prompts.is_empty() || prompts.iter().any(Vec::is_empty) {
-            return Err(Error::InvalidArgument(
-                "Mamba1::generate needs at least one prompt, and no empty prompt".into(),
-            ));
-        }
-        if options.max_new_tokens == 0 {
-            return Ok(vec![Vec::new(); prompts.len()]);
-        }
-        let (b, v) = (prompts.len(), engine::variant(options));
-        let capacity = crate::models::mamba2::generate_capacity(options.max_new_tokens);
-        let (ids, mask) = self.padded(prompts, len, "generate")?;
-        let key = (Kind::Generate(capacity, v), b, len, self.scan);
-        let program = self.program(key, |g, w| self.generate_outputs(g, w, b, len, capacity, v))?;
-        let mut inputs = vec![ids, mask];
-        let vocab = self.config.vocab_size;
-        inputs.extend(engine::control_inputs(
-            prompts,
-            options,
-            vocab,
-            len,
-            len + capacity,
-            v,
-        )?);
-        let out = self.run(&program, &inputs)?;
-        let tokens = out
-            .first()
-            .ok_or_else(|| Error::InvalidArgument("generate returned nothing".into()))?;
-        engine::rows_of_tokens(tokens, options.max_new_tokens)
+        engine::generate(self, prompts, options)
     }
 
     /// [`Mamba1::generate`] in segments of up to `segment` tokens (at least 1), handing each
@@ -331,9 +299,7 @@ impl Mamba1 {
         segment: usize,
         on_tokens: impl FnMut(&[Vec<u32>]) -> bool,
     ) -> Result<Vec<Vec<u32>>> {
-        Ok(self
-            .segments(prompts, None, options, segment, false, on_tokens)?
-            .0)
+        Ok(engine::segments(self, prompts, None, options, segment, false, on_tokens)?.0)
     }
 
     /// [`Mamba1::generate`] continuing from `states` (when given: one per block, as a prefill,
@@ -346,63 +312,15 @@ impl Mamba1 {
         states: Option<&[Mamba1State<HostArray>]>,
         options: &GenerateOptions,
     ) -> Result<Generated> {
-        let segment = crate::models::mamba2::generate_capacity(options.max_new_tokens);
-        self.segments(prompts, states, options, segment, true, |_| true)
+        let segment = generate_capacity(options.max_new_tokens);
+        let init = states.map(<[_]>::to_vec);
+        engine::segments(self, prompts, init, options, segment, true, |_| true)
     }
 
-    /// The prefill (from `init`, when given), then segments of up to `segment` tokens; with
-    /// `state_out` rows that stopped keep their state. Returns the tokens and the last state.
-    fn segments(
-        &self,
-        prompts: &[Vec<u32>],
-        init: Option<&[Mamba1State<HostArray>]>,
-        options: &GenerateOptions,
-        segment: usize,
-        state_out: bool,
-        on_tokens: impl FnMut(&[Vec<u32>]) -> bool,
-    ) -> Result<Generated> {
-        let vocab = self.config.vocab_size;
-        engine::check_options(options, vocab)?;
-        engine::check_segment(segment)?;
-        let pre = match init {
-            Some(states) => self.prefill_from(prompts, states)?,
-            None => self.prefill(prompts)?,
-        };
-        if options.max_new_tokens == 0 {
-            return Ok((vec![Vec::new(); prompts.len()], pre.states));
-        }
-        let b = prompts.len();
-        let v = Variant {
-            segment: true,
-            state_out,
-            ..engine::variant(options)
-        };
-        let len = pre.logits.dims()[1];
-        let width = len + crate::models::mamba2::generate_capacity(options.max_new_tokens);
-        let key = (Kind::Segment(segment, v, width), b, 0, self.scan);
-        let program = self.program(key, |g, w| {
-            let steps = Steps {
-                w,
-                cfg: &self.config,
-            };
-            engine::segment_outputs(g, &steps, b, vocab, segment, width, v, |g| {
-                self.state_parameters(g, b)
-            })
-        })?;
-        let start = engine::StreamStart {
-            logits: engine::last_position(&pre.logits)?,
-            state: pre
-                .states
-                .into_iter()
-                .flat_map(|s| [s.conv, s.ssm])
-                .collect(),
-            len,
-            width,
-        };
-        let run = |inputs: &[HostArray]| self.run(&program, inputs);
-        let (tokens, state) =
-            engine::stream_segments(prompts, options, vocab, segment, start, v, run, on_tokens)?;
-        Ok((tokens, pair_states(state.into_iter())?))
+    /// Greedy decoding of `new_tokens` tokens per prompt: a prefill, then one [`Mamba1::step`]
+    /// per token with the argmax taken on the host.
+    pub fn greedy(&self, prompts: &[Vec<u32>], new_tokens: usize) -> Result<Vec<Vec<u32>>> {
+        engine::greedy(self, prompts, new_tokens)
     }
 
     /// `t` as an `i32` id, or an error naming `op` if it is outside the vocabulary.
@@ -452,7 +370,7 @@ impl Mamba1 {
 
     /// The generate program's output (the tokens `[b, capacity]`) for `b` rows of `len`
     /// prompt positions.
-    fn generate_outputs(
+    pub(super) fn generate_outputs(
         &self,
         g: &Graph,
         w: &Mamba1Weights<Tensor>,
@@ -499,7 +417,7 @@ impl Mamba1 {
             ));
         }
         let b = prompts.len();
-        let capacity = crate::models::mamba2::generate_capacity(options.max_new_tokens);
+        let capacity = generate_capacity(options.max_new_tokens);
         let v = engine::variant(options);
         Ok([
             self.text(|g, w| self.prefill_outputs(g, w, b, len, false))?,
@@ -531,7 +449,7 @@ impl Mamba1 {
 
     /// The compiled program `key`, built by `build` (as for [`Mamba1::graph`]) and compiled on
     /// first use.
-    fn program(
+    pub(super) fn program(
         &self,
         key: ProgramKey,
         build: impl FnOnce(&Graph, &Mamba1Weights<Tensor>) -> Result<Vec<Tensor>>,
@@ -540,15 +458,19 @@ impl Mamba1 {
     }
 
     /// Runs `program` on the weights and `inputs`, downloading its outputs.
-    fn run(&self, program: &CompiledGraph, inputs: &[HostArray]) -> Result<Vec<HostArray>> {
+    pub(super) fn run(
+        &self,
+        program: &CompiledGraph,
+        inputs: &[HostArray],
+    ) -> Result<Vec<HostArray>> {
         self.programs.run(program, inputs)
     }
 }
 
 /// Mamba-1's step inside the decode loop.
-struct Steps<'a> {
-    w: &'a Mamba1Weights<Tensor>,
-    cfg: &'a Mamba1Config,
+pub(super) struct Steps<'a> {
+    pub(super) w: &'a Mamba1Weights<Tensor>,
+    pub(super) cfg: &'a Mamba1Config,
 }
 
 impl Stepper for Steps<'_> {
@@ -567,53 +489,4 @@ impl Stepper for Steps<'_> {
             })
             .collect()
     }
-}
-
-/// Pairs `conv, ssm, conv, ssm, ...` into states.
-fn pair_states(mut it: impl Iterator<Item = HostArray>) -> Result<Vec<Mamba1State<HostArray>>> {
-    let mut states = Vec::new();
-    while let Some(conv) = it.next() {
-        let ssm = it
-            .next()
-            .ok_or_else(|| Error::InvalidArgument("a conv state without its ssm state".into()))?;
-        states.push(Mamba1State { conv, ssm });
-    }
-    Ok(states)
-}
-
-/// Writes Mamba-1 states (one per block) to `path` as safetensors: `layers.{i}.conv` and
-/// `layers.{i}.ssm`, f32 (the layout of Mamba-2's state files).
-pub fn save_states(path: &Path, states: &[Mamba1State<HostArray>]) -> Result<()> {
-    let mut named = Vec::new();
-    for (i, s) in states.iter().enumerate() {
-        named.push((format!("layers.{i}.conv"), &s.conv));
-        named.push((format!("layers.{i}.ssm"), &s.ssm));
-    }
-    engine::save_tensors(path, &named)
-}
-
-/// Reads states written by [`save_states`]. A file that is not such a state (unreadable, not
-/// safetensors, a missing or extra tensor) is an error naming the file and tensor; the model
-/// checks the shapes when it continues from them.
-pub fn load_states(path: &Path) -> Result<Vec<Mamba1State<HostArray>>> {
-    let mut tensors = engine::load_tensors(path)?;
-    let bad = |why: String| Error::InvalidArgument(format!("state {}: {why}", path.display()));
-    let mut states = Vec::new();
-    while let Some(ssm) = tensors.remove(&format!("layers.{}.ssm", states.len())) {
-        let key = format!("layers.{}.conv", states.len());
-        let conv = tensors
-            .remove(&key)
-            .ok_or_else(|| bad(format!("{key} is missing")))?;
-        states.push(Mamba1State { conv, ssm });
-    }
-    if let Some(extra) = tensors.keys().next() {
-        return Err(bad(format!(
-            "unexpected tensor {extra} after {} layers",
-            states.len()
-        )));
-    }
-    if states.is_empty() {
-        return Err(bad("no layers.0.ssm".into()));
-    }
-    Ok(states)
 }

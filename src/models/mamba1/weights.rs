@@ -7,8 +7,8 @@ use super::Mamba1Config;
 use crate::array::HostArray;
 use crate::dtype::{DType, TensorType};
 use crate::error::{Error, Result};
-use crate::models::mamba2::checkpoint::{random_tensor, Expected, Loader, Rng};
-use crate::models::mamba2::LoadOptions;
+use crate::models::common::checkpoint::{random_tensor, Expected, Loader, Rng};
+use crate::models::common::LoadOptions;
 use crate::runtime::{Buffer, Client};
 use crate::tree::Tree;
 

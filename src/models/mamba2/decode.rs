@@ -2,13 +2,14 @@
 //! recurrent steps that picks each token on the device) and the segment program of
 //! [`Mamba2::generate_stream`].
 
-use super::block::{self, LayerState};
-use super::generate::{generate_capacity, GenerateOptions};
+use super::block;
 use super::model::{LogitsAt, Mamba2};
 use super::weights::Mamba2Weights;
 use super::Mamba2Config;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::models::common::LayerState;
+use crate::models::common::{generate_capacity, GenerateOptions};
 pub(super) use crate::models::engine::Variant;
 use crate::models::engine::{decode_loop, penalty_parameters, rows, Decoding, Picker, Stepper};
 use crate::ops::{Carry, Graph, Tensor};

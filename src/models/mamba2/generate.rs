@@ -1,5 +1,5 @@
-//! Generation on the host side: [`GenerateOptions`], the public `generate` calls, and the
-//! arguments they hand the decode programs.
+//! Generation on the host side: the public `generate` calls, and the arguments they hand the
+//! decode programs.
 
 use super::decode::Variant;
 use super::model::{layer_states, state_args, LogitsAt, Mamba2};
@@ -7,24 +7,9 @@ use super::state::Mamba2State;
 use crate::array::HostArray;
 use crate::compiled::CompiledGraph;
 use crate::error::{Error, Result};
+use crate::models::common::{generate_capacity, GenerateOptions, MAX_NEW_TOKENS};
 use crate::runtime::ShardedBuffer;
 use crate::sampling::{Penalties, PenaltySettings, SampleSettings, Sampling, TokenHistory};
-
-/// Options of [`Mamba2::generate`].
-#[derive(Debug, Clone, PartialEq)]
-pub struct GenerateOptions {
-    /// How many tokens to generate per row (at most [`MAX_NEW_TOKENS`]).
-    pub max_new_tokens: usize,
-    /// Token choice.
-    pub sampling: Sampling,
-    /// A row stops at this token (it is emitted; later positions repeat it).
-    pub eos: Option<u32>,
-    /// Penalties on tokens the context (the prompt and the tokens generated) already holds,
-    /// applied before the token is picked, greedy or sampled ([`Penalties::NONE`]: none). When
-    /// generation continues from a state ([`Mamba2::generate_from`]), the context is this
-    /// call's prompt and tokens: what made the state is not part of it.
-    pub penalties: Penalties,
-}
 
 impl Mamba2 {
     /// [`Mamba2::generate`] in segments of up to `segment` tokens (at least 1), handing each
@@ -330,15 +315,6 @@ struct Stream {
     key: ShardedBuffer,
     /// The penalties' [`TokenHistory`] (three buffers), or nothing without penalties.
     history: Vec<ShardedBuffer>,
-}
-
-/// The most new tokens one `generate` call makes per row (2^24).
-pub const MAX_NEW_TOKENS: usize = 1 << 24;
-
-/// The compiled capacity for `max_new_tokens`: the next power of two, at least 16. Every
-/// request up to it runs in the same program, the count being a runtime input.
-pub(crate) fn generate_capacity(max_new_tokens: usize) -> usize {
-    max_new_tokens.next_power_of_two().max(16)
 }
 
 /// The values of an i32 array, downloaded.

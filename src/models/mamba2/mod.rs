@@ -9,7 +9,6 @@ pub(crate) mod checkpoint;
 pub(crate) mod config;
 mod decode;
 mod generate;
-pub(crate) mod materialize;
 mod model;
 mod parallel;
 mod save;
@@ -21,14 +20,27 @@ mod weights;
 
 /// Re-exported from [`crate::sampling`], where they live.
 pub use crate::sampling::{Penalties, Sampling};
-pub use block::{LayerState, Remat};
-pub use checkpoint::LoadOptions;
+pub use block::Remat;
 pub use config::Mamba2Config;
-pub(crate) use generate::generate_capacity;
-pub use generate::{GenerateOptions, MAX_NEW_TOKENS};
 pub use model::{Mamba2, Prefill, CPU_MAX_CHUNK, MAX_PREFILL_CHUNK};
 pub use parallel::Parallel;
 pub use slots::Mamba2Slots;
 pub use state::Mamba2State;
 pub use train::{lm_loss, lm_loss_with, loss_and_grads, TrainOptions, Trainer};
 pub use weights::{HostWeights, LayerWeights, Mamba2Weights};
+
+/// Moved to [`crate::models::GenerateOptions`]: it is every family's.
+#[deprecated(since = "0.1.0", note = "use stablegraph::models::GenerateOptions")]
+pub type GenerateOptions = crate::models::common::GenerateOptions;
+
+/// Moved to [`crate::models::LoadOptions`]: it is every family's.
+#[deprecated(since = "0.1.0", note = "use stablegraph::models::LoadOptions")]
+pub type LoadOptions = crate::models::common::LoadOptions;
+
+/// Moved to [`crate::models::LayerState`]: Mamba-1 and the hybrids hold it too.
+#[deprecated(since = "0.1.0", note = "use stablegraph::models::LayerState")]
+pub type LayerState<T> = crate::models::common::LayerState<T>;
+
+/// Moved to [`crate::models::MAX_NEW_TOKENS`]: it is every family's.
+#[deprecated(since = "0.1.0", note = "use stablegraph::models::MAX_NEW_TOKENS")]
+pub const MAX_NEW_TOKENS: usize = crate::models::common::MAX_NEW_TOKENS;

@@ -8,7 +8,7 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use super::block::{self, LayerState};
+use super::block;
 use super::config::Mamba2Config;
 use super::parallel::{Parallel, Placement};
 use super::state::Mamba2State;
@@ -17,6 +17,7 @@ use crate::array::HostArray;
 use crate::compiled::CompiledGraph;
 use crate::dtype::{DType, TensorType};
 use crate::error::{Error, Result};
+use crate::models::common::LayerState;
 use crate::models::quant;
 use crate::ops::{Graph, Tensor};
 use crate::runtime::{Client, ShardedBuffer};
@@ -209,7 +210,7 @@ impl Mamba2 {
         if let Some(choice) = self.bf16_dots {
             return choice;
         }
-        !self.on_cpu || block::host_has_bf16_dot()
+        !self.on_cpu || crate::models::common::layers::host_has_bf16_dot()
     }
 
     /// Sets how bf16 matrices enter their products (see [`Mamba2::bf16_dots`]); `None`

@@ -317,11 +317,11 @@ fn check_segment(segment: &Segment, slots: usize) -> Result<()> {
             segment.steps, segment.capacity
         )));
     }
-    if segment.capacity > super::MAX_NEW_TOKENS {
+    if segment.capacity > crate::models::MAX_NEW_TOKENS {
         return Err(Error::InvalidArgument(format!(
             "segment.capacity ({}) is more than {}",
             segment.capacity,
-            super::MAX_NEW_TOKENS
+            crate::models::MAX_NEW_TOKENS
         )));
     }
     Ok(())

@@ -1,17 +1,16 @@
 //! The recurrent state of a batch on the device, and its safetensors file: what a conversation or
 //! a long document carries from one piece to the next, in O(1) memory.
 
-use std::collections::HashMap;
 use std::path::Path;
 
-use safetensors::tensor::{Dtype, TensorView};
-use safetensors::SafeTensors;
-
-use super::block::LayerState;
 use super::config::Mamba2Config;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::models::common::{LayerState, ModelState};
 use crate::runtime::{Client, ShardedBuffer};
+
+/// The family name a Mamba-2 state carries.
+const FAMILY: &str = "Mamba-2";
 
 /// The recurrent state of a batch on the device: one [`LayerState`] per layer.
 #[derive(Debug)]
@@ -55,40 +54,24 @@ impl Mamba2State {
         Ok(())
     }
 
-    /// Writes the state to `path` as safetensors: `layers.{i}.conv` and `layers.{i}.ssm`, f32.
-    pub fn save(&self, path: &Path) -> Result<()> {
-        let mut data = Vec::new();
+    /// The state on the host as named tensors (`layers.{i}.conv`, `layers.{i}.ssm`), for
+    /// [`crate::models::family::CausalLm`] and state files.
+    pub fn to_model_state(&self) -> Result<ModelState> {
+        let mut named = Vec::with_capacity(2 * self.layers.len());
         for (i, l) in self.layers.iter().enumerate() {
-            for (name, b) in [("conv", &l.conv), ("ssm", &l.ssm)] {
-                data.push((
-                    format!("layers.{i}.{name}"),
-                    b.dims().to_vec(),
-                    b.to_host_array()?.to_bytes(),
-                ));
-            }
+            named.push((format!("layers.{i}.conv"), l.conv.to_host_array()?));
+            named.push((format!("layers.{i}.ssm"), l.ssm.to_host_array()?));
         }
-        let views = data
-            .iter()
-            .map(|(name, dims, bytes)| {
-                let view = TensorView::new(Dtype::F32, dims.clone(), bytes)
-                    .map_err(|e| Error::InvalidArgument(format!("state: {name}: {e}")))?;
-                Ok((name.clone(), view))
-            })
-            .collect::<Result<Vec<_>>>()?;
-        safetensors::serialize_to_file(views, None, path).map_err(|e| {
-            Error::InvalidArgument(format!("writing the state to {}: {e}", path.display()))
-        })
+        Ok(ModelState::new(FAMILY, named))
     }
 
-    /// Reads a state written by [`Mamba2State::save`] onto `client`'s device 0. A file that is
-    /// not such a state (unreadable, not safetensors, a missing, extra or non-f32 tensor) is an
-    /// error naming the file and the tensor; [`Mamba2State::check`] compares it with a model.
-    pub fn load(path: &Path, client: &Client) -> Result<Mamba2State> {
-        let bytes = std::fs::read(path)
-            .map_err(|e| Error::io(format!("reading the state {}", path.display()), e))?;
-        let bad = |why: String| Error::InvalidArgument(format!("state {}: {why}", path.display()));
-        let file = SafeTensors::deserialize(&bytes).map_err(|e| bad(format!("{e}")))?;
-        let mut tensors: HashMap<String, TensorView<'_>> = file.tensors().into_iter().collect();
+    /// A Mamba-2 state from named tensors onto `client`'s device 0. Another family's state,
+    /// a missing, extra or non-f32 tensor is an error naming it; [`Mamba2State::check`]
+    /// compares the state with a model.
+    pub fn from_model_state(state: ModelState, client: &Client) -> Result<Mamba2State> {
+        state.check_family(FAMILY)?;
+        let mut tensors = state.into_map();
+        let bad = |why: String| Error::InvalidArgument(format!("the state: {why}"));
         let mut layers = Vec::new();
         while tensors.contains_key(&format!("layers.{}.ssm", layers.len())) {
             let i = layers.len();
@@ -97,15 +80,10 @@ impl Mamba2State {
                 let t = tensors
                     .remove(&key)
                     .ok_or_else(|| bad(format!("{key} is missing")))?;
-                if t.dtype() != Dtype::F32 {
-                    return Err(bad(format!("{key} is {:?}, expected F32", t.dtype())));
+                if t.dtype() != DType::F32 {
+                    return Err(bad(format!("{key} is {}, expected f32", t.dtype())));
                 }
-                ShardedBuffer::from_buffer(client.buffer_from_bytes(
-                    DType::F32,
-                    t.shape(),
-                    t.data(),
-                    0,
-                )?)
+                ShardedBuffer::from_buffer(client.buffer_from_host_array(&t)?)
             };
             let (conv, ssm) = (take("conv")?, take("ssm")?);
             layers.push(LayerState { conv, ssm });
@@ -120,5 +98,21 @@ impl Mamba2State {
             return Err(bad("no layers.0.ssm".into()));
         }
         Ok(Mamba2State { layers })
+    }
+
+    /// Writes the state to `path` as safetensors ([`ModelState::save`]): `layers.{i}.conv`
+    /// and `layers.{i}.ssm`, f32.
+    pub fn save(&self, path: &Path) -> Result<()> {
+        self.to_model_state()?.save(path)
+    }
+
+    /// Reads a state written by [`Mamba2State::save`] onto `client`'s device 0. A file that is
+    /// not such a state (unreadable, not safetensors, another family's, a missing, extra or
+    /// non-f32 tensor) is an error naming the file and the tensor; [`Mamba2State::check`]
+    /// compares it with a model.
+    pub fn load(path: &Path, client: &Client) -> Result<Mamba2State> {
+        let state = ModelState::load(path, FAMILY)?;
+        Mamba2State::from_model_state(state, client)
+            .map_err(|e| Error::InvalidArgument(format!("state {}: {e}", path.display())))
     }
 }

@@ -1,0 +1,474 @@
+//! Generation on the host side, written once for every family ([`Family`]): the checks, the
+//! one-program `generate`, streaming and continuation in segments of the device-side decode
+//! loop, greedy decoding with the argmax on the host, and the values the programs take.
+
+use super::Variant;
+use crate::array::HostArray;
+use crate::compiled::CompiledGraph;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::models::common::{generate_capacity, GenerateOptions, ModelState, MAX_NEW_TOKENS};
+use crate::sampling::{PenaltySettings, SampleSettings, Sampling, TokenHistory};
+
+/// What a family supplies for the engine to generate with it: its prefill and step on the
+/// host, its generate and segment programs (built from its graphs and the shared decode loop),
+/// and its state as the programs and [`ModelState`] hold it. Everything else (checks, the
+/// calls' order, streaming, continuation, greedy decoding) is the engine's.
+pub(crate) trait Family {
+    /// What the model carries between calls, on the host.
+    type State;
+    /// The family, for people ("Mamba-1", "Bamba", ...).
+    fn family(&self) -> &'static str;
+    /// One line on the shape: layers, width, state, vocabulary.
+    fn describe(&self) -> String;
+    /// The vocabulary size.
+    fn vocab_size(&self) -> usize;
+    /// The dtype of the matrices.
+    fn matmul_dtype(&self) -> DType;
+    /// The bytes of the weights on the device.
+    fn weight_bytes(&self) -> usize;
+    /// The StableHLO text of the prefill, step and generate programs for `prompts` and
+    /// `options`.
+    fn stablehlo(&self, prompts: &[Vec<u32>], options: &GenerateOptions) -> Result<[String; 3]>;
+    /// The prompts (checked: at least one, none empty) fed after `init` (a fresh state when
+    /// `None`) with room for `reserve` more tokens: the logits at each prompt position.
+    fn prefill_reserving(
+        &self,
+        prompts: &[Vec<u32>],
+        init: Option<Self::State>,
+        reserve: usize,
+    ) -> Result<Prefilled<Self::State>>;
+    /// One token per row after `state`: the logits `[b, vocab]` and the next state.
+    fn step_tokens(&self, tokens: &[u32], state: Self::State) -> Result<(HostArray, Self::State)>;
+    /// The program that generates up to `capacity` tokens after `prompts` in one call, as `v`
+    /// says, and its inputs before the controls ([`control_inputs`]).
+    fn generate_program(
+        &self,
+        prompts: &[Vec<u32>],
+        capacity: usize,
+        v: Variant,
+    ) -> Result<Prepared>;
+    /// The segment program (the shared [`super::segment_outputs`]) of up to `segment` steps
+    /// from a state shaped like `state`, with a penalty history of `width` positions.
+    fn segment_program(
+        &self,
+        state: &Self::State,
+        segment: usize,
+        width: usize,
+        v: Variant,
+    ) -> Result<CompiledGraph>;
+    /// The state's tensors in the segment program's order.
+    fn flatten_state(&self, state: &Self::State) -> Result<Vec<HostArray>>;
+    /// A state shaped like `template` from a segment program's tensors.
+    fn unflatten_state(&self, template: &Self::State, flat: Vec<HostArray>) -> Result<Self::State>;
+    /// The state as named tensors.
+    fn to_model_state(&self, state: Self::State) -> Result<ModelState>;
+    /// A state from named tensors (of this family; the names checked, the shapes checked when
+    /// it is used).
+    fn state_from_model(&self, state: ModelState) -> Result<Self::State>;
+    /// Runs `program` on the weights and `inputs`, downloading its outputs.
+    fn run(&self, program: &CompiledGraph, inputs: &[HostArray]) -> Result<Vec<HostArray>>;
+}
+
+/// What [`Family::prefill_reserving`] returns.
+pub(crate) struct Prefilled<S> {
+    /// The logits at the last positions of the left-padded prompts, `[b, L, vocab]` (`L` the
+    /// longest prompt).
+    pub(crate) logits: HostArray,
+    /// The state after the prompts.
+    pub(crate) state: S,
+    /// The prompts' positions as a penalty history counts them (their padded length).
+    pub(crate) width: usize,
+}
+
+/// A generate program and its inputs before the controls.
+pub(crate) struct Prepared {
+    /// The program.
+    pub(crate) program: CompiledGraph,
+    /// Its inputs after the weights and before the controls.
+    pub(crate) inputs: Vec<HostArray>,
+    /// The prompts' positions as the penalty history counts them.
+    pub(crate) len: usize,
+}
+
+/// Fails unless there is at least one prompt and none is empty, naming `family` and `op`.
+pub(crate) fn check_prompts(family: &str, op: &str, prompts: &[Vec<u32>]) -> Result<()> {
+    if prompts.is_empty() || prompts.iter().any(Vec::is_empty) {
+        return Err(Error::InvalidArgument(format!(
+            "{family} {op}: needs at least one prompt, and no empty prompt"
+        )));
+    }
+    Ok(())
+}
+
+/// Up to `options.max_new_tokens` tokens per prompt in ONE program call: the prefill and the
+/// device-side decode loop (greedy or sampled, with penalties, stopping a row at `eos`, whose
+/// later positions repeat it).
+pub(crate) fn generate<F: Family>(
+    f: &F,
+    prompts: &[Vec<u32>],
+    options: &GenerateOptions,
+) -> Result<Vec<Vec<u32>>> {
+    check_options(options, f.vocab_size())?;
+    check_prompts(f.family(), "generate", prompts)?;
+    if options.max_new_tokens == 0 {
+        return Ok(vec![Vec::new(); prompts.len()]);
+    }
+    let v = variant(options);
+    let capacity = generate_capacity(options.max_new_tokens);
+    let p = f.generate_program(prompts, capacity, v)?;
+    let mut inputs = p.inputs;
+    let (len, vocab) = (p.len, f.vocab_size());
+    inputs.extend(control_inputs(
+        prompts,
+        options,
+        vocab,
+        len,
+        len + capacity,
+        v,
+    )?);
+    let out = f.run(&p.program, &inputs)?;
+    let tokens = out
+        .first()
+        .ok_or_else(|| Error::InvalidArgument("generate returned nothing".into()))?;
+    rows_of_tokens(tokens, options.max_new_tokens)
+}
+
+/// The prefill (after `init`, when given) with room for the generation, then segments of up
+/// to `segment` tokens, each segment's tokens handed to `on_tokens` (`false` stops); with
+/// `state_out` rows that stopped keep their state. Returns the tokens and the last state.
+pub(crate) fn segments<F: Family>(
+    f: &F,
+    prompts: &[Vec<u32>],
+    init: Option<F::State>,
+    options: &GenerateOptions,
+    segment: usize,
+    state_out: bool,
+    on_tokens: impl FnMut(&[Vec<u32>]) -> bool,
+) -> Result<(Vec<Vec<u32>>, F::State)> {
+    let vocab = f.vocab_size();
+    check_options(options, vocab)?;
+    check_segment(segment)?;
+    check_prompts(f.family(), "generate", prompts)?;
+    let capacity = generate_capacity(options.max_new_tokens);
+    let pre = f.prefill_reserving(prompts, init, capacity)?;
+    if options.max_new_tokens == 0 {
+        return Ok((vec![Vec::new(); prompts.len()], pre.state));
+    }
+    let v = Variant {
+        segment: true,
+        state_out,
+        ..variant(options)
+    };
+    let width = pre.width + capacity;
+    let program = f.segment_program(&pre.state, segment, width, v)?;
+    let start = StreamStart {
+        logits: last_position(&pre.logits)?,
+        state: f.flatten_state(&pre.state)?,
+        len: pre.width,
+        width,
+    };
+    let run = |inputs: &[HostArray]| f.run(&program, inputs);
+    let (tokens, flat) =
+        stream_segments(prompts, options, vocab, segment, start, v, run, on_tokens)?;
+    Ok((tokens, f.unflatten_state(&pre.state, flat)?))
+}
+
+/// [`generate`] continuing from `state` (when given; of this family, one row per prompt),
+/// returning with the tokens the state after the prompts and every token emitted (a row that
+/// stopped at `eos` keeps its state from there).
+pub(crate) fn generate_from<F: Family>(
+    f: &F,
+    prompts: &[Vec<u32>],
+    state: Option<ModelState>,
+    options: &GenerateOptions,
+) -> Result<(Vec<Vec<u32>>, ModelState)> {
+    let init = state.map(|s| f.state_from_model(s)).transpose()?;
+    let segment = generate_capacity(options.max_new_tokens);
+    let (tokens, state) = segments(f, prompts, init, options, segment, true, |_| true)?;
+    Ok((tokens, f.to_model_state(state)?))
+}
+
+/// `new_tokens` greedy tokens per prompt: a prefill with room for them, then one
+/// [`Family::step_tokens`] per token with the argmax taken on the host (the path the tests hold the
+/// device-side loop against).
+pub(crate) fn greedy<F: Family>(
+    f: &F,
+    prompts: &[Vec<u32>],
+    new_tokens: usize,
+) -> Result<Vec<Vec<u32>>> {
+    check_prompts(f.family(), "greedy", prompts)?;
+    let p = f.prefill_reserving(prompts, None, new_tokens)?;
+    let mut state = Some(p.state);
+    greedy_on_host(&p.logits, new_tokens, |picks| {
+        let s = state
+            .take()
+            .ok_or_else(|| Error::InvalidArgument("no state".into()))?;
+        let (logits, next) = f.step_tokens(picks, s)?;
+        state = Some(next);
+        Ok(logits)
+    })
+}
+
+/// The values of [`control_parameters`] for `options` and `prompts` left-padded to `len`
+/// positions in a history of `width`.
+pub(crate) fn control_inputs(
+    prompts: &[Vec<u32>],
+    options: &GenerateOptions,
+    vocab: usize,
+    len: usize,
+    width: usize,
+    v: Variant,
+) -> Result<Vec<HostArray>> {
+    let batch = prompts.len();
+    // Both fit an i32: max_new_tokens <= MAX_NEW_TOKENS and eos < vocab (checked).
+    let mut inputs = vec![
+        HostArray::scalar(options.max_new_tokens as i32),
+        HostArray::scalar(options.eos.map_or(-1, |e| e as i32)),
+    ];
+    if v.sample {
+        inputs.push(HostArray::from_vec(&[2], options.sampling.key().to_vec())?);
+        inputs.extend(SampleSettings::host_values(
+            &options.sampling,
+            batch,
+            vocab,
+        )?);
+    }
+    if v.penalties {
+        let settings = PenaltySettings::host_values(&options.penalties, batch)?;
+        let history = TokenHistory::host_values(prompts, len, width)?;
+        inputs.extend(settings.into_iter().chain(history).map(|(_, a)| a));
+    }
+    Ok(inputs)
+}
+
+/// The generate program's variant for `options` (no state in or out, not a segment).
+pub(crate) fn variant(options: &GenerateOptions) -> Variant {
+    Variant {
+        sample: matches!(options.sampling, Sampling::Sample { .. }),
+        from_state: false,
+        state_out: false,
+        segment: false,
+        penalties: !options.penalties.is_off(),
+        row_keys: false,
+    }
+}
+
+/// Checks generation options against a vocabulary of `vocab` tokens: sampling settings and
+/// penalties in range, `eos` in the vocabulary, `max_new_tokens` at most [`MAX_NEW_TOKENS`].
+pub(crate) fn check_options(options: &GenerateOptions, vocab: usize) -> Result<()> {
+    options.sampling.check(vocab)?;
+    options.penalties.check()?;
+    if options.max_new_tokens > MAX_NEW_TOKENS {
+        return Err(Error::InvalidArgument(format!(
+            "options.max_new_tokens ({}) is more than {MAX_NEW_TOKENS}",
+            options.max_new_tokens
+        )));
+    }
+    if let Some(e) = options.eos {
+        if e as usize >= vocab {
+            return Err(Error::InvalidArgument(format!(
+                "options.eos ({e}) is outside the vocabulary of {vocab}"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The first `max_new` tokens of each of `batch` rows of a generate program's `[b, capacity]`
+/// i32 output.
+pub(crate) fn rows_of_tokens(out: &HostArray, max_new: usize) -> Result<Vec<Vec<u32>>> {
+    let capacity = out.dims().get(1).copied().unwrap_or(0);
+    let values = out.as_array::<i32>()?;
+    let flat: Vec<i32> = values.iter().copied().collect();
+    Ok(flat
+        .chunks(capacity.max(1))
+        .map(|row| {
+            row[..max_new.min(row.len())]
+                .iter()
+                .map(|&t| t as u32)
+                .collect()
+        })
+        .collect())
+}
+
+/// Where a streamed generation starts: the logits after the prompts (`[b, vocab]`) and the
+/// state after them, flattened (as the segment program takes it), with the prompts left-padded
+/// to `len` positions in a penalty history of `width`.
+pub(crate) struct StreamStart {
+    /// The logits of the first new token.
+    pub(crate) logits: HostArray,
+    /// The state's tensors, in the segment program's order.
+    pub(crate) state: Vec<HostArray>,
+    /// The prompts' padded length.
+    pub(crate) len: usize,
+    /// The penalty history's width (`len` and the new tokens' room).
+    pub(crate) width: usize,
+}
+
+/// Runs a streamed generation segment by segment through `run` (the segment program of
+/// [`segment_outputs`], up to `segment` tokens a call), handing each segment's new tokens
+/// (one list per row, cut after a row's `eos`) to `on_tokens`, which stops the stream by
+/// returning `false`. Returns every row's tokens, rows that stopped repeating their `eos` to
+/// `max_new_tokens` as `generate` does, and the state after the last segment (flattened).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn stream_segments(
+    prompts: &[Vec<u32>],
+    options: &GenerateOptions,
+    vocab: usize,
+    segment: usize,
+    start: StreamStart,
+    v: Variant,
+    mut run: impl FnMut(&[HostArray]) -> Result<Vec<HostArray>>,
+    mut on_tokens: impl FnMut(&[Vec<u32>]) -> bool,
+) -> Result<(Vec<Vec<u32>>, Vec<HostArray>)> {
+    let batch = prompts.len();
+    let mut all = vec![Vec::new(); batch];
+    let mut fixed = vec![HostArray::scalar(options.eos.map_or(-1, |e| e as i32))];
+    if v.sample {
+        fixed.extend(SampleSettings::host_values(
+            &options.sampling,
+            batch,
+            vocab,
+        )?);
+    }
+    let mut history = Vec::new();
+    if v.penalties {
+        let settings = PenaltySettings::host_values(&options.penalties, batch)?;
+        fixed.extend(settings.into_iter().map(|(_, a)| a));
+        let h = TokenHistory::host_values(prompts, start.len, start.width)?;
+        history.extend(h.into_iter().map(|(_, a)| a));
+    }
+    let (mut logits, mut state) = (start.logits, start.state);
+    let mut done = HostArray::from_vec(&[batch], vec![false; batch])?;
+    let mut key = HostArray::from_vec(&[2], options.sampling.key().to_vec())?;
+    let eos = options.eos.map_or(-1, |e| e as i32);
+    let mut stopped = vec![false; batch];
+    let mut made = 0;
+    while made < options.max_new_tokens && stopped.iter().any(|s| !s) {
+        let steps = segment.min(options.max_new_tokens - made);
+        let (n_state, n_history) = (state.len(), history.len());
+        let mut inputs = vec![logits];
+        inputs.extend(state);
+        // Fits an i32: steps <= MAX_NEW_TOKENS.
+        inputs.extend([done, key, HostArray::scalar(steps as i32)]);
+        inputs.extend(fixed.iter().cloned());
+        inputs.extend(history);
+        let mut outs = run(&inputs)?.into_iter();
+        let short = || Error::InvalidArgument("a generate segment returned too little".into());
+        let tokens = outs.next().ok_or_else(short)?;
+        logits = outs.next().ok_or_else(short)?;
+        state = outs.by_ref().take(n_state).collect();
+        done = outs.next().ok_or_else(short)?;
+        key = outs.next().ok_or_else(short)?;
+        history = outs.collect();
+        if state.len() != n_state || history.len() != n_history {
+            return Err(short());
+        }
+        let mut fresh = vec![Vec::new(); batch];
+        for (r, row) in rows_of_tokens(&tokens, steps)?.into_iter().enumerate() {
+            for t in row {
+                if stopped[r] {
+                    break;
+                }
+                fresh[r].push(t);
+                stopped[r] = eos >= 0 && t as i32 == eos;
+            }
+            all[r].extend(&fresh[r]);
+        }
+        made += steps;
+        if !on_tokens(&fresh) {
+            break;
+        }
+    }
+    if let Some(e) = options.eos {
+        for row in &mut all {
+            if row.last() == Some(&e) {
+                row.resize(options.max_new_tokens, e);
+            }
+        }
+    }
+    Ok((all, state))
+}
+
+/// The last `keep` positions (at most `L`) of `[b, L, vocab]` f32 logits, `[b, keep, vocab]`.
+pub(crate) fn last_positions(logits: &HostArray, keep: usize) -> Result<HostArray> {
+    let (b, len, vocab) = match *logits.dims() {
+        [b, len, vocab] if len > 0 => (b, len, vocab),
+        _ => {
+            return Err(Error::InvalidArgument(format!(
+                "expected logits [b, L, vocab], got {:?}",
+                logits.dims()
+            )))
+        }
+    };
+    let keep = keep.min(len);
+    let bytes = logits.to_bytes();
+    let row = vocab * 4;
+    let out: Vec<u8> = (0..b)
+        .flat_map(|r| bytes[((r + 1) * len - keep) * row..(r + 1) * len * row].to_vec())
+        .collect();
+    HostArray::from_bytes(
+        &crate::dtype::TensorType::new(DType::F32, &[b, keep, vocab]),
+        &out,
+    )
+}
+
+/// The logits of the last position of `[b, L, vocab]` f32 logits, as `[b, vocab]`.
+pub(crate) fn last_position(logits: &HostArray) -> Result<HostArray> {
+    let last = last_positions(logits, 1)?;
+    let dims = [last.dims()[0], last.dims()[2]];
+    HostArray::from_bytes(
+        &crate::dtype::TensorType::new(DType::F32, &dims),
+        &last.to_bytes(),
+    )
+}
+
+/// Checks a stream's `segment` (1 to [`MAX_NEW_TOKENS`]).
+pub(crate) fn check_segment(segment: usize) -> Result<()> {
+    if segment == 0 || segment > MAX_NEW_TOKENS {
+        return Err(Error::InvalidArgument(format!(
+            "generate_stream: segment ({segment}) is not in 1..={MAX_NEW_TOKENS}"
+        )));
+    }
+    Ok(())
+}
+
+/// Greedy decoding on the host: the argmax of `logits` (`[b, L, vocab]`, the prompts'
+/// prefill) at the last position, then `new_tokens - 1` calls of `step` (the last tokens in,
+/// the next logits `[b, vocab]` out), each followed by the argmax. The path the tests hold the
+/// device-side loop against.
+pub(crate) fn greedy_on_host(
+    logits: &HostArray,
+    new_tokens: usize,
+    mut step: impl FnMut(&[u32]) -> Result<HostArray>,
+) -> Result<Vec<Vec<u32>>> {
+    let argmax_rows = |a: &HostArray| -> Vec<u32> {
+        let vocab = a.dims().last().copied().unwrap_or(1).max(1);
+        a.to_f64_vec().chunks(vocab).map(argmax).collect()
+    };
+    let rows = logits.dims()[0];
+    if new_tokens == 0 {
+        return Ok(vec![Vec::new(); rows]);
+    }
+    let mut picks = argmax_rows(&last_position(logits)?);
+    let mut out: Vec<Vec<u32>> = picks.iter().map(|&t| vec![t]).collect();
+    for _ in 1..new_tokens {
+        picks = argmax_rows(&step(&picks)?);
+        for (o, &t) in out.iter_mut().zip(&picks) {
+            o.push(t);
+        }
+    }
+    Ok(out)
+}
+
+/// The index of the largest value (the first of equals).
+fn argmax(v: &[f64]) -> u32 {
+    let mut best = 0;
+    for (i, x) in v.iter().enumerate() {
+        if *x > v[best] {
+            best = i;
+        }
+    }
+    best as u32
+}

@@ -1,0 +1,351 @@
+//! The engine every family's generation shares: the device-side decode loop (a `while` loop
+//! that picks each token on the device, greedy or sampled, with penalties, stopping at `eos`)
+//! over any model that can take one step ([`Stepper`]), and what its programs take; the host
+//! side every family shares ([`host`]: generate, stream, continue, greedy); and the programs
+//! and weights of a model on the device ([`programs`]).
+
+pub(crate) mod host;
+mod programs;
+
+pub(crate) use host::*;
+pub(crate) use programs::{check_float_matrices, check_weight_types, Programs};
+
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::ops::{Carry, Graph, Tensor};
+use crate::sampling::{self, PenaltySettings, SampleSettings, TokenHistory};
+
+/// A model's one-token step inside a decode loop.
+pub(crate) trait Stepper {
+    /// What the model carries from token to token.
+    type State: Carry;
+    /// The logits `[b, vocab]` after one token per row (`[b]` i32), and the next state.
+    fn step(&self, token: &Tensor, state: &Self::State) -> Result<(Tensor, Self::State)>;
+    /// `next`, except that the rows in `done` (pred `[b]`) keep `old`.
+    fn hold(&self, done: &Tensor, old: &Self::State, next: Self::State) -> Result<Self::State>;
+}
+
+/// What a generate program takes and returns besides its tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct Variant {
+    /// Sampling (else greedy).
+    pub(crate) sample: bool,
+    /// Continues from a state given as parameters.
+    pub(crate) from_state: bool,
+    /// Returns the final state.
+    pub(crate) state_out: bool,
+    /// Continues in later calls (a stream segment): needs the logits after the last token.
+    pub(crate) segment: bool,
+    /// Applies penalties (takes their settings and a token history).
+    pub(crate) penalties: bool,
+    /// Takes one sampling key per row (u32 `[b, 2]`) instead of one for the batch: each row
+    /// then samples the same tokens whatever the other rows hold (served slots).
+    pub(crate) row_keys: bool,
+}
+
+impl Variant {
+    /// The shape of the sampling key the program takes for `batch` rows.
+    pub(crate) fn key_dims(&self, batch: usize) -> Vec<usize> {
+        if self.row_keys {
+            vec![batch, 2]
+        } else {
+            vec![2]
+        }
+    }
+
+    /// Whether the token the loop picks last must be stepped through the model: when the state
+    /// or the logits after it are wanted.
+    fn needs_last_step(&self) -> bool {
+        self.state_out || self.segment
+    }
+}
+
+/// Where decoding stands between steps, on the device.
+pub(crate) struct Decoding<S> {
+    /// The logits of the next token, `[b, vocab]`.
+    pub(crate) logits: Tensor,
+    /// The model's state.
+    pub(crate) states: S,
+    /// The rows that have emitted `eos`, pred `[b]`.
+    pub(crate) done: Tensor,
+    /// The sampling key.
+    pub(crate) key: Tensor,
+    /// The context so far, when penalties are on.
+    pub(crate) history: Option<TokenHistory>,
+}
+
+/// The part of the decode loop's carry after the model's: the tokens written so far, which rows
+/// are done, the key, and the history (flattened in that order; no history, no tensor).
+struct Tail {
+    out: Tensor,
+    done: Tensor,
+    key: Tensor,
+    history: Option<TokenHistory>,
+}
+
+impl Carry for Tail {
+    fn flatten(&self, out: &mut Vec<Tensor>) {
+        out.extend([self.out.clone(), self.done.clone(), self.key.clone()]);
+        if let Some(h) = &self.history {
+            h.flatten(out);
+        }
+    }
+    fn unflatten(template: &Self, values: &mut dyn Iterator<Item = Tensor>) -> Option<Self> {
+        let (out, done, key) = (values.next()?, values.next()?, values.next()?);
+        let history = match &template.history {
+            Some(h) => Some(TokenHistory::unflatten(h, values)?),
+            None => None,
+        };
+        Some(Tail {
+            out,
+            done,
+            key,
+            history,
+        })
+    }
+}
+
+/// How a decode program picks its tokens: its runtime settings.
+pub(crate) struct Picker {
+    /// The end-of-sequence token, rank-0 i32 (-1 for none).
+    pub(crate) eos: Tensor,
+    /// The sampling settings, when the program samples (else it is greedy).
+    pub(crate) sample: Option<SampleSettings>,
+    /// The penalty settings, when the program applies penalties.
+    pub(crate) penalties: Option<PenaltySettings>,
+}
+
+impl Picker {
+    /// One token per row from `logits` (penalised for `history` when penalties are on), `eos`
+    /// for the rows in `done`; and the key for the next draw.
+    fn pick(
+        &self,
+        logits: &Tensor,
+        done: &Tensor,
+        key: &Tensor,
+        history: Option<&TokenHistory>,
+    ) -> Result<(Tensor, Tensor)> {
+        let penalized = match (&self.penalties, history) {
+            (Some(p), Some(h)) => Some(sampling::penalize(logits, p, h)?),
+            _ => None,
+        };
+        let logits = penalized.as_ref().unwrap_or(logits);
+        let (token, key) = match &self.sample {
+            Some(settings) => sampling::sample(logits, settings, key)?,
+            None => (sampling::greedy(logits)?, key.clone()),
+        };
+        let token = done.not()?.select(&token, &self.eos)?;
+        Ok((token, key))
+    }
+}
+
+/// A `[b]` pred reshaped to `[b, 1, ...]` of `rank` dimensions, to select whole rows.
+pub(crate) fn rows(done: &Tensor, rank: usize) -> Result<Tensor> {
+    let mut dims = vec![1isize; rank];
+    dims[0] = done.dims()[0] as isize;
+    done.reshape(&dims)
+}
+
+/// Up to `max_steps` (rank-0 i32, at most `capacity`) decode steps from `start` inside one
+/// `while` loop, each picking its token as `picker` says, ending early when every row has
+/// emitted `picker.eos` (rank-0 i32, -1 for none). Returns the tokens `[b, capacity]`
+/// (positions after a row's `eos`, and those the loop did not reach, hold `max(eos, 0)`)
+/// and where decoding stands. With `v.state_out` a row that had stopped keeps the state it
+/// stopped with.
+pub(crate) fn decode_loop<M: Stepper>(
+    model: &M,
+    start: Decoding<M::State>,
+    max_steps: &Tensor,
+    picker: &Picker,
+    capacity: usize,
+    v: Variant,
+) -> Result<(Tensor, Decoding<M::State>)> {
+    let g = max_steps.graph();
+    let eos = &picker.eos;
+    let batch = start.done.dims()[0];
+    let out = eos.maximum(0.0)?.broadcast_to(&[batch, capacity])?;
+    let i = g.scalar(0.0, DType::I32)?;
+    let zero = g.scalar(0.0, DType::I32)?;
+    // Picks a token per row (the eos for rows that have stopped) and writes it at `i`.
+    let pick = |i: &Tensor, logits: &Tensor, t: &Tail| {
+        let (token, key) = picker.pick(logits, &t.done, &t.key, t.history.as_ref())?;
+        let out = t
+            .out
+            .dynamic_update_slice(&token.expand_dims(1)?, &[&zero, i])?;
+        Ok::<_, Error>((token, out, key))
+    };
+    // Without the final state, the last token needs no step: the loop stops one short and
+    // its last pick follows it.
+    let steps = if v.needs_last_step() {
+        max_steps.clone()
+    } else {
+        max_steps.sub(1.0)?
+    };
+    let tail = Tail {
+        out,
+        done: start.done,
+        key: start.key,
+        history: start.history,
+    };
+    let init = (i, start.logits, start.states, tail);
+    let (i, logits, states, tail) = g.while_loop(
+        &init,
+        |(i, _, _, t)| {
+            let more = i.lt(&steps)?;
+            let open = t.done.not()?.astype(DType::I32)?.max(&[0])?.gt(0.0)?;
+            more.and(&open)
+        },
+        |(i, logits, states, t)| {
+            let (token, out, key) = pick(i, logits, t)?;
+            let (logits, mut next) = model.step(&token, states)?;
+            if v.state_out {
+                next = model.hold(&t.done, states, next)?;
+            }
+            let done = t.done.or(&token.eq(eos)?)?;
+            let history = t.history.as_ref().map(|h| h.push(&token)).transpose()?;
+            let tail = Tail {
+                out,
+                done,
+                key,
+                history,
+            };
+            Ok((i.add(1.0)?, logits, next, tail))
+        },
+    )?;
+    let tail = if v.needs_last_step() {
+        tail
+    } else {
+        // `i < max_steps` here; after an early end (every row stopped) this writes an eos.
+        // The history after this last token is not needed.
+        let (token, out, key) = pick(&i, &logits, &tail)?;
+        let done = tail.done.or(&token.eq(eos)?)?;
+        Tail {
+            out,
+            done,
+            key,
+            history: tail.history,
+        }
+    };
+    Ok((
+        tail.out,
+        Decoding {
+            logits,
+            states,
+            done: tail.done,
+            key: tail.key,
+            history: tail.history,
+        },
+    ))
+}
+
+/// With `v.penalties`, the [`PenaltySettings`] and a [`TokenHistory`] of `width` positions as
+/// parameters of `g`.
+pub(crate) fn penalty_parameters(
+    g: &Graph,
+    v: Variant,
+    batch: usize,
+    width: usize,
+) -> Result<(Option<PenaltySettings>, Option<TokenHistory>)> {
+    if !v.penalties {
+        return Ok((None, None));
+    }
+    Ok((
+        Some(PenaltySettings::parameters(g, batch)?),
+        Some(TokenHistory::parameters(g, batch, width)?),
+    ))
+}
+
+/// The runtime controls of a generate program, as parameters: `max_new`, `eos`, and as `v`
+/// says the sampling key and settings, the penalty settings and the [`TokenHistory`] of
+/// `width` positions (in that order; [`control_inputs`] gives their values).
+pub(crate) struct Controls {
+    /// How many tokens to make (rank-0 i32).
+    pub(crate) max_new: Tensor,
+    /// How tokens are picked.
+    pub(crate) picker: Picker,
+    /// The sampling key (zeros when greedy).
+    pub(crate) key: Tensor,
+    /// The context so far, when penalties are on.
+    pub(crate) history: Option<TokenHistory>,
+}
+
+/// Adds the [`Controls`] of a generate program for `batch` rows to `g`.
+pub(crate) fn control_parameters(
+    g: &Graph,
+    batch: usize,
+    width: usize,
+    v: Variant,
+) -> Result<Controls> {
+    let max_new = g.parameter("max_new", DType::I32, &[])?;
+    let eos = g.parameter("eos", DType::I32, &[])?;
+    let (key, sample) = if v.sample {
+        let key = g.parameter("key", DType::U32, &[2])?;
+        (key, Some(SampleSettings::parameters(g, batch)?))
+    } else {
+        (g.zeros(DType::U32, &[2])?, None)
+    };
+    let (penalties, history) = penalty_parameters(g, v, batch, width)?;
+    Ok(Controls {
+        max_new,
+        picker: Picker {
+            eos,
+            sample,
+            penalties,
+        },
+        key,
+        history,
+    })
+}
+
+/// The segment program of a streamed generation for a model whose state `state_parameters`
+/// adds to `g`: parameters (after the weights) `logits` `[b, vocab]`, the state, `done` (pred
+/// `[b]`), `key`, `max_steps`, `eos`, with `v.sample` the [`SampleSettings`], and with
+/// `v.penalties` the [`PenaltySettings`] and the [`TokenHistory`] of `width` positions. Up to
+/// `segment` decode steps; returns the outputs: the tokens `[b, segment]`, then the new
+/// logits, state, `done`, `key`, and with `v.penalties` the history (the order
+/// [`stream_segments`] reads).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn segment_outputs<M: Stepper>(
+    g: &Graph,
+    model: &M,
+    batch: usize,
+    vocab: usize,
+    segment: usize,
+    width: usize,
+    v: Variant,
+    state_parameters: impl FnOnce(&Graph) -> Result<M::State>,
+) -> Result<Vec<Tensor>> {
+    let logits = g.parameter("logits", DType::F32, &[batch, vocab])?;
+    let states = state_parameters(g)?;
+    let done = g.parameter("done", DType::Pred, &[batch])?;
+    let key = g.parameter("key", DType::U32, &v.key_dims(batch))?;
+    let max_steps = g.parameter("max_steps", DType::I32, &[])?;
+    let eos = g.parameter("eos", DType::I32, &[])?;
+    let sample = if v.sample {
+        Some(SampleSettings::parameters(g, batch)?)
+    } else {
+        None
+    };
+    let (penalties, history) = penalty_parameters(g, v, batch, width)?;
+    let start = Decoding {
+        logits,
+        states,
+        done,
+        key,
+        history,
+    };
+    let picker = Picker {
+        eos,
+        sample,
+        penalties,
+    };
+    let (out, end) = decode_loop(model, start, &max_steps, &picker, segment, v)?;
+    let mut outs = vec![out, end.logits];
+    end.states.flatten(&mut outs);
+    outs.push(end.done);
+    outs.push(end.key);
+    if let Some(h) = end.history {
+        outs.extend([h.tokens, h.matched, h.len]);
+    }
+    Ok(outs)
+}

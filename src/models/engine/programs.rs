@@ -1,0 +1,131 @@
+//! A family's weights on the device and its compiled programs, and the checks of its weights.
+
+use crate::array::HostArray;
+use crate::error::{Error, Result};
+use crate::ops::Graph;
+
+/// Fails unless `dtype` is a matrix dtype `family`'s models take (f32 or bf16); 8-bit
+/// weights are named as what they are, Mamba-2's only so far.
+pub(crate) fn check_float_matrices(family: &str, dtype: crate::dtype::DType) -> Result<()> {
+    use crate::dtype::DType;
+    match dtype {
+        DType::F32 | DType::BF16 => Ok(()),
+        d if d == crate::models::quant::QUANTIZED => Err(Error::InvalidArgument(format!(
+            "8-bit matrices run Mamba-2 checkpoints only so far; load this {family} model with \
+             f32 or bf16 matrices"
+        ))),
+        other => Err(Error::InvalidArgument(format!(
+            "matmul_dtype {other} is not f32 or bf16"
+        ))),
+    }
+}
+
+/// Checks host weights against the types a model expects (by name, in order); an error names
+/// `family` and every tensor of the wrong dtype or shape.
+pub(crate) fn check_weight_types(
+    family: &str,
+    want: &[(String, &crate::dtype::TensorType)],
+    got: &[(String, &HostArray)],
+) -> Result<()> {
+    let mut wrong: Vec<String> = Vec::new();
+    if want.len() != got.len() {
+        wrong.push(format!("{} tensors, expected {}", got.len(), want.len()));
+    }
+    for ((name, ty), (_, a)) in want.iter().zip(got) {
+        if a.dtype() != ty.dtype || a.dims() != ty.dims.as_slice() {
+            wrong.push(format!(
+                "{name} is {:?} {:?}, expected {ty}",
+                a.dtype(),
+                a.dims()
+            ));
+        }
+    }
+    if wrong.is_empty() {
+        return Ok(());
+    }
+    Err(Error::InvalidArgument(format!(
+        "{family} weights do not fit the config: {}",
+        wrong.join("; ")
+    )))
+}
+
+/// A model's compiled programs by what they compute (`K`), and its weights on the device,
+/// which every program takes first.
+pub(crate) struct Programs<K> {
+    client: crate::runtime::Client,
+    weights: Vec<crate::runtime::Buffer>,
+    cache: std::sync::Mutex<std::collections::HashMap<K, crate::compiled::CompiledGraph>>,
+}
+
+impl<K: std::hash::Hash + Eq> Programs<K> {
+    /// No programs yet, for `weights` on `client`'s first device.
+    pub(crate) fn new(
+        client: &crate::runtime::Client,
+        weights: Vec<crate::runtime::Buffer>,
+    ) -> Self {
+        Programs {
+            client: client.clone(),
+            weights,
+            cache: std::sync::Mutex::new(std::collections::HashMap::new()),
+        }
+    }
+
+    /// The bytes of the weights on the device.
+    pub(crate) fn weight_bytes(&self) -> usize {
+        self.weights
+            .iter()
+            .map(|b| b.element_count() * b.dtype().size_in_bytes())
+            .sum()
+    }
+
+    /// The dtype of the matrices: that of the largest weight (f32 when there is none).
+    pub(crate) fn matmul_dtype(&self) -> crate::dtype::DType {
+        self.weights
+            .iter()
+            .max_by_key(|b| b.element_count())
+            .map_or(crate::dtype::DType::F32, |b| b.dtype())
+    }
+
+    /// Forgets the compiled programs (after a setting that changes them).
+    pub(crate) fn clear(&mut self) {
+        self.cache = std::sync::Mutex::new(std::collections::HashMap::new());
+    }
+
+    /// The program `key`, compiled from the graph `build` returns (its outputs set) on first
+    /// use.
+    pub(crate) fn get(
+        &self,
+        key: K,
+        build: impl FnOnce() -> Result<Graph>,
+    ) -> Result<crate::compiled::CompiledGraph> {
+        let mut cache = self
+            .cache
+            .lock()
+            .map_err(|_| Error::InvalidArgument("a program cache was poisoned".into()))?;
+        if let Some(p) = cache.get(&key) {
+            return Ok(p.clone());
+        }
+        let program = build()?.compile(&self.client)?;
+        cache.insert(key, program.clone());
+        Ok(program)
+    }
+
+    /// Runs `program` on the weights and `inputs` (uploaded), downloading its outputs.
+    pub(crate) fn run(
+        &self,
+        program: &crate::compiled::CompiledGraph,
+        inputs: &[HostArray],
+    ) -> Result<Vec<HostArray>> {
+        let uploaded = inputs
+            .iter()
+            .map(|a| self.client.buffer_from_host_array(a))
+            .collect::<Result<Vec<_>>>()?;
+        let mut args: Vec<&crate::runtime::Buffer> = self.weights.iter().collect();
+        args.extend(uploaded.iter());
+        program
+            .run_buffers(&args)?
+            .iter()
+            .map(crate::runtime::Buffer::to_host_array)
+            .collect()
+    }
+}

@@ -1,0 +1,156 @@
+//! Mamba-1 and Falcon-Mamba as an engine [`Family`]: what the engine needs to generate with
+//! them, and their state as a [`ModelState`].
+
+use super::block::{self, Mamba1State};
+use super::model::{Kind, Mamba1, Steps};
+use crate::array::HostArray;
+use crate::compiled::CompiledGraph;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::models::common::{GenerateOptions, ModelState};
+use crate::models::engine::{self, Family, Prefilled, Prepared, Variant};
+
+impl Family for Mamba1 {
+    type State = Vec<Mamba1State<HostArray>>;
+
+    fn family(&self) -> &'static str {
+        if self.config().mixer_rms_eps.is_some() {
+            "Falcon-Mamba"
+        } else {
+            "Mamba-1"
+        }
+    }
+
+    fn describe(&self) -> String {
+        let c = self.config();
+        format!(
+            "{} layers, {} wide, state {}, vocab {}",
+            c.num_layers, c.hidden_size, c.state_size, c.vocab_size
+        )
+    }
+
+    fn vocab_size(&self) -> usize {
+        self.config().vocab_size
+    }
+
+    fn matmul_dtype(&self) -> DType {
+        Mamba1::matmul_dtype(self)
+    }
+
+    fn weight_bytes(&self) -> usize {
+        Mamba1::weight_bytes(self)
+    }
+
+    fn stablehlo(&self, prompts: &[Vec<u32>], options: &GenerateOptions) -> Result<[String; 3]> {
+        Mamba1::stablehlo(self, prompts, options)
+    }
+
+    fn prefill_reserving(
+        &self,
+        prompts: &[Vec<u32>],
+        init: Option<Self::State>,
+        _reserve: usize,
+    ) -> Result<Prefilled<Self::State>> {
+        let pre = match init {
+            Some(states) => self.prefill_from(prompts, &states)?,
+            None => self.prefill(prompts)?,
+        };
+        Ok(Prefilled {
+            width: pre.logits.dims()[1],
+            logits: pre.logits,
+            state: pre.states,
+        })
+    }
+
+    fn step_tokens(&self, tokens: &[u32], state: Self::State) -> Result<(HostArray, Self::State)> {
+        self.step(tokens, &state)
+    }
+
+    fn generate_program(
+        &self,
+        prompts: &[Vec<u32>],
+        capacity: usize,
+        v: Variant,
+    ) -> Result<Prepared> {
+        let len = prompts.iter().map(Vec::len).max().unwrap_or(0);
+        let b = prompts.len();
+        let (ids, mask) = self.padded(prompts, len, "generate")?;
+        let key = (Kind::Generate(capacity, v), b, len, self.scan());
+        let program = self.program(key, |g, w| self.generate_outputs(g, w, b, len, capacity, v))?;
+        Ok(Prepared {
+            program,
+            inputs: vec![ids, mask],
+            len,
+        })
+    }
+
+    fn segment_program(
+        &self,
+        state: &Self::State,
+        segment: usize,
+        width: usize,
+        v: Variant,
+    ) -> Result<CompiledGraph> {
+        let b = state.first().map_or(0, |s| s.ssm.dims()[0]);
+        let vocab = self.config().vocab_size;
+        let key = (Kind::Segment(segment, v, width), b, 0, self.scan());
+        self.program(key, |g, w| {
+            let steps = Steps {
+                w,
+                cfg: self.config(),
+            };
+            engine::segment_outputs(g, &steps, b, vocab, segment, width, v, |g| {
+                self.state_parameters(g, b)
+            })
+        })
+    }
+
+    fn flatten_state(&self, state: &Self::State) -> Result<Vec<HostArray>> {
+        Ok(state
+            .iter()
+            .flat_map(|s| [s.conv.clone(), s.ssm.clone()])
+            .collect())
+    }
+
+    fn unflatten_state(
+        &self,
+        _template: &Self::State,
+        flat: Vec<HostArray>,
+    ) -> Result<Self::State> {
+        block::pair_states(flat.into_iter())
+    }
+
+    fn to_model_state(&self, state: Self::State) -> Result<ModelState> {
+        let mut named = Vec::with_capacity(2 * state.len());
+        for (i, s) in state.into_iter().enumerate() {
+            named.push((format!("layers.{i}.conv"), s.conv));
+            named.push((format!("layers.{i}.ssm"), s.ssm));
+        }
+        Ok(ModelState::new(Family::family(self), named))
+    }
+
+    fn state_from_model(&self, state: ModelState) -> Result<Self::State> {
+        state.check_family(Family::family(self))?;
+        let mut tensors = state.into_map();
+        let bad = |why: String| Error::InvalidArgument(format!("the state: {why}"));
+        let mut states = Vec::new();
+        while let Some(ssm) = tensors.remove(&format!("layers.{}.ssm", states.len())) {
+            let key = format!("layers.{}.conv", states.len());
+            let conv = tensors
+                .remove(&key)
+                .ok_or_else(|| bad(format!("{key} is missing")))?;
+            states.push(Mamba1State { conv, ssm });
+        }
+        if let Some(extra) = tensors.keys().min() {
+            return Err(bad(format!(
+                "unexpected tensor {extra} after {} layers",
+                states.len()
+            )));
+        }
+        Ok(states)
+    }
+
+    fn run(&self, program: &CompiledGraph, inputs: &[HostArray]) -> Result<Vec<HostArray>> {
+        Mamba1::run(self, program, inputs)
+    }
+}
