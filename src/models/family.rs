@@ -105,7 +105,7 @@ impl<F: Family + Send + Sync> CausalLm for F {
     }
     fn prefill_logits(&self, prompts: &[Vec<u32>]) -> Result<HostArray> {
         engine::check_prompts(Family::family(self), "prefill", prompts)?;
-        Ok(self.prefill_reserving(prompts, None, 0)?.logits)
+        Ok(self.prefill_reserving(prompts, None, 0, 0)?.logits)
     }
     fn greedy(&self, prompts: &[Vec<u32>], new_tokens: usize) -> Result<Vec<Vec<u32>>> {
         engine::greedy(self, prompts, new_tokens)

@@ -11,4 +11,4 @@ pub mod mamba2;
 pub mod quant;
 
 pub use crate::sampling::{Penalties, Sampling};
-pub use common::{GenerateOptions, LayerState, LoadOptions, ModelState, MAX_NEW_TOKENS};
+pub use common::{GenerateOptions, LayerState, LoadOptions, Matrix, ModelState, MAX_NEW_TOKENS};

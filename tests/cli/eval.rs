@@ -187,6 +187,28 @@ fn eval_scores_every_family_as_transformers_logits_do() {
             "{fixture}: {loss} against {want}\n{stdout}"
         );
         assert_eq!(out["predictions"], prompt.len() - 1, "{fixture}");
+        // 8-bit matrices: the same text scores within 5% of the f32 loss.
+        run_ok(&[
+            "eval",
+            "--model",
+            model.to_str().unwrap(),
+            "--data",
+            data.to_str().unwrap(),
+            "--window",
+            &window,
+            "--dtype",
+            "int8",
+            "--json",
+            json.to_str().unwrap(),
+        ]);
+        let eight = read_json(&json);
+        check_run_facts(&eight, fixture, "int8");
+        let loss8 = eight["loss_nats"].as_f64().unwrap();
+        eprintln!("{fixture}: loss {loss:.5} nats in f32, {loss8:.5} with 8-bit matrices");
+        assert!(
+            (loss8 - loss).abs() < 0.05 * loss,
+            "{fixture}: 8-bit {loss8} against f32 {loss}"
+        );
     }
 }
 

@@ -252,36 +252,31 @@ fn every_family_emits_and_benches() {
             serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
         check_run_facts(&v, dir, "bf16");
     }
-    // 8-bit matrices: Mamba-2 runs them; the other families say they do not, in one line.
-    run_ok(&[
-        "generate",
-        "--model",
+    // 8-bit matrices run for every family: a quarter of the f32 bytes and a little more.
+    for dir in [
         TINY,
-        "--prompt-ids",
-        "5,6,7",
-        "--max-new-tokens",
-        "4",
-        "--dtype",
-        "int8",
-        "--json",
-        json.to_str().unwrap(),
-    ]);
-    let v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    check_run_facts(&v, TINY, "int8");
-    let e = error_line(&[
-        "generate",
-        "--model",
+        "tests/fixtures/mamba1/falcon",
         "tests/fixtures/hybrid/granite",
-        "--prompt-ids",
-        "5,6,7",
-        "--dtype",
-        "int8",
-    ]);
-    assert!(
-        e.contains("8-bit matrices run Mamba-2 checkpoints only"),
-        "{e}"
-    );
+        "tests/fixtures/hybrid/nemotron",
+    ] {
+        run_ok(&[
+            "generate",
+            "--model",
+            dir,
+            "--prompt-ids",
+            "5,6,7",
+            "--max-new-tokens",
+            "4",
+            "--dtype",
+            "int8",
+            "--json",
+            json.to_str().unwrap(),
+        ]);
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        check_run_facts(&v, dir, "int8");
+        assert_eq!(v["tokens"][0].as_array().unwrap().len(), 4, "{dir}: {v}");
+    }
 }
 
 #[test]

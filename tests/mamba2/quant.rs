@@ -251,3 +251,25 @@ fn eight_bit_weights_are_not_written_as_a_checkpoint() {
     assert!(e.contains("8-bit weights are not written"), "{e}");
     assert!(!dir.join("model.safetensors").exists());
 }
+
+#[test]
+fn loading_as_8_bit_equals_quantizing_the_f32_weights() {
+    // The loader quantizes each matrix as it reads it; the result is the f32 model's to_8bit.
+    for name in ["tiny", "groups2"] {
+        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/mamba2")
+            .join(name);
+        let config = Mamba2Config::from_file(dir.join("config.json")).unwrap();
+        let q = Mamba2Weights::load(&dir, &config, QUANTIZED).unwrap();
+        let want = Mamba2Weights::load(&dir, &config, DType::F32)
+            .unwrap()
+            .to_8bit()
+            .unwrap();
+        let (q, want) = (q.named(), want.named());
+        assert_eq!(q.len(), want.len(), "{name}");
+        for ((n, a), (m, b)) in q.iter().zip(&want) {
+            assert_eq!(n, m, "{name}");
+            assert_eq!(a, b, "{name}: {n}");
+        }
+    }
+}

@@ -14,6 +14,7 @@ use serde_json::Value;
 use crate::array::HostArray;
 use crate::dtype::{DType, TensorType};
 use crate::error::{Error, Result};
+use crate::models::quant;
 use crate::rng::SplitMix64;
 use crate::tree::Tree;
 
@@ -154,6 +155,8 @@ struct Slot {
     ty: TensorType,
     /// Its shape on disk.
     disk_dims: Vec<usize>,
+    /// Where its 8-bit scales go, when it is quantized as it is read.
+    scale_key: Option<String>,
     /// The checkpoint name and file it came from, once read.
     found: Option<(String, String)>,
 }
@@ -168,6 +171,10 @@ pub(crate) struct Expected {
     pub(crate) ty: TensorType,
     /// Its shape on disk (or `ty`'s, which is accepted too).
     pub(crate) disk_dims: Vec<usize>,
+    /// For a matrix loaded as 8 bits (`ty` of [`quant::QUANTIZED`]): the key its per-row scales
+    /// are returned under. It is read as f32 and quantized at once, one tensor at a time, so
+    /// that loading never holds the model in f32.
+    pub(crate) scale_key: Option<String>,
 }
 
 /// Matches the tensors of a checkpoint's files with the expected ones, collecting problems.
@@ -207,6 +214,7 @@ impl Loader {
                 names: e.names,
                 ty: e.ty,
                 disk_dims: e.disk_dims,
+                scale_key: e.scale_key,
                 found: None,
             });
         }
@@ -280,9 +288,14 @@ impl Loader {
             ));
             return Ok(());
         }
-        let (disk_dims, ty) = (s.disk_dims.clone(), s.ty.clone());
+        let (disk_dims, ty, scale_key) = (s.disk_dims.clone(), s.ty.clone(), s.scale_key.clone());
         if self.check(name, view, &disk_dims, &ty.dims) {
-            let (value, nonfinite) = convert(view, &ty, !self.allow_nonfinite)
+            // An 8-bit matrix is read as f32 and quantized below.
+            let read = match scale_key {
+                Some(_) => TensorType::new(DType::F32, &ty.dims),
+                None => ty.clone(),
+            };
+            let (value, nonfinite) = convert(view, &read, !self.allow_nonfinite)
                 .map_err(|e| Error::InvalidArgument(format!("{name} in {shard}: {e}")))?;
             if nonfinite > 0 {
                 self.problems.push(format!(
@@ -294,7 +307,16 @@ impl Loader {
             }
             let s = &mut self.slots[slot];
             s.found = Some((name.to_string(), shard.to_string()));
-            self.values.insert(s.key.clone(), value);
+            match (&scale_key, nonfinite) {
+                (Some(scale_key), 0) => {
+                    let (values, scales) = quantize(name, &value)?;
+                    self.values.insert(scale_key.clone(), scales);
+                    self.values.insert(s.key.clone(), values);
+                }
+                _ => {
+                    self.values.insert(s.key.clone(), value);
+                }
+            }
         } else {
             // Found, though unusable: reported as such rather than as missing.
             self.slots[slot].found = Some((name.to_string(), shard.to_string()));
@@ -402,6 +424,31 @@ impl Loader {
         }
         Ok(self.values)
     }
+}
+
+/// A float tensor `[..., rows, cols]` as 8-bit values of the same shape and f32 scales
+/// `[..., rows]` (one per row; see [`quant::quantize_matrix`]).
+pub(crate) fn quantize(name: &str, a: &HostArray) -> Result<(HostArray, HostArray)> {
+    let dims = a.dims().to_vec();
+    if dims.len() == 2 {
+        return quant::quantize_matrix(name, a);
+    }
+    if dims.len() < 2 {
+        return Err(Error::InvalidArgument(format!(
+            "{name}: 8-bit quantization takes a matrix, not {dims:?}"
+        )));
+    }
+    // Stacked matrices ([experts, rows, cols]): one scale per row of each.
+    let cols = dims[dims.len() - 1];
+    let rows = dims[..dims.len() - 1].iter().product::<usize>();
+    let reshaped = |a: &HostArray, dims: &[usize]| {
+        HostArray::from_bytes(&TensorType::new(a.dtype(), dims), &a.to_bytes())
+    };
+    let (values, scales) = quant::quantize_matrix(name, &reshaped(a, &[rows, cols])?)?;
+    Ok((
+        reshaped(&values, &dims)?,
+        reshaped(&scales, &dims[..dims.len() - 1])?,
+    ))
 }
 
 /// Decodes little-endian elements of `N` bytes with `f`; with `count`, also counts the decoded

@@ -6,11 +6,14 @@ pub(crate) mod checkpoint;
 pub(crate) mod json;
 pub(crate) mod layers;
 pub(crate) mod materialize;
+mod matrix;
 mod options;
 mod state;
 
 pub use checkpoint::LoadOptions;
 pub use layers::LayerState;
+pub use matrix::Matrix;
+pub(crate) use matrix::{by_name, check_matrix_dtype, quantized_like, scaled_matrix};
 pub(crate) use options::generate_capacity;
 pub use options::{GenerateOptions, MAX_NEW_TOKENS};
 pub use state::ModelState;

@@ -30,13 +30,15 @@ pub(crate) trait Family {
     /// The StableHLO text of the prefill, step and generate programs for `prompts` and
     /// `options`.
     fn stablehlo(&self, prompts: &[Vec<u32>], options: &GenerateOptions) -> Result<[String; 3]>;
-    /// The prompts (checked: at least one, none empty) fed after `init` (a fresh state when
-    /// `None`) with room for `reserve` more tokens: the logits at each prompt position.
+    /// The prompts (checked: at least one, none empty), left-padded to at least `pad_to`
+    /// positions, fed after `init` (a fresh state when `None`) with room for `reserve` more
+    /// tokens: the logits at each prompt position.
     fn prefill_reserving(
         &self,
         prompts: &[Vec<u32>],
         init: Option<Self::State>,
         reserve: usize,
+        pad_to: usize,
     ) -> Result<Prefilled<Self::State>>;
     /// One token per row after `state`: the logits `[b, vocab]` and the next state.
     fn step_tokens(&self, tokens: &[u32], state: Self::State) -> Result<(HostArray, Self::State)>;
@@ -151,7 +153,7 @@ pub(crate) fn segments<F: Family>(
     check_segment(segment)?;
     check_prompts(f.family(), "generate", prompts)?;
     let capacity = generate_capacity(options.max_new_tokens);
-    let pre = f.prefill_reserving(prompts, init, capacity)?;
+    let pre = f.prefill_reserving(prompts, init, capacity, 0)?;
     if options.max_new_tokens == 0 {
         return Ok((vec![Vec::new(); prompts.len()], pre.state));
     }
@@ -198,7 +200,7 @@ pub(crate) fn greedy<F: Family>(
     new_tokens: usize,
 ) -> Result<Vec<Vec<u32>>> {
     check_prompts(f.family(), "greedy", prompts)?;
-    let p = f.prefill_reserving(prompts, None, new_tokens)?;
+    let p = f.prefill_reserving(prompts, None, new_tokens, 0)?;
     let mut state = Some(p.state);
     greedy_on_host(&p.logits, new_tokens, |picks| {
         let s = state

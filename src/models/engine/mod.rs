@@ -8,7 +8,7 @@ pub(crate) mod host;
 mod programs;
 
 pub(crate) use host::*;
-pub(crate) use programs::{check_float_matrices, check_weight_types, Programs};
+pub(crate) use programs::{check_weight_types, Programs};
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};

@@ -4,22 +4,6 @@ use crate::array::HostArray;
 use crate::error::{Error, Result};
 use crate::ops::Graph;
 
-/// Fails unless `dtype` is a matrix dtype `family`'s models take (f32 or bf16); 8-bit
-/// weights are named as what they are, Mamba-2's only so far.
-pub(crate) fn check_float_matrices(family: &str, dtype: crate::dtype::DType) -> Result<()> {
-    use crate::dtype::DType;
-    match dtype {
-        DType::F32 | DType::BF16 => Ok(()),
-        d if d == crate::models::quant::QUANTIZED => Err(Error::InvalidArgument(format!(
-            "8-bit matrices run Mamba-2 checkpoints only so far; load this {family} model with \
-             f32 or bf16 matrices"
-        ))),
-        other => Err(Error::InvalidArgument(format!(
-            "matmul_dtype {other} is not f32 or bf16"
-        ))),
-    }
-}
-
 /// Checks host weights against the types a model expects (by name, in order); an error names
 /// `family` and every tensor of the wrong dtype or shape.
 pub(crate) fn check_weight_types(

@@ -64,10 +64,11 @@ impl Family for Hybrid {
         prompts: &[Vec<u32>],
         init: Option<HybridState>,
         reserve: usize,
+        pad_to: usize,
     ) -> Result<Prefilled<HybridState>> {
-        let pre = Hybrid::prefill_reserving(self, prompts, init, reserve)?;
+        let pre = Hybrid::prefill_reserving(self, prompts, init, reserve, pad_to)?;
         Ok(Prefilled {
-            width: self.padded_rows(prompts).0[0].len(),
+            width: self.padded_rows(prompts, pad_to).0[0].len(),
             logits: pre.logits,
             state: pre.state,
         })

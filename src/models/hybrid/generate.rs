@@ -78,10 +78,7 @@ impl Stepper for Steps<'_> {
         let tokens = token.reshape(&[b as isize, 1])?;
         let mask = g.ones(DType::F32, &[b, 1])?;
         let rotary = state.positions.reshape(&[b as isize, 1])?;
-        let zero = g.scalar(0.0, DType::I32)?;
-        let valid = state
-            .valid
-            .dynamic_update_slice(&mask, &[&zero, &state.column])?;
+        let valid = mark_valid(&state.valid, &state.column)?;
         let step = Step {
             tokens: &tokens,
             mask: &mask,
@@ -132,10 +129,15 @@ impl Stepper for Steps<'_> {
                 })
             })
             .collect::<Result<_>>()?;
+        // A shared column moves on for every row; a row's own column only while it decodes.
+        let column = match next.column.rank() {
+            0 => next.column,
+            _ => keep(&old.column, &next.column)?,
+        };
         Ok(Carried {
             sublayers,
             valid: keep(&old.valid, &next.valid)?,
-            column: next.column,
+            column,
             positions: keep(&old.positions, &next.positions)?,
         })
     }
@@ -166,7 +168,7 @@ impl Hybrid {
         v: Variant,
     ) -> Result<Prepared> {
         let b = prompts.len();
-        let (rows_in, chunk) = self.padded_rows(prompts);
+        let (rows_in, chunk) = self.padded_rows(prompts, 0);
         let len = rows_in[0].len();
         let cap = len + capacity;
         let empty = self.empty_state(b, cap)?;
@@ -263,7 +265,7 @@ impl Hybrid {
                 "Hybrid::stablehlo needs at least one prompt, and no empty prompt".into(),
             ));
         }
-        let (rows_in, chunk) = self.padded_rows(prompts);
+        let (rows_in, chunk) = self.padded_rows(prompts, 0);
         let (b, len) = (prompts.len(), rows_in[0].len());
         let capacity = generate_capacity(options.max_new_tokens);
         let cap = len + capacity;
@@ -331,7 +333,7 @@ impl Hybrid {
                 gather: self.gathers(),
             };
             engine::segment_outputs(g, &steps, b, cfg.vocab_size, segment, width, v, |g| {
-                carried_parameters(g, template, b, cap)
+                carried_parameters(g, template, b, cap, v.row_keys)
             })
         })
     }
@@ -352,13 +354,31 @@ impl Hybrid {
     }
 }
 
+/// `valid` (`[b, C]` f32) with the column of one new token per row marked: `column` a scalar
+/// (the same for every row) or `[b]` (one per row).
+fn mark_valid(valid: &Tensor, column: &Tensor) -> Result<Tensor> {
+    let g = valid.graph();
+    let (b, cap) = (valid.dims()[0], valid.dims()[1]);
+    if column.rank() == 0 {
+        let zero = g.scalar(0.0, DType::I32)?;
+        return valid.dynamic_update_slice(&g.ones(DType::F32, &[b, 1])?, &[&zero, column]);
+    }
+    let hot = g
+        .iota(DType::I32, &[b, cap], 1)?
+        .eq(&column.reshape(&[b as isize, 1])?)?
+        .astype(DType::F32)?;
+    valid.maximum(&hot)
+}
+
 /// A [`Carried`] of parameters shaped like `template`'s sublayer states, with `b` rows and
-/// caches of `cap` columns.
+/// caches of `cap` columns; with `per_row`, one cache column per row (`[b]`, served slots),
+/// else one for all.
 fn carried_parameters(
     g: &crate::ops::Graph,
     template: &[SublayerState<HostArray>],
     b: usize,
     cap: usize,
+    per_row: bool,
 ) -> Result<Carried> {
     let mut n = 0;
     let mut param = |dtype: DType, dims: &[usize]| {
@@ -373,7 +393,7 @@ fn carried_parameters(
     Ok(Carried {
         sublayers,
         valid: param(DType::F32, &[b, cap])?,
-        column: param(DType::I32, &[])?,
+        column: param(DType::I32, &[b][..usize::from(per_row)])?,
         positions: param(DType::I32, &[b])?,
     })
 }

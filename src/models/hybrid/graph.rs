@@ -5,9 +5,8 @@
 use super::config::HybridConfig;
 use super::layers::{attention, mlp, moe, Positions};
 use super::weights::{HybridWeights, Sublayer};
-use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::models::common::layers::{linear, rms};
+use crate::models::common::layers::rms;
 use crate::models::common::LayerState;
 use crate::models::mamba2::block::{mixer_prefill, mixer_step};
 use crate::models::mamba2::Mamba2Config;
@@ -101,11 +100,7 @@ pub(crate) fn forward(
         },
         ..cfg.mamba.clone()
     };
-    let mut h = w
-        .embedding
-        .take(s.tokens)?
-        .astype(DType::F32)?
-        .mul(cfg.embedding_multiplier)?;
+    let mut h = w.embedding.rows(s.tokens)?.mul(cfg.embedding_multiplier)?;
     if s.decode {
         // One position: [b, hidden], so every product is a matrix times vectors.
         h = h.squeeze(&[1])?;
@@ -117,7 +112,11 @@ pub(crate) fn forward(
         next.push(st);
     }
     let normed = rms(&h, cfg.norm_eps)?.mul(&w.norm_f)?;
-    let mut logits = linear(&normed, w.lm_head.as_ref().unwrap_or(&w.embedding), None)?;
+    let mut logits = w
+        .lm_head
+        .as_ref()
+        .unwrap_or(&w.embedding)
+        .apply(&normed, None)?;
     if s.decode {
         logits = logits.expand_dims(1)?;
     }

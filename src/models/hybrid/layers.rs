@@ -54,7 +54,8 @@ pub(crate) fn rotary(x: &Tensor, positions: &Tensor, cfg: &AttentionConfig) -> R
 pub(crate) struct Positions<'a> {
     /// Rotary positions of the new tokens, `[b, L]` integers.
     pub rotary: &'a Tensor,
-    /// The cache column of the first new token (a scalar `i32`, the same for every row).
+    /// The cache column of the first new token: a scalar `i32` (the same for every row), or
+    /// one per row (`[b]` `i32`: served slots, each at its own point).
     pub column: &'a Tensor,
     /// `[b, C]` f32: 1 where a cache column holds a real token, the new ones included.
     pub valid: &'a Tensor,
@@ -80,13 +81,10 @@ pub(crate) fn attention(
     let split = |t: Tensor, heads: usize| {
         t.reshape(&[b as isize, len as isize, heads as isize, hd as isize])
     };
-    let q = rotary(&split(linear(x, &w.q, bias(0))?, h)?, at.rotary, cfg)?;
-    let kn = rotary(&split(linear(x, &w.k, bias(1))?, kvh)?, at.rotary, cfg)?;
-    let vn = split(linear(x, &w.v, bias(2))?, kvh)?;
-    let zero = g.scalar(0.0, DType::I32)?;
-    let starts = [&zero, at.column, &zero, &zero];
-    let k = k.dynamic_update_slice(&kn, &starts)?;
-    let v = v.dynamic_update_slice(&vn, &starts)?;
+    let q = rotary(&split(w.q.apply(x, bias(0))?, h)?, at.rotary, cfg)?;
+    let kn = rotary(&split(w.k.apply(x, bias(1))?, kvh)?, at.rotary, cfg)?;
+    let vn = split(w.v.apply(x, bias(2))?, kvh)?;
+    let (k, v) = write_cache(k, v, &kn, &vn, at.column)?;
     let rep = h / kvh;
     let q = q.reshape(&[
         b as isize,
@@ -99,7 +97,7 @@ pub(crate) fn attention(
     // Query i (cache column `column + i`) sees the valid columns up to its own.
     let dims = [1, len, cap];
     let col = g.iota(DType::I32, &dims, 2)?;
-    let own = g.iota(DType::I32, &dims, 1)?.add(at.column)?;
+    let own = g.iota(DType::I32, &dims, 1)?.add(&per_row(at.column, 3)?)?;
     let visible = col
         .le(&own)?
         .and(&at.valid.expand_dims(1)?.gt(0.5)?)? // [b, L, C]
@@ -112,7 +110,47 @@ pub(crate) fn attention(
         len as isize,
         (h * hd) as isize,
     ])?;
-    Ok((linear(&out, &w.o, bias(3))?, k, v))
+    Ok((w.o.apply(&out, bias(3))?, k, v))
+}
+
+/// `column` (a scalar, or `[b]` one per row) shaped to broadcast over `rank` axes, rows first.
+fn per_row(column: &Tensor, rank: usize) -> Result<Tensor> {
+    if column.rank() == 0 {
+        return Ok(column.clone());
+    }
+    let mut dims = vec![1isize; rank];
+    dims[0] = column.dims()[0] as isize;
+    column.reshape(&dims)
+}
+
+/// The caches `k` and `v` (`[b, C, kv_heads, head_dim]`) with the new keys and values (`[b, L,
+/// kv_heads, head_dim]`) written from `column` on: in place at a scalar column; at one column
+/// per row (one new position each, a served decode step) by selecting that column's row.
+fn write_cache(
+    k: &Tensor,
+    v: &Tensor,
+    kn: &Tensor,
+    vn: &Tensor,
+    column: &Tensor,
+) -> Result<(Tensor, Tensor)> {
+    let g = k.graph();
+    if column.rank() == 0 {
+        let zero = g.scalar(0.0, DType::I32)?;
+        let starts = [&zero, column, &zero, &zero];
+        return Ok((
+            k.dynamic_update_slice(kn, &starts)?,
+            v.dynamic_update_slice(vn, &starts)?,
+        ));
+    }
+    let (b, cap) = (k.dims()[0], k.dims()[1]);
+    let hot = g
+        .iota(DType::I32, &[b, cap, 1, 1], 1)?
+        .eq(&per_row(column, 4)?)?
+        .broadcast_to(k.dims())?;
+    Ok((
+        hot.select(&kn.broadcast_to(k.dims())?, k)?,
+        hot.select(&vn.broadcast_to(v.dims())?, v)?,
+    ))
 }
 
 /// The activation of an MLP's up projection `u` (`[..., rows]`).
@@ -129,12 +167,9 @@ fn activate(u: &Tensor, act: Activation, intermediate: usize) -> Result<Tensor> 
 
 /// An MLP on `x` (`[..., hidden]` f32).
 pub(crate) fn mlp(x: &Tensor, w: &MlpWeights<Tensor>, cfg: MlpConfig) -> Result<Tensor> {
-    let u = linear(x, &w.up, None)?;
-    linear(
-        &activate(&u, cfg.activation, cfg.intermediate)?,
-        &w.down,
-        None,
-    )
+    let u = w.up.apply(x, None)?;
+    w.down
+        .apply(&activate(&u, cfg.activation, cfg.intermediate)?, None)
 }
 
 /// The chosen experts (`[T, k]` integers) and their weights (`[T, k]` f32) for the router
@@ -198,14 +233,16 @@ pub(crate) fn moe(
     let (idx, weights) = route(&logits, w.correction.as_ref(), cfg)?;
     let (act, i) = (cfg.expert.activation, cfg.expert.intermediate);
     let routed = if gather {
-        let up = w.experts.up.take(&idx)?; // [T, k, rows, hidden]
+        // Only the chosen experts' matrices are read (8-bit ones widened as they are).
+        let up = w.experts.up.take(&idx)?.float_values()?; // [T, k, rows, hidden]
         let u = contract("td,tkrd->tkr", &flat, &up)?;
-        let down = w.experts.down.take(&idx)?; // [T, k, hidden, i]
+        let down = w.experts.down.take(&idx)?.float_values()?; // [T, k, hidden, i]
         let y = contract("tki,tkdi->tkd", &activate(&u, act, i)?, &down)?;
         Tensor::einsum("tkd,tk->td", &[&y, &weights])?
     } else {
-        let u = contract("td,erd->ter", &flat, &w.experts.up)?;
-        let y = contract("tei,edi->ted", &activate(&u, act, i)?, &w.experts.down)?;
+        let u = contract("td,erd->ter", &flat, &w.experts.up.float_values()?)?;
+        let down = w.experts.down.float_values()?;
+        let y = contract("tei,edi->ted", &activate(&u, act, i)?, &down)?;
         let combine = Tensor::einsum(
             "tke,tk->te",
             &[&idx.one_hot(cfg.num_experts, DType::F32)?, &weights],

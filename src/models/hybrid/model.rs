@@ -99,7 +99,7 @@ impl Hybrid {
         config: HybridConfig,
         weights: &HybridWeights<HostArray>,
     ) -> Result<Self> {
-        let types = HybridWeights::<TensorType>::types(&config, weights.embedding.dtype())?;
+        let types = HybridWeights::<TensorType>::types(&config, weights.embedding.values.dtype())?;
         engine::check_weight_types("hybrid", &types.named(), &weights.named())?;
         let buffers = weights
             .named()
@@ -188,7 +188,7 @@ impl Hybrid {
     /// padded to the longest: the logits at every position and the state after the prompts.
     pub fn prefill(&self, prompts: &[Vec<u32>]) -> Result<HybridPrefill> {
         let state = self.empty_state(prompts.len(), 0)?;
-        self.run_prefill(prompts, state, 0)
+        self.run_prefill(prompts, state, 0, 0)
     }
 
     /// [`Hybrid::prefill`] continuing from `state` (one row per prompt, as a prefill or step
@@ -197,16 +197,17 @@ impl Hybrid {
     /// what is wrong.
     pub fn prefill_from(&self, prompts: &[Vec<u32>], state: HybridState) -> Result<HybridPrefill> {
         self.check_state("prefill_from", &state, prompts.len())?;
-        self.run_prefill(prompts, state, 0)
+        self.run_prefill(prompts, state, 0, 0)
     }
 
     /// [`Hybrid::prefill`] (or, after `state`, [`Hybrid::prefill_from`]) with caches that
-    /// have room for `reserve` more tokens.
+    /// have room for `reserve` more tokens, the prompts padded to at least `pad_to` positions.
     pub(super) fn prefill_reserving(
         &self,
         prompts: &[Vec<u32>],
         state: Option<HybridState>,
         reserve: usize,
+        pad_to: usize,
     ) -> Result<HybridPrefill> {
         let state = match state {
             Some(s) => {
@@ -215,15 +216,17 @@ impl Hybrid {
             }
             None => self.empty_state(prompts.len(), 0)?,
         };
-        self.run_prefill(prompts, state, reserve)
+        self.run_prefill(prompts, state, reserve, pad_to)
     }
 
-    /// The prefill, with room for `reserve` more columns after the prompts.
+    /// The prefill, with room for `reserve` more columns after the prompts (padded to at least
+    /// `pad_to` positions).
     fn run_prefill(
         &self,
         prompts: &[Vec<u32>],
         state: HybridState,
         reserve: usize,
+        pad_to: usize,
     ) -> Result<HybridPrefill> {
         if prompts.is_empty() || prompts.iter().any(Vec::is_empty) {
             return Err(Error::InvalidArgument(
@@ -231,7 +234,7 @@ impl Hybrid {
             ));
         }
         let longest = prompts.iter().map(Vec::len).max().unwrap_or(0);
-        let (rows, chunk) = self.padded_rows(prompts);
+        let (rows, chunk) = self.padded_rows(prompts, pad_to);
         let (logits, state) = self.forward(&rows, state, chunk, reserve)?;
         Ok(HybridPrefill {
             logits: engine::last_positions(&logits, longest)?,
@@ -239,10 +242,15 @@ impl Hybrid {
         })
     }
 
-    /// The prompts left-padded (`None`) to a multiple of the Mamba-2 prefill's chunk: the
-    /// config's chunk, or the power of two above the longest prompt when that is smaller.
-    pub(super) fn padded_rows(&self, prompts: &[Vec<u32>]) -> (Vec<Vec<Option<u32>>>, usize) {
-        let longest = prompts.iter().map(Vec::len).max().unwrap_or(1);
+    /// The prompts left-padded (`None`) to a multiple of the Mamba-2 prefill's chunk (at least
+    /// `pad_to` positions): the config's chunk, or the power of two above the longest prompt
+    /// when that is smaller.
+    pub(super) fn padded_rows(
+        &self,
+        prompts: &[Vec<u32>],
+        pad_to: usize,
+    ) -> (Vec<Vec<Option<u32>>>, usize) {
+        let longest = prompts.iter().map(Vec::len).max().unwrap_or(1).max(pad_to);
         let chunk = self
             .config
             .mamba

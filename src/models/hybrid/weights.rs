@@ -11,21 +11,22 @@ use crate::array::HostArray;
 use crate::dtype::{DType, TensorType};
 use crate::error::{Error, Result};
 use crate::models::common::checkpoint::{random_tensor, Expected, Loader, Rng};
-use crate::models::common::LoadOptions;
+use crate::models::common::{by_name, check_matrix_dtype, quantized_like, LoadOptions, Matrix};
 use crate::models::mamba2::LayerWeights;
+use crate::models::quant;
 use crate::runtime::{Buffer, Client};
 
 /// An attention sublayer's projections, `[out, in]`.
 #[derive(Tree, Debug, Clone)]
 pub struct AttentionWeights<T> {
     /// Queries, `[heads * head_dim, hidden]`.
-    pub q: T,
+    pub q: Matrix<T>,
     /// Keys, `[kv_heads * head_dim, hidden]`.
-    pub k: T,
+    pub k: Matrix<T>,
     /// Values, `[kv_heads * head_dim, hidden]`.
-    pub v: T,
+    pub v: Matrix<T>,
     /// Output, `[hidden, heads * head_dim]`.
-    pub o: T,
+    pub o: Matrix<T>,
     /// The four biases, when the config has `attention_bias`.
     #[tree(rename = "")]
     pub biases: Option<AttentionBiases<T>>,
@@ -59,9 +60,9 @@ impl<T> AttentionBiases<T> {
 #[derive(Tree, Debug, Clone)]
 pub struct MlpWeights<T> {
     /// `[(2 *) intermediate, hidden]`: for [`Activation::SwiGlu`] the gate's rows, then up's.
-    pub up: T,
+    pub up: Matrix<T>,
     /// `[hidden, intermediate]`.
-    pub down: T,
+    pub down: Matrix<T>,
 }
 
 /// A mixture of experts.
@@ -115,13 +116,13 @@ pub enum Sublayer<T> {
 #[derive(Tree, Debug, Clone)]
 pub struct HybridWeights<T> {
     /// Token embedding, `[vocab, hidden]`.
-    pub embedding: T,
+    pub embedding: Matrix<T>,
     /// The sublayers, in order.
     pub sublayers: Vec<Sublayer<T>>,
     /// Final RMS norm weight, `[hidden]`.
     pub norm_f: T,
     /// The head, `[vocab, hidden]`; `None` when tied to the embedding.
-    pub lm_head: Option<T>,
+    pub lm_head: Option<Matrix<T>>,
 }
 
 /// Where a tensor comes from: checkpoint tensors joined along the first axis (one, or a
@@ -130,6 +131,8 @@ pub struct HybridWeights<T> {
 struct Source {
     ty: TensorType,
     pieces: Vec<(String, Vec<usize>, Vec<usize>)>,
+    /// The scales of an 8-bit matrix: made as its pieces are quantized, not read.
+    scales: bool,
 }
 
 /// Builds the [`Source`]s of one config, matrices in `m`.
@@ -143,10 +146,26 @@ impl Layout<'_> {
         Source {
             ty: TensorType::new(dtype, dims),
             pieces: vec![(name, dims.to_vec(), dims.to_vec())],
+            scales: false,
         }
     }
-    fn matrix(&self, name: String, dims: &[usize]) -> Source {
-        self.one(name, self.m, dims)
+    fn matrix(&self, name: String, dims: &[usize]) -> Matrix<Source> {
+        self.matrix_of(self.one(name, self.m, dims))
+    }
+    /// The matrix `values` (in the matrices' dtype), with its scales' source when 8-bit: one
+    /// per piece, under the piece's name with `.scale` added.
+    fn matrix_of(&self, values: Source) -> Matrix<Source> {
+        let rows = |d: &[usize]| d[..d.len().saturating_sub(1)].to_vec();
+        let scale = (self.m == quant::QUANTIZED).then(|| Source {
+            ty: TensorType::new(DType::F32, &rows(&values.ty.dims)),
+            pieces: values
+                .pieces
+                .iter()
+                .map(|(name, _, dims)| (format!("{name}.scale"), rows(dims), rows(dims)))
+                .collect(),
+            scales: true,
+        });
+        Matrix { values, scale }
     }
     fn vector(&self, name: String, n: usize) -> Source {
         self.one(name, DType::F32, &[n])
@@ -166,6 +185,7 @@ impl Layout<'_> {
                 .into_iter()
                 .map(|s| (s, part.to_vec(), part.to_vec()))
                 .collect(),
+            scales: false,
         }
     }
 
@@ -178,16 +198,19 @@ impl Layout<'_> {
             c.conv_kernel,
             c.num_heads,
         );
+        let in_proj = self.matrix(format!("{p}in_proj.weight"), &[c.in_proj_dim(), h]);
+        let out_proj = self.matrix(format!("{p}out_proj.weight"), &[h, di]);
         LayerWeights {
             norm: self.vector(norm, h),
-            in_proj: self.matrix(format!("{p}in_proj.weight"), &[c.in_proj_dim(), h]),
-            in_proj_scale: None,
+            in_proj: in_proj.values,
+            in_proj_scale: in_proj.scale,
             in_proj_bias: c
                 .use_bias
                 .then(|| self.vector(format!("{p}in_proj.bias"), c.in_proj_dim())),
             conv_weight: Source {
                 ty: TensorType::new(DType::F32, &[conv, k]),
                 pieces: vec![(format!("{p}conv1d.weight"), vec![conv, 1, k], vec![conv, k])],
+                scales: false,
             },
             conv_bias: c
                 .use_conv_bias
@@ -196,8 +219,8 @@ impl Layout<'_> {
             a_log: self.vector(format!("{p}A_log"), heads),
             d: self.vector(format!("{p}D"), heads),
             gated_norm: self.vector(format!("{p}norm.weight"), di),
-            out_proj: self.matrix(format!("{p}out_proj.weight"), &[h, di]),
-            out_proj_scale: None,
+            out_proj: out_proj.values,
+            out_proj_scale: out_proj.scale,
             out_proj_bias: c
                 .use_bias
                 .then(|| self.vector(format!("{p}out_proj.bias"), h)),
@@ -237,7 +260,7 @@ impl Layout<'_> {
         let up = if up.len() == 1 {
             self.matrix(up.into_iter().next().unwrap_or_default(), &[rows, h])
         } else {
-            self.joined(up, self.m, &[i, h], false)
+            self.matrix_of(self.joined(up, self.m, &[i, h], false))
         };
         MlpWeights {
             up,
@@ -264,8 +287,8 @@ impl Layout<'_> {
                 router: self.one(format!("{p}gate.weight"), DType::F32, &[e, h]),
                 correction: Some(self.vector(format!("{p}gate.e_score_correction_bias"), e)),
                 experts: MlpWeights {
-                    up: self.joined(each("up_proj"), self.m, &[rows, h], true),
-                    down: self.joined(each("down_proj"), self.m, &[h, i], true),
+                    up: self.matrix_of(self.joined(each("up_proj"), self.m, &[rows, h], true)),
+                    down: self.matrix_of(self.joined(each("down_proj"), self.m, &[h, i], true)),
                 },
                 shared: m.shared.map(|s| {
                     self.mlp(
@@ -389,7 +412,7 @@ impl Layout<'_> {
 
 /// Where every tensor of `config`'s model comes from, matrices in `matmul_dtype`.
 fn sources(config: &HybridConfig, matmul_dtype: DType) -> Result<HybridWeights<Source>> {
-    crate::models::engine::check_float_matrices("hybrid", matmul_dtype)?;
+    check_matrix_dtype("hybrid", matmul_dtype)?;
     config.validate()?;
     Layout {
         c: config,
@@ -400,8 +423,8 @@ fn sources(config: &HybridConfig, matmul_dtype: DType) -> Result<HybridWeights<S
 
 impl HybridWeights<TensorType> {
     /// The type of every tensor of `config`'s model: matrices (embedding, projections,
-    /// experts, head) in `matmul_dtype` (F32 or BF16); norms, routers and the Mamba-2 mixers'
-    /// vectors F32.
+    /// experts, head) in `matmul_dtype` (F32, BF16, or [`quant::QUANTIZED`] for 8 bits with a
+    /// scale per row, per expert); norms, routers and the Mamba-2 mixers' vectors F32.
     pub fn types(config: &HybridConfig, matmul_dtype: DType) -> Result<Self> {
         sources(config, matmul_dtype)?.try_map(|_, s| Ok(s.ty.clone()))
     }
@@ -421,12 +444,14 @@ impl HybridWeights<HostArray> {
         let sources = sources(config, matmul_dtype)?;
         let mut expected = Vec::new();
         let _ = sources.try_map(|_, s| {
-            for (name, disk, dims) in &s.pieces {
+            for (name, disk, dims) in s.pieces.iter().filter(|_| !s.scales) {
+                let eight_bit = s.ty.dtype == quant::QUANTIZED;
                 expected.push(Expected {
                     key: name.clone(),
                     names: vec![name.clone()],
                     ty: TensorType::new(s.ty.dtype, dims),
                     disk_dims: disk.clone(),
+                    scale_key: eight_bit.then(|| format!("{name}.scale")),
                 });
             }
             Ok(())
@@ -461,6 +486,10 @@ impl HybridWeights<HostArray> {
     /// its name.
     pub fn random(config: &HybridConfig, matmul_dtype: DType, seed: u64) -> Result<Self> {
         let types = HybridWeights::<TensorType>::types(config, matmul_dtype)?;
+        if matmul_dtype == quant::QUANTIZED {
+            let floats = HybridWeights::random(config, DType::F32, seed)?;
+            return quantized_like(&types, by_name(floats)?);
+        }
         let out_scale = 0.02 / ((2 * config.sublayers.len()) as f64).sqrt();
         let heads = config.mamba.num_heads;
         types.try_map(|name, ty| {

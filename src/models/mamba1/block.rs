@@ -6,7 +6,7 @@ use super::{Mamba1Config, Mamba1Layer, Mamba1Weights};
 use crate::array::HostArray;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::models::common::layers::{linear, remembered_inputs, rms};
+use crate::models::common::layers::{remembered_inputs, rms};
 use crate::models::common::materialize::window_sum;
 use crate::models::common::LayerState;
 use crate::ops::{Graph, Tensor};
@@ -29,7 +29,7 @@ fn mixer_inputs(
     if let Some(m) = mask {
         normed = normed.mul(m)?;
     }
-    let xz = linear(&normed, &w.in_proj, w.in_proj_bias.as_ref())?;
+    let xz = w.in_proj.apply(&normed, w.in_proj_bias.as_ref())?;
     Ok((
         xz.narrow(-1, 0, cfg.d_inner)?,
         xz.narrow(-1, cfg.d_inner, cfg.d_inner)?,
@@ -45,7 +45,7 @@ fn selective_terms(
     cfg: &Mamba1Config,
 ) -> Result<(Tensor, Tensor, Tensor)> {
     let (r, n) = (cfg.time_step_rank, cfg.state_size);
-    let dbc = linear(xc, &w.x_proj, None)?;
+    let dbc = w.x_proj.apply(xc, None)?;
     let mut low = dbc.narrow(-1, 0, r)?;
     let mut b = dbc.narrow(-1, r, n)?;
     let mut c = dbc.narrow(-1, r + n, n)?;
@@ -54,7 +54,7 @@ fn selective_terms(
         b = rms(&b, eps)?;
         c = rms(&c, eps)?;
     }
-    let dt = linear(&low, &w.dt_proj, Some(&w.dt_proj_bias))?.softplus()?;
+    let dt = w.dt_proj.apply(&low, Some(&w.dt_proj_bias))?.softplus()?;
     Ok((dt, b, c))
 }
 
@@ -67,7 +67,7 @@ fn mixer_output(
     w: &Mamba1Layer<Tensor>,
 ) -> Result<Tensor> {
     let y = y.add(&xc.mul(&w.d)?)?.mul(&z.silu()?)?;
-    hidden.add(&linear(&y, &w.out_proj, w.out_proj_bias.as_ref())?)
+    hidden.add(&w.out_proj.apply(&y, w.out_proj_bias.as_ref())?)
 }
 
 /// The selective scan `h_t = exp(dt_t A) h_{t-1} + dt_t x_t B_t`, `y_t = C_t . h_t`, over all
@@ -225,7 +225,10 @@ pub(crate) fn head(
     cfg: &Mamba1Config,
 ) -> Result<Tensor> {
     let normed = rms(hidden, cfg.norm_eps)?.mul(&w.norm_f)?;
-    linear(&normed, w.lm_head.as_ref().unwrap_or(&w.embedding), None)
+    w.lm_head
+        .as_ref()
+        .unwrap_or(&w.embedding)
+        .apply(&normed, None)
 }
 
 /// The weights as parameters of `g`, named `w.<checkpoint name>`.
@@ -247,7 +250,7 @@ pub(crate) fn prefill(
     scan: Scan,
     init: Option<&[Mamba1State<Tensor>]>,
 ) -> Result<(Tensor, Vec<Mamba1State<Tensor>>)> {
-    let mut hidden = w.embedding.take(tokens)?.astype(DType::F32)?;
+    let mut hidden = w.embedding.rows(tokens)?;
     let mut states = Vec::with_capacity(w.layers.len());
     for (i, layer) in w.layers.iter().enumerate() {
         let start = init.and_then(|s| s.get(i));
@@ -266,7 +269,7 @@ pub(crate) fn step(
     w: &Mamba1Weights<Tensor>,
     cfg: &Mamba1Config,
 ) -> Result<(Tensor, Vec<Mamba1State<Tensor>>)> {
-    let mut hidden = w.embedding.take(tokens)?.astype(DType::F32)?;
+    let mut hidden = w.embedding.rows(tokens)?;
     let mut next = Vec::with_capacity(states.len());
     for (layer, state) in w.layers.iter().zip(states) {
         let (h, s) = block_step(&hidden, state, layer, cfg)?;

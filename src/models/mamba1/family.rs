@@ -50,11 +50,12 @@ impl Family for Mamba1 {
         prompts: &[Vec<u32>],
         init: Option<Self::State>,
         _reserve: usize,
+        pad_to: usize,
     ) -> Result<Prefilled<Self::State>> {
-        let pre = match init {
-            Some(states) => self.prefill_from(prompts, &states)?,
-            None => self.prefill(prompts)?,
-        };
+        if let Some(states) = &init {
+            self.check_states("prefill_from", states, prompts.len())?;
+        }
+        let pre = self.run_prefill(prompts, init.as_deref(), pad_to)?;
         Ok(Prefilled {
             width: pre.logits.dims()[1],
             logits: pre.logits,

@@ -64,7 +64,7 @@ impl Mamba1 {
         config: Mamba1Config,
         weights: &Mamba1Weights<HostArray>,
     ) -> Result<Self> {
-        let matmul = weights.embedding.dtype();
+        let matmul = weights.embedding.values.dtype();
         let types = Mamba1Weights::<TensorType>::types(&config, matmul)?;
         engine::check_weight_types("Mamba-1", &types.named(), &weights.named())?;
         let buffers = weights
@@ -122,7 +122,7 @@ impl Mamba1 {
     /// Runs the prompts (token ids, at least one each, all below the vocabulary size), left-
     /// padded to the longest: the logits at every position and the states after the prompts.
     pub fn prefill(&self, prompts: &[Vec<u32>]) -> Result<Mamba1Prefill> {
-        self.run_prefill(prompts, None)
+        self.run_prefill(prompts, None, 0)
     }
 
     /// [`Mamba1::prefill`] continuing from `states` (one per block, one row per prompt, as a
@@ -135,15 +135,18 @@ impl Mamba1 {
         states: &[Mamba1State<HostArray>],
     ) -> Result<Mamba1Prefill> {
         self.check_states("prefill_from", states, prompts.len())?;
-        self.run_prefill(prompts, Some(states))
+        self.run_prefill(prompts, Some(states), 0)
     }
 
-    fn run_prefill(
+    /// The prefill of `prompts` left-padded to the longest, or to `pad_to` positions when that
+    /// is more, after `init` (zero states when `None`).
+    pub(super) fn run_prefill(
         &self,
         prompts: &[Vec<u32>],
         init: Option<&[Mamba1State<HostArray>]>,
+        pad_to: usize,
     ) -> Result<Mamba1Prefill> {
-        let len = prompts.iter().map(Vec::len).max().unwrap_or(0);
+        let len = prompts.iter().map(Vec::len).max().unwrap_or(0).max(pad_to);
         if prompts.is_empty() || prompts.iter().any(Vec::is_empty) {
             return Err(Error::InvalidArgument(
                 "Mamba1::prefill needs at least one prompt, and no empty prompt".into(),
@@ -195,7 +198,12 @@ impl Mamba1 {
 
     /// Checks that `states` hold one f32 state per block for `b` rows; an error names `op` and
     /// the first state that does not fit.
-    fn check_states(&self, op: &str, states: &[Mamba1State<HostArray>], b: usize) -> Result<()> {
+    pub(super) fn check_states(
+        &self,
+        op: &str,
+        states: &[Mamba1State<HostArray>],
+        b: usize,
+    ) -> Result<()> {
         let layers = self.config.num_layers;
         if states.len() != layers {
             return Err(Error::InvalidArgument(format!(

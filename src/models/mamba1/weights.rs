@@ -8,7 +8,10 @@ use crate::array::HostArray;
 use crate::dtype::{DType, TensorType};
 use crate::error::{Error, Result};
 use crate::models::common::checkpoint::{random_tensor, Expected, Loader, Rng};
-use crate::models::common::LoadOptions;
+use crate::models::common::{
+    by_name, check_matrix_dtype, quantized_like, scaled_matrix, LoadOptions, Matrix,
+};
+use crate::models::quant;
 use crate::runtime::{Buffer, Client};
 use crate::tree::Tree;
 
@@ -21,7 +24,7 @@ pub struct Mamba1Layer<T> {
     pub norm: T,
     /// `mixer.in_proj.weight` `[2 d_inner, hidden]`: `x` then the gate `z`.
     #[tree(rename = "mixer.in_proj.weight")]
-    pub in_proj: T,
+    pub in_proj: Matrix<T>,
     /// `mixer.in_proj.bias` `[2 d_inner]` (with `use_bias`).
     #[tree(rename = "mixer.in_proj.bias")]
     pub in_proj_bias: Option<T>,
@@ -33,10 +36,10 @@ pub struct Mamba1Layer<T> {
     pub conv_bias: Option<T>,
     /// `mixer.x_proj.weight` `[rank + 2 N, d_inner]`: `dt`, `B`, `C`.
     #[tree(rename = "mixer.x_proj.weight")]
-    pub x_proj: T,
+    pub x_proj: Matrix<T>,
     /// `mixer.dt_proj.weight` `[d_inner, rank]`.
     #[tree(rename = "mixer.dt_proj.weight")]
-    pub dt_proj: T,
+    pub dt_proj: Matrix<T>,
     /// `mixer.dt_proj.bias` `[d_inner]`.
     #[tree(rename = "mixer.dt_proj.bias")]
     pub dt_proj_bias: T,
@@ -48,7 +51,7 @@ pub struct Mamba1Layer<T> {
     pub d: T,
     /// `mixer.out_proj.weight` `[hidden, d_inner]`.
     #[tree(rename = "mixer.out_proj.weight")]
-    pub out_proj: T,
+    pub out_proj: Matrix<T>,
     /// `mixer.out_proj.bias` `[hidden]` (with `use_bias`).
     #[tree(rename = "mixer.out_proj.bias")]
     pub out_proj_bias: Option<T>,
@@ -60,7 +63,7 @@ pub struct Mamba1Layer<T> {
 pub struct Mamba1Weights<T> {
     /// `backbone.embeddings.weight` `[vocab, hidden]`.
     #[tree(rename = "backbone.embeddings.weight")]
-    pub embedding: T,
+    pub embedding: Matrix<T>,
     /// The blocks.
     #[tree(rename = "backbone.layers")]
     pub layers: Vec<Mamba1Layer<T>>,
@@ -69,17 +72,18 @@ pub struct Mamba1Weights<T> {
     pub norm_f: T,
     /// `lm_head.weight` `[vocab, hidden]`, absent when tied to the embedding.
     #[tree(rename = "lm_head.weight")]
-    pub lm_head: Option<T>,
+    pub lm_head: Option<Matrix<T>>,
 }
 
 impl Mamba1Weights<TensorType> {
     /// The type of every tensor of `config`'s model: the matrices (embedding, projections,
-    /// head) in `matmul_dtype` (F32 or BF16), the rest F32.
+    /// head) in `matmul_dtype` (F32, BF16, or [`quant::QUANTIZED`] for 8 bits with a scale per
+    /// row), the rest F32.
     pub fn types(config: &Mamba1Config, matmul_dtype: DType) -> Result<Self> {
-        crate::models::engine::check_float_matrices("Mamba-1", matmul_dtype)?;
+        check_matrix_dtype("Mamba-1", matmul_dtype)?;
         config.validate()?;
         let c = config;
-        let m = |dims: &[usize]| TensorType::new(matmul_dtype, dims);
+        let m = |dims: &[usize]| Matrix::of(matmul_dtype, dims);
         let f = |dims: &[usize]| TensorType::new(DType::F32, dims);
         let (h, di, n, r) = (c.hidden_size, c.d_inner, c.state_size, c.time_step_rank);
         let layer = Mamba1Layer {
@@ -120,6 +124,7 @@ impl Mamba1Weights<HostArray> {
         let expected = types
             .named()
             .into_iter()
+            .filter(|(name, _)| scaled_matrix(name).is_none())
             .map(|(name, ty)| {
                 let disk_dims = if name.ends_with("mixer.conv1d.weight") {
                     vec![config.d_inner, 1, config.conv_kernel]
@@ -133,6 +138,7 @@ impl Mamba1Weights<HostArray> {
                 }
                 Expected {
                     names,
+                    scale_key: (ty.dtype == quant::QUANTIZED).then(|| format!("{name}.scale")),
                     key: name,
                     ty: ty.clone(),
                     disk_dims,
@@ -159,6 +165,11 @@ impl Mamba1Weights<HostArray> {
     /// `A_log = ln(1..=N)` per channel (S4D-real); `D = 1`; norms 1 + U(±0.1). Each tensor
     /// draws from its own stream, seeded by `seed` and its name.
     pub fn random(config: &Mamba1Config, matmul_dtype: DType, seed: u64) -> Result<Self> {
+        if matmul_dtype == quant::QUANTIZED {
+            let types = Mamba1Weights::<TensorType>::types(config, matmul_dtype)?;
+            let floats = Mamba1Weights::random(config, DType::F32, seed)?;
+            return quantized_like(&types, by_name(floats)?);
+        }
         let types = Mamba1Weights::<TensorType>::types(config, matmul_dtype)?;
         let c = config;
         let fan = |n: usize| 1.0 / (n.max(1) as f64).sqrt();

@@ -10,6 +10,7 @@ use crate::array::HostArray;
 use crate::dtype::{DType, TensorType};
 use crate::error::Result;
 use crate::models::common::checkpoint::{random_tensor, Expected, LoadOptions, Loader, Rng};
+use crate::models::common::scaled_matrix;
 use crate::models::quant;
 
 /// The HF and `mamba_ssm` names of the embedding.
@@ -24,7 +25,8 @@ impl Mamba2Weights<HostArray> {
     /// (`backbone.embeddings.weight`, `backbone.layers.{i}.mixer.in_proj.weight`, ...) or
     /// `mamba_ssm`'s (`backbone.embedding.weight`). They are converted as
     /// [`Mamba2Weights::types`] says: the matrices to `matmul_dtype` (F32 or BF16, rounding to
-    /// nearest even; or read as F32 and quantized to 8 bits, [`Mamba2Weights::to_8bit`]),
+    /// nearest even; or read as F32 and quantized to 8 bits as [`Mamba2Weights::to_8bit`]
+    /// does, one tensor at a time, so that loading never holds the model in f32),
     /// everything else to F32; the conv weight `[conv_dim, 1, K]` is stored as
     /// `[conv_dim, K]`. With a tied config, a `lm_head.weight` in the file (as `mamba_ssm`
     /// saves it) has its shape checked and is otherwise ignored: the head is the embedding.
@@ -49,10 +51,6 @@ impl Mamba2Weights<HostArray> {
         matmul_dtype: DType,
         options: &LoadOptions,
     ) -> Result<Self> {
-        if matmul_dtype == quant::QUANTIZED {
-            config.validate()?;
-            return Mamba2Weights::load_with(dir, config, DType::F32, options)?.to_8bit();
-        }
         let types = Mamba2Weights::<TensorType>::types(config, matmul_dtype)?;
         let mut loader = mamba2_loader(&types, config, options);
         let index = loader.read_dir(dir)?;
@@ -171,9 +169,11 @@ pub(crate) fn mamba2_loader(
     config: &Mamba2Config,
     options: &LoadOptions,
 ) -> Loader {
+    // An 8-bit matrix's scales are made as it is read (`{key}_scale`), not read.
     let expected = types
         .named()
         .into_iter()
+        .filter(|(key, _)| scaled_matrix(key).is_none())
         .map(|(key, ty)| {
             let disk_dims = if key.ends_with("mixer.conv1d") {
                 vec![config.conv_dim(), 1, config.conv_kernel]
@@ -182,6 +182,7 @@ pub(crate) fn mamba2_loader(
             };
             Expected {
                 names: checkpoint_names(&key),
+                scale_key: (ty.dtype == quant::QUANTIZED).then(|| format!("{key}_scale")),
                 key,
                 ty: ty.clone(),
                 disk_dims,
