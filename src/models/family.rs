@@ -7,7 +7,7 @@ use std::path::Path;
 use serde_json::Value;
 
 use super::common::{GenerateOptions, ModelState};
-use super::engine::{self, Family};
+use super::engine::{self, Family, SlotFamily};
 use super::hybrid::{self, Hybrid};
 use super::mamba1::{self, Mamba1};
 use super::mamba2::{Mamba2, Mamba2Config, Mamba2State, Mamba2Weights};
@@ -15,6 +15,7 @@ use crate::array::HostArray;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::runtime::Client;
+use crate::serving::{AnySlots, DynSlotModel, Segment, SegmentOutput, SlotModel};
 
 /// A causal language model of any family on a device: prompts in, logits and tokens out, and
 /// the state after them to continue from. `Send + Sync`: one loaded model can serve many
@@ -62,6 +63,9 @@ pub trait CausalLm: Send + Sync {
     /// The StableHLO text of the prefill, step and generate programs for `prompts` and
     /// `options`.
     fn stablehlo(&self, prompts: &[Vec<u32>], options: &GenerateOptions) -> Result<[String; 3]>;
+    /// The model as serving slots ([`crate::serving`]): a `Box<dyn CausalLm>` is a
+    /// [`SlotModel`] through it, so a [`crate::serving::Scheduler`] serves any family.
+    fn as_slots(&self) -> &dyn DynSlotModel;
     /// [`CausalLm::generate_from`] continuing from the state file `state_in` (when given), and
     /// writing the state after the prompts and every token emitted to `state_out` (when
     /// given), as [`ModelState::save`] writes it. An error about the state file names it.
@@ -87,7 +91,7 @@ pub trait CausalLm: Send + Sync {
     }
 }
 
-impl<F: Family + Send + Sync> CausalLm for F {
+impl<F: SlotFamily + Send + Sync> CausalLm for F {
     fn family(&self) -> &'static str {
         Family::family(self)
     }
@@ -132,6 +136,9 @@ impl<F: Family + Send + Sync> CausalLm for F {
     }
     fn stablehlo(&self, prompts: &[Vec<u32>], options: &GenerateOptions) -> Result<[String; 3]> {
         Family::stablehlo(self, prompts, options)
+    }
+    fn as_slots(&self) -> &dyn DynSlotModel {
+        self
     }
 }
 
@@ -207,6 +214,51 @@ impl CausalLm for Mamba2 {
             Error::InvalidArgument(format!("prompts of {longest} tokens have no bucket"))
         })?;
         Mamba2::stablehlo(self, prompts.len(), bucket, options)
+    }
+    fn as_slots(&self) -> &dyn DynSlotModel {
+        self
+    }
+}
+
+impl SlotModel for Box<dyn CausalLm> {
+    type Slots = AnySlots;
+
+    fn vocab_size(&self) -> usize {
+        self.as_slots().vocab_size()
+    }
+    fn prompt_bucket(&self, len: usize) -> Result<usize> {
+        self.as_slots().prompt_bucket(len)
+    }
+    fn open_slots(&self, slots: usize, context: usize) -> Result<AnySlots> {
+        self.as_slots().open_slots(slots, context)
+    }
+    fn fill_slots(
+        &self,
+        slots: AnySlots,
+        rows: &[(usize, &[u32])],
+        continued: bool,
+    ) -> Result<AnySlots> {
+        self.as_slots().fill_slots(slots, rows, continued)
+    }
+    fn prepare_fill(
+        &self,
+        slots: usize,
+        context: usize,
+        rows: usize,
+        bucket: usize,
+        continued: bool,
+    ) -> Result<()> {
+        self.as_slots()
+            .prepare_fill(slots, context, rows, bucket, continued)
+    }
+    fn prepare_segments(&self, slots: usize, context: usize, capacity: usize) -> Result<()> {
+        self.as_slots().prepare_segments(slots, context, capacity)
+    }
+    fn run_segment(&self, slots: AnySlots, segment: &Segment) -> Result<(AnySlots, SegmentOutput)> {
+        self.as_slots().run_segment(slots, segment)
+    }
+    fn programs_compiled(&self) -> usize {
+        self.as_slots().programs_compiled()
     }
 }
 

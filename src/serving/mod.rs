@@ -17,7 +17,7 @@ pub use scheduler::{
     SubmitError,
 };
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::sampling::Sampling;
 
 /// One segment program call over every slot: what each slot does, and how many steps.
@@ -58,8 +58,8 @@ pub trait SlotModel {
     /// The padded length prompts of `len` tokens are prefilled at (prompts with the same
     /// bucket are prefilled together in one call).
     fn prompt_bucket(&self, len: usize) -> Result<usize>;
-    /// `slots` empty slots.
-    fn open_slots(&self, slots: usize) -> Result<Self::Slots>;
+    /// `slots` empty slots, each holding up to `context` tokens of prompt and generation.
+    fn open_slots(&self, slots: usize, context: usize) -> Result<Self::Slots>;
     /// Prefills `rows` (slot index, prompt) together and writes each prompt's state and logits
     /// into its slot; the other slots are untouched. With `continued`, each prompt continues
     /// from the state its slot holds (the next piece of a prompt fed in pieces); else from an
@@ -71,13 +71,20 @@ pub trait SlotModel {
         continued: bool,
     ) -> Result<Self::Slots>;
     /// Compiles, without running, what [`SlotModel::fill_slots`] runs for `rows` prompts of
-    /// bucket `bucket` into `slots` slots (fresh, and with `continued` also continuing).
-    fn prepare_fill(&self, slots: usize, rows: usize, bucket: usize, continued: bool)
-        -> Result<()>;
+    /// bucket `bucket` into `slots` slots of `context` tokens (fresh, and with `continued` also
+    /// continuing).
+    fn prepare_fill(
+        &self,
+        slots: usize,
+        context: usize,
+        rows: usize,
+        bucket: usize,
+        continued: bool,
+    ) -> Result<()>;
     /// Compiles, without running, every segment program [`SlotModel::run_segment`] can run
-    /// over `slots` slots with `capacity` steps (greedy and sampled), so that together with
-    /// [`SlotModel::prepare_fill`] serving compiles nothing later.
-    fn prepare_segments(&self, slots: usize, capacity: usize) -> Result<()>;
+    /// over `slots` slots of `context` tokens with `capacity` steps (greedy and sampled), so
+    /// that together with [`SlotModel::prepare_fill`] serving compiles nothing later.
+    fn prepare_segments(&self, slots: usize, context: usize, capacity: usize) -> Result<()>;
     /// Runs one segment over all slots (donated as in [`SlotModel::fill_slots`]).
     fn run_segment(
         &self,
@@ -86,4 +93,130 @@ pub trait SlotModel {
     ) -> Result<(Self::Slots, SegmentOutput)>;
     /// How many programs the model has compiled so far.
     fn programs_compiled(&self) -> usize;
+}
+
+/// Checks a segment's per-slot lists against `slots` and its steps against its capacity.
+pub(crate) fn check_segment(segment: &Segment, slots: usize) -> Result<()> {
+    let lens = [
+        ("active", segment.active.len()),
+        ("sampling", segment.sampling.len()),
+        ("keys", segment.keys.len()),
+    ];
+    if let Some((name, len)) = lens.iter().find(|(_, len)| *len != slots) {
+        return Err(Error::InvalidArgument(format!(
+            "segment.{name} has {len} entries for {slots} slots"
+        )));
+    }
+    if segment.steps == 0 || segment.steps > segment.capacity {
+        return Err(Error::InvalidArgument(format!(
+            "segment.steps ({}) is not in 1..={}",
+            segment.steps, segment.capacity
+        )));
+    }
+    if segment.capacity > crate::models::MAX_NEW_TOKENS {
+        return Err(Error::InvalidArgument(format!(
+            "segment.capacity ({}) is more than {}",
+            segment.capacity,
+            crate::models::MAX_NEW_TOKENS
+        )));
+    }
+    Ok(())
+}
+
+/// The slots of any model, their type erased: what [`DynSlotModel`] takes and returns.
+pub struct AnySlots(Box<dyn std::any::Any + Send>);
+
+impl std::fmt::Debug for AnySlots {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("AnySlots")
+    }
+}
+
+impl AnySlots {
+    /// The slots as `S`, or an error when they are another model's.
+    fn take<S: 'static>(self) -> Result<S> {
+        self.0.downcast::<S>().map(|s| *s).map_err(|_| {
+            Error::InvalidArgument("these slots belong to a model of another kind".into())
+        })
+    }
+}
+
+/// A [`SlotModel`] with its slots' type erased ([`AnySlots`]), so that models of different
+/// families serve behind one type (`Box<dyn CausalLm>` is a [`SlotModel`] through it). Every
+/// [`SlotModel`] whose slots are `Send` is one.
+pub trait DynSlotModel {
+    /// [`SlotModel::vocab_size`].
+    fn vocab_size(&self) -> usize;
+    /// [`SlotModel::prompt_bucket`].
+    fn prompt_bucket(&self, len: usize) -> Result<usize>;
+    /// [`SlotModel::open_slots`].
+    fn open_slots(&self, slots: usize, context: usize) -> Result<AnySlots>;
+    /// [`SlotModel::fill_slots`].
+    fn fill_slots(
+        &self,
+        slots: AnySlots,
+        rows: &[(usize, &[u32])],
+        continued: bool,
+    ) -> Result<AnySlots>;
+    /// [`SlotModel::prepare_fill`].
+    fn prepare_fill(
+        &self,
+        slots: usize,
+        context: usize,
+        rows: usize,
+        bucket: usize,
+        continued: bool,
+    ) -> Result<()>;
+    /// [`SlotModel::prepare_segments`].
+    fn prepare_segments(&self, slots: usize, context: usize, capacity: usize) -> Result<()>;
+    /// [`SlotModel::run_segment`].
+    fn run_segment(&self, slots: AnySlots, segment: &Segment) -> Result<(AnySlots, SegmentOutput)>;
+    /// [`SlotModel::programs_compiled`].
+    fn programs_compiled(&self) -> usize;
+}
+
+impl<M: SlotModel> DynSlotModel for M
+where
+    M::Slots: Send + 'static,
+{
+    fn vocab_size(&self) -> usize {
+        SlotModel::vocab_size(self)
+    }
+    fn prompt_bucket(&self, len: usize) -> Result<usize> {
+        SlotModel::prompt_bucket(self, len)
+    }
+    fn open_slots(&self, slots: usize, context: usize) -> Result<AnySlots> {
+        Ok(AnySlots(Box::new(SlotModel::open_slots(
+            self, slots, context,
+        )?)))
+    }
+    fn fill_slots(
+        &self,
+        slots: AnySlots,
+        rows: &[(usize, &[u32])],
+        continued: bool,
+    ) -> Result<AnySlots> {
+        let slots = SlotModel::fill_slots(self, slots.take()?, rows, continued)?;
+        Ok(AnySlots(Box::new(slots)))
+    }
+    fn prepare_fill(
+        &self,
+        slots: usize,
+        context: usize,
+        rows: usize,
+        bucket: usize,
+        continued: bool,
+    ) -> Result<()> {
+        SlotModel::prepare_fill(self, slots, context, rows, bucket, continued)
+    }
+    fn prepare_segments(&self, slots: usize, context: usize, capacity: usize) -> Result<()> {
+        SlotModel::prepare_segments(self, slots, context, capacity)
+    }
+    fn run_segment(&self, slots: AnySlots, segment: &Segment) -> Result<(AnySlots, SegmentOutput)> {
+        let (slots, out) = SlotModel::run_segment(self, slots.take()?, segment)?;
+        Ok((AnySlots(Box::new(slots)), out))
+    }
+    fn programs_compiled(&self) -> usize {
+        SlotModel::programs_compiled(self)
+    }
 }

@@ -41,11 +41,25 @@ pub struct SchedulerOptions {
     pub max_tokens: usize,
     /// A request ends when it emits this token (which is not returned).
     pub eos: Option<u32>,
+    /// The most tokens of prompt and generation one request may hold (a model with attention
+    /// keeps that many keys and values per slot); `None`: `max_prompt + max_tokens`. A request
+    /// whose prompt and `max_tokens` need more is refused.
+    pub max_context: Option<usize>,
+}
+
+impl SchedulerOptions {
+    /// The tokens of prompt and generation a slot holds: `max_context`, at most `max_prompt +
+    /// max_tokens`.
+    pub fn context(&self) -> usize {
+        let most = self.max_prompt.saturating_add(self.max_tokens);
+        self.max_context.map_or(most, |c| c.min(most))
+    }
 }
 
 impl Default for SchedulerOptions {
     /// 8 slots, segments of 4 steps, 64 queued, prefill 4 at a time in pieces of up to 128
-    /// tokens, prompts up to 2,048 tokens and up to 2,048 new tokens, no `eos`.
+    /// tokens, prompts up to 2,048 tokens and up to 2,048 new tokens, no `eos`, a context of
+    /// both.
     fn default() -> Self {
         SchedulerOptions {
             slots: 8,
@@ -56,6 +70,7 @@ impl Default for SchedulerOptions {
             max_prompt: 2048,
             max_tokens: 2048,
             eos: None,
+            max_context: None,
         }
     }
 }
@@ -199,7 +214,12 @@ impl<M: SlotModel> Scheduler<M> {
             )));
         }
         model.prompt_bucket(o.max_prompt)?;
-        let slots = model.open_slots(o.slots)?;
+        if o.max_context == Some(0) {
+            return Err(Error::InvalidArgument(
+                "SchedulerOptions.max_context is 0; it must be at least 2".into(),
+            ));
+        }
+        let slots = model.open_slots(o.slots, o.context())?;
         let table = (0..o.slots).map(|_| None).collect();
         Ok(Scheduler {
             model,
@@ -234,10 +254,12 @@ impl<M: SlotModel> Scheduler<M> {
         let pieces = o.max_prompt > o.prompt_piece;
         for &b in &buckets {
             for &g in &sizes {
-                self.model.prepare_fill(o.slots, g, b, pieces)?;
+                self.model
+                    .prepare_fill(o.slots, o.context(), g, b, pieces)?;
             }
         }
-        self.model.prepare_segments(o.slots, o.segment)?;
+        self.model
+            .prepare_segments(o.slots, o.context(), o.segment)?;
         Ok(buckets.len() * sizes.len())
     }
 
@@ -277,6 +299,16 @@ impl<M: SlotModel> Scheduler<M> {
             return Err(format!(
                 "max_tokens ({}) is not in 1..={}",
                 r.max_tokens, o.max_tokens
+            ));
+        }
+        if r.prompt.len() + r.max_tokens > o.context() {
+            return Err(format!(
+                "the prompt ({} tokens) and max_tokens ({}) need {} tokens of context; this \
+                 server's context is {} tokens",
+                r.prompt.len(),
+                r.max_tokens,
+                r.prompt.len() + r.max_tokens,
+                o.context()
             ));
         }
         r.sampling.check(vocab).map_err(|e| e.to_string())
@@ -544,7 +576,10 @@ impl<M: SlotModel> Scheduler<M> {
             })
             .collect();
         self.slots = None;
-        self.slots = Some(self.model.open_slots(self.options.slots)?);
+        self.slots = Some(
+            self.model
+                .open_slots(self.options.slots, self.options.context())?,
+        );
         Ok(events)
     }
 }

@@ -2,7 +2,8 @@
 //! 32 concurrent greedy requests each equal to offline `generate` of that prompt alone,
 //! streamed and whole replies equal, a seeded request the same alone and under load, every
 //! bad input answered 4xx with an OpenAI error body, the queue limit, the API key, a client
-//! that disconnects, and a graceful stop on SIGTERM.
+//! that disconnects, and a graceful stop on SIGTERM; every other family answering concurrent
+//! token-id requests with transformers' greedy tokens, and its context limit.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -512,4 +513,52 @@ fn sigterm_finishes_the_streams_in_flight_then_exits_0() {
     assert_eq!(tokens, 300);
     let status = server.child.wait().unwrap();
     assert!(status.success(), "{status}");
+}
+
+#[test]
+fn every_family_serves_two_concurrent_requests_with_transformers_tokens() {
+    // The two rows of case 3 (a ragged batch) of each fixture, as token-id prompts sent at
+    // once: each reply is transformers' greedy continuation of that row.
+    for dir in [
+        "tests/fixtures/mamba1/falcon",
+        "tests/fixtures/hybrid/bamba",
+        "tests/fixtures/hybrid/granite",
+        "tests/fixtures/hybrid/nemotron",
+    ] {
+        let cases = crate::common::read_safetensors(&Path::new(dir).join("cases.safetensors"));
+        let rows = crate::common::fixture_prompts(&cases, 3);
+        let want = &cases["case3.greedy"];
+        let n = want.shape[1];
+        let server = Server::start(&["--model", dir, "--slots", "2", "--max-tokens", "16"]);
+        let replies: Vec<Value> = std::thread::scope(|s| {
+            let handles: Vec<_> = rows
+                .iter()
+                .map(|row| {
+                    let body = json!({"prompt": row, "max_tokens": n, "temperature": 0});
+                    let server = &server;
+                    s.spawn(move || server.post(&body).unwrap())
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for (r, reply) in replies.iter().enumerate() {
+            let hf: Vec<u32> = want.values[r * n..(r + 1) * n]
+                .iter()
+                .map(|&t| t as u32)
+                .collect();
+            assert_eq!(ids(reply), hf, "{dir}: row {r}");
+        }
+    }
+    // A request beyond the context is a 400 naming it.
+    let long = Server::start(&[
+        "--model",
+        "tests/fixtures/hybrid/bamba",
+        "--max-context",
+        "20",
+    ]);
+    let (status, body) = long
+        .post(&json!({"prompt": vec![5; 12], "max_tokens": 10}))
+        .unwrap_err();
+    assert_eq!(status, 400, "{body}");
+    assert!(body.to_string().contains("context is 20 tokens"), "{body}");
 }

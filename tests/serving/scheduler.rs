@@ -7,38 +7,12 @@ use std::collections::BTreeMap;
 use stablegraph::models::mamba2::{Mamba2, Penalties, Sampling};
 use stablegraph::models::GenerateOptions;
 use stablegraph::serving::{
-    Event, FinishReason, Request, RequestId, Scheduler, SchedulerOptions, SlotModel, SubmitError,
+    Event, FinishReason, Request, Scheduler, SchedulerOptions, SlotModel, SubmitError,
 };
 use stablegraph::DType;
 
 use crate::common::tiny_model;
-
-/// Every request's tokens and finish reason, stepping until the scheduler is idle.
-fn drain<M: SlotModel>(
-    s: &mut Scheduler<M>,
-) -> BTreeMap<RequestId, (Vec<u32>, Option<FinishReason>)> {
-    let mut out: BTreeMap<RequestId, (Vec<u32>, Option<FinishReason>)> = BTreeMap::new();
-    let mut steps = 0;
-    while s.has_work() {
-        steps += 1;
-        assert!(steps < 1000, "the scheduler does not finish");
-        for e in s.step().unwrap() {
-            match e {
-                Event::Started { id } => {
-                    out.entry(id).or_default();
-                }
-                Event::Tokens { id, tokens } => out.entry(id).or_default().0.extend(tokens),
-                Event::Finished { id, reason } => {
-                    let entry = out.entry(id).or_default();
-                    assert_eq!(entry.1, None, "request {id} finished twice");
-                    entry.1 = Some(reason);
-                }
-                Event::Failed { id, error } => panic!("request {id} failed: {error}"),
-            }
-        }
-    }
-    out
-}
+use crate::drain;
 
 /// Prompt `i` of a workload: lengths 1 to 23, tokens in the tiny vocabulary of 64.
 fn prompt(i: usize) -> Vec<u32> {
@@ -70,6 +44,7 @@ fn options(slots: usize, segment: usize) -> SchedulerOptions {
         max_prompt: 64,
         max_tokens: 64,
         eos: None,
+        max_context: None,
     }
 }
 

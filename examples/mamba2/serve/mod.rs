@@ -13,8 +13,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use clap::Args;
+use stablegraph::models::family::CausalLm;
 use stablegraph::serving::{Scheduler, SchedulerOptions, SlotModel};
 
 use crate::generate::is_other_family;
@@ -60,6 +61,11 @@ pub(crate) struct ServeArgs {
     /// A request ends at this token (not returned).
     #[arg(long, value_name = "ID")]
     eos: Option<u32>,
+    /// The most tokens of prompt and generation one request may hold (default: --max-prompt
+    /// plus --max-tokens); a model with attention keeps a key/value cache of that many
+    /// tokens (and room for padding) per slot. Longer requests are answered 400.
+    #[arg(long, value_name = "N")]
+    max_context: Option<usize>,
     /// Require `Authorization: Bearer KEY` on every endpoint but /health (also read from
     /// STABLEGRAPH_API_KEY).
     #[arg(
@@ -107,23 +113,29 @@ pub(crate) fn unix_now() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-pub(crate) fn serve(a: ServeArgs) -> Result<()> {
+/// The model the flags name, of any family, how its tokens relate to text, its id for
+/// `/v1/models`, and a line on it.
+fn open(a: &ServeArgs) -> Result<(Box<dyn CausalLm>, Codec, String, String)> {
+    let id = |dir: &std::path::Path| {
+        let name = dir.canonicalize().unwrap_or(dir.to_path_buf());
+        name.file_name()
+            .map_or("model".into(), |n| n.to_string_lossy().into_owned())
+    };
+    if let Some(dir) = a.model.model.as_deref().filter(|d| is_other_family(d)) {
+        let (_client, model, description) = crate::family::load_model(dir, &a.model)?;
+        let codec = Codec::for_model(Some(dir), model.vocab_size())?;
+        return Ok((model, codec, id(dir), description));
+    }
     let (source, config, codec) = a.model.model_config(false)?;
     let model_id = match &source {
-        Source::Checkpoint { dir, .. } => {
-            if is_other_family(dir) {
-                bail!(
-                    "--model {}: serve runs Mamba-2 checkpoints so far (the scheduler's slots \
-                     are implemented for Mamba-2 only)",
-                    dir.display()
-                );
-            }
-            let name = dir.canonicalize().unwrap_or(dir.clone());
-            name.file_name()
-                .map_or("model".into(), |n| n.to_string_lossy().into_owned())
-        }
+        Source::Checkpoint { dir, .. } => id(dir),
         Source::Random(shape) => format!("mamba2-{}", shape.name()),
     };
+    let (_client, model, description) = a.model.place(&source, config)?;
+    Ok((Box::new(model), codec, model_id, description))
+}
+
+pub(crate) fn serve(a: ServeArgs) -> Result<()> {
     let options = SchedulerOptions {
         slots: a.slots,
         segment: a.segment,
@@ -133,8 +145,9 @@ pub(crate) fn serve(a: ServeArgs) -> Result<()> {
         max_prompt: a.max_prompt,
         max_tokens: a.max_tokens,
         eos: a.eos,
+        max_context: a.max_context,
     };
-    let (_client, model, description) = a.model.place(&source, config)?;
+    let (model, codec, model_id, description) = open(&a)?;
     eprintln!("mamba2: {description}");
     let mut scheduler = Scheduler::new(model, options).context("starting the scheduler")?;
     progress("compiling the prefill, insert and segment programs");

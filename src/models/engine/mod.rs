@@ -6,9 +6,11 @@
 
 pub(crate) mod host;
 mod programs;
+pub(crate) mod slots;
 
 pub(crate) use host::*;
 pub(crate) use programs::{check_weight_types, Programs};
+pub(crate) use slots::{slot_variant, SlotFamily};
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -348,4 +350,42 @@ pub(crate) fn segment_outputs<M: Stepper>(
         outs.extend([h.tokens, h.matched, h.len]);
     }
     Ok(outs)
+}
+
+/// Each of `into` (`[slots, ...]`) with the rows of the matching `rows` (`[m, ...]`) written at
+/// the slots `index` (i32 `[m]`) names.
+pub(crate) fn scatter_rows(
+    into: Vec<Tensor>,
+    rows: &[Tensor],
+    index: &Tensor,
+) -> Result<Vec<Tensor>> {
+    let g = index.graph();
+    let zero = g.scalar(0.0, DType::I32)?;
+    let m = index.dims()[0];
+    let at: Vec<Tensor> = (0..m)
+        .map(|r| index.narrow(0, r, 1)?.reshape(&[]))
+        .collect::<Result<_>>()?;
+    into.into_iter()
+        .zip(rows)
+        .map(|(mut t, src)| {
+            for (r, at) in at.iter().enumerate() {
+                let mut starts = vec![at];
+                starts.extend(std::iter::repeat_n(&zero, src.rank() - 1));
+                t = t.dynamic_update_slice(&src.narrow(0, r, 1)?, &starts)?;
+            }
+            Ok(t)
+        })
+        .collect()
+}
+
+/// The smallest of 1, 2, 3, 4, 6, 8, 12, ... (2^k and 3 * 2^k) at least `n` (> 0): how many
+/// chunks a prompt bucket holds. `None` when it overflows.
+pub(crate) fn bucket_chunks(n: usize) -> Option<usize> {
+    let power = n.checked_next_power_of_two()?;
+    let three_quarters = power / 4 * 3;
+    Some(if three_quarters >= n {
+        three_quarters
+    } else {
+        power
+    })
 }

@@ -39,6 +39,8 @@ pub(crate) struct Programs<K> {
     client: crate::runtime::Client,
     weights: Vec<crate::runtime::Buffer>,
     cache: std::sync::Mutex<std::collections::HashMap<K, crate::compiled::CompiledGraph>>,
+    /// The engine's own programs (serving slots' inserts and extracts), by name.
+    named: std::sync::Mutex<std::collections::HashMap<String, crate::compiled::CompiledGraph>>,
 }
 
 impl<K: std::hash::Hash + Eq> Programs<K> {
@@ -51,6 +53,7 @@ impl<K: std::hash::Hash + Eq> Programs<K> {
             client: client.clone(),
             weights,
             cache: std::sync::Mutex::new(std::collections::HashMap::new()),
+            named: std::sync::Mutex::new(std::collections::HashMap::new()),
         }
     }
 
@@ -92,6 +95,49 @@ impl<K: std::hash::Hash + Eq> Programs<K> {
         let program = build()?.compile(&self.client)?;
         cache.insert(key, program.clone());
         Ok(program)
+    }
+
+    /// The engine's program `key` (taking no weights), compiled from the graph `build` returns
+    /// on first use.
+    pub(crate) fn named(
+        &self,
+        key: &str,
+        build: &mut dyn FnMut() -> Result<Graph>,
+    ) -> Result<crate::compiled::CompiledGraph> {
+        let mut cache = self
+            .named
+            .lock()
+            .map_err(|_| Error::InvalidArgument("a program cache was poisoned".into()))?;
+        if let Some(p) = cache.get(key) {
+            return Ok(p.clone());
+        }
+        let program = build()?.compile(&self.client)?;
+        cache.insert(key.to_string(), program.clone());
+        Ok(program)
+    }
+
+    /// How many programs have been compiled (the family's and the engine's).
+    pub(crate) fn compiled(&self) -> usize {
+        let count = |n: std::result::Result<usize, ()>| n.unwrap_or(0);
+        count(self.cache.lock().map(|c| c.len()).map_err(|_| ()))
+            + count(self.named.lock().map(|c| c.len()).map_err(|_| ()))
+    }
+
+    /// The client the weights live on.
+    pub(crate) fn client(&self) -> &crate::runtime::Client {
+        &self.client
+    }
+
+    /// Runs `program` on the weights and `inputs`, all on the device, returning its outputs
+    /// there.
+    pub(crate) fn run_on_device(
+        &self,
+        program: &crate::compiled::CompiledGraph,
+        inputs: &[&crate::runtime::Buffer],
+    ) -> Result<Vec<crate::runtime::Buffer>> {
+        let mut args: Vec<&crate::runtime::Buffer> = self.weights.iter().collect();
+        args.extend(inputs);
+        program.run_buffers(&args)
     }
 
     /// Runs `program` on the weights and `inputs` (uploaded), downloading its outputs.

@@ -94,7 +94,7 @@ impl Family for Hybrid {
         width: usize,
         v: Variant,
     ) -> Result<CompiledGraph> {
-        Hybrid::segment_program(self, state, segment, width, v)
+        Hybrid::segment_program(self, state.rows(), state.capacity(), segment, width, v)
     }
 
     fn flatten_state(&self, state: &HybridState) -> Result<Vec<HostArray>> {

@@ -313,18 +313,18 @@ impl Hybrid {
         engine::segments(self, prompts, state, options, segment, true, |_| true)
     }
 
-    /// The segment program of up to `segment` steps from a state shaped like `state`, with a
-    /// penalty history of `width` positions.
+    /// The segment program of up to `segment` steps from a state of `b` rows and caches of
+    /// `cap` columns, with a penalty history of `width` positions (with `v.row_keys`, served
+    /// slots: a cache column per row).
     pub(super) fn segment_program(
         &self,
-        state: &HybridState,
+        b: usize,
+        cap: usize,
         segment: usize,
         width: usize,
         v: Variant,
     ) -> Result<CompiledGraph> {
         let cfg = self.config();
-        let (b, cap) = (state.rows(), state.capacity());
-        let template = &state.sublayers;
         let key = (Kind::Segment(segment, v), b, width, cap, 0);
         self.program(key, |g, w| {
             let steps = Steps {
@@ -332,8 +332,9 @@ impl Hybrid {
                 cfg,
                 gather: self.gathers(),
             };
+            let template = self.empty_state(b, cap)?.sublayers;
             engine::segment_outputs(g, &steps, b, cfg.vocab_size, segment, width, v, |g| {
-                carried_parameters(g, template, b, cap, v.row_keys)
+                carried_parameters(g, &template, b, cap, v.row_keys)
             })
         })
     }

@@ -12,6 +12,7 @@ mod generate;
 mod graph;
 mod layers;
 mod model;
+mod slots;
 mod weights;
 
 pub use config::{

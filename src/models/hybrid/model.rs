@@ -18,7 +18,7 @@ use crate::ops::{Graph, Tensor};
 use crate::runtime::Client;
 
 /// The attention caches grow in steps of this many columns (at least).
-const CAPACITY_STEP: usize = 64;
+pub(super) const CAPACITY_STEP: usize = 64;
 
 /// Everything a hybrid model carries from one call to the next, for `b` rows.
 #[derive(Debug, Clone)]
@@ -251,12 +251,7 @@ impl Hybrid {
         pad_to: usize,
     ) -> (Vec<Vec<Option<u32>>>, usize) {
         let longest = prompts.iter().map(Vec::len).max().unwrap_or(1).max(pad_to);
-        let chunk = self
-            .config
-            .mamba
-            .chunk_size
-            .min(longest.next_power_of_two());
-        let len = longest.next_multiple_of(chunk);
+        let (len, chunk) = self.padding(longest);
         let rows = prompts
             .iter()
             .map(|p| {
@@ -266,6 +261,22 @@ impl Hybrid {
             })
             .collect();
         (rows, chunk)
+    }
+
+    /// The padded length and the Mamba-2 chunk of prompts up to `longest` tokens: a multiple of
+    /// the config's chunk, or of the power of two above `longest` when that is smaller.
+    pub(super) fn padding(&self, longest: usize) -> (usize, usize) {
+        let chunk = self
+            .config
+            .mamba
+            .chunk_size
+            .min(longest.max(1).next_power_of_two());
+        (longest.max(1).next_multiple_of(chunk), chunk)
+    }
+
+    /// The weights on the device and the compiled programs.
+    pub(super) fn programs(&self) -> &Programs<ProgramKey> {
+        &self.programs
     }
 
     /// One new token per row after `state` (from [`Hybrid::prefill`] or an earlier step): the
@@ -522,7 +533,7 @@ impl Hybrid {
 }
 
 /// `state` with its attention caches and `valid` widened to `capacity` columns (zeros).
-fn grow(state: HybridState, capacity: usize) -> Result<HybridState> {
+pub(super) fn grow(state: HybridState, capacity: usize) -> Result<HybridState> {
     let widen = |a: &HostArray| -> Result<HostArray> {
         let dims = a.dims().to_vec();
         let (b, old) = (dims[0], dims[1]);

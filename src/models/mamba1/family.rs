@@ -6,9 +6,12 @@ use super::model::{Kind, Mamba1, Steps};
 use crate::array::HostArray;
 use crate::compiled::CompiledGraph;
 use crate::dtype::DType;
+use crate::dtype::TensorType;
 use crate::error::{Error, Result};
 use crate::models::common::{GenerateOptions, ModelState};
-use crate::models::engine::{self, Family, Prefilled, Prepared, Variant};
+use crate::models::engine::{self, slot_variant, Family, Prefilled, Prepared, SlotFamily, Variant};
+use crate::ops::Graph;
+use crate::runtime::{Buffer, Client};
 
 impl Family for Mamba1 {
     type State = Vec<Mamba1State<HostArray>>;
@@ -93,17 +96,7 @@ impl Family for Mamba1 {
         v: Variant,
     ) -> Result<CompiledGraph> {
         let b = state.first().map_or(0, |s| s.ssm.dims()[0]);
-        let vocab = self.config().vocab_size;
-        let key = (Kind::Segment(segment, v, width), b, 0, self.scan());
-        self.program(key, |g, w| {
-            let steps = Steps {
-                w,
-                cfg: self.config(),
-            };
-            engine::segment_outputs(g, &steps, b, vocab, segment, width, v, |g| {
-                self.state_parameters(g, b)
-            })
-        })
+        segment_program(self, b, segment, width, v)
     }
 
     fn flatten_state(&self, state: &Self::State) -> Result<Vec<HostArray>> {
@@ -153,5 +146,98 @@ impl Family for Mamba1 {
 
     fn run(&self, program: &CompiledGraph, inputs: &[HostArray]) -> Result<Vec<HostArray>> {
         Mamba1::run(self, program, inputs)
+    }
+}
+
+/// The segment program of up to `segment` steps over `b` rows, with a penalty history of
+/// `width` positions.
+fn segment_program(
+    m: &Mamba1,
+    b: usize,
+    segment: usize,
+    width: usize,
+    v: Variant,
+) -> Result<CompiledGraph> {
+    let vocab = m.config().vocab_size;
+    let key = (Kind::Segment(segment, v, width), b, 0, m.scan());
+    m.program(key, |g, w| {
+        let steps = Steps { w, cfg: m.config() };
+        engine::segment_outputs(g, &steps, b, vocab, segment, width, v, |g| {
+            m.state_parameters(g, b)
+        })
+    })
+}
+
+impl SlotFamily for Mamba1 {
+    fn slot_rows(&self, state: Self::State, _capacity: usize) -> Result<Vec<HostArray>> {
+        Ok(state.into_iter().flat_map(|s| [s.conv, s.ssm]).collect())
+    }
+
+    fn state_of_slot_rows(&self, rows: Vec<HostArray>) -> Result<Self::State> {
+        block::pair_states(rows.into_iter())
+    }
+
+    fn slot_types(&self, rows: usize, _capacity: usize) -> Result<Vec<TensorType>> {
+        let (conv, ssm) = self.state_dims(rows);
+        Ok((0..self.config().num_layers)
+            .flat_map(|_| {
+                [
+                    TensorType::new(DType::F32, &conv),
+                    TensorType::new(DType::F32, &ssm),
+                ]
+            })
+            .collect())
+    }
+
+    fn slot_capacity(&self, _context: usize) -> usize {
+        0
+    }
+
+    fn slot_segment_program(
+        &self,
+        rows: usize,
+        _capacity: usize,
+        steps: usize,
+        sample: bool,
+    ) -> Result<CompiledGraph> {
+        segment_program(self, rows, steps, 0, slot_variant(sample))
+    }
+
+    fn prepare_prefill(
+        &self,
+        rows: usize,
+        len: usize,
+        continued: bool,
+        _capacity: usize,
+    ) -> Result<()> {
+        let kind = if continued {
+            Kind::PrefillFrom
+        } else {
+            Kind::Prefill
+        };
+        self.program((kind, rows, len, self.scan()), |g, w| {
+            self.prefill_outputs(g, w, rows, len, continued)
+        })?;
+        Ok(())
+    }
+
+    fn engine_program(
+        &self,
+        key: &str,
+        build: &mut dyn FnMut() -> Result<Graph>,
+    ) -> Result<CompiledGraph> {
+        self.programs().named(key, build)
+    }
+
+    fn run_on_device(&self, program: &CompiledGraph, inputs: &[&Buffer]) -> Result<Vec<Buffer>> {
+        self.programs().run_on_device(program, inputs)
+    }
+
+    fn client(&self) -> &Client {
+        self.programs().client()
+    }
+
+    fn programs_compiled(&self) -> usize {
+        self.programs().compiled()
     }
 }

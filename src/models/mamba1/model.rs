@@ -102,6 +102,11 @@ impl Mamba1 {
         Mamba1::new(client, config, &weights)
     }
 
+    /// The weights on the device and the compiled programs.
+    pub(super) fn programs(&self) -> &Programs<ProgramKey> {
+        &self.programs
+    }
+
     /// How the prefill's selective scan runs.
     pub(super) fn scan(&self) -> Scan {
         self.scan
@@ -191,7 +196,7 @@ impl Mamba1 {
     }
 
     /// The dims of a block's conv and ssm states for `b` rows.
-    fn state_dims(&self, b: usize) -> ([usize; 3], [usize; 3]) {
+    pub(super) fn state_dims(&self, b: usize) -> ([usize; 3], [usize; 3]) {
         let c = &self.config;
         ([b, c.d_inner, c.conv_kernel], [b, c.d_inner, c.state_size])
     }
@@ -345,7 +350,7 @@ impl Mamba1 {
 
     /// The prefill program's outputs for `b` rows of `len` positions (after states given as
     /// parameters when `from_state`): the logits at every position, then each block's state.
-    fn prefill_outputs(
+    pub(super) fn prefill_outputs(
         &self,
         g: &Graph,
         w: &Mamba1Weights<Tensor>,

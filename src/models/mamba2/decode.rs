@@ -10,6 +10,7 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::models::common::LayerState;
 use crate::models::common::{generate_capacity, GenerateOptions};
+use crate::models::engine::scatter_rows;
 pub(super) use crate::models::engine::Variant;
 use crate::models::engine::{decode_loop, penalty_parameters, rows, Decoding, Picker, Stepper};
 use crate::ops::{Carry, Graph, Tensor};
@@ -279,30 +280,4 @@ impl Mamba2 {
         g.set_outputs(&outs.iter().collect::<Vec<_>>())?;
         self.placed(g, slots)
     }
-}
-
-/// Each of `into` (`[slots, ...]`) with the rows of the matching `rows` (`[m, ...]`) written at
-/// the slots `index` (i32 `[m]`) names.
-pub(super) fn scatter_rows(
-    into: Vec<Tensor>,
-    rows: &[Tensor],
-    index: &Tensor,
-) -> Result<Vec<Tensor>> {
-    let g = index.graph();
-    let zero = g.scalar(0.0, DType::I32)?;
-    let m = index.dims()[0];
-    let at: Vec<Tensor> = (0..m)
-        .map(|r| index.narrow(0, r, 1)?.reshape(&[]))
-        .collect::<Result<_>>()?;
-    into.into_iter()
-        .zip(rows)
-        .map(|(mut t, src)| {
-            for (r, at) in at.iter().enumerate() {
-                let mut starts = vec![at];
-                starts.extend(std::iter::repeat_n(&zero, src.rank() - 1));
-                t = t.dynamic_update_slice(&src.narrow(0, r, 1)?, &starts)?;
-            }
-            Ok(t)
-        })
-        .collect()
 }

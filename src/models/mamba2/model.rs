@@ -198,7 +198,7 @@ impl Mamba2 {
     /// overflows.
     pub fn prompt_bucket(&self, longest: usize) -> Option<usize> {
         let chunk = self.prefill_chunk(longest);
-        bucket_chunks(longest.max(1).div_ceil(chunk))?.checked_mul(chunk)
+        crate::models::engine::bucket_chunks(longest.max(1).div_ceil(chunk))?.checked_mul(chunk)
     }
 
     /// Whether bf16 matrices enter their products as bf16 (`true`) or are converted to f32 in
@@ -649,18 +649,6 @@ fn check_weight_types(types: &Mamba2Weights<TensorType>, config: &Mamba2Config) 
             problems.join("; ")
         )))
     }
-}
-
-/// The smallest of 1, 2, 3, 4, 6, 8, 12, ... (2^k and 3 * 2^k) at least `n` (> 0): how many
-/// chunks a prompt bucket holds. `None` when it overflows.
-fn bucket_chunks(n: usize) -> Option<usize> {
-    let power = n.checked_next_power_of_two()?;
-    let three_quarters = power / 4 * 3;
-    Some(if three_quarters >= n {
-        three_quarters
-    } else {
-        power
-    })
 }
 
 /// The largest chunk [`Mamba2::with_prefill_chunk`] takes (every prompt is padded to a

@@ -3,13 +3,14 @@
 //! continuing from the state its slot holds) and written into their slots by an insert
 //! program; segments run the device-side decode loop with one sampling key per row.
 
-use super::decode::{scatter_rows, Variant};
+use super::decode::Variant;
 use super::model::{layer_states, state_args, LogitsAt, Mamba2};
 use super::state::Mamba2State;
 use crate::array::HostArray;
 use crate::compiled::CompiledGraph;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::models::engine::scatter_rows;
 use crate::ops::Graph;
 use crate::runtime::ShardedBuffer;
 use crate::sampling::Sampling;
@@ -124,7 +125,7 @@ impl SlotModel for Mamba2 {
         })
     }
 
-    fn open_slots(&self, slots: usize) -> Result<Mamba2Slots> {
+    fn open_slots(&self, slots: usize, _context: usize) -> Result<Mamba2Slots> {
         if slots == 0 {
             return Err(Error::InvalidArgument(
                 "serving needs at least one slot".into(),
@@ -195,6 +196,7 @@ impl SlotModel for Mamba2 {
     fn prepare_fill(
         &self,
         slots: usize,
+        _context: usize,
         rows: usize,
         bucket: usize,
         continued: bool,
@@ -212,7 +214,7 @@ impl SlotModel for Mamba2 {
         Ok(())
     }
 
-    fn prepare_segments(&self, slots: usize, capacity: usize) -> Result<()> {
+    fn prepare_segments(&self, slots: usize, _context: usize, capacity: usize) -> Result<()> {
         let subsets = (0..usize::BITS)
             .map(|i| 1usize << i)
             .take_while(|&m| m < slots)
@@ -231,7 +233,7 @@ impl SlotModel for Mamba2 {
         segment: &Segment,
     ) -> Result<(Mamba2Slots, SegmentOutput)> {
         let n = slots.state.batch();
-        check_segment(segment, n)?;
+        crate::serving::check_segment(segment, n)?;
         let sample = segment
             .active
             .iter()
@@ -297,32 +299,4 @@ impl SlotModel for Mamba2 {
     fn programs_compiled(&self) -> usize {
         self.compiled_programs()
     }
-}
-
-/// Checks a segment's per-slot lists against `slots` and its steps against its capacity.
-fn check_segment(segment: &Segment, slots: usize) -> Result<()> {
-    let lens = [
-        ("active", segment.active.len()),
-        ("sampling", segment.sampling.len()),
-        ("keys", segment.keys.len()),
-    ];
-    if let Some((name, len)) = lens.iter().find(|(_, len)| *len != slots) {
-        return Err(Error::InvalidArgument(format!(
-            "segment.{name} has {len} entries for {slots} slots"
-        )));
-    }
-    if segment.steps == 0 || segment.steps > segment.capacity {
-        return Err(Error::InvalidArgument(format!(
-            "segment.steps ({}) is not in 1..={}",
-            segment.steps, segment.capacity
-        )));
-    }
-    if segment.capacity > crate::models::MAX_NEW_TOKENS {
-        return Err(Error::InvalidArgument(format!(
-            "segment.capacity ({}) is more than {}",
-            segment.capacity,
-            crate::models::MAX_NEW_TOKENS
-        )));
-    }
-    Ok(())
 }

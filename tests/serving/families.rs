@@ -1,0 +1,169 @@
+//! Every family served through one face (`Box<dyn CausalLm>` as the scheduler's model):
+//! greedy requests joining and leaving a running batch, long prompts fed in pieces, give what
+//! offline `generate` gives each prompt alone; a seeded request samples the same tokens alone
+//! and under load (one key per row: not offline `generate`'s draw, which splits one key for the
+//! batch, as for Mamba-2's slots); after the warm-up nothing compiles;
+//! a request beyond the context is refused, naming the limit.
+
+use std::path::PathBuf;
+
+use crate::common;
+use crate::drain;
+
+use common::client;
+use stablegraph::models::family::{self, CausalLm};
+use stablegraph::models::{GenerateOptions, Penalties, Sampling};
+use stablegraph::serving::{
+    FinishReason, Request, Scheduler, SchedulerOptions, SlotModel, SubmitError,
+};
+use stablegraph::DType;
+
+/// One fixture of every family.
+fn one_of_each() -> Vec<PathBuf> {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    vec![
+        root.join("mamba2/tiny"),
+        common::mamba1::fixture("tiny"),
+        common::mamba1::fixture("falcon"),
+        common::hybrid::fixture("bamba"),
+        common::hybrid::fixture("granite"),
+        common::hybrid::fixture("nemotron"),
+    ]
+}
+
+/// Prompt `i`: 1 to 23 tokens of the fixtures' vocabulary.
+fn prompt(i: usize) -> Vec<u32> {
+    (0..1 + (i * 7) % 23)
+        .map(|j| (3 + (i * 13 + j * 5) % 90) as u32)
+        .collect()
+}
+
+fn offline(
+    model: &dyn CausalLm,
+    prompt: &[u32],
+    max_tokens: usize,
+    sampling: Sampling,
+) -> Vec<u32> {
+    let options = GenerateOptions {
+        max_new_tokens: max_tokens,
+        sampling,
+        eos: None,
+        penalties: Penalties::NONE,
+    };
+    model
+        .generate(&[prompt.to_vec()], &options)
+        .unwrap()
+        .remove(0)
+}
+
+fn options() -> SchedulerOptions {
+    // Prompts of up to 23 tokens fed in pieces of up to 8.
+    SchedulerOptions {
+        slots: 3,
+        segment: 4,
+        max_queue: 64,
+        prefill_batch: 2,
+        prompt_piece: 8,
+        max_prompt: 24,
+        max_tokens: 12,
+        eos: None,
+        max_context: None,
+    }
+}
+
+#[test]
+fn every_family_serves_what_generate_gives_alone() {
+    for dir in one_of_each() {
+        let reference = family::load(&client(), &dir, DType::F32).unwrap();
+        let name = format!("{} ({})", dir.display(), reference.family());
+        let model = family::load(&client(), &dir, DType::F32).unwrap();
+        let mut s = Scheduler::new(model, options()).unwrap();
+        s.warm_up().unwrap();
+        let compiled = s.model().programs_compiled();
+        let mut asked = Vec::new();
+        for i in 0..7 {
+            let r = Request {
+                prompt: prompt(i),
+                max_tokens: 3 + (i * 5) % 10,
+                sampling: Sampling::Greedy,
+            };
+            asked.push((s.submit(r.clone()).unwrap(), r));
+        }
+        let got = drain(&mut s);
+        for (id, r) in &asked {
+            let want = offline(
+                reference.as_ref(),
+                &r.prompt,
+                r.max_tokens,
+                Sampling::Greedy,
+            );
+            assert_eq!(
+                got[id].0, want,
+                "{name}: request {id} (prompt {:?})",
+                r.prompt
+            );
+            assert_eq!(got[id].1, Some(FinishReason::Length), "{name}");
+        }
+        assert_eq!(
+            s.model().programs_compiled(),
+            compiled,
+            "{name}: the workload compiled after the warm-up"
+        );
+        // A seeded request: the same draw alone and among others.
+        let sampling = Sampling::Sample {
+            temperature: 0.9,
+            top_k: 20,
+            top_p: 0.95,
+            seed: 1234,
+        };
+        let seeded = Request {
+            prompt: prompt(3),
+            max_tokens: 11,
+            sampling,
+        };
+        let id = s.submit(seeded.clone()).unwrap();
+        let want = drain(&mut s).remove(&id).unwrap().0;
+        assert_eq!(want.len(), 11, "{name}");
+        for i in 0..2 {
+            let r = Request {
+                prompt: prompt(i + 8),
+                max_tokens: 4 + i,
+                sampling: Sampling::Sample {
+                    temperature: 1.0,
+                    top_k: 0,
+                    top_p: 1.0,
+                    seed: i as u64,
+                },
+            };
+            s.submit(r).unwrap();
+        }
+        let id = s.submit(seeded).unwrap();
+        assert_eq!(drain(&mut s)[&id].0, want, "{name}: seeded, under load");
+    }
+}
+
+#[test]
+fn a_request_beyond_the_context_is_refused_naming_it() {
+    let dir = common::hybrid::fixture("bamba");
+    let model = family::load(&client(), &dir, DType::F32).unwrap();
+    let o = SchedulerOptions {
+        max_context: Some(20),
+        ..options()
+    };
+    let mut s = Scheduler::new(model, o).unwrap();
+    let r = |len: usize, max_tokens: usize| Request {
+        prompt: vec![5; len],
+        max_tokens,
+        sampling: Sampling::Greedy,
+    };
+    match s.submit(r(15, 10)) {
+        Err(SubmitError::Invalid(why)) => assert!(
+            why.contains("25 tokens of context") && why.contains("context is 20 tokens"),
+            "{why}"
+        ),
+        other => panic!("{other:?}"),
+    }
+    let id = s.submit(r(15, 5)).unwrap();
+    let got = drain(&mut s);
+    assert_eq!(got[&id].0.len(), 5);
+}
