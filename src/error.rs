@@ -84,6 +84,9 @@ pub enum Error {
     /// An argument given to a stablegraph function is invalid.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// A checkpoint (its config or its tensors) cannot be read as the model it claims to be.
+    #[error("bad checkpoint: {0}")]
+    Checkpoint(String),
     /// A file system operation failed.
     #[error("{context}: {source}")]
     Io {
@@ -95,7 +98,48 @@ pub enum Error {
     },
 }
 
+/// What kind of failure an [`Error`] is, for a service to answer without reading messages:
+/// the caller's input (a 4xx), a checkpoint that does not fit (the operator's), or the runtime
+/// (a 5xx: the plugin, the device, the file system).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// Bad input: arguments, shapes, settings, prompts.
+    Input,
+    /// A checkpoint whose config or tensors do not fit.
+    Checkpoint,
+    /// The plugin, the device, the compiler or the file system failed.
+    Runtime,
+}
+
 impl Error {
+    /// The kind of failure.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::Graph { .. } | Error::Interp(_) | Error::InvalidArgument(_) => ErrorKind::Input,
+            Error::Checkpoint(_) => ErrorKind::Checkpoint,
+            _ => ErrorKind::Runtime,
+        }
+    }
+
+    /// This error as one of reading the checkpoint in `dir`: an input error (a config or
+    /// tensor that does not fit, a missing file) becomes [`Error::Checkpoint`], naming the
+    /// directory unless the message does; others are kept.
+    pub(crate) fn in_checkpoint(self, dir: &std::path::Path) -> Error {
+        let shown = dir.display().to_string();
+        let name = |m: String| match m.contains(&shown) {
+            true => m,
+            false => format!("{shown}: {m}"),
+        };
+        match self {
+            Error::InvalidArgument(m) => Error::Checkpoint(name(m)),
+            Error::Io { context, source } => {
+                Error::Checkpoint(name(format!("{context}: {source}")))
+            }
+            other => other,
+        }
+    }
+
     /// An [`Error::Io`] with `context` describing the operation and its path.
     pub(crate) fn io(context: impl Into<String>, source: std::io::Error) -> Self {
         Error::Io {

@@ -141,5 +141,5 @@ mod doc_pages {
 pub use array::HostArray;
 pub use compiled::CompiledGraph;
 pub use dtype::{DType, Element, TensorType};
-pub use error::{Error, ErrorCode, Result};
+pub use error::{Error, ErrorCode, ErrorKind, Result};
 pub use sharding::{Mesh, PartitionSpec, Sharding};

@@ -66,31 +66,24 @@ pub enum Sampling {
 }
 
 impl Sampling {
-    /// Checks the settings for a vocabulary of `vocab` tokens: a finite `temperature > 0`,
-    /// `top_p` in (0, 1], `top_k <= vocab`. The error names the setting (as `sampling.<name>`).
-    pub fn check(&self, vocab: usize) -> Result<()> {
+    /// Checks the settings: a finite `temperature >= 0` (0 draws greedily, as a server
+    /// reads it) and `top_p` in (0, 1]; a `top_k` of the vocabulary (`vocab`) or more is off,
+    /// as 0 is. The error names the setting (as `sampling.<name>`).
+    pub fn check(&self, _vocab: usize) -> Result<()> {
         let Sampling::Sample {
-            temperature,
-            top_k,
-            top_p,
-            ..
+            temperature, top_p, ..
         } = *self
         else {
             return Ok(());
         };
         let bad = |what: String| Err(Error::InvalidArgument(format!("sampling.{what}")));
-        if !(temperature > 0.0 && temperature.is_finite()) {
+        if !(temperature >= 0.0 && temperature.is_finite()) {
             return bad(format!(
-                "temperature ({temperature}) is not a finite number > 0"
+                "temperature ({temperature}) is not a finite number >= 0"
             ));
         }
         if !(top_p > 0.0 && top_p <= 1.0) {
             return bad(format!("top_p ({top_p}) is not in (0, 1]"));
-        }
-        if top_k > vocab {
-            return bad(format!(
-                "top_k ({top_k}) is larger than the vocabulary ({vocab})"
-            ));
         }
         Ok(())
     }
@@ -133,7 +126,9 @@ impl SampleSettings {
         SampleSettings::row_host_values(&vec![*sampling; batch], vocab)
     }
 
-    /// [`SampleSettings::host_values`] with one setting per row (rows of a served batch).
+    /// [`SampleSettings::host_values`] with one setting per row (rows of a served batch). A
+    /// temperature of 0 is a greedy row; a `top_k` beyond the vocabulary is the vocabulary
+    /// (off).
     pub fn row_host_values(rows: &[Sampling], vocab: usize) -> Result<[HostArray; 3]> {
         let n = rows.len();
         let (mut temperature, mut top_k, mut top_p) = (Vec::new(), Vec::new(), Vec::new());
@@ -142,11 +137,14 @@ impl SampleSettings {
             let (t, k, p) = match *sampling {
                 Sampling::Greedy => (1.0, 1, 1.0),
                 Sampling::Sample {
+                    temperature: 0.0, ..
+                } => (1.0, 1, 1.0),
+                Sampling::Sample {
                     temperature,
                     top_k,
                     top_p,
                     ..
-                } => (temperature, top_k, top_p),
+                } => (temperature, top_k.min(vocab), top_p),
             };
             let k = i32::try_from(k).map_err(|_| {
                 Error::InvalidArgument(format!("sampling: top_k ({k}) does not fit an i32"))

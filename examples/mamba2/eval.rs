@@ -111,7 +111,7 @@ pub(crate) fn eval(a: EvalArgs) -> Result<()> {
     let text = [data.train, data.val].concat();
     let (model, codec, description) = open(&a)?;
     let tokens = match &codec {
-        Codec::Bytes => bytes_to_ids(&text),
+        c if c.is_bytes() => bytes_to_ids(&text),
         Codec::None { .. } => bail!(
             "eval needs the text as tokens: {} has no tokenizer.json and its vocabulary ({} \
              tokens) is not bytes",
@@ -137,11 +137,7 @@ pub(crate) fn eval(a: EvalArgs) -> Result<()> {
     let (nll, count) = score(model.as_ref(), &windows, a.window)?;
     let nats = nll / count as f64;
     let bits = nats / std::f64::consts::LN_2;
-    let unit = if matches!(codec, Codec::Bytes) {
-        "byte"
-    } else {
-        "token"
-    };
+    let unit = if codec.is_bytes() { "byte" } else { "token" };
     println!("model       {description}");
     println!(
         "text        {} files, {} tokens; scored {count} predictions in {} windows of {}",

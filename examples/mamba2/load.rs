@@ -475,9 +475,9 @@ impl PromptArgs {
             (None, Some(ids)) => parse_prompt_ids(ids)?,
             (None, None) => {
                 ensure!(self.prompt_len > 0, "--prompt-len must be at least 1");
-                match codec {
-                    Codec::Bytes => vec![default_text_prompt(self.prompt_len)],
-                    _ => vec![default_prompt(self.prompt_len, vocab)],
+                match codec.is_bytes() {
+                    true => vec![default_text_prompt(self.prompt_len)],
+                    false => vec![default_prompt(self.prompt_len, vocab)],
                 }
             }
         };

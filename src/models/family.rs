@@ -273,13 +273,16 @@ pub fn model_types() -> Vec<&'static str> {
 /// Loads the checkpoint in `dir`, its family chosen by its config.json's `model_type` (a
 /// `mamba_ssm` config without one is Mamba-2 when its `ssm_cfg.layer` says so, Mamba-1
 /// otherwise), with matrices in `matmul_dtype`, on `client`'s first device. Another
-/// `model_type` is an error listing the supported ones.
+/// `model_type`, a config or tensors that do not fit, or a missing file are one
+/// [`Error::Checkpoint`] (kind [`crate::ErrorKind::Checkpoint`]) naming the directory and
+/// every problem, worded the same for every family; another `model_type` lists the
+/// supported ones.
 pub fn load(client: &Client, dir: &Path, matmul_dtype: DType) -> Result<Box<dyn CausalLm>> {
     let path = dir.join("config.json");
     let text = std::fs::read_to_string(&path)
-        .map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
+        .map_err(|e| Error::io(format!("reading {}", path.display()), e).in_checkpoint(dir))?;
     let v: Value = serde_json::from_str(&super::common::json::strict_json(&text))
-        .map_err(|e| Error::InvalidArgument(format!("{}: not JSON: {e}", path.display())))?;
+        .map_err(|e| Error::Checkpoint(format!("{}: not JSON: {e}", path.display())))?;
     let model_type = v.get("model_type").and_then(Value::as_str);
     match model_type {
         Some(t) if mamba1::MODEL_TYPES.contains(&t) => {
@@ -295,7 +298,7 @@ pub fn load(client: &Client, dir: &Path, matmul_dtype: DType) -> Result<Box<dyn 
         None if v.pointer("/ssm_cfg/layer").and_then(Value::as_str) == Some("Mamba2") => {
             Ok(Box::new(load_mamba2(client, dir, matmul_dtype)?))
         }
-        _ => Err(Error::InvalidArgument(format!(
+        _ => Err(Error::Checkpoint(format!(
             "{}: model_type {} is not supported here (supported: {})",
             path.display(),
             model_type.map_or("(none)".to_string(), |t| format!("{t:?}")),
@@ -306,7 +309,9 @@ pub fn load(client: &Client, dir: &Path, matmul_dtype: DType) -> Result<Box<dyn 
 
 /// A Mamba-2 checkpoint on `client`'s first device.
 fn load_mamba2(client: &Client, dir: &Path, matmul_dtype: DType) -> Result<Mamba2> {
-    let config = Mamba2Config::from_file(dir.join("config.json"))?;
-    let weights = Mamba2Weights::load(dir, &config, matmul_dtype)?;
-    Mamba2::new(client, config, &weights)
+    let config =
+        Mamba2Config::from_file(dir.join("config.json")).map_err(|e| e.in_checkpoint(dir))?;
+    let weights =
+        Mamba2Weights::load(dir, &config, matmul_dtype).map_err(|e| e.in_checkpoint(dir))?;
+    Mamba2::new(client, config, weights)
 }

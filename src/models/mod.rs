@@ -6,9 +6,13 @@ pub mod common;
 pub(crate) mod engine;
 pub mod family;
 pub mod hybrid;
+mod loaded;
 pub mod mamba1;
 pub mod mamba2;
 pub mod quant;
+pub mod text;
 
 pub use crate::sampling::{Penalties, Sampling};
 pub use common::{GenerateOptions, LayerState, LoadOptions, Matrix, ModelState, MAX_NEW_TOKENS};
+pub use loaded::{Completion, Model, TokenLogprob};
+pub use text::Text;

@@ -229,36 +229,15 @@ fn every_family_emits_and_benches() {
     );
     assert_eq!(v["runs"].as_array().unwrap().len(), 2, "{v}");
     check_run_facts(&v, "tests/fixtures/mamba1/falcon", "f32");
-    // With bf16 matrices the weights take fewer bytes, and the JSON says so.
-    for dir in [
-        "tests/fixtures/mamba1/falcon",
-        "tests/fixtures/hybrid/granite",
-        TINY,
-    ] {
-        run_ok(&[
-            "generate",
-            "--model",
-            dir,
-            "--prompt-ids",
-            "5,6,7",
-            "--max-new-tokens",
-            "4",
-            "--dtype",
-            "bf16",
-            "--json",
-            json.to_str().unwrap(),
-        ]);
-        let v: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-        check_run_facts(&v, dir, "bf16");
-    }
-    // 8-bit matrices run for every family: a quarter of the f32 bytes and a little more.
-    for dir in [
+    // With bf16 or 8-bit matrices the weights take fewer bytes, and the JSON says so; 8-bit
+    // matrices run for every family.
+    let dirs = [
         TINY,
         "tests/fixtures/mamba1/falcon",
         "tests/fixtures/hybrid/granite",
         "tests/fixtures/hybrid/nemotron",
-    ] {
+    ];
+    for (dtype, dir) in dirs.iter().flat_map(|d| [("bf16", *d), ("int8", *d)]) {
         run_ok(&[
             "generate",
             "--model",
@@ -268,14 +247,18 @@ fn every_family_emits_and_benches() {
             "--max-new-tokens",
             "4",
             "--dtype",
-            "int8",
+            dtype,
             "--json",
             json.to_str().unwrap(),
         ]);
         let v: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-        check_run_facts(&v, dir, "int8");
-        assert_eq!(v["tokens"][0].as_array().unwrap().len(), 4, "{dir}: {v}");
+        check_run_facts(&v, dir, dtype);
+        assert_eq!(
+            v["tokens"][0].as_array().unwrap().len(),
+            4,
+            "{dir} {dtype}: {v}"
+        );
     }
 }
 

@@ -210,3 +210,23 @@ pub fn fixture_prompts(cases: &HashMap<String, Stored>, k: usize) -> Vec<Vec<u32
         })
         .collect()
 }
+
+/// One fixture of every family: Mamba-2, Mamba-1, Falcon-Mamba, Bamba, Granite 4.0-H and
+/// Nemotron-H.
+pub fn one_fixture_per_family() -> Vec<std::path::PathBuf> {
+    let mut dirs = vec![
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mamba2/tiny")
+    ];
+    dirs.extend(["tiny", "falcon"].map(mamba1::fixture));
+    dirs.extend(["bamba", "granite", "nemotron"].map(hybrid::fixture));
+    dirs
+}
+
+/// Every fixture of the families other than Mamba-2: the hybrids', then Mamba-1's.
+pub fn other_family_fixtures() -> Vec<std::path::PathBuf> {
+    let mut dirs: Vec<_> = ["bamba", "granite", "granite_dense", "nemotron"]
+        .map(hybrid::fixture)
+        .into();
+    dirs.extend(["tiny", "falcon"].map(mamba1::fixture));
+    dirs
+}

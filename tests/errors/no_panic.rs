@@ -853,7 +853,7 @@ fn model_entry_points_check_their_arguments() {
     ));
     let options = GenerateOptions {
         sampling: Sampling::Sample {
-            temperature: 0.0,
+            temperature: -1.0,
             top_k: 0,
             top_p: 1.0,
             seed: 0,
@@ -861,7 +861,7 @@ fn model_entry_points_check_their_arguments() {
         ..greedy.clone()
     };
     cases.push(case(
-        "Mamba2::generate: temperature 0",
+        "Mamba2::generate: a negative temperature",
         Expect::Err(&["sampling", "temperature"]),
         move || model()?.generate(&[vec![1]], &options).map(drop),
     ));

@@ -12,39 +12,16 @@ use stablegraph::models::mamba2::{Penalties, Sampling};
 use stablegraph::models::GenerateOptions;
 use stablegraph::DType;
 
-/// Every fixture directory: the hybrids and Mamba-1's.
-fn fixtures() -> Vec<std::path::PathBuf> {
-    let mut dirs: Vec<_> = ["bamba", "granite", "granite_dense", "nemotron"]
-        .iter()
-        .map(|n| common::hybrid::fixture(n))
-        .collect();
-    dirs.extend(
-        ["tiny", "falcon"]
-            .iter()
-            .map(|n| common::mamba1::fixture(n)),
-    );
-    dirs
-}
-
-fn greedy(n: usize) -> GenerateOptions {
-    GenerateOptions {
-        max_new_tokens: n,
-        sampling: Sampling::Greedy,
-        eos: None,
-        penalties: Penalties::NONE,
-    }
-}
-
 #[test]
 fn greedy_generation_in_one_program_equals_transformers() {
-    for dir in fixtures() {
+    for dir in common::other_family_fixtures() {
         let model = family::load(&client(), &dir, DType::F32).unwrap();
         let cases = read_safetensors(&dir.join("cases.safetensors"));
         for k in [1, 3] {
             let rows = common::fixture_prompts(&cases, k);
             let want = &cases[&format!("case{k}.greedy")];
             let new = want.shape[1];
-            let got = model.generate(&rows, &greedy(new)).unwrap();
+            let got = model.generate(&rows, &common::greedy(new)).unwrap();
             for (r, toks) in got.iter().enumerate() {
                 let hf: Vec<u32> = want.values[r * new..(r + 1) * new]
                     .iter()
@@ -59,10 +36,10 @@ fn greedy_generation_in_one_program_equals_transformers() {
 #[test]
 fn sampling_options_behave_in_one_program() {
     let rows = vec![vec![5, 9, 14, 20, 33], vec![40, 41]];
-    for dir in fixtures() {
+    for dir in common::other_family_fixtures() {
         let model = family::load(&client(), &dir, DType::F32).unwrap();
         let name = dir.display();
-        let plain = model.generate(&rows, &greedy(12)).unwrap();
+        let plain = model.generate(&rows, &common::greedy(12)).unwrap();
         assert_eq!(plain, model.greedy(&rows, 12).unwrap(), "{name}: host loop");
         let sample = |seed, top_k| GenerateOptions {
             sampling: Sampling::Sample {
@@ -71,7 +48,7 @@ fn sampling_options_behave_in_one_program() {
                 top_p: 1.0,
                 seed,
             },
-            ..greedy(12)
+            ..common::greedy(12)
         };
         assert_eq!(
             model.generate(&rows, &sample(3, 1)).unwrap(),
@@ -98,7 +75,7 @@ fn sampling_options_behave_in_one_program() {
                 &rows,
                 &GenerateOptions {
                     eos: Some(eos),
-                    ..greedy(12)
+                    ..common::greedy(12)
                 },
             )
             .unwrap();
@@ -118,7 +95,7 @@ fn sampling_options_behave_in_one_program() {
                 &rows,
                 &GenerateOptions {
                     penalties,
-                    ..greedy(12)
+                    ..common::greedy(12)
                 },
             )
             .unwrap();
@@ -153,7 +130,7 @@ fn streams_equal_one_program_generation() {
             ..Penalties::NONE
         },
     };
-    for dir in fixtures() {
+    for dir in common::other_family_fixtures() {
         let model = family::load(&client(), &dir, DType::F32).unwrap();
         let name = dir.display();
         let whole = model.generate(&rows, &options).unwrap();
@@ -191,7 +168,7 @@ fn state_files_continue_as_the_whole_prompt_does() {
         .map(|(a, b)| a.iter().chain(b).copied().collect())
         .collect();
     let dir = crate::common::TempDir::new("states");
-    for fixture in fixtures() {
+    for fixture in common::other_family_fixtures() {
         let model = family::load(&client(), &fixture, DType::F32).unwrap();
         let name = fixture.display();
         let family = fixture
@@ -203,22 +180,22 @@ fn state_files_continue_as_the_whole_prompt_does() {
             .unwrap();
         let case = fixture.file_name().unwrap().to_str().unwrap();
         let path = dir.join(format!("{family}-{case}.safetensors"));
-        let none = greedy(0);
+        let none = common::greedy(0);
         let made = model
             .generate_with_state_files(&first, &none, None, Some(&path))
             .unwrap();
         assert!(made.iter().all(Vec::is_empty), "{name}");
         let continued = model
-            .generate_with_state_files(&rest, &greedy(10), Some(&path), Some(&path))
+            .generate_with_state_files(&rest, &common::greedy(10), Some(&path), Some(&path))
             .unwrap();
         assert_eq!(
             continued,
-            model.generate(&whole, &greedy(10)).unwrap(),
+            model.generate(&whole, &common::greedy(10)).unwrap(),
             "{name}"
         );
         // The state after those 10 tokens continues too: one more call against the host loop.
         let more = model
-            .generate_with_state_files(&[vec![3], vec![4]], &greedy(4), Some(&path), None)
+            .generate_with_state_files(&[vec![3], vec![4]], &common::greedy(4), Some(&path), None)
             .unwrap();
         let longer: Vec<Vec<u32>> = whole
             .iter()
@@ -237,7 +214,7 @@ fn state_files_continue_as_the_whole_prompt_does() {
     let e = bamba
         .generate_with_state_files(
             &rest,
-            &greedy(2),
+            &common::greedy(2),
             Some(&dir.join("mamba1-tiny.safetensors")),
             None,
         )

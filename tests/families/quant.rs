@@ -3,8 +3,6 @@
 //! transformers' logits, agree with its greedy tokens at the start, and their device loop
 //! gives the host loop's tokens.
 
-use std::path::PathBuf;
-
 use crate::common;
 
 use common::{client, max_abs, read_safetensors};
@@ -12,32 +10,8 @@ use stablegraph::models::family;
 use stablegraph::models::hybrid::{HybridConfig, HybridWeights};
 use stablegraph::models::mamba1::{Mamba1Config, Mamba1Weights};
 use stablegraph::models::quant::{self, QUANTIZED};
-use stablegraph::models::{GenerateOptions, Penalties, Sampling};
 use stablegraph::tree::Tree;
 use stablegraph::{DType, HostArray};
-
-/// The fixtures of every family but Mamba-2 (whose 8-bit tests are tests/mamba2/quant.rs).
-fn fixtures() -> Vec<PathBuf> {
-    let mut dirs: Vec<_> = ["bamba", "granite", "granite_dense", "nemotron"]
-        .iter()
-        .map(|n| common::hybrid::fixture(n))
-        .collect();
-    dirs.extend(
-        ["tiny", "falcon"]
-            .iter()
-            .map(|n| common::mamba1::fixture(n)),
-    );
-    dirs
-}
-
-fn greedy(n: usize) -> GenerateOptions {
-    GenerateOptions {
-        max_new_tokens: n,
-        sampling: Sampling::Greedy,
-        eos: None,
-        penalties: Penalties::NONE,
-    }
-}
 
 /// Checks that `q` (8-bit weights by name) holds `f`'s (f32 weights by name) quantized row by
 /// row: each u8 matrix `[..., rows, cols]` and its `.scale` (or `_scale`) leaf equal
@@ -115,7 +89,7 @@ fn eight_bit_golden_sets_against_transformers() {
     // (the worst position is reported: where quantization flips an expert's choice the logits
     // jump; these 32-wide random models quantize far coarser than trained ones), its agreement
     // with the greedy tokens is reported, and its device loop gives its host loop's tokens.
-    for dir in fixtures() {
+    for dir in common::other_family_fixtures() {
         let name = dir.display().to_string();
         let model = family::load(&client(), &dir, QUANTIZED).unwrap();
         assert_eq!(model.matmul_dtype(), QUANTIZED, "{name}");
@@ -147,7 +121,7 @@ fn eight_bit_golden_sets_against_transformers() {
             let mean = diffs.iter().sum::<f64>() / diffs.len() as f64;
             let hf = &cases[&format!("case{k}.greedy")];
             let n = hf.shape[1];
-            let tokens = model.generate(&rows, &greedy(n)).unwrap();
+            let tokens = model.generate(&rows, &common::greedy(n)).unwrap();
             let agree = tokens[0]
                 .iter()
                 .zip(&hf.values)
@@ -195,6 +169,22 @@ fn dequantized(
         .collect()
 }
 
+/// The f32 weights `w` with the matrices that `types` (the 8-bit types) holds in 8 bits
+/// quantized and read back.
+fn read_back<W: Tree<HostArray, Map<HostArray> = W>>(
+    w: W,
+    types: &impl Tree<stablegraph::TensorType>,
+) -> W {
+    let eight: Vec<String> = types
+        .named()
+        .into_iter()
+        .filter(|(_, t)| t.dtype == QUANTIZED)
+        .map(|(n, _)| n)
+        .collect();
+    let mut back = dequantized(owned(w.named()), |n| eight.iter().any(|e| e == n)).into_iter();
+    w.try_map(|_, _| Ok(back.next().unwrap())).unwrap()
+}
+
 #[test]
 fn an_eight_bit_model_computes_with_its_dequantized_weights() {
     // The 8-bit programs against the f32 programs on the weights quantized and read back (the
@@ -203,39 +193,19 @@ fn an_eight_bit_model_computes_with_its_dequantized_weights() {
     // where the quantized weights themselves move the logits by 2-8%); the greedy tokens of
     // decode steps (the rows quantized too, an integer product) reported.
     let prompt: Vec<u32> = (0..24).map(|t| (t * 7 % 90 + 3) as u32).collect();
-    for dir in fixtures() {
+    for dir in common::other_family_fixtures() {
         let name = dir.display().to_string();
         let q = family::load(&client(), &dir, QUANTIZED).unwrap();
-        let f = if name.contains("mamba1") {
+        let f: Box<dyn family::CausalLm> = if name.contains("mamba1") {
             let cfg = Mamba1Config::load(&dir).unwrap();
             let w = Mamba1Weights::load(&dir, &cfg, DType::F32, &Default::default()).unwrap();
-            let types = Mamba1Weights::types(&cfg, QUANTIZED).unwrap();
-            let eight: Vec<String> = types
-                .named()
-                .into_iter()
-                .filter(|(_, t)| t.dtype == QUANTIZED)
-                .map(|(n, _)| n)
-                .collect();
-            let mut back =
-                dequantized(owned(w.named()), |n| eight.iter().any(|e| e == n)).into_iter();
-            let w = w.try_map(|_, _| Ok(back.next().unwrap())).unwrap();
+            let w = read_back(w, &Mamba1Weights::types(&cfg, QUANTIZED).unwrap());
             Box::new(stablegraph::models::mamba1::Mamba1::new(&client(), cfg, &w).unwrap())
-                as Box<dyn family::CausalLm>
         } else {
             let cfg = HybridConfig::load(&dir).unwrap();
             let w = HybridWeights::load(&dir, &cfg, DType::F32, &Default::default()).unwrap();
-            let types = HybridWeights::types(&cfg, QUANTIZED).unwrap();
-            let eight: Vec<String> = types
-                .named()
-                .into_iter()
-                .filter(|(_, t)| t.dtype == QUANTIZED)
-                .map(|(n, _)| n)
-                .collect();
-            let mut back =
-                dequantized(owned(w.named()), |n| eight.iter().any(|e| e == n)).into_iter();
-            let w = w.try_map(|_, _| Ok(back.next().unwrap())).unwrap();
+            let w = read_back(w, &HybridWeights::types(&cfg, QUANTIZED).unwrap());
             Box::new(stablegraph::models::hybrid::Hybrid::new(&client(), cfg, &w).unwrap())
-                as Box<dyn family::CausalLm>
         };
         let (lq, lf) = (
             q.prefill_logits(std::slice::from_ref(&prompt))

@@ -172,9 +172,23 @@ fn sampling_is_reproducible_and_respects_top_k() {
         m.generate(&prompt, &nucleus).unwrap(),
         m.generate(&prompt, &greedy).unwrap()
     );
-    let bad = GenerateOptions {
+    // Temperature 0 draws greedily, as a server reads it; a negative one is an error.
+    let zero = GenerateOptions {
         sampling: Sampling::Sample {
             temperature: 0.0,
+            top_k: 0,
+            top_p: 1.0,
+            seed: 7,
+        },
+        ..greedy.clone()
+    };
+    assert_eq!(
+        m.generate(&prompt, &zero).unwrap(),
+        m.generate(&prompt, &greedy).unwrap()
+    );
+    let bad = GenerateOptions {
+        sampling: Sampling::Sample {
+            temperature: -1.0,
             top_k: 0,
             top_p: 1.0,
             seed: 0,

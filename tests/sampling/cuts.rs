@@ -261,7 +261,7 @@ fn sampling_settings_are_checked() {
     let bad = [
         (
             Sampling::Sample {
-                temperature: 0.0,
+                temperature: -0.5,
                 top_k: 0,
                 top_p: 1.0,
                 seed: 0,
@@ -304,15 +304,6 @@ fn sampling_settings_are_checked() {
             },
             "top_p",
         ),
-        (
-            Sampling::Sample {
-                temperature: 1.0,
-                top_k: 11,
-                top_p: 1.0,
-                seed: 0,
-            },
-            "top_k",
-        ),
     ];
     for (s, name) in bad {
         let e = s.check(10).unwrap_err().to_string();
@@ -354,4 +345,29 @@ fn top_k_one_is_the_argmax_first_on_ties() {
     };
     let counts = draw(&[0.5, 2.0, -1.0, 2.0, 1.9], row, 16, 8);
     assert_eq!(counts, [0, 128, 0, 0, 0]);
+}
+
+/// Temperature 0 is a greedy row (temperature 1, top-k 1: the argmax), as a server reads it;
+/// a top-k beyond the vocabulary is the vocabulary (off), as 0 is.
+#[test]
+fn temperature_zero_is_greedy_and_top_k_beyond_the_vocabulary_is_off() {
+    let sample = |temperature: f32, top_k: usize| Sampling::Sample {
+        temperature,
+        top_k,
+        top_p: 0.9,
+        seed: 3,
+    };
+    let rows = [
+        Sampling::Greedy,
+        sample(0.0, 5),
+        sample(0.8, 1000),
+        sample(0.8, 10),
+    ];
+    for s in &rows {
+        s.check(10).unwrap();
+    }
+    let [t, k, p] = SampleSettings::row_host_values(&rows, 10).unwrap();
+    assert_eq!(t.to_f64_vec(), [1.0, 1.0, 0.8f32 as f64, 0.8f32 as f64]);
+    assert_eq!(k.to_f64_vec(), [1.0, 1.0, 10.0, 10.0]);
+    assert_eq!(p.to_f64_vec(), [1.0, 1.0, 0.9f32 as f64, 0.9f32 as f64]);
 }

@@ -5,8 +5,6 @@
 //! batch, as for Mamba-2's slots); after the warm-up nothing compiles;
 //! a request beyond the context is refused, naming the limit.
 
-use std::path::PathBuf;
-
 use crate::common;
 use crate::drain;
 
@@ -17,19 +15,6 @@ use stablegraph::serving::{
     FinishReason, Request, Scheduler, SchedulerOptions, SlotModel, SubmitError,
 };
 use stablegraph::DType;
-
-/// One fixture of every family.
-fn one_of_each() -> Vec<PathBuf> {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
-    vec![
-        root.join("mamba2/tiny"),
-        common::mamba1::fixture("tiny"),
-        common::mamba1::fixture("falcon"),
-        common::hybrid::fixture("bamba"),
-        common::hybrid::fixture("granite"),
-        common::hybrid::fixture("nemotron"),
-    ]
-}
 
 /// Prompt `i`: 1 to 23 tokens of the fixtures' vocabulary.
 fn prompt(i: usize) -> Vec<u32> {
@@ -73,7 +58,7 @@ fn options() -> SchedulerOptions {
 
 #[test]
 fn every_family_serves_what_generate_gives_alone() {
-    for dir in one_of_each() {
+    for dir in common::one_fixture_per_family() {
         let reference = family::load(&client(), &dir, DType::F32).unwrap();
         let name = format!("{} ({})", dir.display(), reference.family());
         let model = family::load(&client(), &dir, DType::F32).unwrap();

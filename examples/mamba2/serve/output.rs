@@ -115,7 +115,7 @@ mod tests {
 
     fn run(stops: &[&str], pieces: &[&str]) -> (Vec<String>, bool) {
         let stops: Vec<String> = stops.iter().map(|s| s.to_string()).collect();
-        let codec = Codec::Bytes;
+        let codec = Codec::Text(stablegraph::models::Text::Bytes);
         let mut out = Output::new(stops);
         let mut sent: Vec<String> = pieces
             .iter()
@@ -142,7 +142,7 @@ mod tests {
     #[test]
     fn an_incomplete_character_waits_for_its_bytes() {
         let e = "é".as_bytes();
-        let codec = Codec::Bytes;
+        let codec = Codec::Text(stablegraph::models::Text::Bytes);
         let mut out = Output::new(Vec::new());
         assert_eq!(
             out.push(&codec, &[u32::from(b'a'), u32::from(e[0])])

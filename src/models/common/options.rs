@@ -19,6 +19,67 @@ pub struct GenerateOptions {
     pub penalties: Penalties,
 }
 
+impl Default for GenerateOptions {
+    /// 16 new tokens, greedy, no `eos`, no penalties.
+    fn default() -> Self {
+        GenerateOptions::greedy(16)
+    }
+}
+
+impl GenerateOptions {
+    /// `max_new_tokens` greedy tokens per row, no `eos`, no penalties.
+    pub fn greedy(max_new_tokens: usize) -> GenerateOptions {
+        GenerateOptions {
+            max_new_tokens,
+            sampling: Sampling::Greedy,
+            eos: None,
+            penalties: Penalties::NONE,
+        }
+    }
+
+    /// `max_new_tokens` tokens per row drawn with `temperature` (0: greedy), `top_k` (0, or
+    /// the vocabulary or more: off), `top_p` (1: off) and `seed`, no `eos`, no penalties.
+    pub fn sampled(
+        max_new_tokens: usize,
+        temperature: f32,
+        top_k: usize,
+        top_p: f32,
+        seed: u64,
+    ) -> GenerateOptions {
+        let sampling = match temperature == 0.0 {
+            true => Sampling::Greedy,
+            false => Sampling::Sample {
+                temperature,
+                top_k,
+                top_p,
+                seed,
+            },
+        };
+        GenerateOptions {
+            sampling,
+            ..GenerateOptions::greedy(max_new_tokens)
+        }
+    }
+
+    /// The same options with `max_new_tokens`.
+    pub fn with_max_new_tokens(self, max_new_tokens: usize) -> GenerateOptions {
+        GenerateOptions {
+            max_new_tokens,
+            ..self
+        }
+    }
+
+    /// The same options stopping a row at `eos`.
+    pub fn with_eos(self, eos: Option<u32>) -> GenerateOptions {
+        GenerateOptions { eos, ..self }
+    }
+
+    /// The same options with `penalties`.
+    pub fn with_penalties(self, penalties: Penalties) -> GenerateOptions {
+        GenerateOptions { penalties, ..self }
+    }
+}
+
 /// The most new tokens one `generate` call makes per row (2^24).
 pub const MAX_NEW_TOKENS: usize = 1 << 24;
 

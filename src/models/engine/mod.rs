@@ -9,7 +9,7 @@ mod programs;
 pub(crate) mod slots;
 
 pub(crate) use host::*;
-pub(crate) use programs::{check_weight_types, Programs};
+pub(crate) use programs::{check_weight_types, Device, Programs};
 pub(crate) use slots::{slot_variant, SlotFamily};
 
 use crate::dtype::DType;

@@ -97,49 +97,6 @@ impl<K: std::hash::Hash + Eq> Programs<K> {
         Ok(program)
     }
 
-    /// The engine's program `key` (taking no weights), compiled from the graph `build` returns
-    /// on first use.
-    pub(crate) fn named(
-        &self,
-        key: &str,
-        build: &mut dyn FnMut() -> Result<Graph>,
-    ) -> Result<crate::compiled::CompiledGraph> {
-        let mut cache = self
-            .named
-            .lock()
-            .map_err(|_| Error::InvalidArgument("a program cache was poisoned".into()))?;
-        if let Some(p) = cache.get(key) {
-            return Ok(p.clone());
-        }
-        let program = build()?.compile(&self.client)?;
-        cache.insert(key.to_string(), program.clone());
-        Ok(program)
-    }
-
-    /// How many programs have been compiled (the family's and the engine's).
-    pub(crate) fn compiled(&self) -> usize {
-        let count = |n: std::result::Result<usize, ()>| n.unwrap_or(0);
-        count(self.cache.lock().map(|c| c.len()).map_err(|_| ()))
-            + count(self.named.lock().map(|c| c.len()).map_err(|_| ()))
-    }
-
-    /// The client the weights live on.
-    pub(crate) fn client(&self) -> &crate::runtime::Client {
-        &self.client
-    }
-
-    /// Runs `program` on the weights and `inputs`, all on the device, returning its outputs
-    /// there.
-    pub(crate) fn run_on_device(
-        &self,
-        program: &crate::compiled::CompiledGraph,
-        inputs: &[&crate::runtime::Buffer],
-    ) -> Result<Vec<crate::runtime::Buffer>> {
-        let mut args: Vec<&crate::runtime::Buffer> = self.weights.iter().collect();
-        args.extend(inputs);
-        program.run_buffers(&args)
-    }
-
     /// Runs `program` on the weights and `inputs` (uploaded), downloading its outputs.
     pub(crate) fn run(
         &self,
@@ -157,5 +114,73 @@ impl<K: std::hash::Hash + Eq> Programs<K> {
             .iter()
             .map(crate::runtime::Buffer::to_host_array)
             .collect()
+    }
+}
+
+/// A family's weights and programs on the device, whatever its program keys: what the
+/// engine's own programs (serving slots) need.
+pub(crate) trait Device {
+    /// The engine's program `key` (taking no weights), compiled from the graph `build` returns
+    /// on first use.
+    fn named(
+        &self,
+        key: &str,
+        build: &mut dyn FnMut() -> Result<Graph>,
+    ) -> Result<crate::compiled::CompiledGraph>;
+    /// How many programs have been compiled (the family's and the engine's).
+    fn compiled(&self) -> usize;
+    /// The client the weights live on.
+    fn client(&self) -> &crate::runtime::Client;
+    /// Runs `program` on the weights and `inputs`, all on the device, returning its outputs
+    /// there.
+    fn run_on_device(
+        &self,
+        program: &crate::compiled::CompiledGraph,
+        inputs: &[&crate::runtime::Buffer],
+    ) -> Result<Vec<crate::runtime::Buffer>>;
+}
+
+impl<K: std::hash::Hash + Eq> Device for Programs<K> {
+    /// The engine's program `key` (taking no weights), compiled from the graph `build` returns
+    /// on first use.
+    fn named(
+        &self,
+        key: &str,
+        build: &mut dyn FnMut() -> Result<Graph>,
+    ) -> Result<crate::compiled::CompiledGraph> {
+        let mut cache = self
+            .named
+            .lock()
+            .map_err(|_| Error::InvalidArgument("a program cache was poisoned".into()))?;
+        if let Some(p) = cache.get(key) {
+            return Ok(p.clone());
+        }
+        let program = build()?.compile(&self.client)?;
+        cache.insert(key.to_string(), program.clone());
+        Ok(program)
+    }
+
+    /// How many programs have been compiled (the family's and the engine's).
+    fn compiled(&self) -> usize {
+        let count = |n: std::result::Result<usize, ()>| n.unwrap_or(0);
+        count(self.cache.lock().map(|c| c.len()).map_err(|_| ()))
+            + count(self.named.lock().map(|c| c.len()).map_err(|_| ()))
+    }
+
+    /// The client the weights live on.
+    fn client(&self) -> &crate::runtime::Client {
+        &self.client
+    }
+
+    /// Runs `program` on the weights and `inputs`, all on the device, returning its outputs
+    /// there.
+    fn run_on_device(
+        &self,
+        program: &crate::compiled::CompiledGraph,
+        inputs: &[&crate::runtime::Buffer],
+    ) -> Result<Vec<crate::runtime::Buffer>> {
+        let mut args: Vec<&crate::runtime::Buffer> = self.weights.iter().collect();
+        args.extend(inputs);
+        program.run_buffers(&args)
     }
 }

@@ -5,13 +5,13 @@
 //! segments run the family's decode loop over every slot, one sampling key per row, the rows
 //! not decoding holding their state.
 
-use super::{bucket_chunks, last_position, scatter_rows, Family, Prefilled};
+use super::{bucket_chunks, last_position, scatter_rows, Device, Family, Prefilled};
 use crate::array::HostArray;
 use crate::compiled::CompiledGraph;
 use crate::dtype::{DType, TensorType};
 use crate::error::{Error, Result};
 use crate::ops::Graph;
-use crate::runtime::{Buffer, Client};
+use crate::runtime::Buffer;
 use crate::sampling::{SampleSettings, Sampling};
 use crate::serving::{check_segment, Segment, SegmentOutput, SlotModel};
 
@@ -51,18 +51,8 @@ pub(crate) trait SlotFamily: Family {
         continued: bool,
         capacity: usize,
     ) -> Result<()>;
-    /// The engine's program `key` (taking no weights), compiled on first use.
-    fn engine_program(
-        &self,
-        key: &str,
-        build: &mut dyn FnMut() -> Result<Graph>,
-    ) -> Result<CompiledGraph>;
-    /// Runs `program` on the weights and `inputs`, on the device.
-    fn run_on_device(&self, program: &CompiledGraph, inputs: &[&Buffer]) -> Result<Vec<Buffer>>;
-    /// The client the weights live on.
-    fn client(&self) -> &Client;
-    /// How many programs have been compiled.
-    fn programs_compiled(&self) -> usize;
+    /// Its weights and programs on the device.
+    fn device(&self) -> &dyn Device;
 }
 
 /// The slots of a served family's model on the device.
@@ -149,7 +139,7 @@ trait Slots: SlotFamily {
     /// The insert program for `rows` rows into `slots` slots of `capacity` columns.
     fn insert_program(&self, slots: usize, rows: usize, capacity: usize) -> Result<CompiledGraph> {
         let key = format!("slot insert s{slots} r{rows} c{capacity}");
-        self.engine_program(&key, &mut || {
+        self.device().named(&key, &mut || {
             insert_graph(
                 self.vocab_size(),
                 &self.slot_types(slots, capacity)?,
@@ -161,7 +151,7 @@ trait Slots: SlotFamily {
     /// The extract program of `rows` rows out of `slots` slots of `capacity` columns.
     fn extract_program(&self, slots: usize, rows: usize, capacity: usize) -> Result<CompiledGraph> {
         let key = format!("slot extract s{slots} r{rows} c{capacity}");
-        self.engine_program(&key, &mut || {
+        self.device().named(&key, &mut || {
             extract_graph(&self.slot_types(slots, capacity)?, rows)
         })
     }
@@ -176,7 +166,7 @@ trait Slots: SlotFamily {
         let n_slots = slots.logits.dims()[0];
         let capacity = slots.capacity;
         let program = self.insert_program(n_slots, index.len(), capacity)?;
-        let client = SlotFamily::client(self);
+        let client = self.device().client();
         let row_logits = client.buffer_from_host_array(&last_position(&pre.logits)?)?;
         let rows = self
             .slot_rows(pre.state, capacity)?
@@ -210,7 +200,7 @@ trait Slots: SlotFamily {
         let program = self.extract_program(n_slots, 1, slots.capacity)?;
         // Fits an i32: below n_slots.
         let at = HostArray::from_vec(&[1], vec![index as i32])?;
-        let at = SlotFamily::client(self).buffer_from_host_array(&at)?;
+        let at = self.device().client().buffer_from_host_array(&at)?;
         let mut args: Vec<&Buffer> = slots.state.iter().collect();
         args.push(&at);
         let rows = program
@@ -242,7 +232,7 @@ impl<F: SlotFamily + Send + Sync> SlotModel for F {
             ));
         }
         let capacity = self.slot_capacity(context);
-        let client = SlotFamily::client(self);
+        let client = self.device().client();
         let zeros = |t: &TensorType| client.buffer_from_host_array(&HostArray::zeros(t));
         let vocab = Family::vocab_size(self);
         Ok(FamilySlots {
@@ -340,7 +330,7 @@ impl<F: SlotFamily + Send + Sync> SlotModel for F {
             let vocab = Family::vocab_size(self);
             extra.extend(SampleSettings::row_host_values(segment.sampling, vocab)?);
         }
-        let client = SlotFamily::client(self);
+        let client = self.device().client();
         let extra = extra
             .iter()
             .map(|a| client.buffer_from_host_array(a))
@@ -348,7 +338,7 @@ impl<F: SlotFamily + Send + Sync> SlotModel for F {
         let mut args = vec![&slots.logits];
         args.extend(&slots.state);
         args.extend(&extra);
-        let outs = self.run_on_device(&program, &args)?;
+        let outs = self.device().run_on_device(&program, &args)?;
         drop(args);
         let n_state = slots.state.len();
         let mut outs = outs.into_iter();
@@ -384,6 +374,6 @@ impl<F: SlotFamily + Send + Sync> SlotModel for F {
     }
 
     fn programs_compiled(&self) -> usize {
-        SlotFamily::programs_compiled(self)
+        self.device().compiled()
     }
 }

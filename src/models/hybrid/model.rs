@@ -141,9 +141,11 @@ impl Hybrid {
     /// Loads the HF checkpoint in `dir` (`config.json` with `model_type` `bamba`,
     /// `granitemoehybrid` or `nemotron_h`, and its safetensors) with matrices in
     /// `matmul_dtype` (F32 or BF16).
+    /// A config or tensors that do not fit are an [`Error::Checkpoint`].
     pub fn load(client: &Client, dir: &Path, matmul_dtype: DType) -> Result<Self> {
-        let config = HybridConfig::load(dir)?;
-        let weights = HybridWeights::load(dir, &config, matmul_dtype, &LoadOptions::default())?;
+        let config = HybridConfig::load(dir).map_err(|e| e.in_checkpoint(dir))?;
+        let weights = HybridWeights::load(dir, &config, matmul_dtype, &LoadOptions::default())
+            .map_err(|e| e.in_checkpoint(dir))?;
         Hybrid::new(client, config, &weights)
     }
 

@@ -10,9 +10,7 @@ use crate::compiled::CompiledGraph;
 use crate::dtype::{DType, TensorType};
 use crate::error::{Error, Result};
 use crate::models::common::LayerState;
-use crate::models::engine::{slot_variant, SlotFamily};
-use crate::ops::Graph;
-use crate::runtime::{Buffer, Client};
+use crate::models::engine::{slot_variant, Device, SlotFamily};
 
 impl SlotFamily for Hybrid {
     /// The sublayers' tensors, `valid` `[rows, capacity]`, the cache `column` of each row
@@ -129,23 +127,7 @@ impl SlotFamily for Hybrid {
         Ok(())
     }
 
-    fn engine_program(
-        &self,
-        key: &str,
-        build: &mut dyn FnMut() -> Result<Graph>,
-    ) -> Result<CompiledGraph> {
-        self.programs().named(key, build)
-    }
-
-    fn run_on_device(&self, program: &CompiledGraph, inputs: &[&Buffer]) -> Result<Vec<Buffer>> {
-        self.programs().run_on_device(program, inputs)
-    }
-
-    fn client(&self) -> &Client {
-        self.programs().client()
-    }
-
-    fn programs_compiled(&self) -> usize {
-        self.programs().compiled()
+    fn device(&self) -> &dyn Device {
+        self.programs()
     }
 }

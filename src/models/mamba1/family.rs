@@ -9,9 +9,9 @@ use crate::dtype::DType;
 use crate::dtype::TensorType;
 use crate::error::{Error, Result};
 use crate::models::common::{GenerateOptions, ModelState};
-use crate::models::engine::{self, slot_variant, Family, Prefilled, Prepared, SlotFamily, Variant};
-use crate::ops::Graph;
-use crate::runtime::{Buffer, Client};
+use crate::models::engine::{
+    self, slot_variant, Device, Family, Prefilled, Prepared, SlotFamily, Variant,
+};
 
 impl Family for Mamba1 {
     type State = Vec<Mamba1State<HostArray>>;
@@ -221,23 +221,7 @@ impl SlotFamily for Mamba1 {
         Ok(())
     }
 
-    fn engine_program(
-        &self,
-        key: &str,
-        build: &mut dyn FnMut() -> Result<Graph>,
-    ) -> Result<CompiledGraph> {
-        self.programs().named(key, build)
-    }
-
-    fn run_on_device(&self, program: &CompiledGraph, inputs: &[&Buffer]) -> Result<Vec<Buffer>> {
-        self.programs().run_on_device(program, inputs)
-    }
-
-    fn client(&self) -> &Client {
-        self.programs().client()
-    }
-
-    fn programs_compiled(&self) -> usize {
-        self.programs().compiled()
+    fn device(&self) -> &dyn Device {
+        self.programs()
     }
 }

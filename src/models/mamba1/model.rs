@@ -96,9 +96,11 @@ impl Mamba1 {
 
     /// Loads the HF checkpoint in `dir` (`config.json` with `model_type` `mamba` or
     /// `falcon_mamba`, and its safetensors) with matrices in `matmul_dtype` (F32 or BF16).
+    /// A config or tensors that do not fit are an [`Error::Checkpoint`].
     pub fn load(client: &Client, dir: &Path, matmul_dtype: DType) -> Result<Self> {
-        let config = Mamba1Config::load(dir)?;
-        let weights = Mamba1Weights::load(dir, &config, matmul_dtype, &LoadOptions::default())?;
+        let config = Mamba1Config::load(dir).map_err(|e| e.in_checkpoint(dir))?;
+        let weights = Mamba1Weights::load(dir, &config, matmul_dtype, &LoadOptions::default())
+            .map_err(|e| e.in_checkpoint(dir))?;
         Mamba1::new(client, config, &weights)
     }
 
