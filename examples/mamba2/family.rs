@@ -46,7 +46,6 @@ pub(crate) struct Outputs<'a> {
 fn refuse(family: &str, m: &ModelArgs) -> Result<()> {
     let mut given: Vec<&str> = Vec::new();
     let set = [
-        (m.devices != 1, "--devices"),
         (m.prefill_chunk.is_some(), "--prefill-chunk"),
         (!matches!(m.bf16_dots, Bf16Dots::Auto), "--bf16-dots"),
     ];
@@ -87,15 +86,25 @@ struct Opened {
 pub(crate) fn load_model(dir: &Path, m: &ModelArgs) -> Result<(Client, Box<dyn CausalLm>, String)> {
     refuse(family_name(dir), m)?;
     progress("loading the PJRT plugin");
-    let client = match &m.plugin {
-        Some(path) => Client::from_plugin_path(path)?,
-        None => Client::cpu()?,
+    anyhow::ensure!(m.devices > 0, "--devices must be at least 1");
+    let client = match (&m.plugin, m.devices) {
+        (Some(path), _) => Client::from_plugin_path(path)?,
+        (None, 1) => Client::cpu()?,
+        (None, n) => Client::cpu_with_devices(n)?,
     };
     let dtype = m.dtype.dtype();
     progress(&format!("loading weights from {}", dir.display()));
-    let model =
-        family::load(&client, dir, dtype).with_context(|| format!("--model {}", dir.display()))?;
-    let description = describe(dir, model.as_ref(), dtype);
+    let parallel = m.parallel.kind();
+    let model = family::load_parallel(&client, dir, dtype, parallel, m.devices)
+        .with_context(|| format!("--model {}", dir.display()))?;
+    let mut description = describe(dir, model.as_ref(), dtype);
+    if m.devices > 1 {
+        description.push_str(&format!(
+            ", over {} devices by {}",
+            m.devices,
+            parallel.name()
+        ));
+    }
     Ok((client, model, description))
 }
 

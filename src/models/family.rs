@@ -6,7 +6,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use super::common::{GenerateOptions, ModelState};
+use super::common::{GenerateOptions, ModelState, Parallel};
 use super::engine::{self, Family, SlotFamily};
 use super::hybrid::{self, Hybrid};
 use super::mamba1::{self, Mamba1};
@@ -278,26 +278,60 @@ pub fn model_types() -> Vec<&'static str> {
 /// every problem, worded the same for every family; another `model_type` lists the
 /// supported ones.
 pub fn load(client: &Client, dir: &Path, matmul_dtype: DType) -> Result<Box<dyn CausalLm>> {
+    load_parallel(client, dir, matmul_dtype, Parallel::Heads, 1)
+}
+
+/// [`load`] over devices `0..devices` of `client`, split as `parallel` says (heads or the
+/// batch; every program one SPMD program over them, with one device's results). With heads, an
+/// error unless the devices divide the model's heads; the client must have the devices (the
+/// CPU plugin makes more with `Client::cpu_with_devices`).
+pub fn load_parallel(
+    client: &Client,
+    dir: &Path,
+    matmul_dtype: DType,
+    parallel: Parallel,
+    devices: usize,
+) -> Result<Box<dyn CausalLm>> {
     let path = dir.join("config.json");
     let text = std::fs::read_to_string(&path)
         .map_err(|e| Error::io(format!("reading {}", path.display()), e).in_checkpoint(dir))?;
     let v: Value = serde_json::from_str(&super::common::json::strict_json(&text))
         .map_err(|e| Error::Checkpoint(format!("{}: not JSON: {e}", path.display())))?;
     let model_type = v.get("model_type").and_then(Value::as_str);
+    let checkpoint = |e: Error| e.in_checkpoint(dir);
+    let options = super::common::LoadOptions::default();
+    let mamba1 = || -> Result<Box<dyn CausalLm>> {
+        let config = mamba1::Mamba1Config::load(dir).map_err(checkpoint)?;
+        let w = mamba1::Mamba1Weights::load(dir, &config, matmul_dtype, &options)
+            .map_err(checkpoint)?;
+        Ok(Box::new(Mamba1::new_parallel(
+            client, config, &w, parallel, devices,
+        )?))
+    };
+    let mamba2 = || -> Result<Box<dyn CausalLm>> {
+        let config = Mamba2Config::from_file(path.clone()).map_err(checkpoint)?;
+        let w = Mamba2Weights::load(dir, &config, matmul_dtype).map_err(checkpoint)?;
+        Ok(Box::new(Mamba2::new_parallel(
+            client, config, w, parallel, devices,
+        )?))
+    };
     match model_type {
-        Some(t) if mamba1::MODEL_TYPES.contains(&t) => {
-            Ok(Box::new(Mamba1::load(client, dir, matmul_dtype)?))
-        }
-        None if v.get("d_model").is_some() => {
-            Ok(Box::new(Mamba1::load(client, dir, matmul_dtype)?))
+        Some(t) if mamba1::MODEL_TYPES.contains(&t) => mamba1(),
+        None if v.get("d_model").is_some()
+            && v.pointer("/ssm_cfg/layer").and_then(Value::as_str) != Some("Mamba2") =>
+        {
+            mamba1()
         }
         Some(t) if hybrid::MODEL_TYPES.contains(&t) => {
-            Ok(Box::new(Hybrid::load(client, dir, matmul_dtype)?))
+            let config = hybrid::HybridConfig::load(dir).map_err(checkpoint)?;
+            let w = hybrid::HybridWeights::load(dir, &config, matmul_dtype, &options)
+                .map_err(checkpoint)?;
+            Ok(Box::new(Hybrid::new_parallel(
+                client, config, &w, parallel, devices,
+            )?))
         }
-        Some("mamba2") => Ok(Box::new(load_mamba2(client, dir, matmul_dtype)?)),
-        None if v.pointer("/ssm_cfg/layer").and_then(Value::as_str) == Some("Mamba2") => {
-            Ok(Box::new(load_mamba2(client, dir, matmul_dtype)?))
-        }
+        Some("mamba2") => mamba2(),
+        None if v.pointer("/ssm_cfg/layer").and_then(Value::as_str) == Some("Mamba2") => mamba2(),
         _ => Err(Error::Checkpoint(format!(
             "{}: model_type {} is not supported here (supported: {})",
             path.display(),
@@ -305,13 +339,4 @@ pub fn load(client: &Client, dir: &Path, matmul_dtype: DType) -> Result<Box<dyn 
             model_types().join(", ")
         ))),
     }
-}
-
-/// A Mamba-2 checkpoint on `client`'s first device.
-fn load_mamba2(client: &Client, dir: &Path, matmul_dtype: DType) -> Result<Mamba2> {
-    let config =
-        Mamba2Config::from_file(dir.join("config.json")).map_err(|e| e.in_checkpoint(dir))?;
-    let weights =
-        Mamba2Weights::load(dir, &config, matmul_dtype).map_err(|e| e.in_checkpoint(dir))?;
-    Mamba2::new(client, config, weights)
 }

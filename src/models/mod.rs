@@ -13,6 +13,8 @@ pub mod quant;
 pub mod text;
 
 pub use crate::sampling::{Penalties, Sampling};
-pub use common::{GenerateOptions, LayerState, LoadOptions, Matrix, ModelState, MAX_NEW_TOKENS};
+pub use common::{
+    GenerateOptions, LayerState, LoadOptions, Matrix, ModelState, Parallel, MAX_NEW_TOKENS,
+};
 pub use loaded::{Completion, Model, TokenLogprob};
 pub use text::Text;

@@ -12,6 +12,11 @@ use crate::{check_run_facts, error_line, read_npy, run_ok, scratch, TINY};
 /// `--dump-logits` HF's prompt logits within 1e-4 at every real position (rows of different
 /// lengths are left-padded in both), and the model line names `family`.
 fn check(dir: &Path, k: usize, family: &str) {
+    check_with(dir, k, family, &[]);
+}
+
+/// [`check`] with `extra` flags (several devices, say).
+fn check_with(dir: &Path, k: usize, family: &str, extra: &[&str]) {
     let cases = read_safetensors(&dir.join("cases.safetensors"));
     let fixture = dir.to_str().unwrap().to_string();
     let ids = &cases[&format!("case{k}.input_ids")];
@@ -27,23 +32,26 @@ fn check(dir: &Path, k: usize, family: &str) {
         })
         .collect();
     let name = dir.file_name().unwrap().to_str().unwrap();
-    let out_dir = scratch(&format!("family-{name}-{k}"));
+    let out_dir = scratch(&format!("family-{name}-{k}-{}", extra.join("")));
     let (json, npy) = (out_dir.join("out.json"), out_dir.join("logits.npy"));
     let greedy = &cases[&format!("case{k}.greedy")];
     let new = greedy.shape[1];
-    let stdout = run_ok(&[
+    let (ids, new_tokens) = (prompt_ids.join(";"), new.to_string());
+    let mut args = vec![
         "generate",
         "--model",
         &fixture,
         "--prompt-ids",
-        &prompt_ids.join(";"),
+        &ids,
         "--max-new-tokens",
-        &new.to_string(),
+        &new_tokens,
         "--json",
         json.to_str().unwrap(),
         "--dump-logits",
         npy.to_str().unwrap(),
-    ]);
+    ];
+    args.extend(extra);
+    let stdout = run_ok(&args);
     assert!(stdout.contains(&format!("({family})")), "{stdout}");
     let out: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
@@ -105,21 +113,44 @@ fn generate_runs_the_hybrids_as_transformers_does() {
 }
 
 #[test]
+fn every_family_over_two_devices_is_transformers() {
+    for (dir, family) in [
+        (crate::common::mamba1::fixture("falcon"), "Falcon-Mamba"),
+        (crate::common::hybrid::fixture("granite"), "Granite 4.0-H"),
+    ] {
+        for how in ["heads", "batch"] {
+            check_with(&dir, 3, family, &["--devices", "2", "--parallel", how]);
+        }
+    }
+}
+
+#[test]
 fn what_only_mamba2_takes_yet_is_a_one_line_error() {
     let e = error_line(&[
         "generate",
         "--model",
         "tests/fixtures/mamba1/tiny",
-        "--devices",
-        "2",
+        "--bf16-dots",
+        "on",
         "--prefill-chunk",
         "64",
     ]);
     assert!(e.contains("Mamba-1 checkpoints do not take"), "{e}");
     assert!(
-        e.contains("--devices") && e.contains("--prefill-chunk"),
+        e.contains("--bf16-dots") && e.contains("--prefill-chunk"),
         "{e}"
     );
+    // Devices that do not divide the heads: one line naming them.
+    let e = error_line(&[
+        "generate",
+        "--model",
+        "tests/fixtures/hybrid/bamba",
+        "--devices",
+        "3",
+        "--parallel",
+        "heads",
+    ]);
+    assert!(e.contains("do not divide into 3 equal parts"), "{e}");
     for (dir, t) in [
         ("mamba1/falcon", "falcon_mamba"),
         ("hybrid/nemotron", "nemotron_h"),

@@ -8,6 +8,7 @@ pub(crate) mod layers;
 pub(crate) mod materialize;
 mod matrix;
 mod options;
+mod parallel;
 mod state;
 
 pub use checkpoint::LoadOptions;
@@ -16,4 +17,5 @@ pub use matrix::Matrix;
 pub(crate) use matrix::{by_name, check_matrix_dtype, quantized_like, scaled_matrix};
 pub(crate) use options::generate_capacity;
 pub use options::{GenerateOptions, MAX_NEW_TOKENS};
+pub use parallel::Parallel;
 pub use state::ModelState;

@@ -5,10 +5,12 @@
 //! and weights of a model on the device ([`programs`]).
 
 pub(crate) mod host;
+mod placement;
 mod programs;
 pub(crate) mod slots;
 
 pub(crate) use host::*;
+pub(crate) use placement::Placement;
 pub(crate) use programs::{check_weight_types, Device, Programs};
 pub(crate) use slots::{slot_variant, SlotFamily};
 

@@ -1,8 +1,16 @@
 //! A family's weights on the device and its compiled programs, and the checks of its weights.
 
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use super::placement::Placement;
 use crate::array::HostArray;
+use crate::compiled::CompiledGraph;
+use crate::dtype::TensorType;
 use crate::error::{Error, Result};
 use crate::ops::Graph;
+use crate::runtime::{Client, ShardedBuffer};
+use crate::sharding::Sharding;
 
 /// Checks host weights against the types a model expects (by name, in order); an error names
 /// `family` and every tensor of the wrong dtype or shape.
@@ -33,58 +41,87 @@ pub(crate) fn check_weight_types(
     )))
 }
 
-/// A model's compiled programs by what they compute (`K`), and its weights on the device,
-/// which every program takes first.
+/// A model's compiled programs by what they compute (`K`), and its weights on the device (or
+/// split over several, as a [`Placement`] says), which every program takes first.
 pub(crate) struct Programs<K> {
-    client: crate::runtime::Client,
-    weights: Vec<crate::runtime::Buffer>,
-    cache: std::sync::Mutex<std::collections::HashMap<K, crate::compiled::CompiledGraph>>,
+    client: Client,
+    weights: Vec<ShardedBuffer>,
+    /// The weights' names and types, in order.
+    types: Vec<(String, TensorType)>,
+    placement: Option<Placement>,
+    cache: Mutex<HashMap<K, CompiledGraph>>,
     /// The engine's own programs (serving slots' inserts and extracts), by name.
-    named: std::sync::Mutex<std::collections::HashMap<String, crate::compiled::CompiledGraph>>,
+    named: Mutex<HashMap<String, CompiledGraph>>,
 }
 
 impl<K: std::hash::Hash + Eq> Programs<K> {
-    /// No programs yet, for `weights` on `client`'s first device.
-    pub(crate) fn new(
-        client: &crate::runtime::Client,
-        weights: Vec<crate::runtime::Buffer>,
-    ) -> Self {
-        Programs {
-            client: client.clone(),
-            weights,
-            cache: std::sync::Mutex::new(std::collections::HashMap::new()),
-            named: std::sync::Mutex::new(std::collections::HashMap::new()),
+    /// No programs yet; `weights` (by name) uploaded to `client`'s first device, or split over
+    /// its devices as `placement` says.
+    pub(crate) fn upload(
+        client: &Client,
+        weights: &[(String, &HostArray)],
+        placement: Option<Placement>,
+    ) -> Result<Self> {
+        if let Some(p) = &placement {
+            client.check_mesh(p.mesh())?;
         }
+        let buffers = weights
+            .iter()
+            .map(|(name, a)| {
+                let sharding = match &placement {
+                    Some(p) => p.sharding(&p.weight_spec(name, &a.ty()))?,
+                    None => Sharding::single(),
+                };
+                client.sharded_buffer_from_host_array(a, &sharding)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Programs {
+            client: client.clone(),
+            weights: buffers,
+            types: weights.iter().map(|(n, a)| (n.clone(), a.ty())).collect(),
+            placement,
+            cache: Mutex::new(HashMap::new()),
+            named: Mutex::new(HashMap::new()),
+        })
     }
 
-    /// The bytes of the weights on the device.
+    /// The devices the model spans.
+    pub(crate) fn devices(&self) -> usize {
+        self.placement.as_ref().map_or(1, Placement::devices)
+    }
+
+    /// The bytes of the weights on each device.
     pub(crate) fn weight_bytes(&self) -> usize {
         self.weights
             .iter()
-            .map(|b| b.element_count() * b.dtype().size_in_bytes())
+            .map(ShardedBuffer::bytes_per_device)
             .sum()
     }
 
     /// The dtype of the matrices: that of the largest weight (f32 when there is none).
     pub(crate) fn matmul_dtype(&self) -> crate::dtype::DType {
-        self.weights
+        self.types
             .iter()
-            .max_by_key(|b| b.element_count())
-            .map_or(crate::dtype::DType::F32, |b| b.dtype())
+            .max_by_key(|(_, t)| t.element_count())
+            .map_or(crate::dtype::DType::F32, |(_, t)| t.dtype)
     }
 
     /// Forgets the compiled programs (after a setting that changes them).
     pub(crate) fn clear(&mut self) {
-        self.cache = std::sync::Mutex::new(std::collections::HashMap::new());
+        self.cache = Mutex::new(HashMap::new());
     }
 
-    /// The program `key`, compiled from the graph `build` returns (its outputs set) on first
-    /// use.
+    /// The program `key` of `batch` rows, compiled from the graph `build` returns (its
+    /// outputs set) on first use, placed on the model's devices.
     pub(crate) fn get(
         &self,
         key: K,
+        batch: usize,
         build: impl FnOnce() -> Result<Graph>,
-    ) -> Result<crate::compiled::CompiledGraph> {
+    ) -> Result<CompiledGraph> {
+        if let Some(p) = &self.placement {
+            p.check_batch(batch)?;
+        }
         let mut cache = self
             .cache
             .lock()
@@ -92,27 +129,35 @@ impl<K: std::hash::Hash + Eq> Programs<K> {
         if let Some(p) = cache.get(&key) {
             return Ok(p.clone());
         }
-        let program = build()?.compile(&self.client)?;
+        let g = build()?;
+        if let Some(p) = &self.placement {
+            p.apply(&g, &self.types, batch)?;
+        }
+        let program = g.compile(&self.client)?;
         cache.insert(key, program.clone());
         Ok(program)
     }
 
-    /// Runs `program` on the weights and `inputs` (uploaded), downloading its outputs.
+    /// Runs `program` on the weights and `inputs` (uploaded as the program lays them out),
+    /// downloading its outputs.
     pub(crate) fn run(
         &self,
-        program: &crate::compiled::CompiledGraph,
+        program: &CompiledGraph,
         inputs: &[HostArray],
     ) -> Result<Vec<HostArray>> {
+        let layouts =
+            &program.input_shardings()[self.weights.len().min(program.input_shardings().len())..];
         let uploaded = inputs
             .iter()
-            .map(|a| self.client.buffer_from_host_array(a))
+            .zip(layouts.iter().chain(std::iter::repeat(&Sharding::single())))
+            .map(|(a, s)| self.client.sharded_buffer_from_host_array(a, s))
             .collect::<Result<Vec<_>>>()?;
-        let mut args: Vec<&crate::runtime::Buffer> = self.weights.iter().collect();
+        let mut args: Vec<&ShardedBuffer> = self.weights.iter().collect();
         args.extend(uploaded.iter());
         program
-            .run_buffers(&args)?
+            .run_sharded(&args)?
             .iter()
-            .map(crate::runtime::Buffer::to_host_array)
+            .map(ShardedBuffer::to_host_array)
             .collect()
     }
 }
@@ -179,7 +224,16 @@ impl<K: std::hash::Hash + Eq> Device for Programs<K> {
         program: &crate::compiled::CompiledGraph,
         inputs: &[&crate::runtime::Buffer],
     ) -> Result<Vec<crate::runtime::Buffer>> {
-        let mut args: Vec<&crate::runtime::Buffer> = self.weights.iter().collect();
+        if self.placement.is_some() {
+            return Err(Error::InvalidArgument(format!(
+                "serving runs a model on one device so far; this one spans {}",
+                self.devices()
+            )));
+        }
+        let mut args: Vec<&crate::runtime::Buffer> = Vec::with_capacity(self.weights.len());
+        for w in &self.weights {
+            args.extend(w.shards().first());
+        }
         args.extend(inputs);
         program.run_buffers(&args)
     }

@@ -12,8 +12,9 @@ use crate::array::HostArray;
 use crate::compiled::CompiledGraph;
 use crate::dtype::{DType, TensorType};
 use crate::error::{Error, Result};
+use crate::models::common::Parallel;
 use crate::models::common::{LayerState, LoadOptions};
-use crate::models::engine::{self, Programs, Variant};
+use crate::models::engine::{self, Placement, Programs, Variant};
 use crate::ops::{Graph, Tensor};
 use crate::runtime::Client;
 
@@ -99,18 +100,44 @@ impl Hybrid {
         config: HybridConfig,
         weights: &HybridWeights<HostArray>,
     ) -> Result<Self> {
+        Hybrid::place(client, config, weights, None)
+    }
+
+    /// [`Hybrid::new`] over devices `0..devices` of `client`, split as `parallel` says: every
+    /// program runs as one SPMD program over them, with one device's results. With heads, an
+    /// error unless the devices divide the Mamba-2 heads and the attention and key/value
+    /// heads.
+    pub fn new_parallel(
+        client: &Client,
+        config: HybridConfig,
+        weights: &HybridWeights<HostArray>,
+        parallel: Parallel,
+        devices: usize,
+    ) -> Result<Self> {
+        let a = &config.attention;
+        let heads = [
+            ("Mamba-2 heads", config.mamba.num_heads),
+            ("attention heads", a.num_heads),
+            ("key/value heads", a.num_kv_heads),
+        ];
+        let placement = Placement::new(parallel, devices, &heads)?;
+        Hybrid::place(client, config, weights, (devices > 1).then_some(placement))
+    }
+
+    fn place(
+        client: &Client,
+        config: HybridConfig,
+        weights: &HybridWeights<HostArray>,
+        placement: Option<Placement>,
+    ) -> Result<Self> {
         let types = HybridWeights::<TensorType>::types(&config, weights.embedding.values.dtype())?;
         engine::check_weight_types("hybrid", &types.named(), &weights.named())?;
-        let buffers = weights
-            .named()
-            .into_iter()
-            .map(|(_, a)| client.buffer_from_host_array(a))
-            .collect::<Result<Vec<_>>>()?;
+        let programs = Programs::upload(client, &weights.named(), placement)?;
         Ok(Hybrid {
             config,
             types,
             gather: true,
-            programs: Programs::new(client, buffers),
+            programs,
         })
     }
 
@@ -521,7 +548,7 @@ impl Hybrid {
         key: ProgramKey,
         build: impl FnOnce(&Graph, &HybridWeights<Tensor>) -> Result<Vec<Tensor>>,
     ) -> Result<CompiledGraph> {
-        self.programs.get(key, || self.graph(build))
+        self.programs.get(key, key.1, || self.graph(build))
     }
 
     /// Runs `program` on the weights and `inputs`, downloading its outputs.

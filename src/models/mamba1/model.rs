@@ -10,8 +10,11 @@ use crate::array::HostArray;
 use crate::compiled::CompiledGraph;
 use crate::dtype::{DType, TensorType};
 use crate::error::{Error, Result};
+use crate::models::common::Parallel;
 use crate::models::common::{generate_capacity, GenerateOptions, LayerState, LoadOptions};
-use crate::models::engine::{self, decode_loop, rows, Decoding, Programs, Stepper, Variant};
+use crate::models::engine::{
+    self, decode_loop, rows, Decoding, Placement, Programs, Stepper, Variant,
+};
 use crate::ops::{Graph, Tensor};
 use crate::runtime::Client;
 
@@ -64,14 +67,34 @@ impl Mamba1 {
         config: Mamba1Config,
         weights: &Mamba1Weights<HostArray>,
     ) -> Result<Self> {
+        Mamba1::place(client, config, weights, None)
+    }
+
+    /// [`Mamba1::new`] over devices `0..devices` of `client`, split as `parallel` says: every
+    /// program runs as one SPMD program over them, with one device's results. With heads, an
+    /// error unless the devices divide the inner channels (the selective scan's heads).
+    pub fn new_parallel(
+        client: &Client,
+        config: Mamba1Config,
+        weights: &Mamba1Weights<HostArray>,
+        parallel: Parallel,
+        devices: usize,
+    ) -> Result<Self> {
+        let heads = [("inner channels", config.d_inner)];
+        let placement = Placement::new(parallel, devices, &heads)?;
+        Mamba1::place(client, config, weights, (devices > 1).then_some(placement))
+    }
+
+    fn place(
+        client: &Client,
+        config: Mamba1Config,
+        weights: &Mamba1Weights<HostArray>,
+        placement: Option<Placement>,
+    ) -> Result<Self> {
         let matmul = weights.embedding.values.dtype();
         let types = Mamba1Weights::<TensorType>::types(&config, matmul)?;
         engine::check_weight_types("Mamba-1", &types.named(), &weights.named())?;
-        let buffers = weights
-            .named()
-            .into_iter()
-            .map(|(_, a)| client.buffer_from_host_array(a))
-            .collect::<Result<Vec<_>>>()?;
+        let programs = Programs::upload(client, &weights.named(), placement)?;
         Ok(Mamba1 {
             config,
             types,
@@ -80,7 +103,7 @@ impl Mamba1 {
             } else {
                 Scan::Associative
             },
-            programs: Programs::new(client, buffers),
+            programs,
         })
     }
 
@@ -469,7 +492,7 @@ impl Mamba1 {
         key: ProgramKey,
         build: impl FnOnce(&Graph, &Mamba1Weights<Tensor>) -> Result<Vec<Tensor>>,
     ) -> Result<CompiledGraph> {
-        self.programs.get(key, || self.graph(build))
+        self.programs.get(key, key.1, || self.graph(build))
     }
 
     /// Runs `program` on the weights and `inputs`, downloading its outputs.
