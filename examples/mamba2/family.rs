@@ -85,6 +85,7 @@ struct Opened {
 /// client, the model, and a line describing it.
 pub(crate) fn load_model(dir: &Path, m: &ModelArgs) -> Result<(Client, Box<dyn CausalLm>, String)> {
     refuse(family_name(dir), m)?;
+    crate::speak_as(family_name(dir));
     progress("loading the PJRT plugin");
     anyhow::ensure!(m.devices > 0, "--devices must be at least 1");
     let client = match (&m.plugin, m.devices) {

@@ -140,9 +140,28 @@ fn one_line(e: &anyhow::Error) -> String {
     out.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
+/// What progress lines start with: `mamba2`, or the family of the checkpoint being run once
+/// it is known (`bamba`, `granite-4.0-h`, ...).
+static SPEAKER: std::sync::Mutex<String> = std::sync::Mutex::new(String::new());
+
+/// Progress lines from now on name `family` ("Granite 4.0-H" as `granite-4.0-h`).
+pub(crate) fn speak_as(family: &str) {
+    if let Ok(mut s) = SPEAKER.lock() {
+        *s = family.to_lowercase().replace(' ', "-");
+    }
+}
+
+/// The name progress lines start with.
+pub(crate) fn speaker() -> String {
+    match SPEAKER.lock() {
+        Ok(s) if !s.is_empty() => s.clone(),
+        _ => "mamba2".into(),
+    }
+}
+
 /// A progress line on stderr.
 pub(crate) fn progress(what: &str) {
-    eprintln!("mamba2: {what}...");
+    eprintln!("{}: {what}...", speaker());
 }
 
 /// Seconds since `t`.

@@ -140,8 +140,9 @@ fn what_only_mamba2_takes_yet_is_a_one_line_error() {
         e.contains("--bf16-dots") && e.contains("--prefill-chunk"),
         "{e}"
     );
-    // Devices that do not divide the heads: one line naming them.
-    let e = error_line(&[
+    // Devices that do not divide the heads: one line naming them; the progress lines before
+    // it name the family.
+    let args = [
         "generate",
         "--model",
         "tests/fixtures/hybrid/bamba",
@@ -149,8 +150,11 @@ fn what_only_mamba2_takes_yet_is_a_one_line_error() {
         "3",
         "--parallel",
         "heads",
-    ]);
+    ];
+    let e = error_line(&args);
     assert!(e.contains("do not divide into 3 equal parts"), "{e}");
+    let stderr = crate::text(&crate::run(&args).stderr);
+    assert!(stderr.contains("bamba: loading weights from"), "{stderr}");
     for (dir, t) in [
         ("mamba1/falcon", "falcon_mamba"),
         ("hybrid/nemotron", "nemotron_h"),

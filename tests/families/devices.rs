@@ -62,3 +62,40 @@ fn devices_that_do_not_divide_are_an_error_naming_them() {
         .to_string();
     assert!(e.contains("1 rows do not divide into 2"), "{e}");
 }
+
+#[test]
+fn eight_bit_matrices_over_two_devices_equal_one_device() {
+    // Falcon-Mamba and Granite 4.0-H with experts (each 8-bit matrix split along its input
+    // dimension, scales whole), and the batch split for one of them.
+    let prompts = vec![vec![5, 9, 14, 20, 33, 7], vec![40, 41, 42]];
+    let dirs = [
+        common::mamba1::fixture("falcon"),
+        common::hybrid::fixture("granite"),
+    ];
+    for (i, dir) in dirs.into_iter().enumerate() {
+        let one = family::load(&client4(), &dir, stablegraph::models::quant::QUANTIZED).unwrap();
+        let want = one.prefill_logits(&prompts).unwrap().to_f64_vec();
+        let scale = want.iter().fold(1.0f64, |m, x| m.max(x.abs()));
+        let tokens = one.generate(&prompts, &common::greedy(6)).unwrap();
+        let ways = [Parallel::Heads, Parallel::Batch];
+        for parallel in ways.into_iter().take(1 + i) {
+            let name = format!("{} 8-bit by {}", dir.display(), parallel.name());
+            let two = family::load_parallel(
+                &client4(),
+                &dir,
+                stablegraph::models::quant::QUANTIZED,
+                parallel,
+                2,
+            )
+            .unwrap();
+            let got = two.prefill_logits(&prompts).unwrap().to_f64_vec();
+            let d = max_abs(&got, &want);
+            assert!(d < 1e-4 * scale, "{name}: {d} of {scale}");
+            assert_eq!(
+                two.generate(&prompts, &common::greedy(6)).unwrap(),
+                tokens,
+                "{name}"
+            );
+        }
+    }
+}

@@ -52,7 +52,10 @@ pub(crate) async fn listen(app: App, addr: SocketAddr) -> Result<()> {
         .with_graceful_shutdown(async move {
             stop_signal().await;
             draining.draining.store(true, Ordering::SeqCst);
-            eprintln!("mamba2: serve: stopping; finishing the requests in flight");
+            eprintln!(
+                "{}: serve: stopping; finishing the requests in flight",
+                crate::speaker()
+            );
         })
         .await
         .context("serving")

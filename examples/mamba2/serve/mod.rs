@@ -148,13 +148,14 @@ pub(crate) fn serve(a: ServeArgs) -> Result<()> {
         max_context: a.max_context,
     };
     let (model, codec, model_id, description) = open(&a)?;
-    eprintln!("mamba2: {description}");
+    eprintln!("{}: {description}", crate::speaker());
     let mut scheduler = Scheduler::new(model, options).context("starting the scheduler")?;
     progress("compiling the prefill, insert and segment programs");
     let t = std::time::Instant::now();
     let settings = scheduler.warm_up()?;
     eprintln!(
-        "mamba2: serve: {} programs for {settings} prompt buckets x prefill groups in {:.1} s",
+        "{}: serve: {} programs for {settings} prompt buckets x prefill groups in {:.1} s",
+        crate::speaker(),
         scheduler.model().programs_compiled(),
         crate::seconds(t)
     );
@@ -189,6 +190,6 @@ pub(crate) fn serve(a: ServeArgs) -> Result<()> {
     engine
         .join()
         .map_err(|_| anyhow::anyhow!("the engine thread panicked"))?;
-    eprintln!("mamba2: serve: stopped");
+    eprintln!("{}: serve: stopped", crate::speaker());
     Ok(())
 }

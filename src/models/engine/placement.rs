@@ -77,8 +77,9 @@ impl Placement {
     /// The spec of the weight `name` of type `ty`.
     pub(crate) fn weight_spec(&self, name: &str, ty: &TensorType) -> PartitionSpec {
         let rank = ty.dims.len();
-        let matrix = rank >= 2 && !name.contains("conv") && ty.dtype.is_float()
-            || ty.dtype == crate::models::quant::QUANTIZED;
+        let eight_bit = ty.dtype == crate::models::quant::QUANTIZED;
+        let float = ty.dtype.is_float() && !name.contains("conv");
+        let matrix = rank >= 2 && (eight_bit || float);
         match self.kind {
             Parallel::Heads if matrix && ty.dims[rank - 1].is_multiple_of(self.devices()) => {
                 let mut dims = vec![None; rank];
