@@ -4,8 +4,9 @@
 //! penalties and `--eos`, defaults from the checkpoint's generation_config.json as for Mamba-2.
 //! Streams in segments as Mamba-2 does (`--stream`, or by default on a terminal for one text
 //! prompt), and continues from and writes state files (`--state-in/--state-out`: the Mamba-2
-//! states and, for the hybrids, the attention caches). What only the Mamba-2 engine has yet
-//! (several devices, its prefill chunking and bf16-dot switch) is refused by name.
+//! states and, for the hybrids, the attention caches), over several devices (`--devices`,
+//! `--parallel`). What only the Mamba-2 engine has (its prefill chunking and bf16-dot switch)
+//! is refused by name. [`load_model`] is also how `eval` and `serve` open such a checkpoint.
 
 use std::io::IsTerminal as _;
 use std::path::Path;

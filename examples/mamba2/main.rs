@@ -58,8 +58,9 @@ latency is that difference / the number of decode steps (the longest row). Gener
 first --eos. Peak RSS is VmHWM from /proc/self/status. Set STABLEGRAPH_CACHE=memory to measure \
 a real compile every time.";
 
-/// State-space models with stablegraph: generate, emit StableHLO, benchmark (Mamba-2, Mamba-1,
-/// Falcon-Mamba, Bamba, Granite 4.0-H, Nemotron-H); train and gradients (Mamba-2).
+/// State-space models with stablegraph: generate, emit StableHLO, benchmark, evaluate and serve
+/// (Mamba-2, Mamba-1, Falcon-Mamba, Bamba, Granite 4.0-H, Nemotron-H); train and gradients
+/// (Mamba-2).
 #[derive(Parser)]
 #[command(name = "mamba2")]
 struct Cli {
@@ -91,7 +92,7 @@ enum Command {
     /// The gradient of the mean next-token cross-entropy over the prompts, for every weight of
     /// a checkpoint, written as safetensors under the checkpoint's tensor names.
     Grad(GradArgs),
-    /// The mean next-token cross-entropy and perplexity of a Mamba-2 model on a text (by
+    /// The mean next-token cross-entropy and perplexity of a model of any family on a text (by
     /// default the crate's docs/, held out from the shipped model's training), with any
     /// --dtype: how much bf16 or 8-bit weights cost in quality.
     Eval(EvalArgs),
