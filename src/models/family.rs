@@ -39,7 +39,8 @@ pub trait CausalLm: Send + Sync {
     /// the host).
     fn greedy(&self, prompts: &[Vec<u32>], new_tokens: usize) -> Result<Vec<Vec<u32>>>;
     /// Up to `options.max_new_tokens` tokens per prompt in one program (prefill and a
-    /// device-side decode loop; greedy or sampled, with penalties, stopping at `eos`).
+    /// device-side decode loop; greedy or sampled, with penalties). A row that emits `eos`
+    /// ends with it: each row is cut at its end, as the stream hands it over.
     fn generate(&self, prompts: &[Vec<u32>], options: &GenerateOptions) -> Result<Vec<Vec<u32>>>;
     /// [`CausalLm::generate`] in segments of up to `segment` tokens, each segment's new tokens
     /// handed to `on_tokens` as they exist (`false` stops early).
@@ -115,7 +116,10 @@ impl<F: SlotFamily + Send + Sync> CausalLm for F {
         engine::greedy(self, prompts, new_tokens)
     }
     fn generate(&self, prompts: &[Vec<u32>], options: &GenerateOptions) -> Result<Vec<Vec<u32>>> {
-        engine::generate(self, prompts, options)
+        Ok(engine::cut_at_eos(
+            engine::generate(self, prompts, options)?,
+            options.eos,
+        ))
     }
     fn generate_stream(
         &self,
@@ -124,7 +128,8 @@ impl<F: SlotFamily + Send + Sync> CausalLm for F {
         segment: usize,
         on_tokens: &mut dyn FnMut(&[Vec<u32>]) -> bool,
     ) -> Result<Vec<Vec<u32>>> {
-        Ok(engine::segments(self, prompts, None, options, segment, false, on_tokens)?.0)
+        let rows = engine::segments(self, prompts, None, options, segment, false, on_tokens)?.0;
+        Ok(engine::cut_at_eos(rows, options.eos))
     }
     fn generate_from(
         &self,
@@ -132,7 +137,8 @@ impl<F: SlotFamily + Send + Sync> CausalLm for F {
         state: Option<ModelState>,
         options: &GenerateOptions,
     ) -> Result<(Vec<Vec<u32>>, ModelState)> {
-        engine::generate_from(self, prompts, state, options)
+        let (rows, state) = engine::generate_from(self, prompts, state, options)?;
+        Ok((engine::cut_at_eos(rows, options.eos), state))
     }
     fn stablehlo(&self, prompts: &[Vec<u32>], options: &GenerateOptions) -> Result<[String; 3]> {
         Family::stablehlo(self, prompts, options)
@@ -185,7 +191,8 @@ impl CausalLm for Mamba2 {
         })
     }
     fn generate(&self, prompts: &[Vec<u32>], options: &GenerateOptions) -> Result<Vec<Vec<u32>>> {
-        Mamba2::generate(self, prompts, options)
+        let rows = Mamba2::generate(self, prompts, options)?;
+        Ok(engine::cut_at_eos(rows, options.eos))
     }
     fn generate_stream(
         &self,
@@ -194,7 +201,8 @@ impl CausalLm for Mamba2 {
         segment: usize,
         on_tokens: &mut dyn FnMut(&[Vec<u32>]) -> bool,
     ) -> Result<Vec<Vec<u32>>> {
-        Mamba2::generate_stream(self, prompts, options, segment, on_tokens)
+        let rows = Mamba2::generate_stream(self, prompts, options, segment, on_tokens)?;
+        Ok(engine::cut_at_eos(rows, options.eos))
     }
     fn generate_from(
         &self,
@@ -206,7 +214,10 @@ impl CausalLm for Mamba2 {
             .map(|s| Mamba2State::from_model_state(s, self.client()))
             .transpose()?;
         let (tokens, state) = Mamba2::generate_from(self, prompts, state, options)?;
-        Ok((tokens, state.to_model_state()?))
+        Ok((
+            engine::cut_at_eos(tokens, options.eos),
+            state.to_model_state()?,
+        ))
     }
     fn stablehlo(&self, prompts: &[Vec<u32>], options: &GenerateOptions) -> Result<[String; 3]> {
         let longest = prompts.iter().map(Vec::len).max().unwrap_or(0);

@@ -149,13 +149,11 @@ impl Model {
     ) -> Result<Completion> {
         let ids = self.encode(prompt)?;
         let (rows, state) = self.lm.generate_from(&[ids], state, options)?;
-        let mut tokens = rows.into_iter().next().unwrap_or_default();
+        // The face has cut the row at its end.
+        let tokens = rows.into_iter().next().unwrap_or_default();
         let end = options
             .eos
             .and_then(|e| tokens.iter().position(|&t| t == e));
-        if let Some(at) = end {
-            tokens.truncate(at + 1);
-        }
         let shown = &tokens[..end.unwrap_or(tokens.len())];
         Ok(Completion {
             text: self.decode(shown)?,

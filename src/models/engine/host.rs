@@ -191,6 +191,18 @@ pub(crate) fn generate_from<F: Family>(
     Ok((tokens, f.to_model_state(state)?))
 }
 
+/// Each row up to and including its first `eos` (rows without one whole).
+pub(crate) fn cut_at_eos(mut rows: Vec<Vec<u32>>, eos: Option<u32>) -> Vec<Vec<u32>> {
+    if let Some(e) = eos {
+        for row in &mut rows {
+            if let Some(at) = row.iter().position(|&t| t == e) {
+                row.truncate(at + 1);
+            }
+        }
+    }
+    rows
+}
+
 /// `new_tokens` greedy tokens per prompt: a prefill with room for them, then one
 /// [`Family::step_tokens`] per token with the argmax taken on the host (the path the tests hold the
 /// device-side loop against).
