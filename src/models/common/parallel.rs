@@ -20,6 +20,18 @@ impl Parallel {
         }
     }
 
+    /// An error unless `batch` rows split over `devices` (batch parallelism; any batch runs
+    /// split by heads).
+    pub fn check_rows(self, devices: usize, batch: usize) -> Result<()> {
+        if self == Parallel::Batch && !batch.is_multiple_of(devices.max(1)) {
+            return Err(Error::InvalidArgument(format!(
+                "parallel batch over {devices} devices: {batch} rows do not divide into \
+                 {devices} equal parts"
+            )));
+        }
+        Ok(())
+    }
+
     /// The mesh axis name.
     pub fn axis(self) -> &'static str {
         match self {

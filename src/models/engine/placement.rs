@@ -64,14 +64,7 @@ impl Placement {
 
     /// An error unless `batch` rows split over the devices (batch parallelism).
     pub(crate) fn check_batch(&self, batch: usize) -> Result<()> {
-        if self.kind == Parallel::Batch && !batch.is_multiple_of(self.devices()) {
-            return Err(Error::InvalidArgument(format!(
-                "parallel batch over {} devices: {batch} rows do not divide into {} equal parts",
-                self.devices(),
-                self.devices()
-            )));
-        }
-        Ok(())
+        self.kind.check_rows(self.devices(), batch)
     }
 
     /// The spec of the weight `name` of type `ty`.
