@@ -13,13 +13,7 @@ use stablegraph::DType;
 
 #[test]
 fn state_in_memory_continues_as_the_whole_prompt_does() {
-    let first = vec![vec![5, 9, 14, 20, 33, 7], vec![40, 41, 42]];
-    let rest = vec![vec![11, 12], vec![13, 14, 15]];
-    let whole: Vec<Vec<u32>> = first
-        .iter()
-        .zip(&rest)
-        .map(|(a, b)| a.iter().chain(b).copied().collect())
-        .collect();
+    let (first, rest, whole) = crate::conversation();
     for dir in common::one_fixture_per_family() {
         let model = family::load(&client(), &dir, DType::F32).unwrap();
         let name = format!("{} ({})", dir.display(), model.family());

@@ -156,13 +156,7 @@ fn streams_equal_one_program_generation() {
 fn state_files_continue_as_the_whole_prompt_does() {
     // Generating after a prompt fed in two calls (the state saved and loaded between them)
     // equals generating after the whole prompt; the second call's state file holds the rest.
-    let first = vec![vec![5, 9, 14, 20, 33, 7], vec![40, 41, 42]];
-    let rest = vec![vec![11, 12], vec![13, 14, 15]];
-    let whole: Vec<Vec<u32>> = first
-        .iter()
-        .zip(&rest)
-        .map(|(a, b)| a.iter().chain(b).copied().collect())
-        .collect();
+    let (first, rest, whole) = crate::conversation();
     let dir = crate::common::TempDir::new("states");
     for fixture in common::other_family_fixtures() {
         let model = family::load(&client(), &fixture, DType::F32).unwrap();

@@ -11,3 +11,19 @@ mod devices;
 mod face;
 mod generate;
 mod quant;
+
+/// Token ids of prompts, one row each.
+type Rows = Vec<Vec<u32>>;
+
+/// A conversation of two rows in two turns: the first turn's prompts, the second's, and each
+/// row's whole prompt.
+pub(crate) fn conversation() -> (Rows, Rows, Rows) {
+    let first = vec![vec![5, 9, 14, 20, 33, 7], vec![40, 41, 42]];
+    let rest = vec![vec![11, 12], vec![13, 14, 15]];
+    let whole = first
+        .iter()
+        .zip(&rest)
+        .map(|(a, b)| a.iter().chain(b).copied().collect())
+        .collect();
+    (first, rest, whole)
+}
