@@ -6,11 +6,11 @@
 //! a request beyond the context is refused, naming the limit.
 
 use crate::common;
-use crate::drain;
+use crate::{alone, drain};
 
 use common::client;
-use stablegraph::models::family::{self, CausalLm};
-use stablegraph::models::{GenerateOptions, Penalties, Sampling};
+use stablegraph::models::family;
+use stablegraph::models::Sampling;
 use stablegraph::serving::{
     FinishReason, Request, Scheduler, SchedulerOptions, SlotModel, SubmitError,
 };
@@ -21,24 +21,6 @@ fn prompt(i: usize) -> Vec<u32> {
     (0..1 + (i * 7) % 23)
         .map(|j| (3 + (i * 13 + j * 5) % 90) as u32)
         .collect()
-}
-
-fn offline(
-    model: &dyn CausalLm,
-    prompt: &[u32],
-    max_tokens: usize,
-    sampling: Sampling,
-) -> Vec<u32> {
-    let options = GenerateOptions {
-        max_new_tokens: max_tokens,
-        sampling,
-        eos: None,
-        penalties: Penalties::NONE,
-    };
-    model
-        .generate(&[prompt.to_vec()], &options)
-        .unwrap()
-        .remove(0)
 }
 
 fn options() -> SchedulerOptions {
@@ -76,12 +58,7 @@ fn every_family_serves_what_generate_gives_alone() {
         }
         let got = drain(&mut s);
         for (id, r) in &asked {
-            let want = offline(
-                reference.as_ref(),
-                &r.prompt,
-                r.max_tokens,
-                Sampling::Greedy,
-            );
+            let want = alone(reference.as_ref(), &r.prompt, r.max_tokens);
             assert_eq!(
                 got[id].0, want,
                 "{name}: request {id} (prompt {:?})",

@@ -38,3 +38,15 @@ pub(crate) fn drain<M: SlotModel>(
     }
     out
 }
+
+/// The greedy tokens offline `generate` gives `prompt` alone, up to `max_tokens`.
+pub(crate) fn alone(
+    model: &dyn stablegraph::models::family::CausalLm,
+    prompt: &[u32],
+    max_tokens: usize,
+) -> Vec<u32> {
+    model
+        .generate(&[prompt.to_vec()], &common::greedy(max_tokens))
+        .unwrap()
+        .remove(0)
+}

@@ -4,34 +4,20 @@
 
 use std::collections::BTreeMap;
 
-use stablegraph::models::mamba2::{Mamba2, Penalties, Sampling};
-use stablegraph::models::GenerateOptions;
+use stablegraph::models::mamba2::Sampling;
 use stablegraph::serving::{
     Event, FinishReason, Request, Scheduler, SchedulerOptions, SlotModel, SubmitError,
 };
 use stablegraph::DType;
 
 use crate::common::tiny_model;
-use crate::drain;
+use crate::{alone, drain};
 
 /// Prompt `i` of a workload: lengths 1 to 23, tokens in the tiny vocabulary of 64.
 fn prompt(i: usize) -> Vec<u32> {
     (0..1 + (i * 7) % 23)
         .map(|j| ((i * 13 + j * 5) % 64) as u32)
         .collect()
-}
-
-fn alone(model: &Mamba2, prompt: &[u32], max_tokens: usize, sampling: Sampling) -> Vec<u32> {
-    let options = GenerateOptions {
-        max_new_tokens: max_tokens,
-        sampling,
-        eos: None,
-        penalties: Penalties::NONE,
-    };
-    model
-        .generate(&[prompt.to_vec()], &options)
-        .unwrap()
-        .remove(0)
 }
 
 fn options(slots: usize, segment: usize) -> SchedulerOptions {
@@ -73,7 +59,7 @@ fn greedy_requests_joining_and_leaving_equal_generate_alone() {
     let got = drain(&mut s);
     assert_eq!(got.len(), asked.len());
     for (id, r) in &asked {
-        let want = alone(&reference, &r.prompt, r.max_tokens, Sampling::Greedy);
+        let want = alone(&reference, &r.prompt, r.max_tokens);
         assert_eq!(got[id].0, want, "request {id} (prompt {:?})", r.prompt);
         assert_eq!(got[id].1, Some(FinishReason::Length));
     }
@@ -146,7 +132,7 @@ fn a_seeded_request_samples_the_same_alone_and_under_load() {
 fn eos_ends_a_request_without_being_returned() {
     let reference = tiny_model(DType::F32);
     let p = prompt(4);
-    let free = alone(&reference, &p, 12, Sampling::Greedy);
+    let free = alone(&reference, &p, 12);
     let eos = free[5];
     let cut = free.iter().position(|&t| t == eos).unwrap();
     let mut s = Scheduler::new(
@@ -195,7 +181,7 @@ fn a_cancelled_request_frees_its_slot_for_the_next() {
     assert!(!s.cancel(first), "cancelled twice");
     let got = drain(&mut s);
     assert!(!got.contains_key(&first), "no events after cancelling");
-    let want = alone(&reference, &next.prompt, 6, Sampling::Greedy);
+    let want = alone(&reference, &next.prompt, 6);
     assert_eq!(got[&second].0, want);
     // A queued request can be cancelled too.
     let third = s.submit(next.clone()).unwrap();
