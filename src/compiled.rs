@@ -222,6 +222,49 @@ impl CompiledGraph {
             .collect()
     }
 
+    /// [`CompiledGraph::run_sharded`] with the parameters after the first `leading` (a model's
+    /// weights, say) given by name: each parameter takes the input of its name, whatever the
+    /// order of `named`. A parameter without an input, an input whose name no parameter has
+    /// (or that is given twice), and an input of the wrong dtype, shape or layout are errors
+    /// naming it, so two inputs of one type cannot be swapped silently.
+    pub fn run_named(
+        &self,
+        leading: &[&ShardedBuffer],
+        named: &[(&str, &ShardedBuffer)],
+    ) -> Result<Vec<ShardedBuffer>> {
+        let wanted = self.names.get(leading.len()..).unwrap_or_default();
+        let mut used = vec![false; named.len()];
+        let mut args: Vec<&ShardedBuffer> = leading.to_vec();
+        for name in wanted {
+            let found = named
+                .iter()
+                .enumerate()
+                .position(|(i, (n, _))| !used[i] && n == name);
+            let Some(i) = found else {
+                return Err(Error::InvalidArgument(format!(
+                    "the program's parameter {name} was given no input"
+                )));
+            };
+            used[i] = true;
+            args.push(named[i].1);
+        }
+        if let Some(i) = used.iter().position(|u| !u) {
+            return Err(Error::InvalidArgument(format!(
+                "the program has no parameter {} (or it was given twice); its parameters after \
+                 the first {} are: {}",
+                named[i].0,
+                leading.len(),
+                wanted.join(", ")
+            )));
+        }
+        self.run_sharded(&args)
+    }
+
+    /// The parameters' names, in order.
+    pub fn parameter_names(&self) -> &[String] {
+        &self.names
+    }
+
     /// Whether the program runs over a mesh (its graph has one; see [`Graph::set_mesh`]).
     pub fn is_sharded(&self) -> bool {
         self.sharded

@@ -7,10 +7,10 @@ use std::path::Path;
 use serde_json::Value;
 
 use super::common::{GenerateOptions, ModelState, Parallel};
-use super::engine::{self, Family, SlotFamily};
+use super::engine::{self, Family};
 use super::hybrid::{self, Hybrid};
 use super::mamba1::{self, Mamba1};
-use super::mamba2::{Mamba2, Mamba2Config, Mamba2State, Mamba2Weights};
+use super::mamba2::{Mamba2, Mamba2Config, Mamba2Weights};
 use crate::array::HostArray;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -92,7 +92,13 @@ pub trait CausalLm: Send + Sync {
     }
 }
 
-impl<F: SlotFamily + Send + Sync> CausalLm for F {
+/// Every family on the engine that serves (its own slots, or the engine's through
+/// [`SlotFamily`]) is a [`CausalLm`].
+impl<F> CausalLm for F
+where
+    F: Family + SlotModel + Send + Sync,
+    F::Slots: Send + 'static,
+{
     fn family(&self) -> &'static str {
         Family::family(self)
     }
@@ -110,7 +116,7 @@ impl<F: SlotFamily + Send + Sync> CausalLm for F {
     }
     fn prefill_logits(&self, prompts: &[Vec<u32>]) -> Result<HostArray> {
         engine::check_prompts(Family::family(self), "prefill", prompts)?;
-        Ok(self.prefill_reserving(prompts, None, 0, 0)?.logits)
+        self.logits_at_every_position(prompts)
     }
     fn greedy(&self, prompts: &[Vec<u32>], new_tokens: usize) -> Result<Vec<Vec<u32>>> {
         engine::greedy(self, prompts, new_tokens)
@@ -142,89 +148,6 @@ impl<F: SlotFamily + Send + Sync> CausalLm for F {
     }
     fn stablehlo(&self, prompts: &[Vec<u32>], options: &GenerateOptions) -> Result<[String; 3]> {
         Family::stablehlo(self, prompts, options)
-    }
-    fn as_slots(&self) -> &dyn DynSlotModel {
-        self
-    }
-}
-
-impl CausalLm for Mamba2 {
-    fn family(&self) -> &'static str {
-        "Mamba-2"
-    }
-    fn describe(&self) -> String {
-        let c = self.config();
-        format!(
-            "{} layers, {} wide, state {}, vocab {}",
-            c.num_layers, c.hidden_size, c.state_size, c.vocab_size
-        )
-    }
-    fn matmul_dtype(&self) -> DType {
-        Mamba2::matmul_dtype(self)
-    }
-    fn weight_bytes(&self) -> usize {
-        self.weight_bytes_per_device()
-    }
-    fn vocab_size(&self) -> usize {
-        self.config().vocab_size
-    }
-    fn prefill_logits(&self, prompts: &[Vec<u32>]) -> Result<HostArray> {
-        let all = self.prefill_all_positions(prompts)?.logits;
-        let longest = prompts.iter().map(Vec::len).max().unwrap_or(0);
-        super::engine::last_positions(&all, longest)
-    }
-    fn greedy(&self, prompts: &[Vec<u32>], new_tokens: usize) -> Result<Vec<Vec<u32>>> {
-        let p = self.prefill(prompts)?;
-        let (b, vocab) = (prompts.len(), self.config().vocab_size);
-        let first = HostArray::from_bytes(
-            &crate::dtype::TensorType::new(DType::F32, &[b, 1, vocab]),
-            &p.logits.to_bytes(),
-        )?;
-        let mut state = Some(p.state);
-        super::engine::greedy_on_host(&first, new_tokens, |picks| {
-            let s = state
-                .take()
-                .ok_or_else(|| Error::InvalidArgument("no state".into()))?;
-            let (logits, next) = self.step(picks, s)?;
-            state = Some(next);
-            Ok(logits)
-        })
-    }
-    fn generate(&self, prompts: &[Vec<u32>], options: &GenerateOptions) -> Result<Vec<Vec<u32>>> {
-        let rows = Mamba2::generate(self, prompts, options)?;
-        Ok(engine::cut_at_eos(rows, options.eos))
-    }
-    fn generate_stream(
-        &self,
-        prompts: &[Vec<u32>],
-        options: &GenerateOptions,
-        segment: usize,
-        on_tokens: &mut dyn FnMut(&[Vec<u32>]) -> bool,
-    ) -> Result<Vec<Vec<u32>>> {
-        let rows = Mamba2::generate_stream(self, prompts, options, segment, on_tokens)?;
-        Ok(engine::cut_at_eos(rows, options.eos))
-    }
-    fn generate_from(
-        &self,
-        prompts: &[Vec<u32>],
-        state: Option<ModelState>,
-        options: &GenerateOptions,
-    ) -> Result<(Vec<Vec<u32>>, ModelState)> {
-        let state = state
-            .map(|s| Mamba2State::from_model_state(s, self.client()))
-            .transpose()?;
-        let (tokens, state) = Mamba2::generate_from(self, prompts, state, options)?;
-        Ok((
-            engine::cut_at_eos(tokens, options.eos),
-            state.to_model_state()?,
-        ))
-    }
-    fn stablehlo(&self, prompts: &[Vec<u32>], options: &GenerateOptions) -> Result<[String; 3]> {
-        let longest = prompts.iter().map(Vec::len).max().unwrap_or(0);
-        let bucket = self.prompt_bucket(longest.max(1)).ok_or_else(|| {
-            Error::InvalidArgument(format!("prompts of {longest} tokens have no bucket"))
-        })?;
-        Mamba2::stablehlo(self, prompts.len(), bucket, options)
     }
     fn as_slots(&self) -> &dyn DynSlotModel {
         self

@@ -2,12 +2,14 @@
 //! one-program `generate`, streaming and continuation in segments of the device-side decode
 //! loop, greedy decoding with the argmax on the host, and the values the programs take.
 
+use super::programs::{call, Named, Value};
 use super::Variant;
 use crate::array::HostArray;
 use crate::compiled::CompiledGraph;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::models::common::{generate_capacity, GenerateOptions, ModelState, MAX_NEW_TOKENS};
+use crate::runtime::{Client, ShardedBuffer};
 use crate::sampling::{PenaltySettings, SampleSettings, Sampling, TokenHistory};
 
 /// What a family supplies for the engine to generate with it: its prefill and step on the
@@ -40,16 +42,29 @@ pub(crate) trait Family {
         reserve: usize,
         pad_to: usize,
     ) -> Result<Prefilled<Self::State>>;
+    /// The logits at every position of the prompts (left-padded to the longest), `[b, L,
+    /// vocab]` f32.
+    fn logits_at_every_position(&self, prompts: &[Vec<u32>]) -> Result<HostArray> {
+        Ok(self.prefill_reserving(prompts, None, 0, 0)?.logits)
+    }
     /// One token per row after `state`: the logits `[b, vocab]` and the next state.
     fn step_tokens(&self, tokens: &[u32], state: Self::State) -> Result<(HostArray, Self::State)>;
     /// The program that generates up to `capacity` tokens after `prompts` in one call, as `v`
-    /// says, and its inputs before the controls ([`control_inputs`]).
+    /// says, and its inputs before the controls ([`control_inputs`]); with `init` (only when
+    /// [`Family::generate_carries_state`]) it continues from that state.
     fn generate_program(
         &self,
         prompts: &[Vec<u32>],
+        init: Option<Self::State>,
         capacity: usize,
         v: Variant,
     ) -> Result<Prepared>;
+    /// Whether the generate program can continue from a state and return the state after it
+    /// (`v.from_state`, `v.state_out`): [`generate_from`] is then one program call, else a
+    /// prefill and one segment.
+    fn generate_carries_state(&self) -> bool {
+        false
+    }
     /// The segment program (the shared [`super::segment_outputs`]) of up to `segment` steps
     /// from a state shaped like `state`, with a penalty history of `width` positions.
     fn segment_program(
@@ -59,23 +74,36 @@ pub(crate) trait Family {
         width: usize,
         v: Variant,
     ) -> Result<CompiledGraph>;
-    /// The state's tensors in the segment program's order.
-    fn flatten_state(&self, state: &Self::State) -> Result<Vec<HostArray>>;
-    /// A state shaped like `template` from a segment program's tensors.
-    fn unflatten_state(&self, template: &Self::State, flat: Vec<HostArray>) -> Result<Self::State>;
+    /// The state's tensors by the names of the segment program's parameters, in the order its
+    /// outputs return them.
+    fn flatten_state(&self, state: Self::State) -> Result<Vec<Named>>;
+    /// A state from a program's outputs in the order of [`Family::flatten_state`].
+    fn unflatten_state(&self, flat: Vec<Value>) -> Result<Self::State>;
     /// The state as named tensors.
     fn to_model_state(&self, state: Self::State) -> Result<ModelState>;
     /// A state from named tensors (of this family; the names checked, the shapes checked when
     /// it is used).
     fn state_from_model(&self, state: ModelState) -> Result<Self::State>;
-    /// Runs `program` on the weights and `inputs`, downloading its outputs.
-    fn run(&self, program: &CompiledGraph, inputs: &[HostArray]) -> Result<Vec<HostArray>>;
+    /// The client the weights live on.
+    fn client(&self) -> &Client;
+    /// The weights on the device, in the order every program takes them first.
+    fn weight_buffers(&self) -> Vec<&ShardedBuffer>;
+}
+
+/// Runs `program` of `f` on its weights and `inputs` by name ([`call`]); the outputs stay on
+/// the device.
+pub(crate) fn run<F: Family>(
+    f: &F,
+    program: &CompiledGraph,
+    inputs: Vec<Named>,
+) -> Result<Vec<ShardedBuffer>> {
+    call(f.client(), program, &f.weight_buffers(), inputs)
 }
 
 /// What [`Family::prefill_reserving`] returns.
 pub(crate) struct Prefilled<S> {
-    /// The logits at the last positions of the left-padded prompts, `[b, L, vocab]` (`L` the
-    /// longest prompt).
+    /// The logits at the positions of the left-padded prompts, `[b, L, vocab]`: every position
+    /// (`L` the longest prompt) or only the last (`L` = 1).
     pub(crate) logits: HostArray,
     /// The state after the prompts.
     pub(crate) state: S,
@@ -87,8 +115,8 @@ pub(crate) struct Prefilled<S> {
 pub(crate) struct Prepared {
     /// The program.
     pub(crate) program: CompiledGraph,
-    /// Its inputs after the weights and before the controls.
-    pub(crate) inputs: Vec<HostArray>,
+    /// Its inputs after the weights and before the controls, by name.
+    pub(crate) inputs: Vec<Named>,
     /// The prompts' positions as the penalty history counts them.
     pub(crate) len: usize,
 }
@@ -111,14 +139,38 @@ pub(crate) fn generate<F: Family>(
     prompts: &[Vec<u32>],
     options: &GenerateOptions,
 ) -> Result<Vec<Vec<u32>>> {
+    Ok(one_program(f, prompts, None, false, options)?.0)
+}
+
+/// Each row's tokens, and the state after them when asked for.
+type Generated<S> = (Vec<Vec<u32>>, Option<S>);
+
+/// [`generate`] continuing from `init` (when given, only when
+/// [`Family::generate_carries_state`]) and, with `state_out`, returning the state after the
+/// prompts and every token emitted.
+fn one_program<F: Family>(
+    f: &F,
+    prompts: &[Vec<u32>],
+    init: Option<F::State>,
+    state_out: bool,
+    options: &GenerateOptions,
+) -> Result<Generated<F::State>> {
     check_options(options, f.vocab_size())?;
     check_prompts(f.family(), "generate", prompts)?;
     if options.max_new_tokens == 0 {
-        return Ok(vec![Vec::new(); prompts.len()]);
+        let state = match state_out {
+            true => Some(f.prefill_reserving(prompts, init, 0, 0)?.state),
+            false => None,
+        };
+        return Ok((vec![Vec::new(); prompts.len()], state));
     }
-    let v = variant(options);
+    let v = Variant {
+        from_state: init.is_some(),
+        state_out,
+        ..variant(options)
+    };
     let capacity = generate_capacity(options.max_new_tokens);
-    let p = f.generate_program(prompts, capacity, v)?;
+    let p = f.generate_program(prompts, init, capacity, v)?;
     let mut inputs = p.inputs;
     let (len, vocab) = (p.len, f.vocab_size());
     inputs.extend(control_inputs(
@@ -129,11 +181,16 @@ pub(crate) fn generate<F: Family>(
         len + capacity,
         v,
     )?);
-    let out = f.run(&p.program, &inputs)?;
-    let tokens = out
-        .first()
+    let mut outs = run(f, &p.program, inputs)?.into_iter();
+    let tokens = outs
+        .next()
         .ok_or_else(|| Error::InvalidArgument("generate returned nothing".into()))?;
-    rows_of_tokens(tokens, options.max_new_tokens)
+    let rows = rows_of_tokens(&tokens.to_host_array()?, options.max_new_tokens)?;
+    let state = match state_out {
+        true => Some(f.unflatten_state(outs.map(Value::Device).collect())?),
+        false => None,
+    };
+    Ok((rows, state))
 }
 
 /// The prefill (after `init`, when given) with room for the generation, then segments of up
@@ -166,14 +223,14 @@ pub(crate) fn segments<F: Family>(
     let program = f.segment_program(&pre.state, segment, width, v)?;
     let start = StreamStart {
         logits: last_position(&pre.logits)?,
-        state: f.flatten_state(&pre.state)?,
+        state: f.flatten_state(pre.state)?,
         len: pre.width,
         width,
     };
-    let run = |inputs: &[HostArray]| f.run(&program, inputs);
+    let call = |inputs: Vec<Named>| run(f, &program, inputs);
     let (tokens, flat) =
-        stream_segments(prompts, options, vocab, segment, start, v, run, on_tokens)?;
-    Ok((tokens, f.unflatten_state(&pre.state, flat)?))
+        stream_segments(prompts, options, vocab, segment, start, v, call, on_tokens)?;
+    Ok((tokens, f.unflatten_state(flat)?))
 }
 
 /// [`generate`] continuing from `state` (when given; of this family, one row per prompt),
@@ -186,9 +243,28 @@ pub(crate) fn generate_from<F: Family>(
     options: &GenerateOptions,
 ) -> Result<(Vec<Vec<u32>>, ModelState)> {
     let init = state.map(|s| f.state_from_model(s)).transpose()?;
-    let segment = generate_capacity(options.max_new_tokens);
-    let (tokens, state) = segments(f, prompts, init, options, segment, true, |_| true)?;
+    let (tokens, state) = continue_from(f, prompts, init, options)?;
     Ok((tokens, f.to_model_state(state)?))
+}
+
+/// [`generate`] continuing from `init` (when given), returning with the tokens the state after
+/// the prompts and every token emitted: one program when [`Family::generate_carries_state`],
+/// else a prefill and one segment.
+pub(crate) fn continue_from<F: Family>(
+    f: &F,
+    prompts: &[Vec<u32>],
+    init: Option<F::State>,
+    options: &GenerateOptions,
+) -> Result<(Vec<Vec<u32>>, F::State)> {
+    if f.generate_carries_state() {
+        let (tokens, state) = one_program(f, prompts, init, true, options)?;
+        let state = state.ok_or_else(|| {
+            Error::InvalidArgument("generate_from: the program returned no state".into())
+        })?;
+        return Ok((tokens, state));
+    }
+    let segment = generate_capacity(options.max_new_tokens);
+    segments(f, prompts, init, options, segment, true, |_| true)
 }
 
 /// Each row up to and including its first `eos` (rows without one whole).
@@ -225,7 +301,7 @@ pub(crate) fn greedy<F: Family>(
 }
 
 /// The values of [`control_parameters`] for `options` and `prompts` left-padded to `len`
-/// positions in a history of `width`.
+/// positions in a history of `width`, by name.
 pub(crate) fn control_inputs(
     prompts: &[Vec<u32>],
     options: &GenerateOptions,
@@ -233,27 +309,52 @@ pub(crate) fn control_inputs(
     len: usize,
     width: usize,
     v: Variant,
-) -> Result<Vec<HostArray>> {
-    let batch = prompts.len();
+) -> Result<Vec<Named>> {
     // Both fit an i32: max_new_tokens <= MAX_NEW_TOKENS and eos < vocab (checked).
-    let mut inputs = vec![
+    let mut inputs = vec![host_input(
+        "max_new",
         HostArray::scalar(options.max_new_tokens as i32),
-        HostArray::scalar(options.eos.map_or(-1, |e| e as i32)),
-    ];
+    )];
+    inputs.extend(picker_inputs(prompts.len(), options, vocab, v)?);
     if v.sample {
-        inputs.push(HostArray::from_vec(&[2], options.sampling.key().to_vec())?);
-        inputs.extend(SampleSettings::host_values(
-            &options.sampling,
-            batch,
-            vocab,
-        )?);
+        let key = HostArray::from_vec(&[2], options.sampling.key().to_vec())?;
+        inputs.push(host_input("key", key));
+    }
+    if v.penalties {
+        let history = TokenHistory::host_values(prompts, len, width)?;
+        inputs.extend(history.into_iter().map(|(n, a)| host_input(n, a)));
+    }
+    Ok(inputs)
+}
+
+/// The inputs that say how a decode program picks its tokens (the same in every segment), by
+/// name: `eos`, with `v.sample` the [`SampleSettings`], with `v.penalties` the
+/// [`PenaltySettings`].
+fn picker_inputs(
+    batch: usize,
+    options: &GenerateOptions,
+    vocab: usize,
+    v: Variant,
+) -> Result<Vec<Named>> {
+    let mut inputs = vec![host_input(
+        "eos",
+        HostArray::scalar(options.eos.map_or(-1, |e| e as i32)),
+    )];
+    if v.sample {
+        let values = SampleSettings::host_values(&options.sampling, batch, vocab)?;
+        let names = ["temperature", "top_k", "top_p"];
+        inputs.extend(names.into_iter().zip(values).map(|(n, a)| host_input(n, a)));
     }
     if v.penalties {
         let settings = PenaltySettings::host_values(&options.penalties, batch)?;
-        let history = TokenHistory::host_values(prompts, len, width)?;
-        inputs.extend(settings.into_iter().chain(history).map(|(_, a)| a));
+        inputs.extend(settings.into_iter().map(|(n, a)| host_input(n, a)));
     }
     Ok(inputs)
+}
+
+/// A host array as the input `name`.
+pub(crate) fn host_input(name: impl Into<String>, a: HostArray) -> Named {
+    (name.into(), Value::Host(a))
 }
 
 /// The generate program's variant for `options` (no state in or out, not a segment).
@@ -307,13 +408,13 @@ pub(crate) fn rows_of_tokens(out: &HostArray, max_new: usize) -> Result<Vec<Vec<
 }
 
 /// Where a streamed generation starts: the logits after the prompts (`[b, vocab]`) and the
-/// state after them, flattened (as the segment program takes it), with the prompts left-padded
+/// state after them, by name (as the segment program takes it), with the prompts left-padded
 /// to `len` positions in a penalty history of `width`.
 pub(crate) struct StreamStart {
     /// The logits of the first new token.
     pub(crate) logits: HostArray,
-    /// The state's tensors, in the segment program's order.
-    pub(crate) state: Vec<HostArray>,
+    /// The state's tensors, by the segment program's names.
+    pub(crate) state: Vec<Named>,
     /// The prompts' padded length.
     pub(crate) len: usize,
     /// The penalty history's width (`len` and the new tokens' room).
@@ -323,8 +424,10 @@ pub(crate) struct StreamStart {
 /// Runs a streamed generation segment by segment through `run` (the segment program of
 /// [`segment_outputs`], up to `segment` tokens a call), handing each segment's new tokens
 /// (one list per row, cut after a row's `eos`) to `on_tokens`, which stops the stream by
-/// returning `false`. Returns every row's tokens, rows that stopped repeating their `eos` to
-/// `max_new_tokens` as `generate` does, and the state after the last segment (flattened).
+/// returning `false`. Between segments the logits, state, `done`, key and penalty history stay
+/// on the device (the program may donate them). Returns every row's tokens, rows that stopped
+/// repeating their `eos` to `max_new_tokens` as `generate` does, and the state after the last
+/// segment (in the order of [`StreamStart::state`]).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn stream_segments(
     prompts: &[Vec<u32>],
@@ -333,52 +436,45 @@ pub(crate) fn stream_segments(
     segment: usize,
     start: StreamStart,
     v: Variant,
-    mut run: impl FnMut(&[HostArray]) -> Result<Vec<HostArray>>,
+    mut run: impl FnMut(Vec<Named>) -> Result<Vec<ShardedBuffer>>,
     mut on_tokens: impl FnMut(&[Vec<u32>]) -> bool,
-) -> Result<(Vec<Vec<u32>>, Vec<HostArray>)> {
+) -> Result<(Vec<Vec<u32>>, Vec<Value>)> {
     let batch = prompts.len();
     let mut all = vec![Vec::new(); batch];
-    let mut fixed = vec![HostArray::scalar(options.eos.map_or(-1, |e| e as i32))];
-    if v.sample {
-        fixed.extend(SampleSettings::host_values(
-            &options.sampling,
-            batch,
-            vocab,
-        )?);
-    }
-    let mut history = Vec::new();
+    let mut history: Vec<Named> = Vec::new();
     if v.penalties {
-        let settings = PenaltySettings::host_values(&options.penalties, batch)?;
-        fixed.extend(settings.into_iter().map(|(_, a)| a));
         let h = TokenHistory::host_values(prompts, start.len, start.width)?;
-        history.extend(h.into_iter().map(|(_, a)| a));
+        history.extend(h.into_iter().map(|(n, a)| host_input(n, a)));
     }
-    let (mut logits, mut state) = (start.logits, start.state);
-    let mut done = HostArray::from_vec(&[batch], vec![false; batch])?;
-    let mut key = HostArray::from_vec(&[2], options.sampling.key().to_vec())?;
+    let mut at = vec![host_input("logits", start.logits)];
+    at.extend(start.state);
+    at.push(host_input(
+        "done",
+        HostArray::from_vec(&[batch], vec![false; batch])?,
+    ));
+    at.push(host_input(
+        "key",
+        HostArray::from_vec(&[2], options.sampling.key().to_vec())?,
+    ));
+    // The outputs after the tokens, in order: these inputs, then the history.
+    let names: Vec<String> = at.iter().chain(&history).map(|(n, _)| n.clone()).collect();
+    at.extend(history);
     let eos = options.eos.map_or(-1, |e| e as i32);
     let mut stopped = vec![false; batch];
     let mut made = 0;
     while made < options.max_new_tokens && stopped.iter().any(|s| !s) {
         let steps = segment.min(options.max_new_tokens - made);
-        let (n_state, n_history) = (state.len(), history.len());
-        let mut inputs = vec![logits];
-        inputs.extend(state);
+        let mut inputs = at;
         // Fits an i32: steps <= MAX_NEW_TOKENS.
-        inputs.extend([done, key, HostArray::scalar(steps as i32)]);
-        inputs.extend(fixed.iter().cloned());
-        inputs.extend(history);
-        let mut outs = run(&inputs)?.into_iter();
+        inputs.push(host_input("max_steps", HostArray::scalar(steps as i32)));
+        inputs.extend(picker_inputs(batch, options, vocab, v)?);
+        let mut outs = run(inputs)?.into_iter();
         let short = || Error::InvalidArgument("a generate segment returned too little".into());
-        let tokens = outs.next().ok_or_else(short)?;
-        logits = outs.next().ok_or_else(short)?;
-        state = outs.by_ref().take(n_state).collect();
-        done = outs.next().ok_or_else(short)?;
-        key = outs.next().ok_or_else(short)?;
-        history = outs.collect();
-        if state.len() != n_state || history.len() != n_history {
-            return Err(short());
-        }
+        let tokens = outs.next().ok_or_else(short)?.to_host_array()?;
+        at = names
+            .iter()
+            .map(|n| Ok((n.clone(), Value::Device(outs.next().ok_or_else(short)?))))
+            .collect::<Result<_>>()?;
         let mut fresh = vec![Vec::new(); batch];
         for (r, row) in rows_of_tokens(&tokens, steps)?.into_iter().enumerate() {
             for t in row {
@@ -402,6 +498,14 @@ pub(crate) fn stream_segments(
             }
         }
     }
+    // The state: after the logits, before `done`, `key` and the history.
+    let n_state = names.len() - 3 - usize::from(v.penalties) * 3;
+    let state = at
+        .into_iter()
+        .skip(1)
+        .take(n_state)
+        .map(|(_, v)| v)
+        .collect();
     Ok((all, state))
 }
 

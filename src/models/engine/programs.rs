@@ -41,6 +41,74 @@ pub(crate) fn check_weight_types(
     )))
 }
 
+/// A program input: an array on the host (uploaded as the program lays it out) or a buffer
+/// already on the device (passed as it is, or moved when laid out otherwise).
+pub(crate) enum Value {
+    /// On the host.
+    Host(HostArray),
+    /// On the device.
+    Device(ShardedBuffer),
+}
+
+impl Value {
+    /// The value on the host (downloaded when on the device).
+    pub(crate) fn into_host(self) -> Result<HostArray> {
+        match self {
+            Value::Host(a) => Ok(a),
+            Value::Device(b) => b.to_host_array(),
+        }
+    }
+
+    /// The value on the device (uploaded to `client`'s first device when on the host).
+    pub(crate) fn into_device(self, client: &Client) -> Result<ShardedBuffer> {
+        match self {
+            Value::Host(a) => client.sharded_buffer_from_host_array(&a, &Sharding::single()),
+            Value::Device(b) => Ok(b),
+        }
+    }
+}
+
+/// An input by the name of the program parameter it is.
+pub(crate) type Named = (String, Value);
+
+/// Runs `program` on `weights` (its first parameters) and `inputs` by name (see
+/// [`CompiledGraph::run_named`]): each input laid out as its parameter is, host arrays
+/// uploaded, device buffers laid out otherwise moved through the host (a state read from a
+/// file onto one device, given to a model over several). The outputs stay on the device.
+pub(crate) fn call(
+    client: &Client,
+    program: &CompiledGraph,
+    weights: &[&ShardedBuffer],
+    inputs: Vec<Named>,
+) -> Result<Vec<ShardedBuffer>> {
+    let names = program.parameter_names();
+    let layout = |name: &str| {
+        names
+            .iter()
+            .skip(weights.len())
+            .position(|n| n == name)
+            .and_then(|i| program.input_shardings().get(weights.len() + i))
+            .cloned()
+            .unwrap_or_else(Sharding::single)
+    };
+    let placed = inputs
+        .into_iter()
+        .map(|(name, v)| {
+            let want = layout(&name);
+            let b = match v {
+                Value::Host(a) => client.sharded_buffer_from_host_array(&a, &want)?,
+                Value::Device(b) if *b.sharding() == want => b,
+                Value::Device(b) => {
+                    client.sharded_buffer_from_host_array(&b.to_host_array()?, &want)?
+                }
+            };
+            Ok((name, b))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let named: Vec<(&str, &ShardedBuffer)> = placed.iter().map(|(n, b)| (n.as_str(), b)).collect();
+    program.run_named(weights, &named)
+}
+
 /// A model's compiled programs by what they compute (`K`), and its weights on the device (or
 /// split over several, as a [`Placement`] says), which every program takes first.
 pub(crate) struct Programs<K> {
@@ -83,6 +151,11 @@ impl<K: std::hash::Hash + Eq> Programs<K> {
             cache: Mutex::new(HashMap::new()),
             named: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// The weights on the device, in the order every program takes them first.
+    pub(crate) fn weight_buffers(&self) -> Vec<&ShardedBuffer> {
+        self.weights.iter().collect()
     }
 
     /// The devices the model spans.

@@ -11,7 +11,8 @@ use crate::compiled::CompiledGraph;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::models::common::{GenerateOptions, LayerState, ModelState};
-use crate::models::engine::{Family, Prefilled, Prepared, Variant};
+use crate::models::engine::{Device, Family, Named, Prefilled, Prepared, Value, Variant};
+use crate::runtime::{Client, ShardedBuffer};
 
 impl Family for Hybrid {
     type State = HybridState;
@@ -81,6 +82,7 @@ impl Family for Hybrid {
     fn generate_program(
         &self,
         prompts: &[Vec<u32>],
+        _init: Option<HybridState>,
         capacity: usize,
         v: Variant,
     ) -> Result<Prepared> {
@@ -97,12 +99,26 @@ impl Family for Hybrid {
         Hybrid::segment_program(self, state.rows(), state.capacity(), segment, width, v)
     }
 
-    fn flatten_state(&self, state: &HybridState) -> Result<Vec<HostArray>> {
+    fn flatten_state(&self, state: HybridState) -> Result<Vec<Named>> {
         Hybrid::flatten_state(self, state)
     }
 
-    fn unflatten_state(&self, template: &HybridState, flat: Vec<HostArray>) -> Result<HybridState> {
-        unflatten_state(&template.sublayers, flat)
+    fn unflatten_state(&self, flat: Vec<Value>) -> Result<HybridState> {
+        let kinds: Vec<SublayerState<()>> = self
+            .config()
+            .sublayers
+            .iter()
+            .map(|k| match k {
+                SublayerKind::Mamba => SublayerState::Mamba(LayerState { conv: (), ssm: () }),
+                SublayerKind::Attention => SublayerState::Attention { k: (), v: () },
+                _ => SublayerState::None,
+            })
+            .collect();
+        let flat = flat
+            .into_iter()
+            .map(Value::into_host)
+            .collect::<Result<Vec<_>>>()?;
+        unflatten_state(&kinds, flat)
     }
 
     /// `sublayers.{i}.conv` and `.ssm` (Mamba-2 mixers), `sublayers.{i}.k` and `.v`
@@ -175,8 +191,12 @@ impl Family for Hybrid {
         })
     }
 
-    fn run(&self, program: &CompiledGraph, inputs: &[HostArray]) -> Result<Vec<HostArray>> {
-        Hybrid::run(self, program, inputs)
+    fn client(&self) -> &Client {
+        Device::client(self.programs())
+    }
+
+    fn weight_buffers(&self) -> Vec<&ShardedBuffer> {
+        self.programs().weight_buffers()
     }
 }
 

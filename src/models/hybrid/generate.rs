@@ -13,7 +13,9 @@ use crate::compiled::CompiledGraph;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::models::common::{generate_capacity, GenerateOptions, LayerState};
-use crate::models::engine::{self, decode_loop, rows, Decoding, Prepared, Stepper, Variant};
+use crate::models::engine::{
+    self, decode_loop, host_input, rows, Decoding, Named, Prepared, Stepper, Variant,
+};
 use crate::ops::{Carry, Tensor};
 
 impl Carry for SublayerState<Tensor> {
@@ -179,7 +181,12 @@ impl Hybrid {
         })?;
         Ok(Prepared {
             program,
-            inputs: vec![fed.ids, fed.mask, fed.rotary, fed.valid],
+            inputs: vec![
+                host_input("tokens", fed.ids),
+                host_input("mask", fed.mask),
+                host_input("positions", fed.rotary),
+                host_input("valid", fed.valid),
+            ],
             len,
         })
     }
@@ -339,19 +346,26 @@ impl Hybrid {
         })
     }
 
-    /// The state's tensors in the segment program's order.
-    pub(super) fn flatten_state(&self, state: &HybridState) -> Result<Vec<HostArray>> {
+    /// The state by the names of the segment program's parameters (`state.1`, ...): each
+    /// sublayer's tensors, then `valid`, `column` and `positions`.
+    pub(super) fn flatten_state(&self, state: HybridState) -> Result<Vec<Named>> {
+        let rows = state.rows();
         let mut flat: Vec<HostArray> = Vec::new();
-        for s in &state.sublayers {
-            flat.extend(s.tensors().into_iter().cloned());
+        for s in state.sublayers {
+            flat.extend(match s {
+                SublayerState::Mamba(l) => vec![l.conv, l.ssm],
+                SublayerState::Attention { k, v } => vec![k, v],
+                SublayerState::None => Vec::new(),
+            });
         }
-        flat.push(state.valid.clone());
+        flat.push(state.valid);
         flat.push(HostArray::scalar(state.column as i32));
-        flat.push(HostArray::from_vec(
-            &[state.rows()],
-            state.positions.clone(),
-        )?);
-        Ok(flat)
+        flat.push(HostArray::from_vec(&[rows], state.positions)?);
+        Ok(flat
+            .into_iter()
+            .enumerate()
+            .map(|(i, a)| host_input(format!("state.{}", i + 1), a))
+            .collect())
     }
 }
 
@@ -400,8 +414,8 @@ fn carried_parameters(
 }
 
 /// A [`HybridState`] from a segment program's flattened state (shaped like `template`).
-pub(super) fn unflatten_state(
-    template: &[SublayerState<HostArray>],
+pub(super) fn unflatten_state<T>(
+    template: &[SublayerState<T>],
     flat: Vec<HostArray>,
 ) -> Result<HybridState> {
     let short = || Error::InvalidArgument("a generate segment returned too small a state".into());

@@ -10,8 +10,10 @@ use crate::dtype::TensorType;
 use crate::error::{Error, Result};
 use crate::models::common::{GenerateOptions, ModelState};
 use crate::models::engine::{
-    self, slot_variant, Device, Family, Prefilled, Prepared, SlotFamily, Variant,
+    self, host_input, slot_variant, Device, Family, Named, Prefilled, Prepared, SlotFamily, Value,
+    Variant,
 };
+use crate::runtime::{Client, ShardedBuffer};
 
 impl Family for Mamba1 {
     type State = Vec<Mamba1State<HostArray>>;
@@ -73,6 +75,7 @@ impl Family for Mamba1 {
     fn generate_program(
         &self,
         prompts: &[Vec<u32>],
+        _init: Option<Self::State>,
         capacity: usize,
         v: Variant,
     ) -> Result<Prepared> {
@@ -83,7 +86,7 @@ impl Family for Mamba1 {
         let program = self.program(key, |g, w| self.generate_outputs(g, w, b, len, capacity, v))?;
         Ok(Prepared {
             program,
-            inputs: vec![ids, mask],
+            inputs: vec![host_input("tokens", ids), host_input("mask", mask)],
             len,
         })
     }
@@ -99,18 +102,24 @@ impl Family for Mamba1 {
         segment_program(self, b, segment, width, v)
     }
 
-    fn flatten_state(&self, state: &Self::State) -> Result<Vec<HostArray>> {
+    fn flatten_state(&self, state: Self::State) -> Result<Vec<Named>> {
         Ok(state
-            .iter()
-            .flat_map(|s| [s.conv.clone(), s.ssm.clone()])
+            .into_iter()
+            .enumerate()
+            .flat_map(|(i, s)| {
+                [
+                    host_input(format!("conv.{i}"), s.conv),
+                    host_input(format!("ssm.{i}"), s.ssm),
+                ]
+            })
             .collect())
     }
 
-    fn unflatten_state(
-        &self,
-        _template: &Self::State,
-        flat: Vec<HostArray>,
-    ) -> Result<Self::State> {
+    fn unflatten_state(&self, flat: Vec<Value>) -> Result<Self::State> {
+        let flat = flat
+            .into_iter()
+            .map(Value::into_host)
+            .collect::<Result<Vec<_>>>()?;
         block::pair_states(flat.into_iter())
     }
 
@@ -144,8 +153,12 @@ impl Family for Mamba1 {
         Ok(states)
     }
 
-    fn run(&self, program: &CompiledGraph, inputs: &[HostArray]) -> Result<Vec<HostArray>> {
-        Mamba1::run(self, program, inputs)
+    fn client(&self) -> &Client {
+        Device::client(self.programs())
+    }
+
+    fn weight_buffers(&self) -> Vec<&ShardedBuffer> {
+        self.programs().weight_buffers()
     }
 }
 
