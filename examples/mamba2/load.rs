@@ -25,10 +25,11 @@ pub(crate) const SHIPPED_MODEL: &str = "models/mamba2-bytes";
 #[derive(Args)]
 pub(crate) struct ModelArgs {
     /// Checkpoint directory (HF or mamba_ssm): config.json, *.safetensors, and tokenizer.json
-    /// when present. Its config.json's model_type picks the family: mamba2 for every
-    /// subcommand; mamba, falcon_mamba, bamba, granitemoehybrid and nemotron_h for generate,
-    /// emit and bench. Default: the byte-level Mamba-2 shipped in models/mamba2-bytes/ (for
-    /// `bench`: the 130M shape); without that directory, the 130M shape.
+    /// when present. Its config.json's model_type picks the family: mamba2, mamba,
+    /// falcon_mamba, bamba, granitemoehybrid and nemotron_h for generate, emit, bench, eval and
+    /// serve; grad and train take mamba2 only so far. Default: the byte-level Mamba-2 shipped
+    /// in models/mamba2-bytes/ (for `bench`: the 130M shape); without that directory, the 130M
+    /// shape.
     #[arg(long, value_name = "DIR", conflicts_with = "shape")]
     pub(crate) model: Option<PathBuf>,
     /// Run one of the paper's five Mamba-2 sizes with seeded random weights instead of a
@@ -36,8 +37,8 @@ pub(crate) struct ModelArgs {
     #[arg(long, value_enum)]
     pub(crate) shape: Option<Shape>,
     /// Matrix dtype: bf16 keeps the matrices and their products in bf16, the rest in f32; int8
-    /// quantizes the Mamba-2 matrices at load to 8 bits with one f32 scale per row (products in
-    /// f32).
+    /// quantizes the matrices (of every family; experts too) at load to 8 bits with one f32
+    /// scale per row (products in f32).
     #[arg(long, value_enum, default_value_t = Precision::F32)]
     pub(crate) dtype: Precision,
     /// Seed of the random weights (with --shape, or when the 130M shape is the default).
@@ -151,8 +152,8 @@ pub(crate) fn read_config(dir: &Path) -> Result<Mamba2Config> {
     match model_type(dir)?.as_deref() {
         None | Some("mamba2") => {}
         Some(t) if family::model_types().contains(&t) => bail!(
-            "--model {}: model_type {t:?} runs with `generate`, `emit` and `bench`; this \
-             subcommand runs Mamba-2 (model_type \"mamba2\") only",
+            "--model {}: model_type {t:?} runs with `generate`, `emit`, `bench`, `eval` and \
+             `serve`; this subcommand runs Mamba-2 (model_type \"mamba2\") only so far",
             dir.display()
         ),
         Some(t) => bail!(

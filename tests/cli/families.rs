@@ -169,7 +169,9 @@ fn what_only_mamba2_takes_yet_is_a_one_line_error() {
             "x.safetensors",
         ]);
         assert!(
-            e.contains(&format!("\"{t}\" runs with `generate`, `emit` and `bench`")),
+            e.contains(&format!(
+                "\"{t}\" runs with `generate`, `emit`, `bench`, `eval` and `serve`"
+            )),
             "{e}"
         );
     }
