@@ -114,6 +114,7 @@ pub mod runtime;
 pub mod sampling;
 pub mod serving;
 pub mod sharding;
+pub mod target;
 pub mod tree;
 
 /// The README's and `docs/`'s Rust examples, compiled and run as doctests (`cargo test --doc`),
@@ -143,3 +144,4 @@ pub use compiled::CompiledGraph;
 pub use dtype::{DType, Element, TensorType};
 pub use error::{Error, ErrorCode, ErrorKind, Result};
 pub use sharding::{Mesh, PartitionSpec, Sharding};
+pub use target::{Platform, Target};

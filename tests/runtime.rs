@@ -170,6 +170,9 @@ fn outputs_feed_the_next_execution_without_the_host() {
 fn client_reports_platform_and_devices() {
     let c = client();
     assert_eq!(c.platform_name().unwrap(), "cpu");
+    // The target every model's graphs are built for: this CPU, as a graph without one assumes.
+    assert_eq!(stablegraph::Target::of(&c), stablegraph::Target::host());
+    assert!(stablegraph::Target::of(&c).is_cpu());
     assert!(c.device_count() >= 1);
     let d = &c.devices()[0];
     assert_eq!(d.kind().unwrap().to_lowercase(), "cpu");

@@ -13,7 +13,6 @@
 use crate::array::HostArray;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::models::common::layers::host_has_bf16_dot;
 use crate::models::common::materialize::rows_as_columns;
 use crate::ops::Tensor;
 
@@ -152,7 +151,7 @@ pub(crate) fn linear_8bit(x: &Tensor, w: &Tensor, scale: &Tensor) -> Result<Tens
         // has bf16 dot instructions (exact: the stored bytes 0..=255 and q in -127..=127 fit
         // bf16's 8 significant bits; a bf16 x bf16 -> f32 dot is YNNPACK's, and the converted
         // temporary is half f32's), else to f32.
-        let wide = if host_has_bf16_dot() {
+        let wide = if x.graph().target().bf16_dot {
             DType::BF16
         } else {
             DType::F32

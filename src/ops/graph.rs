@@ -36,6 +36,8 @@ struct GraphData {
     sharding: super::sharding::GraphSharding,
     /// The checkpointed spans (see [`Graph::checkpoint`]).
     checkpoints: Vec<Checkpointed>,
+    /// Where the program will run, when said (see [`Graph::with_target`]).
+    target: Option<crate::target::Target>,
 }
 
 /// A span of nodes built by [`Graph::checkpoint`]: recomputed in the backward pass.
@@ -107,8 +109,26 @@ impl Graph {
                 donated: Vec::new(),
                 sharding: Default::default(),
                 checkpoints: Vec::new(),
+                target: None,
             })),
         }
+    }
+
+    /// An empty graph for programs that will run on `target`: the models' layers that have a
+    /// form per platform (their products with a matrix) choose by it.
+    pub fn with_target(target: crate::target::Target) -> Graph {
+        let g = Graph::new();
+        g.data.borrow_mut().target = Some(target);
+        g
+    }
+
+    /// Where the program will run: the target the graph was made with, else this host's CPU
+    /// ([`crate::target::Target::host`]).
+    pub fn target(&self) -> crate::target::Target {
+        self.data
+            .borrow()
+            .target
+            .unwrap_or_else(crate::target::Target::host)
     }
 
     /// This graph's identity (distinct for every graph made in the process).

@@ -31,11 +31,17 @@ pub struct LayerState<T> {
 ///
 /// Both read the matrix's bytes once, with no f32 copy (`docs/performance.md`, "Low-precision
 /// weights"). A few f32 rows against an f32 matrix (a batch's decode step) take the
-/// [`weight_major`] form.
+/// [`weight_major`] form. These forms are the CPU's: for a graph whose
+/// [`crate::Target`] is another platform, every product is the plain dot.
 pub(crate) fn linear(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
+    let target = x.graph().target();
     let rows: usize = x.dims()[..x.rank().saturating_sub(1)].iter().product();
-    let one_row = rows == 1 && x.dtype() == DType::F32 && w.dtype() != DType::F32 && w.rank() == 2;
-    let y = if one_row && w.dtype() == DType::BF16 && host_has_bf16_dot() {
+    let one_row = target.is_cpu()
+        && rows == 1
+        && x.dtype() == DType::F32
+        && w.dtype() != DType::F32
+        && w.rank() == 2;
+    let y = if one_row && w.dtype() == DType::BF16 && target.bf16_dot {
         let n_in = w.dims()[1];
         let two = x
             .reshape(&[1, n_in as isize])?
@@ -53,7 +59,7 @@ pub(crate) fn linear(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Te
         let mut row: Vec<isize> = x.dims().iter().map(|&d| d as isize).collect();
         row.insert(row.len().saturating_sub(1), 1);
         w.astype(DType::F32)?.mul(&x.reshape(&row)?)?.sum(&[-1])?
-    } else if few_rows_f32(x, w, rows) {
+    } else if target.is_cpu() && few_rows_f32(x, w, rows) {
         weight_major(x, w, rows)?
     } else {
         // bf16 x bf16 -> f32 (YNNPACK's form): a bf16 result would make XLA widen both
@@ -99,19 +105,6 @@ fn weight_major(x: &Tensor, w: &Tensor, rows: usize) -> Result<Tensor> {
     yt.t()?.reshape(&out)
 }
 
-/// Whether this processor has a bf16 dot instruction XLA's CPU backend can use (AVX512-BF16 or
-/// AMX-BF16), as `/proc/cpuinfo` lists its flags (read once); `true` where that file cannot say.
-pub(crate) fn host_has_bf16_dot() -> bool {
-    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *HAS.get_or_init(|| match std::fs::read_to_string("/proc/cpuinfo") {
-        Ok(info) => info.lines().filter(|l| l.starts_with("flags")).any(|l| {
-            l.split_whitespace()
-                .any(|f| f == "avx512_bf16" || f == "amx_bf16")
-        }),
-        Err(_) => true,
-    })
-}
-
 /// [`linear`] for a matrix that may be 8-bit: with its per-row `scale`, the product of
 /// [`quant::linear_8bit`].
 pub(crate) fn linear_scaled(
@@ -155,4 +148,43 @@ pub(crate) fn remembered_inputs(
     let target = j.add(&padding.expand_dims(1)?.expand_dims(2)?)?;
     let place = position.eq(&target)?.astype(DType::F32)?; // [b, k-1+L, k-1]
     Tensor::einsum("btj,bjc->btc", &[&place, &earlier])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::linear;
+    use crate::dtype::DType;
+    use crate::ops::Graph;
+    use crate::target::{Platform, Target};
+
+    /// The StableHLO text of `linear` of `rows` f32 rows by a `[6, 4]` matrix of `dtype`, in a
+    /// graph for `target`.
+    fn text(target: Target, rows: usize, dtype: DType) -> String {
+        let g = Graph::with_target(target);
+        let x = g.parameter("x", DType::F32, &[rows, 4]).unwrap();
+        let w = g.parameter("w", dtype, &[6, 4]).unwrap();
+        let y = linear(&x, &w, None).unwrap();
+        g.set_outputs(&[&y]).unwrap();
+        g.to_stablehlo().unwrap()
+    }
+
+    #[test]
+    fn the_cpu_forms_of_a_product_stay_out_of_a_gpu_program() {
+        let cpu = Target {
+            platform: Platform::Cpu,
+            bf16_dot: true,
+        };
+        let gpu = Target {
+            platform: Platform::Gpu,
+            bf16_dot: true,
+        };
+        // One bf16 row: on the CPU repeated to two rows for a two-row dot.
+        assert!(text(cpu, 1, DType::BF16).contains("broadcast_in_dim"));
+        assert!(!text(gpu, 1, DType::BF16).contains("broadcast_in_dim"));
+        // A few f32 rows: on the CPU weight-major behind an optimization barrier.
+        assert!(text(cpu, 4, DType::F32).contains("optimization_barrier"));
+        assert!(!text(gpu, 4, DType::F32).contains("optimization_barrier"));
+        // A graph without a target is this host's CPU.
+        assert!(Graph::new().target().is_cpu());
+    }
 }

@@ -25,8 +25,13 @@ pub(crate) fn window_sum(window: &Tensor, weight: &Tensor) -> Result<Tensor> {
 }
 
 /// `t` behind an optimization barrier: computed once into a buffer that its consumers read,
-/// where XLA would otherwise fuse (recompute) it into each of them.
+/// where XLA's CPU backend would otherwise fuse (recompute) it into each of them. For a graph
+/// whose [`crate::Target`] is another platform, `t` as it is (its compiler's fusion choices
+/// stand).
 pub(crate) fn materialized(t: &Tensor) -> Result<Tensor> {
+    if !t.graph().target().is_cpu() {
+        return Ok(t.clone());
+    }
     Tensor::optimization_barrier(&[t])?
         .into_iter()
         .next()

@@ -11,6 +11,7 @@ use crate::error::{Error, Result};
 use crate::ops::Graph;
 use crate::runtime::{Client, ShardedBuffer};
 use crate::sharding::Sharding;
+use crate::target::Target;
 
 /// Checks host weights against the types a model expects (by name, in order); an error names
 /// `family` and every tensor of the wrong dtype or shape.
@@ -117,6 +118,8 @@ pub(crate) struct Programs<K> {
     /// The weights' names and types, in order.
     types: Vec<(String, TensorType)>,
     placement: Option<Placement>,
+    /// Where the programs run (decided once from the client).
+    target: Target,
     cache: Mutex<HashMap<K, CompiledGraph>>,
     /// The engine's own programs (serving slots' inserts and extracts), by name.
     named: Mutex<HashMap<String, CompiledGraph>>,
@@ -148,6 +151,7 @@ impl<K: std::hash::Hash + Eq> Programs<K> {
             weights: buffers,
             types: weights.iter().map(|(n, a)| (n.clone(), a.ty())).collect(),
             placement,
+            target: Target::of(client),
             cache: Mutex::new(HashMap::new()),
             named: Mutex::new(HashMap::new()),
         })
@@ -156,6 +160,11 @@ impl<K: std::hash::Hash + Eq> Programs<K> {
     /// The weights on the device, in the order every program takes them first.
     pub(crate) fn weight_buffers(&self) -> Vec<&ShardedBuffer> {
         self.weights.iter().collect()
+    }
+
+    /// Where the programs run, decided once from the client.
+    pub(crate) fn target(&self) -> Target {
+        self.target
     }
 
     /// The devices the model spans.

@@ -532,7 +532,7 @@ impl Hybrid {
         &self,
         build: impl FnOnce(&Graph, &HybridWeights<Tensor>) -> Result<Vec<Tensor>>,
     ) -> Result<Graph> {
-        let g = Graph::new();
+        let g = Graph::with_target(self.programs.target());
         let w = self
             .types
             .try_map(|name, ty| g.parameter(&format!("w.{name}"), ty.dtype, &ty.dims))?;

@@ -98,7 +98,7 @@ impl Mamba1 {
         Ok(Mamba1 {
             config,
             types,
-            scan: if client.platform_name().is_ok_and(|p| p == "cpu") {
+            scan: if programs.target().is_cpu() {
                 Scan::Loop
             } else {
                 Scan::Associative
@@ -470,7 +470,7 @@ impl Mamba1 {
         &self,
         build: impl FnOnce(&Graph, &Mamba1Weights<Tensor>) -> Result<Vec<Tensor>>,
     ) -> Result<Graph> {
-        let g = Graph::new();
+        let g = Graph::with_target(self.programs.target());
         let w = block::weight_parameters(&g, &self.types)?;
         let outs = build(&g, &w)?;
         g.set_outputs(&outs.iter().collect::<Vec<_>>())?;

@@ -109,7 +109,7 @@ impl Mamba2 {
         capacity: usize,
         v: Variant,
     ) -> Result<Graph> {
-        let g = Graph::new();
+        let g = self.graph();
         let w = self.for_products(&self.weight_parameters(&g)?, false)?;
         let tokens = g.parameter("tokens", DType::I32, &[batch, bucket])?;
         let mask = g.parameter("mask", DType::F32, &[batch, bucket])?;
@@ -199,7 +199,7 @@ impl Mamba2 {
         v: Variant,
         width: usize,
     ) -> Result<Graph> {
-        let g = Graph::new();
+        let g = self.graph();
         let w = self.for_products(&self.weight_parameters(&g)?, false)?;
         let all_logits = g.parameter("logits", DType::F32, &[slots, self.config().vocab_size])?;
         g.donate(&all_logits)?;

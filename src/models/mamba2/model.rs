@@ -22,6 +22,7 @@ use crate::models::quant;
 use crate::ops::{Graph, Tensor};
 use crate::runtime::{Client, ShardedBuffer};
 use crate::sharding::Sharding;
+use crate::target::Target;
 
 /// What a prefill returns.
 #[derive(Debug)]
@@ -50,8 +51,8 @@ pub struct Mamba2 {
     prefill_chunk: Option<usize>,
     /// How bf16 matrices enter products, when set (see [`Mamba2::with_bf16_dots`]).
     bf16_dots: Option<bool>,
-    /// Whether the client's platform is the CPU (read once).
-    on_cpu: bool,
+    /// Where the programs run (decided once from the client).
+    target: Target,
     programs: Mutex<HashMap<String, CompiledGraph>>,
 }
 
@@ -122,7 +123,7 @@ impl Mamba2 {
                     .into(),
             ));
         }
-        let on_cpu = client.platform_name().is_ok_and(|p| p == "cpu");
+        let target = Target::of(client);
         // Each host tensor (when owned) is dropped once it is on the device.
         let buffers = weights.try_into_map(|name, a| {
             let sharding = match &placement {
@@ -149,7 +150,7 @@ impl Mamba2 {
             types,
             prefill_chunk: None,
             bf16_dots: None,
-            on_cpu,
+            target,
             programs: Mutex::new(HashMap::new()),
         })
     }
@@ -183,7 +184,7 @@ impl Mamba2 {
             return chunk;
         }
         let mut chunk = self.config.chunk_size;
-        if self.on_cpu {
+        if self.target.is_cpu() {
             chunk = chunk.min(CPU_MAX_CHUNK);
         }
         let covering = longest.max(16).checked_next_power_of_two();
@@ -203,14 +204,14 @@ impl Mamba2 {
 
     /// Whether bf16 matrices enter their products as bf16 (`true`) or are converted to f32 in
     /// the program first (`false`): see [`Mamba2::with_bf16_dots`]. Without an explicit choice,
-    /// `false` on a CPU platform whose processor has neither AVX512-BF16 nor AMX-BF16 (read
-    /// from `/proc/cpuinfo`; XLA's bf16 dot is slower than converting there; see
-    /// `docs/performance.md`), `true` elsewhere.
+    /// the [`Target`]'s: `false` on a CPU platform whose processor has neither AVX512-BF16 nor
+    /// AMX-BF16 (XLA's bf16 dot is slower than converting there; see `docs/performance.md`),
+    /// `true` elsewhere.
     pub fn bf16_dots(&self) -> bool {
         if let Some(choice) = self.bf16_dots {
             return choice;
         }
-        !self.on_cpu || crate::models::common::layers::host_has_bf16_dot()
+        self.target.bf16_dot
     }
 
     /// Sets how bf16 matrices enter their products (see [`Mamba2::bf16_dots`]); `None`
@@ -256,6 +257,16 @@ impl Mamba2 {
             chunk_size: self.prefill_chunk(bucket),
             ..self.config.clone()
         }
+    }
+
+    /// Where the model's programs run, decided once from its client.
+    pub fn target(&self) -> Target {
+        self.target
+    }
+
+    /// An empty graph for one of the model's programs (built for its [`Target`]).
+    pub(super) fn graph(&self) -> Graph {
+        Graph::with_target(self.target)
     }
 
     /// The client the model runs on.
@@ -414,7 +425,7 @@ impl Mamba2 {
         at: LogitsAt,
         from_state: bool,
     ) -> Result<Graph> {
-        let g = Graph::new();
+        let g = self.graph();
         let w = self.for_products(&self.weight_parameters(&g)?, false)?;
         let tokens = g.parameter("tokens", DType::I32, &[batch, bucket])?;
         let mask = g.parameter("mask", DType::F32, &[batch, bucket])?;
@@ -461,7 +472,7 @@ impl Mamba2 {
     }
 
     pub(super) fn step_graph(&self, batch: usize) -> Result<Graph> {
-        let g = Graph::new();
+        let g = self.graph();
         // At batch 1 every product has one row: the step converts nothing on each call.
         let w = self.for_products(&self.weight_parameters(&g)?, batch == 1)?;
         let token = g.parameter("token", DType::I32, &[batch])?;

@@ -30,7 +30,7 @@ impl Mamba2 {
     /// after the weights are the slots' logits and state (donated), the rows' logits and state,
     /// and the slot index of each row (i32 `[rows]`); outputs the slots' logits and state.
     fn insert_graph(&self, slots: usize, rows: usize) -> Result<Graph> {
-        let g = Graph::new();
+        let g = self.graph();
         let vocab = self.config().vocab_size;
         let logits = g.parameter("logits", DType::F32, &[slots, vocab])?;
         g.donate(&logits)?;
@@ -53,7 +53,7 @@ impl Mamba2 {
     /// The program that copies `rows` rows of the slots' state out (not donated): parameters
     /// the state of `slots` rows and the row indices (i32 `[rows]`); outputs the rows' state.
     fn extract_graph(&self, slots: usize, rows: usize) -> Result<Graph> {
-        let g = Graph::new();
+        let g = self.graph();
         let (conv_t, ssm_t) = self.state_types(slots);
         let mut state = Vec::new();
         for i in 0..self.config().num_layers {
