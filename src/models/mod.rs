@@ -16,5 +16,6 @@ pub use crate::sampling::{Penalties, Sampling};
 pub use common::{
     GenerateOptions, LayerState, LoadOptions, Matrix, ModelState, Parallel, MAX_NEW_TOKENS,
 };
+pub use engine::slots::FamilySlots;
 pub use loaded::{Completion, Model, TokenLogprob};
 pub use text::Text;

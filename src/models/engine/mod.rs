@@ -301,26 +301,59 @@ pub(crate) fn control_parameters(
     })
 }
 
-/// The segment program of a streamed generation for a model whose state `state_parameters`
-/// adds to `g`: parameters (after the weights) `logits` `[b, vocab]`, the state, `done` (pred
-/// `[b]`), `key`, `max_steps`, `eos`, with `v.sample` the [`SampleSettings`], and with
-/// `v.penalties` the [`PenaltySettings`] and the [`TokenHistory`] of `width` positions. Up to
-/// `segment` decode steps; returns the outputs: the tokens `[b, segment]`, then the new
-/// logits, state, `done`, `key`, and with `v.penalties` the history (the order
-/// [`stream_segments`] reads).
-#[allow(clippy::too_many_arguments)]
+/// The shape of a segment program ([`segment_outputs`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SegmentShape {
+    /// The rows the logits and state hold.
+    pub(crate) slots: usize,
+    /// The rows decoded when only some of them are (served slots): the program then takes
+    /// their indices and writes them back, the other rows untouched.
+    pub(crate) rows: Option<usize>,
+    /// The vocabulary size.
+    pub(crate) vocab: usize,
+    /// Up to this many decode steps.
+    pub(crate) steps: usize,
+    /// The penalty history's positions.
+    pub(crate) width: usize,
+}
+
+/// The segment program of a streamed generation (or of served slots) for a model whose state
+/// `state_parameters` adds to `g`: parameters (after the weights) `logits` `[slots, vocab]`,
+/// the state (both donated), with `shape.rows: Some(m)` the indices of the rows to decode
+/// (`rows`, i32 `[m]`, distinct), `done` (pred), `key`, `max_steps`, `eos`, with `v.sample`
+/// the [`SampleSettings`], and with `v.penalties` the [`PenaltySettings`] and the
+/// [`TokenHistory`] of `width` positions (donated), all of the decoded rows. Up to
+/// `shape.steps` decode steps; returns the outputs: the tokens `[rows, steps]`, then the new
+/// logits and state (of every slot), `done`, `key`, and with `v.penalties` the history (the
+/// order [`stream_segments`] reads).
 pub(crate) fn segment_outputs<M: Stepper>(
     g: &Graph,
     model: &M,
-    batch: usize,
-    vocab: usize,
-    segment: usize,
-    width: usize,
+    shape: SegmentShape,
     v: Variant,
     state_parameters: impl FnOnce(&Graph) -> Result<M::State>,
 ) -> Result<Vec<Tensor>> {
-    let logits = g.parameter("logits", DType::F32, &[batch, vocab])?;
-    let states = state_parameters(g)?;
+    let all_logits = g.parameter("logits", DType::F32, &[shape.slots, shape.vocab])?;
+    g.donate(&all_logits)?;
+    let all_states = state_parameters(g)?;
+    let mut all = vec![all_logits];
+    all_states.flatten(&mut all);
+    for t in &all[1..] {
+        g.donate(t)?;
+    }
+    let index = match shape.rows {
+        Some(m) => Some(g.parameter("rows", DType::I32, &[m])?),
+        None => None,
+    };
+    let picked: Vec<Tensor> = match &index {
+        Some(i) => all.iter().map(|t| t.take(i)).collect::<Result<_>>()?,
+        None => all.clone(),
+    };
+    let mut picked = picked.into_iter();
+    let missing = || Error::InvalidArgument("segment: the state did not rebuild".into());
+    let logits = picked.next().ok_or_else(missing)?;
+    let states = M::State::unflatten(&all_states, &mut picked).ok_or_else(missing)?;
+    let batch = shape.rows.unwrap_or(shape.slots);
     let done = g.parameter("done", DType::Pred, &[batch])?;
     let key = g.parameter("key", DType::U32, &v.key_dims(batch))?;
     let max_steps = g.parameter("max_steps", DType::I32, &[])?;
@@ -330,7 +363,11 @@ pub(crate) fn segment_outputs<M: Stepper>(
     } else {
         None
     };
-    let (penalties, history) = penalty_parameters(g, v, batch, width)?;
+    let (penalties, history) = penalty_parameters(g, v, batch, shape.width)?;
+    if let Some(h) = &history {
+        g.donate(&h.tokens)?;
+        g.donate(&h.matched)?;
+    }
     let start = Decoding {
         logits,
         states,
@@ -343,9 +380,14 @@ pub(crate) fn segment_outputs<M: Stepper>(
         sample,
         penalties,
     };
-    let (out, end) = decode_loop(model, start, &max_steps, &picker, segment, v)?;
-    let mut outs = vec![out, end.logits];
-    end.states.flatten(&mut outs);
+    let (out, end) = decode_loop(model, start, &max_steps, &picker, shape.steps, v)?;
+    let mut state_outs = vec![end.logits];
+    end.states.flatten(&mut state_outs);
+    if let Some(index) = &index {
+        state_outs = scatter_rows(all, &state_outs, index)?;
+    }
+    let mut outs = vec![out];
+    outs.extend(state_outs);
     outs.push(end.done);
     outs.push(end.key);
     if let Some(h) = end.history {

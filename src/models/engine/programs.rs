@@ -258,13 +258,8 @@ pub(crate) trait Device {
     fn compiled(&self) -> usize;
     /// The client the weights live on.
     fn client(&self) -> &crate::runtime::Client;
-    /// Runs `program` on the weights and `inputs`, all on the device, returning its outputs
-    /// there.
-    fn run_on_device(
-        &self,
-        program: &crate::compiled::CompiledGraph,
-        inputs: &[&crate::runtime::Buffer],
-    ) -> Result<Vec<crate::runtime::Buffer>>;
+    /// The devices the weights span.
+    fn devices(&self) -> usize;
 }
 
 impl<K: std::hash::Hash + Eq> Device for Programs<K> {
@@ -299,24 +294,8 @@ impl<K: std::hash::Hash + Eq> Device for Programs<K> {
         &self.client
     }
 
-    /// Runs `program` on the weights and `inputs`, all on the device, returning its outputs
-    /// there.
-    fn run_on_device(
-        &self,
-        program: &crate::compiled::CompiledGraph,
-        inputs: &[&crate::runtime::Buffer],
-    ) -> Result<Vec<crate::runtime::Buffer>> {
-        if self.placement.is_some() {
-            return Err(Error::InvalidArgument(format!(
-                "serving runs a model on one device so far; this one spans {}",
-                self.devices()
-            )));
-        }
-        let mut args: Vec<&crate::runtime::Buffer> = Vec::with_capacity(self.weights.len());
-        for w in &self.weights {
-            args.extend(w.shards().first());
-        }
-        args.extend(inputs);
-        program.run_buffers(&args)
+    /// The devices the weights span.
+    fn devices(&self) -> usize {
+        Programs::devices(self)
     }
 }

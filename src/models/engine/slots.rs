@@ -2,42 +2,57 @@
 //! logits of each slot's next token and its state on the device, every tensor with the slots
 //! first; prompts are prefilled in groups of one bucket (a long prompt in pieces, each
 //! continuing from the state its slot holds) and written into their slots by an insert program;
-//! segments run the family's decode loop over every slot, one sampling key per row, the rows
-//! not decoding holding their state.
+//! segments run the family's decode loop over the active slots (padded to a power of two), one
+//! sampling key per row, the other rows holding their state. Every program is called by its
+//! parameters' names, the state's named as the family's segment program names them.
 
+use super::host::host_input;
+use super::programs::{call, Named, Value};
 use super::{bucket_chunks, last_position, scatter_rows, Device, Family, Prefilled};
 use crate::array::HostArray;
 use crate::compiled::CompiledGraph;
 use crate::dtype::{DType, TensorType};
 use crate::error::{Error, Result};
 use crate::ops::Graph;
-use crate::runtime::Buffer;
+use crate::runtime::ShardedBuffer;
 use crate::sampling::{SampleSettings, Sampling};
 use crate::serving::{check_segment, Segment, SegmentOutput, SlotModel};
+use crate::sharding::Sharding;
 
 /// The positions a prompt bucket grows by: buckets are this times 1, 2, 3, 4, 6, 8, 12, ...
 const BUCKET_STEP: usize = 16;
 
 /// What a family supplies to be served: its state as slots hold it (every tensor with the rows
-/// first), the segment program over slots, and its programs on the device.
+/// first, named as its segment program's parameters), the segment program over slots, and its
+/// programs on the device.
 pub(crate) trait SlotFamily: Family {
-    /// The state's tensors as slots hold them: each with the rows first (what the family
-    /// shares between rows, such as a cache column, given to each row), caches widened to
-    /// `capacity` columns. A state whose caches outgrew `capacity` is an error.
-    fn slot_rows(&self, state: Self::State, capacity: usize) -> Result<Vec<HostArray>>;
+    /// The state's tensors as slots hold them, in the order of [`SlotFamily::slot_names`]:
+    /// each with the rows first (what the family shares between rows, such as a cache column,
+    /// given to each row), caches widened to `capacity` columns. A state whose caches outgrew
+    /// `capacity` is an error.
+    fn slot_rows(&self, state: Self::State, capacity: usize) -> Result<Vec<Value>>;
     /// The state of the slot rows `rows` (as [`SlotFamily::slot_rows`] made them).
-    fn state_of_slot_rows(&self, rows: Vec<HostArray>) -> Result<Self::State>;
+    fn state_of_slot_rows(&self, rows: Vec<Value>) -> Result<Self::State>;
+    /// The names of the slot tensors: the segment program's state parameters.
+    fn slot_names(&self) -> Vec<String>;
     /// The types of `rows` empty slot rows with caches of `capacity` columns.
     fn slot_types(&self, rows: usize, capacity: usize) -> Result<Vec<TensorType>>;
     /// The cache columns a slot needs for `context` tokens of prompt and generation (prompts
-    /// padded to their buckets included); 0 for a family without caches.
+    /// padded to their buckets included); 0 for a family without caches, whose rows then
+    /// continue from their slots together.
     fn slot_capacity(&self, context: usize) -> usize;
-    /// The segment program ([`super::segment_outputs`]) over `rows` slot rows with caches of
-    /// `capacity` columns, up to `steps` steps, greedy or sampled, one key per row, the rows
-    /// not decoding keeping their state.
+    /// The padded length a prompt of `len` tokens is prefilled at ([`prompt_bucket`] unless
+    /// the family pads otherwise).
+    fn slot_bucket(&self, len: usize) -> Result<usize> {
+        prompt_bucket(len)
+    }
+    /// The segment program ([`super::segment_outputs`]) over `slots` slot rows with caches of
+    /// `capacity` columns, decoding all of them or `rows` of them, up to `steps` steps, greedy
+    /// or sampled, one key per row, the rows not decoding keeping their state.
     fn slot_segment_program(
         &self,
-        rows: usize,
+        slots: usize,
+        rows: Option<usize>,
         capacity: usize,
         steps: usize,
         sample: bool,
@@ -51,7 +66,7 @@ pub(crate) trait SlotFamily: Family {
         continued: bool,
         capacity: usize,
     ) -> Result<()>;
-    /// Its weights and programs on the device.
+    /// Its programs on the device.
     fn device(&self) -> &dyn Device;
 }
 
@@ -59,9 +74,9 @@ pub(crate) trait SlotFamily: Family {
 #[derive(Debug)]
 pub struct FamilySlots {
     /// The logits of each slot's next token, `[slots, vocab]`.
-    logits: Buffer,
+    logits: ShardedBuffer,
     /// Each slot's state, every tensor with the slots first.
-    state: Vec<Buffer>,
+    state: Vec<ShardedBuffer>,
     /// The cache columns of each slot.
     capacity: usize,
 }
@@ -77,9 +92,11 @@ pub(crate) fn prompt_bucket(len: usize) -> Result<usize> {
 }
 
 /// The program that writes `rows` prefilled rows (logits and state of `row_types`) into the
-/// slots (`slot_types`, donated) at the slot index of each (i32 `[rows]`).
+/// slots (`slot_types`, donated; the tensors named `names`, the rows' `row_` and the name) at
+/// the slot index of each (i32 `[rows]`).
 fn insert_graph(
     vocab: usize,
+    names: &[String],
     slot_types: &[TensorType],
     row_types: &[TensorType],
 ) -> Result<Graph> {
@@ -88,14 +105,14 @@ fn insert_graph(
     let logits = g.parameter("logits", DType::F32, &[slots, vocab])?;
     g.donate(&logits)?;
     let mut targets = vec![logits];
-    for (i, t) in slot_types.iter().enumerate() {
-        let p = g.parameter(&format!("slot.{i}"), t.dtype, &t.dims)?;
+    for (name, t) in names.iter().zip(slot_types) {
+        let p = g.parameter(name, t.dtype, &t.dims)?;
         g.donate(&p)?;
         targets.push(p);
     }
     let mut sources = vec![g.parameter("row_logits", DType::F32, &[rows, vocab])?];
-    for (i, t) in row_types.iter().enumerate() {
-        sources.push(g.parameter(&format!("row.{i}"), t.dtype, &t.dims)?);
+    for (name, t) in names.iter().zip(row_types) {
+        sources.push(g.parameter(&format!("row_{name}"), t.dtype, &t.dims)?);
     }
     let index = g.parameter("slot_index", DType::I32, &[rows])?;
     let outs = scatter_rows(targets, &sources, &index)?;
@@ -104,13 +121,13 @@ fn insert_graph(
 }
 
 /// The program that copies the rows the index (i32 `[rows]`) names out of slots of
-/// `slot_types` (not donated).
-fn extract_graph(slot_types: &[TensorType], rows: usize) -> Result<Graph> {
+/// `slot_types` (named `names`; not donated).
+fn extract_graph(names: &[String], slot_types: &[TensorType], rows: usize) -> Result<Graph> {
     let g = Graph::new();
-    let params = slot_types
+    let params = names
         .iter()
-        .enumerate()
-        .map(|(i, t)| g.parameter(&format!("slot.{i}"), t.dtype, &t.dims))
+        .zip(slot_types)
+        .map(|(name, t)| g.parameter(name, t.dtype, &t.dims))
         .collect::<Result<Vec<_>>>()?;
     let index = g.parameter("slot_index", DType::I32, &[rows])?;
     let outs = params
@@ -142,6 +159,7 @@ trait Slots: SlotFamily {
         self.device().named(&key, &mut || {
             insert_graph(
                 self.vocab_size(),
+                &self.slot_names(),
                 &self.slot_types(slots, capacity)?,
                 &self.slot_types(rows, capacity)?,
             )
@@ -152,7 +170,28 @@ trait Slots: SlotFamily {
     fn extract_program(&self, slots: usize, rows: usize, capacity: usize) -> Result<CompiledGraph> {
         let key = format!("slot extract s{slots} r{rows} c{capacity}");
         self.device().named(&key, &mut || {
-            extract_graph(&self.slot_types(slots, capacity)?, rows)
+            extract_graph(&self.slot_names(), &self.slot_types(slots, capacity)?, rows)
+        })
+    }
+
+    /// The slots' logits and state as named inputs.
+    fn slot_inputs(&self, slots: FamilySlots) -> Vec<Named> {
+        let mut inputs = vec![("logits".to_string(), Value::Device(slots.logits))];
+        let names = self.slot_names().into_iter();
+        inputs.extend(names.zip(slots.state.into_iter().map(Value::Device)));
+        inputs
+    }
+
+    /// Slots of `capacity` columns from a program's outputs: the logits, then the state.
+    fn slots_of(&self, outs: Vec<ShardedBuffer>, capacity: usize) -> Result<FamilySlots> {
+        let mut outs = outs.into_iter();
+        let logits = outs
+            .next()
+            .ok_or_else(|| Error::InvalidArgument("a slot program returned nothing".into()))?;
+        Ok(FamilySlots {
+            logits,
+            state: outs.collect(),
+            capacity,
         })
     }
 
@@ -166,49 +205,50 @@ trait Slots: SlotFamily {
         let n_slots = slots.logits.dims()[0];
         let capacity = slots.capacity;
         let program = self.insert_program(n_slots, index.len(), capacity)?;
-        let client = self.device().client();
-        let row_logits = client.buffer_from_host_array(&last_position(&pre.logits)?)?;
-        let rows = self
-            .slot_rows(pre.state, capacity)?
-            .iter()
-            .map(|a| client.buffer_from_host_array(a))
-            .collect::<Result<Vec<_>>>()?;
+        let mut inputs = self.slot_inputs(slots);
+        inputs.push(host_input("row_logits", last_position(&pre.logits)?));
+        let names = self.slot_names().into_iter().map(|n| format!("row_{n}"));
+        inputs.extend(names.zip(self.slot_rows(pre.state, capacity)?));
         // Fits an i32: slot indices are below n_slots, which a buffer's row count bounds.
         let index: Vec<i32> = index.iter().map(|&i| i as i32).collect();
-        let index = client.buffer_from_host_array(&HostArray::from_vec(&[index.len()], index)?)?;
-        let mut args = vec![&slots.logits];
-        args.extend(&slots.state);
-        args.push(&row_logits);
-        args.extend(&rows);
-        args.push(&index);
-        let outs = program.run_buffers(&args)?;
-        drop(args);
-        let mut outs = outs.into_iter();
-        let logits = outs
-            .next()
-            .ok_or_else(|| Error::InvalidArgument("the insert program returned nothing".into()))?;
-        Ok(FamilySlots {
-            logits,
-            state: outs.collect(),
-            capacity,
-        })
+        let index = HostArray::from_vec(&[index.len()], index)?;
+        inputs.push(host_input("slot_index", index));
+        let outs = call(self.device().client(), &program, &[], inputs)?;
+        self.slots_of(outs, capacity)
     }
 
-    /// The state of slot `index`, on the host.
-    fn extract(&self, slots: &FamilySlots, index: usize) -> Result<Self::State> {
+    /// The state of the slots `index` names, as a state of as many rows.
+    fn extract(&self, slots: &FamilySlots, index: &[usize]) -> Result<Self::State> {
         let n_slots = slots.logits.dims()[0];
-        let program = self.extract_program(n_slots, 1, slots.capacity)?;
+        let program = self.extract_program(n_slots, index.len(), slots.capacity)?;
         // Fits an i32: below n_slots.
-        let at = HostArray::from_vec(&[1], vec![index as i32])?;
-        let at = self.device().client().buffer_from_host_array(&at)?;
-        let mut args: Vec<&Buffer> = slots.state.iter().collect();
-        args.push(&at);
-        let rows = program
-            .run_buffers(&args)?
-            .iter()
-            .map(Buffer::to_host_array)
-            .collect::<Result<Vec<_>>>()?;
-        self.state_of_slot_rows(rows)
+        let at: Vec<i32> = index.iter().map(|&i| i as i32).collect();
+        let at = HostArray::from_vec(&[at.len()], at)?;
+        let mut args: Vec<(&str, &ShardedBuffer)> = Vec::new();
+        let names = self.slot_names();
+        args.extend(names.iter().map(String::as_str).zip(&slots.state));
+        let at = self
+            .device()
+            .client()
+            .sharded_buffer_from_host_array(&at, &Sharding::single())?;
+        args.push(("slot_index", &at));
+        let rows = program.run_named(&[], &args)?;
+        self.state_of_slot_rows(rows.into_iter().map(Value::Device).collect())
+    }
+
+    /// The segment program over `slots` slots decoding `rows` of them (all when `None`), each
+    /// greedy and sampled.
+    fn prepare_segment(
+        &self,
+        slots: usize,
+        rows: Option<usize>,
+        capacity: usize,
+        steps: usize,
+    ) -> Result<()> {
+        for sample in [false, true] {
+            self.slot_segment_program(slots, rows, capacity, steps, sample)?;
+        }
+        Ok(())
     }
 }
 
@@ -222,7 +262,7 @@ impl<F: SlotFamily + Send + Sync> SlotModel for F {
     }
 
     fn prompt_bucket(&self, len: usize) -> Result<usize> {
-        prompt_bucket(len)
+        self.slot_bucket(len)
     }
 
     fn open_slots(&self, slots: usize, context: usize) -> Result<FamilySlots> {
@@ -231,9 +271,17 @@ impl<F: SlotFamily + Send + Sync> SlotModel for F {
                 "serving needs at least one slot".into(),
             ));
         }
+        let devices = self.device().devices();
+        if devices > 1 {
+            return Err(Error::InvalidArgument(format!(
+                "serving runs a model on one device so far; this one spans {devices}"
+            )));
+        }
         let capacity = self.slot_capacity(context);
         let client = self.device().client();
-        let zeros = |t: &TensorType| client.buffer_from_host_array(&HostArray::zeros(t));
+        let zeros = |t: &TensorType| {
+            client.sharded_buffer_from_host_array(&HostArray::zeros(t), &Sharding::single())
+        };
         let vocab = Family::vocab_size(self);
         Ok(FamilySlots {
             logits: zeros(&TensorType::new(DType::F32, &[slots, vocab]))?,
@@ -262,17 +310,22 @@ impl<F: SlotFamily + Send + Sync> SlotModel for F {
             return Ok(slots);
         }
         let longest = rows.iter().map(|(_, p)| p.len()).max().unwrap_or(1);
-        let bucket = prompt_bucket(longest)?;
-        if !continued {
-            let prompts: Vec<Vec<u32>> = rows.iter().map(|(_, p)| p.to_vec()).collect();
-            let pre = self.prefill_reserving(&prompts, None, 0, bucket)?;
-            let index: Vec<usize> = rows.iter().map(|(i, _)| *i).collect();
+        let bucket = self.slot_bucket(longest)?;
+        let index: Vec<usize> = rows.iter().map(|(i, _)| *i).collect();
+        let prompts: Vec<Vec<u32>> = rows.iter().map(|(_, p)| p.to_vec()).collect();
+        if !continued || slots.capacity == 0 {
+            // Without caches, rows continue from their slots together.
+            let init = match continued {
+                true => Some(self.extract(&slots, &index)?),
+                false => None,
+            };
+            let pre = self.prefill_reserving(&prompts, init, 0, bucket)?;
             return self.insert(slots, &index, pre);
         }
         // Each continued row after its own state: its caches' columns are its own.
-        for &(i, prompt) in rows {
-            let state = self.extract(&slots, i)?;
-            let pre = self.prefill_reserving(&[prompt.to_vec()], Some(state), 0, bucket)?;
+        for (&i, prompt) in index.iter().zip(prompts) {
+            let state = self.extract(&slots, &[i])?;
+            let pre = self.prefill_reserving(&[prompt], Some(state), 0, bucket)?;
             slots = self.insert(slots, &[i], pre)?;
         }
         Ok(slots)
@@ -290,18 +343,24 @@ impl<F: SlotFamily + Send + Sync> SlotModel for F {
         self.prepare_prefill(rows, bucket, false, capacity)?;
         self.insert_program(slots, rows, capacity)?;
         if continued {
-            self.prepare_prefill(1, bucket, true, capacity)?;
-            self.extract_program(slots, 1, capacity)?;
-            self.insert_program(slots, 1, capacity)?;
+            // Rows continue together without caches, one by one with them.
+            let together = if capacity == 0 { rows } else { 1 };
+            self.prepare_prefill(together, bucket, true, capacity)?;
+            self.extract_program(slots, together, capacity)?;
+            self.insert_program(slots, together, capacity)?;
         }
         Ok(())
     }
 
     fn prepare_segments(&self, slots: usize, context: usize, capacity: usize) -> Result<()> {
-        for sample in [false, true] {
-            self.slot_segment_program(slots, self.slot_capacity(context), capacity, sample)?;
+        let columns = self.slot_capacity(context);
+        let subsets = (0..usize::BITS)
+            .map(|i| 1usize << i)
+            .take_while(|&m| m < slots);
+        for rows in subsets {
+            self.prepare_segment(slots, Some(rows), columns, capacity)?;
         }
-        Ok(())
+        self.prepare_segment(slots, None, columns, capacity)
     }
 
     fn run_segment(
@@ -316,64 +375,85 @@ impl<F: SlotFamily + Send + Sync> SlotModel for F {
             .iter()
             .zip(segment.sampling)
             .any(|(a, s)| *a && matches!(s, Sampling::Sample { .. }));
-        let program = self.slot_segment_program(n, slots.capacity, segment.capacity, sample)?;
-        let done: Vec<bool> = segment.active.iter().map(|a| !a).collect();
-        let keys: Vec<u32> = segment.keys.iter().flatten().copied().collect();
-        // Both fit an i32: steps <= capacity <= MAX_NEW_TOKENS, eos < vocab (checked).
-        let mut extra = vec![
-            HostArray::from_vec(&[n], done)?,
-            HostArray::from_vec(&[n, 2], keys)?,
-            HostArray::scalar(segment.steps as i32),
-            HostArray::scalar(segment.eos.map_or(-1, |e| e as i32)),
-        ];
-        if sample {
-            let vocab = Family::vocab_size(self);
-            extra.extend(SampleSettings::row_host_values(segment.sampling, vocab)?);
-        }
-        let client = self.device().client();
-        let extra = extra
-            .iter()
-            .map(|a| client.buffer_from_host_array(a))
-            .collect::<Result<Vec<_>>>()?;
-        let mut args = vec![&slots.logits];
-        args.extend(&slots.state);
-        args.extend(&extra);
-        let outs = self.device().run_on_device(&program, &args)?;
-        drop(args);
-        let n_state = slots.state.len();
+        // The rows to decode: the active ones, padded with inactive ones (held) to a power of
+        // two; all rows when that is every slot.
+        let (on, off): (Vec<usize>, Vec<usize>) = (0..n).partition(|&i| segment.active[i]);
+        let m = on.len().max(1).next_power_of_two();
+        let rows: Vec<usize> = match m < n {
+            true => on.iter().chain(&off).take(m).copied().collect(),
+            false => (0..n).collect(),
+        };
+        let subset = (m < n).then_some(m);
+        let capacity = slots.capacity;
+        let program = self.slot_segment_program(n, subset, capacity, segment.capacity, sample)?;
+        let mut inputs = self.slot_inputs(slots);
+        inputs.extend(segment_controls(self, segment, &rows, subset, sample)?);
+        let outs = call(
+            self.device().client(),
+            &program,
+            &self.weight_buffers(),
+            inputs,
+        )?;
+        let n_state = self.slot_names().len();
         let mut outs = outs.into_iter();
         let missing = || Error::InvalidArgument("a slot segment returned too little".into());
         let tokens = outs.next().ok_or_else(missing)?.to_vec::<i32>()?;
-        let logits = outs.next().ok_or_else(missing)?;
-        let state: Vec<Buffer> = outs.by_ref().take(n_state).collect();
+        let state: Vec<ShardedBuffer> = outs.by_ref().take(1 + n_state).collect();
         let _done = outs.next().ok_or_else(missing)?;
         let new_keys = outs.next().ok_or_else(missing)?.to_vec::<u32>()?;
-        if state.len() != n_state {
+        if state.len() != 1 + n_state {
             return Err(missing());
         }
-        // Rows not decoded hold max(eos, 0) and keep their key.
+        // Back to one entry per slot: rows not decoded hold max(eos, 0) and keep their key.
         let idle = segment.eos.unwrap_or(0);
         let mut out = SegmentOutput {
             tokens: vec![vec![idle; segment.steps]; n],
             keys: segment.keys.to_vec(),
         };
-        for r in (0..n).filter(|&r| segment.active[r]) {
-            let row = &tokens[r * segment.capacity..r * segment.capacity + segment.steps];
+        for (k, &r) in rows.iter().enumerate() {
+            let row = &tokens[k * segment.capacity..k * segment.capacity + segment.steps];
             out.tokens[r] = row.iter().map(|&t| t as u32).collect();
-            out.keys[r] = [new_keys[2 * r], new_keys[2 * r + 1]];
+            out.keys[r] = [new_keys[2 * k], new_keys[2 * k + 1]];
         }
-        let capacity = slots.capacity;
-        Ok((
-            FamilySlots {
-                logits,
-                state,
-                capacity,
-            },
-            out,
-        ))
+        Ok((self.slots_of(state, capacity)?, out))
     }
 
     fn programs_compiled(&self) -> usize {
         self.device().compiled()
     }
+}
+
+/// The inputs of a slot segment besides the slots, by name, for the slots `rows` (all slots,
+/// or the `subset` of them the program decodes): `rows` (with a subset), `done`, `key`,
+/// `max_steps`, `eos`, and when sampling the [`SampleSettings`].
+fn segment_controls<F: Family>(
+    f: &F,
+    segment: &Segment,
+    rows: &[usize],
+    subset: Option<usize>,
+    sample: bool,
+) -> Result<Vec<Named>> {
+    let b = rows.len();
+    let mut inputs = Vec::new();
+    if let Some(m) = subset {
+        // Fits an i32: slot indices are below the slots' count.
+        let index: Vec<i32> = rows.iter().map(|&r| r as i32).collect();
+        inputs.push(host_input("rows", HostArray::from_vec(&[m], index)?));
+    }
+    let done: Vec<bool> = rows.iter().map(|&r| !segment.active[r]).collect();
+    let keys: Vec<u32> = rows.iter().flat_map(|&r| segment.keys[r]).collect();
+    inputs.push(host_input("done", HostArray::from_vec(&[b], done)?));
+    inputs.push(host_input("key", HostArray::from_vec(&[b, 2], keys)?));
+    // Both fit an i32: steps <= capacity <= MAX_NEW_TOKENS, eos < vocab (checked).
+    let max_steps = HostArray::scalar(segment.steps as i32);
+    inputs.push(host_input("max_steps", max_steps));
+    let eos = HostArray::scalar(segment.eos.map_or(-1, |e| e as i32));
+    inputs.push(host_input("eos", eos));
+    if sample {
+        let sampling: Vec<Sampling> = rows.iter().map(|&r| segment.sampling[r]).collect();
+        let values = SampleSettings::row_host_values(&sampling, f.vocab_size())?;
+        let names = ["temperature", "top_k", "top_p"];
+        inputs.extend(names.into_iter().zip(values).map(|(n, a)| host_input(n, a)));
+    }
+    Ok(inputs)
 }

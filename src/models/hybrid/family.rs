@@ -96,7 +96,8 @@ impl Family for Hybrid {
         width: usize,
         v: Variant,
     ) -> Result<CompiledGraph> {
-        Hybrid::segment_program(self, state.rows(), state.capacity(), segment, width, v)
+        let (rows, cap) = (state.rows(), state.capacity());
+        Hybrid::segment_program(self, rows, None, cap, segment, width, v)
     }
 
     fn flatten_state(&self, state: HybridState) -> Result<Vec<Named>> {

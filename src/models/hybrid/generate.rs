@@ -14,7 +14,7 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::models::common::{generate_capacity, GenerateOptions, LayerState};
 use crate::models::engine::{
-    self, decode_loop, host_input, rows, Decoding, Named, Prepared, Stepper, Variant,
+    self, decode_loop, host_input, rows, Decoding, Named, Prepared, SegmentShape, Stepper, Variant,
 };
 use crate::ops::{Carry, Tensor};
 
@@ -321,18 +321,20 @@ impl Hybrid {
     }
 
     /// The segment program of up to `segment` steps from a state of `b` rows and caches of
-    /// `cap` columns, with a penalty history of `width` positions (with `v.row_keys`, served
-    /// slots: a cache column per row).
+    /// `cap` columns (decoding all rows, or `rows` of them), with a penalty history of `width`
+    /// positions (with `v.row_keys`, served slots: a cache column per row).
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn segment_program(
         &self,
         b: usize,
+        rows: Option<usize>,
         cap: usize,
         segment: usize,
         width: usize,
         v: Variant,
     ) -> Result<CompiledGraph> {
         let cfg = self.config();
-        let key = (Kind::Segment(segment, v), b, width, cap, 0);
+        let key = (Kind::Segment(segment, v, rows), b, width, cap, 0);
         self.program(key, |g, w| {
             let steps = Steps {
                 w,
@@ -340,7 +342,14 @@ impl Hybrid {
                 gather: self.gathers(),
             };
             let template = self.empty_state(b, cap)?.sublayers;
-            engine::segment_outputs(g, &steps, b, cfg.vocab_size, segment, width, v, |g| {
+            let shape = SegmentShape {
+                slots: b,
+                rows,
+                vocab: cfg.vocab_size,
+                steps: segment,
+                width,
+            };
+            engine::segment_outputs(g, &steps, shape, v, |g| {
                 carried_parameters(g, &template, b, cap, v.row_keys)
             })
         })

@@ -10,12 +10,12 @@ use crate::compiled::CompiledGraph;
 use crate::dtype::{DType, TensorType};
 use crate::error::{Error, Result};
 use crate::models::common::LayerState;
-use crate::models::engine::{slot_variant, Device, SlotFamily};
+use crate::models::engine::{slot_variant, Device, SlotFamily, Value};
 
 impl SlotFamily for Hybrid {
     /// The sublayers' tensors, `valid` `[rows, capacity]`, the cache `column` of each row
     /// (`[rows]` i32) and its rotary `positions`.
-    fn slot_rows(&self, state: HybridState, capacity: usize) -> Result<Vec<HostArray>> {
+    fn slot_rows(&self, state: HybridState, capacity: usize) -> Result<Vec<Value>> {
         if state.capacity() > capacity {
             return Err(Error::InvalidArgument(format!(
                 "the prompt took {} cache columns, more than a slot's {capacity}",
@@ -33,12 +33,16 @@ impl SlotFamily for Hybrid {
         flat.push(state.valid);
         flat.push(HostArray::from_vec(&[rows], column)?);
         flat.push(HostArray::from_vec(&[rows], state.positions)?);
-        Ok(flat)
+        Ok(flat.into_iter().map(Value::Host).collect())
     }
 
     /// Rows whose columns differ continue from the furthest (the others' gap is not valid).
-    fn state_of_slot_rows(&self, rows: Vec<HostArray>) -> Result<HybridState> {
+    fn state_of_slot_rows(&self, rows: Vec<Value>) -> Result<HybridState> {
         let short = || Error::InvalidArgument("too few slot tensors for a hybrid state".into());
+        let rows = rows
+            .into_iter()
+            .map(Value::into_host)
+            .collect::<Result<Vec<_>>>()?;
         let mut it = rows.into_iter();
         let mut sublayers = Vec::new();
         for kind in &self.config().sublayers {
@@ -65,6 +69,12 @@ impl SlotFamily for Hybrid {
             column: usize::try_from(column).unwrap_or(0),
             positions: positions.as_array::<i32>()?.iter().copied().collect(),
         })
+    }
+
+    /// `state.1`, `state.2`, ... as the segment program names its state.
+    fn slot_names(&self) -> Vec<String> {
+        let n = self.slot_types(1, 0).map_or(0, |t| t.len());
+        (1..=n).map(|i| format!("state.{i}")).collect()
     }
 
     fn slot_types(&self, rows: usize, capacity: usize) -> Result<Vec<TensorType>> {
@@ -99,12 +109,13 @@ impl SlotFamily for Hybrid {
 
     fn slot_segment_program(
         &self,
-        rows: usize,
+        slots: usize,
+        rows: Option<usize>,
         capacity: usize,
         steps: usize,
         sample: bool,
     ) -> Result<CompiledGraph> {
-        self.segment_program(rows, capacity, steps, 0, slot_variant(sample))
+        self.segment_program(slots, rows, capacity, steps, 0, slot_variant(sample))
     }
 
     fn prepare_prefill(

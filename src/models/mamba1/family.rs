@@ -10,8 +10,8 @@ use crate::dtype::TensorType;
 use crate::error::{Error, Result};
 use crate::models::common::{GenerateOptions, ModelState};
 use crate::models::engine::{
-    self, host_input, slot_variant, Device, Family, Named, Prefilled, Prepared, SlotFamily, Value,
-    Variant,
+    self, host_input, slot_variant, Device, Family, Named, Prefilled, Prepared, SegmentShape,
+    SlotFamily, Value, Variant,
 };
 use crate::runtime::{Client, ShardedBuffer};
 
@@ -99,7 +99,7 @@ impl Family for Mamba1 {
         v: Variant,
     ) -> Result<CompiledGraph> {
         let b = state.first().map_or(0, |s| s.ssm.dims()[0]);
-        segment_program(self, b, segment, width, v)
+        segment_program(self, b, None, segment, width, v)
     }
 
     fn flatten_state(&self, state: Self::State) -> Result<Vec<Named>> {
@@ -162,32 +162,48 @@ impl Family for Mamba1 {
     }
 }
 
-/// The segment program of up to `segment` steps over `b` rows, with a penalty history of
-/// `width` positions.
+/// The segment program of up to `segment` steps over `b` rows (decoding all of them, or
+/// `rows` of them), with a penalty history of `width` positions.
 fn segment_program(
     m: &Mamba1,
     b: usize,
+    rows: Option<usize>,
     segment: usize,
     width: usize,
     v: Variant,
 ) -> Result<CompiledGraph> {
-    let vocab = m.config().vocab_size;
-    let key = (Kind::Segment(segment, v, width), b, 0, m.scan());
+    let shape = SegmentShape {
+        slots: b,
+        rows,
+        vocab: m.config().vocab_size,
+        steps: segment,
+        width,
+    };
+    let key = (Kind::Segment(segment, v, width, rows), b, 0, m.scan());
     m.program(key, |g, w| {
         let steps = Steps { w, cfg: m.config() };
-        engine::segment_outputs(g, &steps, b, vocab, segment, width, v, |g| {
-            m.state_parameters(g, b)
-        })
+        engine::segment_outputs(g, &steps, shape, v, |g| m.state_parameters(g, b))
     })
 }
 
 impl SlotFamily for Mamba1 {
-    fn slot_rows(&self, state: Self::State, _capacity: usize) -> Result<Vec<HostArray>> {
-        Ok(state.into_iter().flat_map(|s| [s.conv, s.ssm]).collect())
+    fn slot_rows(&self, state: Self::State, _capacity: usize) -> Result<Vec<Value>> {
+        Ok(self
+            .flatten_state(state)?
+            .into_iter()
+            .map(|(_, v)| v)
+            .collect())
     }
 
-    fn state_of_slot_rows(&self, rows: Vec<HostArray>) -> Result<Self::State> {
-        block::pair_states(rows.into_iter())
+    fn state_of_slot_rows(&self, rows: Vec<Value>) -> Result<Self::State> {
+        self.unflatten_state(rows)
+    }
+
+    /// `conv.{i}` and `ssm.{i}` per layer, as the segment program names its state.
+    fn slot_names(&self) -> Vec<String> {
+        (0..self.config().num_layers)
+            .flat_map(|i| [format!("conv.{i}"), format!("ssm.{i}")])
+            .collect()
     }
 
     fn slot_types(&self, rows: usize, _capacity: usize) -> Result<Vec<TensorType>> {
@@ -208,12 +224,13 @@ impl SlotFamily for Mamba1 {
 
     fn slot_segment_program(
         &self,
-        rows: usize,
+        slots: usize,
+        rows: Option<usize>,
         _capacity: usize,
         steps: usize,
         sample: bool,
     ) -> Result<CompiledGraph> {
-        segment_program(self, rows, steps, 0, slot_variant(sample))
+        segment_program(self, slots, rows, steps, 0, slot_variant(sample))
     }
 
     fn prepare_prefill(

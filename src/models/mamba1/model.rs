@@ -44,8 +44,9 @@ pub(super) enum Kind {
     Step,
     /// Generation in one program, up to this many tokens.
     Generate(usize, Variant),
-    /// A stream's segment of this many tokens, with a penalty history of this width.
-    Segment(usize, Variant, usize),
+    /// A stream's segment of this many tokens, with a penalty history of this width, decoding
+    /// all rows or this many of them.
+    Segment(usize, Variant, usize, Option<usize>),
 }
 
 /// What a prefill returns.

@@ -10,9 +10,10 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::models::common::LayerState;
 use crate::models::common::{generate_capacity, GenerateOptions};
-use crate::models::engine::scatter_rows;
 pub(super) use crate::models::engine::Variant;
-use crate::models::engine::{decode_loop, penalty_parameters, rows, Decoding, Picker, Stepper};
+use crate::models::engine::{
+    decode_loop, penalty_parameters, rows, segment_outputs, Decoding, Picker, SegmentShape, Stepper,
+};
 use crate::ops::{Carry, Graph, Tensor};
 use crate::sampling::{SampleSettings, Sampling};
 
@@ -187,10 +188,10 @@ impl Mamba2 {
     }
 
     /// [`Mamba2::segment_graph`], or with `rows: Some(m)` the segment of `m` of the `slots`
-    /// rows that the logits and state hold: the program then takes the rows' indices (i32
-    /// `[m]`, distinct) after the state, decodes those rows (`done`, the keys and settings
-    /// are `[m]`, as are the tokens, `done` and keys it returns) and writes them back into the
-    /// logits and state it returns, the other rows untouched.
+    /// rows that the logits and state hold (the engine's [`segment_outputs`]): the program then
+    /// takes the rows' indices (i32 `[m]`, distinct) after the state, decodes those rows
+    /// (`done`, the keys and settings are `[m]`, as are the tokens, `done` and keys it returns)
+    /// and writes them back into the logits and state it returns, the other rows untouched.
     pub(super) fn segment_graph_rows(
         &self,
         slots: usize,
@@ -201,82 +202,18 @@ impl Mamba2 {
     ) -> Result<Graph> {
         let g = self.graph();
         let w = self.for_products(&self.weight_parameters(&g)?, false)?;
-        let all_logits = g.parameter("logits", DType::F32, &[slots, self.config().vocab_size])?;
-        g.donate(&all_logits)?;
-        let all_states = self.state_parameters(&g, slots)?;
-        let index = match rows {
-            Some(m) => Some(g.parameter("rows", DType::I32, &[m])?),
-            None => None,
+        let shape = SegmentShape {
+            slots,
+            rows,
+            vocab: self.config().vocab_size,
+            steps: segment,
+            width,
         };
-        let gather = |t: &Tensor| match &index {
-            Some(i) => t.take(i),
-            None => Ok(t.clone()),
+        let steps = Steps {
+            w: &w,
+            cfg: self.config(),
         };
-        let batch = rows.unwrap_or(slots);
-        let logits = gather(&all_logits)?;
-        let states = all_states
-            .iter()
-            .map(|l| {
-                Ok(LayerState {
-                    conv: gather(&l.conv)?,
-                    ssm: gather(&l.ssm)?,
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let done = g.parameter("done", DType::Pred, &[batch])?;
-        let key = g.parameter("key", DType::U32, &v.key_dims(batch))?;
-        let max_steps = g.parameter("max_steps", DType::I32, &[])?;
-        let eos = g.parameter("eos", DType::I32, &[])?;
-        let sample = if v.sample {
-            Some(SampleSettings::parameters(&g, batch)?)
-        } else {
-            None
-        };
-        let (penalties, history) = penalty_parameters(&g, v, batch, width)?;
-        if let Some(h) = &history {
-            g.donate(&h.tokens)?;
-            g.donate(&h.matched)?;
-        }
-        let start = Decoding {
-            logits,
-            states,
-            done,
-            key,
-            history,
-        };
-        let picker = Picker {
-            eos,
-            sample,
-            penalties,
-        };
-        let (out, end) = decode_loop(
-            &Steps {
-                w: &w,
-                cfg: self.config(),
-            },
-            start,
-            &max_steps,
-            &picker,
-            segment,
-            v,
-        )?;
-        let mut state_outs = vec![end.logits];
-        for s in end.states {
-            state_outs.push(s.conv);
-            state_outs.push(s.ssm);
-        }
-        if let Some(index) = &index {
-            let mut all = vec![all_logits];
-            all.extend(all_states.into_iter().flat_map(|l| [l.conv, l.ssm]));
-            state_outs = scatter_rows(all, &state_outs, index)?;
-        }
-        let mut outs = vec![out];
-        outs.extend(state_outs);
-        outs.push(end.done);
-        outs.push(end.key);
-        if let Some(h) = end.history {
-            outs.extend([h.tokens, h.matched, h.len]);
-        }
+        let outs = segment_outputs(&g, &steps, shape, v, |g| self.state_parameters(g, slots))?;
         g.set_outputs(&outs.iter().collect::<Vec<_>>())?;
         self.placed(g, slots)
     }

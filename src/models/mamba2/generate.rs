@@ -11,7 +11,6 @@ use crate::error::{Error, Result};
 use crate::models::common::{GenerateOptions, ModelState};
 use crate::models::engine::{self, host_input, Family, Named, Prefilled, Prepared, Value, Variant};
 use crate::runtime::{Client, ShardedBuffer};
-use crate::sampling::{SampleSettings, Sampling};
 
 impl Mamba2 {
     /// [`Mamba2::generate`] in segments of up to `segment` tokens (at least 1), handing each
@@ -67,16 +66,6 @@ impl Mamba2 {
     /// `eos` in the vocabulary, `max_new_tokens` at most [`crate::models::MAX_NEW_TOKENS`].
     pub(super) fn check_options(&self, options: &GenerateOptions) -> Result<()> {
         engine::check_options(options, self.config().vocab_size)
-    }
-
-    /// The [`SampleSettings`] parameters of one setting per row, on the device.
-    pub(super) fn sample_settings(&self, rows: &[Sampling]) -> Result<Vec<ShardedBuffer>> {
-        let values = SampleSettings::row_host_values(rows, self.config().vocab_size)?;
-        ["temperature", "top_k", "top_p"]
-            .iter()
-            .zip(&values)
-            .map(|(name, a)| self.input(name, a, rows.len()))
-            .collect()
     }
 }
 

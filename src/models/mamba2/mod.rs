@@ -24,7 +24,6 @@ pub use block::Remat;
 pub use config::Mamba2Config;
 pub use model::{Mamba2, Prefill, CPU_MAX_CHUNK, MAX_PREFILL_CHUNK};
 pub use parallel::Parallel;
-pub use slots::Mamba2Slots;
 pub use state::Mamba2State;
 pub use train::{lm_loss, lm_loss_with, loss_and_grads, TrainOptions, Trainer};
 pub use weights::{HostWeights, LayerWeights, Mamba2Weights};
@@ -40,6 +39,10 @@ pub type LoadOptions = crate::models::common::LoadOptions;
 /// Moved to [`crate::models::LayerState`]: Mamba-1 and the hybrids hold it too.
 #[deprecated(since = "0.1.0", note = "use stablegraph::models::LayerState")]
 pub type LayerState<T> = crate::models::common::LayerState<T>;
+
+/// Mamba-2's serving slots are every family's now ([`crate::models::FamilySlots`]).
+#[deprecated(since = "0.1.0", note = "use stablegraph::models::FamilySlots")]
+pub type Mamba2Slots = crate::models::FamilySlots;
 
 /// Moved to [`crate::models::MAX_NEW_TOKENS`]: it is every family's.
 #[deprecated(since = "0.1.0", note = "use stablegraph::models::MAX_NEW_TOKENS")]
