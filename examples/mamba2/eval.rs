@@ -11,7 +11,6 @@ use stablegraph::models::family::CausalLm;
 use stablegraph::HostArray;
 
 use crate::data::Data;
-use crate::generate::is_other_family;
 use crate::load::ModelArgs;
 use crate::text::{bytes_to_ids, Codec};
 use crate::{progress, write_run_json};
@@ -109,7 +108,8 @@ pub(crate) fn eval(a: EvalArgs) -> Result<()> {
     };
     let data = Data::read(&sources)?;
     let text = [data.train, data.val].concat();
-    let (model, codec, description) = open(&a)?;
+    let opened = a.model.open_any(false)?;
+    let (model, codec, description) = (opened.model, opened.codec, opened.description);
     let tokens = match &codec {
         c if c.is_bytes() => bytes_to_ids(&text),
         Codec::None { .. } => bail!(
@@ -163,16 +163,4 @@ pub(crate) fn eval(a: EvalArgs) -> Result<()> {
         write_run_json(path, value, model.as_ref())?;
     }
     Ok(())
-}
-
-/// The model the flags name (of any family), how its tokens relate to text, and a line on it.
-fn open(a: &EvalArgs) -> Result<(Box<dyn CausalLm>, Codec, String)> {
-    if let Some(dir) = a.model.model.as_deref().filter(|d| is_other_family(d)) {
-        let (_client, model, description) = crate::family::load_model(dir, &a.model)?;
-        let codec = Codec::for_model(Some(dir), model.vocab_size())?;
-        return Ok((model, codec, description));
-    }
-    let (source, config, codec) = a.model.model_config(false)?;
-    let (_client, model, description) = a.model.place(&source, config)?;
-    Ok((Box::new(model), codec, description))
 }

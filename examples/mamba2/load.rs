@@ -14,6 +14,7 @@ use stablegraph::runtime::Client;
 use stablegraph::sampling::GenerationConfig;
 use stablegraph::{DType, HostArray};
 
+use crate::generate::is_other_family;
 use crate::progress;
 use crate::text::{bytes_to_ids, Codec};
 
@@ -399,6 +400,55 @@ pub(crate) fn load(
         settings_from,
         description,
     })
+}
+
+/// A model of any family as the flags name it, on the engine's face.
+pub(crate) struct AnyModel {
+    /// The model.
+    pub(crate) model: Box<dyn family::CausalLm>,
+    /// How its tokens relate to text.
+    pub(crate) codec: Codec,
+    /// Its name for people and for `/v1/models`: the checkpoint directory's, or `mamba2-130m`
+    /// for a shape with random weights.
+    pub(crate) id: String,
+    /// A line on it.
+    pub(crate) description: String,
+}
+
+impl ModelArgs {
+    /// The model these flags name, of any family ([`ModelArgs::source`]; Mamba-2 with its own
+    /// flags, `--shape`, `--prefill-chunk` and `--bf16-dots`; another family's checkpoint
+    /// through `family::load_parallel`, those flags refused by name): the one way `eval` and
+    /// `serve` open a model.
+    pub(crate) fn open_any(&self, random_default: bool) -> Result<AnyModel> {
+        let id = |dir: &Path| {
+            let name = dir.canonicalize().unwrap_or(dir.to_path_buf());
+            name.file_name()
+                .map_or("model".into(), |n| n.to_string_lossy().into_owned())
+        };
+        if let Some(dir) = self.model.as_deref().filter(|d| is_other_family(d)) {
+            let (_client, model, description) = crate::family::load_model(dir, self)?;
+            let codec = Codec::for_model(Some(dir), model.vocab_size())?;
+            return Ok(AnyModel {
+                model,
+                codec,
+                id: id(dir),
+                description,
+            });
+        }
+        let (source, config, codec) = self.model_config(random_default)?;
+        let model_id = match &source {
+            Source::Checkpoint { dir, .. } => id(dir),
+            Source::Random(shape) => format!("mamba2-{}", shape.name()),
+        };
+        let (_client, model, description) = self.place(&source, config)?;
+        Ok(AnyModel {
+            model: Box::new(model),
+            codec,
+            id: model_id,
+            description,
+        })
+    }
 }
 
 impl ModelArgs {

@@ -15,11 +15,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result};
 use clap::Args;
-use stablegraph::models::family::CausalLm;
 use stablegraph::serving::{Scheduler, SchedulerOptions, SlotModel};
 
-use crate::generate::is_other_family;
-use crate::load::{ModelArgs, Source};
+use crate::load::ModelArgs;
 use crate::progress;
 use crate::text::Codec;
 use metrics::Metrics;
@@ -113,28 +111,6 @@ pub(crate) fn unix_now() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-/// The model the flags name, of any family, how its tokens relate to text, its id for
-/// `/v1/models`, and a line on it.
-fn open(a: &ServeArgs) -> Result<(Box<dyn CausalLm>, Codec, String, String)> {
-    let id = |dir: &std::path::Path| {
-        let name = dir.canonicalize().unwrap_or(dir.to_path_buf());
-        name.file_name()
-            .map_or("model".into(), |n| n.to_string_lossy().into_owned())
-    };
-    if let Some(dir) = a.model.model.as_deref().filter(|d| is_other_family(d)) {
-        let (_client, model, description) = crate::family::load_model(dir, &a.model)?;
-        let codec = Codec::for_model(Some(dir), model.vocab_size())?;
-        return Ok((model, codec, id(dir), description));
-    }
-    let (source, config, codec) = a.model.model_config(false)?;
-    let model_id = match &source {
-        Source::Checkpoint { dir, .. } => id(dir),
-        Source::Random(shape) => format!("mamba2-{}", shape.name()),
-    };
-    let (_client, model, description) = a.model.place(&source, config)?;
-    Ok((Box::new(model), codec, model_id, description))
-}
-
 pub(crate) fn serve(a: ServeArgs) -> Result<()> {
     let options = SchedulerOptions {
         slots: a.slots,
@@ -147,7 +123,9 @@ pub(crate) fn serve(a: ServeArgs) -> Result<()> {
         eos: a.eos,
         max_context: a.max_context,
     };
-    let (model, codec, model_id, description) = open(&a)?;
+    let opened = a.model.open_any(false)?;
+    let (model, codec) = (opened.model, opened.codec);
+    let (model_id, description) = (opened.id, opened.description);
     eprintln!("{}: {description}", crate::speaker());
     let mut scheduler = Scheduler::new(model, options).context("starting the scheduler")?;
     progress("compiling the prefill, insert and segment programs");
