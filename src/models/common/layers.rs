@@ -20,6 +20,19 @@ pub struct LayerState<T> {
     pub ssm: T,
 }
 
+/// The names programs give the [`LayerState`]s of `layers` layers: `conv.{i}` and `ssm.{i}`
+/// per layer, in that order.
+pub(crate) fn layer_state_names(layers: usize) -> Vec<String> {
+    (0..layers)
+        .flat_map(|i| [format!("conv.{i}"), format!("ssm.{i}")])
+        .collect()
+}
+
+/// One line on an SSM's shape, as the families describe themselves.
+pub(crate) fn describe_ssm(layers: usize, width: usize, state: usize, vocab: usize) -> String {
+    format!("{layers} layers, {width} wide, state {state}, vocab {vocab}")
+}
+
 /// `x @ w^T` for `w` stored `[out, in]`, returning f32: a dot in `w`'s dtype, converted to f32.
 ///
 /// One row of f32 `x` against a matrix of another dtype (a low-precision decode step at batch 1)

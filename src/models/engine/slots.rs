@@ -29,10 +29,21 @@ pub(crate) trait SlotFamily: Family {
     /// The state's tensors as slots hold them, in the order of [`SlotFamily::slot_names`]:
     /// each with the rows first (what the family shares between rows, such as a cache column,
     /// given to each row), caches widened to `capacity` columns. A state whose caches outgrew
-    /// `capacity` is an error.
-    fn slot_rows(&self, state: Self::State, capacity: usize) -> Result<Vec<Value>>;
-    /// The state of the slot rows `rows` (as [`SlotFamily::slot_rows`] made them).
-    fn state_of_slot_rows(&self, rows: Vec<Value>) -> Result<Self::State>;
+    /// `capacity` is an error. By default the state as [`Family::flatten_state`] gives it (a
+    /// family without caches or shared tensors).
+    fn slot_rows(&self, state: Self::State, capacity: usize) -> Result<Vec<Value>> {
+        let _ = capacity;
+        Ok(self
+            .flatten_state(state)?
+            .into_iter()
+            .map(|(_, v)| v)
+            .collect())
+    }
+    /// The state of the slot rows `rows` (as [`SlotFamily::slot_rows`] made them); by default
+    /// [`Family::unflatten_state`].
+    fn state_of_slot_rows(&self, rows: Vec<Value>) -> Result<Self::State> {
+        self.unflatten_state(rows)
+    }
     /// The names of the slot tensors: the segment program's state parameters.
     fn slot_names(&self) -> Vec<String>;
     /// The types of `rows` empty slot rows with caches of `capacity` columns.

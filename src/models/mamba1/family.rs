@@ -8,6 +8,7 @@ use crate::compiled::CompiledGraph;
 use crate::dtype::DType;
 use crate::dtype::TensorType;
 use crate::error::{Error, Result};
+use crate::models::common::layers::{describe_ssm, layer_state_names};
 use crate::models::common::{GenerateOptions, ModelState};
 use crate::models::engine::{
     self, host_input, slot_variant, Device, Family, Named, Prefilled, Prepared, SegmentShape,
@@ -28,10 +29,7 @@ impl Family for Mamba1 {
 
     fn describe(&self) -> String {
         let c = self.config();
-        format!(
-            "{} layers, {} wide, state {}, vocab {}",
-            c.num_layers, c.hidden_size, c.state_size, c.vocab_size
-        )
+        describe_ssm(c.num_layers, c.hidden_size, c.state_size, c.vocab_size)
     }
 
     fn vocab_size(&self) -> usize {
@@ -103,15 +101,12 @@ impl Family for Mamba1 {
     }
 
     fn flatten_state(&self, state: Self::State) -> Result<Vec<Named>> {
-        Ok(state
+        let values = state
             .into_iter()
-            .enumerate()
-            .flat_map(|(i, s)| {
-                [
-                    host_input(format!("conv.{i}"), s.conv),
-                    host_input(format!("ssm.{i}"), s.ssm),
-                ]
-            })
+            .flat_map(|s| [Value::Host(s.conv), Value::Host(s.ssm)]);
+        Ok(layer_state_names(self.config().num_layers)
+            .into_iter()
+            .zip(values)
             .collect())
     }
 
@@ -187,23 +182,9 @@ fn segment_program(
 }
 
 impl SlotFamily for Mamba1 {
-    fn slot_rows(&self, state: Self::State, _capacity: usize) -> Result<Vec<Value>> {
-        Ok(self
-            .flatten_state(state)?
-            .into_iter()
-            .map(|(_, v)| v)
-            .collect())
-    }
-
-    fn state_of_slot_rows(&self, rows: Vec<Value>) -> Result<Self::State> {
-        self.unflatten_state(rows)
-    }
-
-    /// `conv.{i}` and `ssm.{i}` per layer, as the segment program names its state.
+    /// `conv.{i}` and `ssm.{i}` per layer, as the programs name the state.
     fn slot_names(&self) -> Vec<String> {
-        (0..self.config().num_layers)
-            .flat_map(|i| [format!("conv.{i}"), format!("ssm.{i}")])
-            .collect()
+        layer_state_names(self.config().num_layers)
     }
 
     fn slot_types(&self, rows: usize, _capacity: usize) -> Result<Vec<TensorType>> {

@@ -8,6 +8,7 @@ use crate::array::HostArray;
 use crate::compiled::CompiledGraph;
 use crate::dtype::{DType, TensorType};
 use crate::error::{Error, Result};
+use crate::models::common::layers::{describe_ssm, layer_state_names};
 use crate::models::common::{GenerateOptions, ModelState};
 use crate::models::engine::{self, host_input, Family, Named, Prefilled, Prepared, Value, Variant};
 use crate::runtime::{Client, ShardedBuffer};
@@ -78,10 +79,7 @@ impl Family for Mamba2 {
 
     fn describe(&self) -> String {
         let c = self.config();
-        format!(
-            "{} layers, {} wide, state {}, vocab {}",
-            c.num_layers, c.hidden_size, c.state_size, c.vocab_size
-        )
+        describe_ssm(c.num_layers, c.hidden_size, c.state_size, c.vocab_size)
     }
 
     fn vocab_size(&self) -> usize {
@@ -184,16 +182,13 @@ impl Family for Mamba2 {
 
     /// `conv.{i}` and `ssm.{i}` per layer, as the programs' parameters are named.
     fn flatten_state(&self, state: Mamba2State) -> Result<Vec<Named>> {
-        Ok(state
+        let values = state
             .layers
             .into_iter()
-            .enumerate()
-            .flat_map(|(i, l)| {
-                [
-                    (format!("conv.{i}"), Value::Device(l.conv)),
-                    (format!("ssm.{i}"), Value::Device(l.ssm)),
-                ]
-            })
+            .flat_map(|l| [Value::Device(l.conv), Value::Device(l.ssm)]);
+        Ok(layer_state_names(self.config().num_layers)
+            .into_iter()
+            .zip(values)
             .collect())
     }
 

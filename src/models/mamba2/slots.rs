@@ -6,28 +6,15 @@ use super::model::{LogitsAt, Mamba2};
 use crate::compiled::CompiledGraph;
 use crate::dtype::TensorType;
 use crate::error::{Error, Result};
-use crate::models::engine::{slot_variant, Device, Family, SlotFamily, Value};
+use crate::models::common::layers::layer_state_names;
+use crate::models::engine::{slot_variant, Device, SlotFamily};
 use crate::ops::Graph;
 use crate::runtime::Client;
 
 impl SlotFamily for Mamba2 {
-    fn slot_rows(&self, state: Self::State, _capacity: usize) -> Result<Vec<Value>> {
-        Ok(self
-            .flatten_state(state)?
-            .into_iter()
-            .map(|(_, v)| v)
-            .collect())
-    }
-
-    fn state_of_slot_rows(&self, rows: Vec<Value>) -> Result<Self::State> {
-        self.unflatten_state(rows)
-    }
-
     /// `conv.{i}` and `ssm.{i}` per layer, as the programs name the state.
     fn slot_names(&self) -> Vec<String> {
-        (0..self.config().num_layers)
-            .flat_map(|i| [format!("conv.{i}"), format!("ssm.{i}")])
-            .collect()
+        layer_state_names(self.config().num_layers)
     }
 
     fn slot_types(&self, rows: usize, _capacity: usize) -> Result<Vec<TensorType>> {
