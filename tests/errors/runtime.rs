@@ -223,3 +223,65 @@ fn wrong_sizes_and_types_are_errors() {
         &["device index 99"],
     );
 }
+
+#[test]
+fn a_program_called_by_name_takes_each_input_by_its_name_and_refuses_a_wrong_one() {
+    use stablegraph::runtime::ShardedBuffer;
+    use stablegraph::Sharding;
+    let c = client();
+    // `w` first (positional, as a model's weights), then `eos` and `max_steps`: both i32[].
+    let g = Graph::new();
+    let w = g.parameter("w", DType::I32, &[]).unwrap();
+    let eos = g.parameter("eos", DType::I32, &[]).unwrap();
+    let steps = g.parameter("max_steps", DType::I32, &[]).unwrap();
+    let out = w.mul(&steps).unwrap().sub(&eos).unwrap();
+    g.set_outputs(&[&out]).unwrap();
+    let program = g.compile(&c).unwrap();
+    let up = |v: i32| {
+        c.sharded_buffer_from_host_array(&HostArray::scalar(v), &Sharding::single())
+            .unwrap()
+    };
+    let (w, eos, steps) = (up(10), up(3), up(7));
+    let value = |outs: Vec<ShardedBuffer>| outs[0].to_vec::<i32>().unwrap()[0];
+    // Any order of the named inputs: 10 * 7 - 3.
+    let by_name = program
+        .run_named(&[&w], &[("max_steps", &steps), ("eos", &eos)])
+        .unwrap();
+    assert_eq!(value(by_name), 67);
+    let eos = up(3);
+    let again = program
+        .run_named(&[&w], &[("eos", &eos), ("max_steps", &up(7))])
+        .unwrap();
+    assert_eq!(value(again), 67);
+    // A missing name, an unknown one, one given twice, the wrong dtype: each named.
+    assert_err(
+        program.run_named(&[&w], &[("eos", &up(3))]),
+        &["max_steps", "no input"],
+    );
+    assert_err(
+        program.run_named(
+            &[&w],
+            &[("eos", &up(3)), ("max_steps", &up(7)), ("steps", &up(1))],
+        ),
+        &["no parameter steps", "eos, max_steps"],
+    );
+    assert_err(
+        program.run_named(
+            &[&w],
+            &[("eos", &up(3)), ("eos", &up(3)), ("max_steps", &up(7))],
+        ),
+        &["no parameter eos", "given twice"],
+    );
+    let f = c
+        .sharded_buffer_from_host_array(&HostArray::scalar(1.0f32), &Sharding::single())
+        .unwrap();
+    assert_err(
+        program.run_named(&[&w], &[("eos", &f), ("max_steps", &up(7))]),
+        &["eos", "i32"],
+    );
+    // The program still runs after the refusals.
+    let ok = program
+        .run_named(&[&w], &[("eos", &up(3)), ("max_steps", &up(7))])
+        .unwrap();
+    assert_eq!(value(ok), 67);
+}
