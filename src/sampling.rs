@@ -347,7 +347,8 @@ pub fn filtered_logits(logits: &Tensor, settings: &SampleSettings) -> Result<Ten
 
 /// Samples one token per row of `logits` `[batch, vocab]` with `settings`, from the Threefry
 /// `key`: u32 `[2]` for the whole batch, or u32 `[batch, 2]`, one key per row (a row's draws
-/// then depend on its own key alone, whatever the other rows hold). Returns the tokens (i32
+/// then depend on its own key alone, whatever the other rows hold, and are those of a batch of
+/// one with that key). Returns the tokens (i32
 /// `[batch]`) and the key (or keys) for the next draw. A row with top-k 1 takes the most likely
 /// token, as [`greedy`] does (the first on ties).
 pub fn sample(
@@ -366,10 +367,15 @@ pub fn sample(
     settings.check(batch)?;
     let g = logits.graph();
     let (u, next) = if per_row {
-        // Three words per row: one for the draw, two for the row's next key.
-        let bits = g.random_bits_rows(key, 3)?;
-        let u = crate::ops::random::unit_float(&bits.narrow(1, 0, 1)?.reshape(&[batch as isize])?)?;
-        (u, bits.narrow(1, 1, 2)?)
+        // Each row as a batch of one with its key draws: the first word of its key's stream
+        // for the draw, and the next key from the tweaked stream ([`next_key`]). So a served
+        // row samples what `generate` samples for its prompt alone with the same seed.
+        let bits = g.random_bits_rows(key, 1)?;
+        let u = crate::ops::random::unit_float(&bits.reshape(&[batch as isize])?)?;
+        let tweak = g
+            .constant(&HostArray::from_vec(&[1, 2], NEXT_KEY_TWEAK.to_vec())?)?
+            .broadcast_to(&[batch, 2])?;
+        (u, g.random_bits_rows(&key.xor(&tweak)?, 2)?)
     } else {
         (g.random_uniform(key, DType::F32, &[batch])?, next_key(key)?)
     };
@@ -427,9 +433,9 @@ fn draw(pool: &Pool, settings: &SampleSettings, k_cut: &Tensor, u: &Tensor) -> R
 /// it is independent of the draws made with `key`.
 pub fn next_key(key: &Tensor) -> Result<Tensor> {
     let g = key.graph();
-    let tweak = g.constant(&HostArray::from_vec(
-        &[2],
-        vec![0x9E37_79B9u32, 0x7F4A_7C15],
-    )?)?;
+    let tweak = g.constant(&HostArray::from_vec(&[2], NEXT_KEY_TWEAK.to_vec())?)?;
     g.random_bits(&key.xor(&tweak)?, &[2])
 }
+
+/// What [`next_key`] xors a key with to start the next key's stream.
+const NEXT_KEY_TWEAK: [u32; 2] = [0x9E37_79B9, 0x7F4A_7C15];

@@ -1,8 +1,8 @@
 //! Every family served through one face (`Box<dyn CausalLm>` as the scheduler's model):
 //! greedy requests joining and leaving a running batch, long prompts fed in pieces, give what
-//! offline `generate` gives each prompt alone; a seeded request samples the same tokens alone
-//! and under load (one key per row: not offline `generate`'s draw, which splits one key for the
-//! batch, as for Mamba-2's slots); after the warm-up nothing compiles;
+//! offline `generate` gives each prompt alone; a seeded request samples the same tokens alone,
+//! under load, and as offline `generate` samples its prompt alone with that seed; after the
+//! warm-up nothing compiles;
 //! a request beyond the context is refused, naming the limit.
 
 use crate::common;
@@ -10,7 +10,7 @@ use crate::{alone, drain};
 
 use common::client;
 use stablegraph::models::family;
-use stablegraph::models::Sampling;
+use stablegraph::models::{GenerateOptions, Sampling};
 use stablegraph::serving::{
     FinishReason, Request, Scheduler, SchedulerOptions, SlotModel, SubmitError,
 };
@@ -86,6 +86,13 @@ fn every_family_serves_what_generate_gives_alone() {
         let id = s.submit(seeded.clone()).unwrap();
         let want = drain(&mut s).remove(&id).unwrap().0;
         assert_eq!(want.len(), 11, "{name}");
+        let offline = GenerateOptions {
+            max_new_tokens: 11,
+            sampling,
+            ..GenerateOptions::default()
+        };
+        let offline = reference.generate(std::slice::from_ref(&seeded.prompt), &offline);
+        assert_eq!(offline.unwrap()[0], want, "{name}: seeded, offline");
         for i in 0..2 {
             let r = Request {
                 prompt: prompt(i + 8),

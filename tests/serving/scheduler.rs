@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 
 use stablegraph::models::mamba2::Sampling;
+use stablegraph::models::GenerateOptions;
 use stablegraph::serving::{
     Event, FinishReason, Request, Scheduler, SchedulerOptions, SlotModel, SubmitError,
 };
@@ -87,6 +88,17 @@ fn a_seeded_request_samples_the_same_alone_and_under_load() {
     let id = s.submit(seeded.clone()).unwrap();
     let lonely = drain(&mut s).remove(&id).unwrap().0;
     assert_eq!(lonely.len(), 19);
+    // What offline `generate` samples for the prompt alone with the same seed and settings.
+    let offline = GenerateOptions {
+        max_new_tokens: 19,
+        sampling: seeded.sampling,
+        ..GenerateOptions::default()
+    };
+    let want = tiny_model(DType::F32)
+        .generate(std::slice::from_ref(&seeded.prompt), &offline)
+        .unwrap()
+        .remove(0);
+    assert_eq!(lonely, want, "served seeded != offline generate");
     // Under load: other sampled and greedy requests before and after it, in other slots.
     for i in 0..3 {
         let sampling = Sampling::Sample {
