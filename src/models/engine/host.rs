@@ -90,6 +90,18 @@ pub(crate) trait Family {
     fn weight_buffers(&self) -> Vec<&ShardedBuffer>;
 }
 
+/// Fails when a generate program that does not continue from a state is given one (a family
+/// whose [`Family::generate_carries_state`] is `false`).
+pub(crate) fn refuse_state(family: &str, given: bool) -> Result<()> {
+    match given {
+        true => Err(Error::InvalidArgument(format!(
+            "{family}: the generate program does not continue from a state (the engine \
+             continues in a segment)"
+        ))),
+        false => Ok(()),
+    }
+}
+
 /// Runs `program` of `f` on its weights and `inputs` by name ([`call`]); the outputs stay on
 /// the device.
 pub(crate) fn run<F: Family>(

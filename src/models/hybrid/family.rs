@@ -11,7 +11,7 @@ use crate::compiled::CompiledGraph;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::models::common::{GenerateOptions, LayerState, ModelState};
-use crate::models::engine::{Device, Family, Named, Prefilled, Prepared, Value, Variant};
+use crate::models::engine::{self, Device, Family, Named, Prefilled, Prepared, Value, Variant};
 use crate::runtime::{Client, ShardedBuffer};
 
 impl Family for Hybrid {
@@ -82,10 +82,11 @@ impl Family for Hybrid {
     fn generate_program(
         &self,
         prompts: &[Vec<u32>],
-        _init: Option<HybridState>,
+        init: Option<HybridState>,
         capacity: usize,
         v: Variant,
     ) -> Result<Prepared> {
+        engine::refuse_state(Family::family(self), init.is_some())?;
         Hybrid::generate_program(self, prompts, capacity, v)
     }
 

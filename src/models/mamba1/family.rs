@@ -73,10 +73,11 @@ impl Family for Mamba1 {
     fn generate_program(
         &self,
         prompts: &[Vec<u32>],
-        _init: Option<Self::State>,
+        init: Option<Self::State>,
         capacity: usize,
         v: Variant,
     ) -> Result<Prepared> {
+        engine::refuse_state(Family::family(self), init.is_some())?;
         let len = prompts.iter().map(Vec::len).max().unwrap_or(0);
         let b = prompts.len();
         let (ids, mask) = self.padded(prompts, len, "generate")?;
