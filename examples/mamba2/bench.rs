@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use anyhow::{ensure, Context, Result};
+use anyhow::{ensure, Result};
 use clap::Args;
 use serde_json::json;
 use stablegraph::models::GenerateOptions;
@@ -68,28 +68,13 @@ fn step_collectives(l: &Loaded) -> Result<Option<String>> {
     Ok(Some(text.join(", ")))
 }
 
-/// `emit`.
+/// `emit`: the prefill, step and generate programs' text, for any family.
 pub(crate) fn emit(a: EmitArgs) -> Result<()> {
     if let Some(dir) = a.model.model.as_deref().filter(|d| is_other_family(d)) {
         return family::emit(dir, &a.model, &a.prompt, &a.sampling, &a.out_dir);
     }
     let l = load(&a.model, &a.prompt, &a.sampling, false)?;
-    let options = l.options.clone();
-    let (batch, bucket) = l.shape();
-    progress("lowering the programs");
-    let texts = l.model.stablehlo(batch, bucket, &options)?;
-    std::fs::create_dir_all(&a.out_dir)
-        .with_context(|| format!("creating {}", a.out_dir.display()))?;
-    for (name, text) in ["prefill", "step", "generate"].iter().zip(&texts) {
-        let path = a.out_dir.join(format!("{name}.mlir"));
-        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
-        println!("{} ({} lines)", path.display(), text.lines().count());
-    }
-    println!(
-        "batch {batch}, prompt bucket {bucket}, {} new tokens",
-        options.max_new_tokens
-    );
-    Ok(())
+    family::emit_face(&l.face(), &a.out_dir)
 }
 
 /// The median of the finite values of `v`.

@@ -141,8 +141,21 @@ pub(crate) fn emit(
     out_dir: &Path,
 ) -> Result<()> {
     let o = open(dir, m, p, s)?;
+    let face = Face {
+        model: o.model.as_ref(),
+        codec: &o.codec,
+        prompts: &o.prompts,
+        options: &o.options,
+        settings_from: o.settings_from.as_deref(),
+        description: &o.description,
+    };
+    emit_face(&face, out_dir)
+}
+
+/// Writes the prefill, step and generate programs' text of a model of any family to `out_dir`.
+pub(crate) fn emit_face(l: &Face, out_dir: &Path) -> Result<()> {
     progress("lowering the programs");
-    let texts = o.model.stablehlo(&o.prompts, &o.options)?;
+    let texts = l.model.stablehlo(l.prompts, l.options)?;
     std::fs::create_dir_all(out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
     for (name, text) in ["prefill", "step", "generate"].iter().zip(&texts) {
         let path = out_dir.join(format!("{name}.mlir"));
@@ -151,10 +164,10 @@ pub(crate) fn emit(
     }
     println!(
         "{}: batch {}, longest prompt {}, {} new tokens",
-        o.description,
-        o.prompts.len(),
-        o.prompts.iter().map(Vec::len).max().unwrap_or(0),
-        o.options.max_new_tokens
+        l.description,
+        l.prompts.len(),
+        l.prompts.iter().map(Vec::len).max().unwrap_or(0),
+        l.options.max_new_tokens
     );
     Ok(())
 }
@@ -254,7 +267,7 @@ pub(crate) fn generate(
         settings_from,
         description,
     } = open(dir, m, p, s)?;
-    let loaded = Loaded {
+    let loaded = Face {
         model: model.as_ref(),
         codec: &codec,
         prompts: &prompts,
@@ -310,19 +323,20 @@ pub(crate) fn generate(
     report(&loaded, &client, &tokens, &timings, &settings, o)
 }
 
-/// What `generate` works with once the model is loaded.
-struct Loaded<'a> {
-    model: &'a dyn CausalLm,
-    codec: &'a Codec,
-    prompts: &'a [Vec<u32>],
-    options: &'a GenerateOptions,
-    settings_from: Option<&'a Path>,
-    description: &'a str,
+/// What `generate` and `emit` work with once a model of any family is loaded: the model on
+/// the engine's face, its text, the prompts and the options.
+pub(crate) struct Face<'a> {
+    pub(crate) model: &'a dyn CausalLm,
+    pub(crate) codec: &'a Codec,
+    pub(crate) prompts: &'a [Vec<u32>],
+    pub(crate) options: &'a GenerateOptions,
+    pub(crate) settings_from: Option<&'a Path>,
+    pub(crate) description: &'a str,
 }
 
 /// `generate --state-in/--state-out`: one generation from the given state file (or none),
 /// writing the state after it.
-fn with_state_files(l: &Loaded, o: &Outputs) -> Result<()> {
+pub(crate) fn with_state_files(l: &Face, o: &Outputs) -> Result<()> {
     progress("compiling and running generate from the state");
     let t = Instant::now();
     let tokens = l
@@ -388,7 +402,7 @@ struct Timings {
 
 /// Prints the figures and writes `--json`.
 fn report(
-    l: &Loaded,
+    l: &Face,
     client: &Client,
     tokens: &[Vec<u32>],
     t: &Timings,

@@ -7,7 +7,7 @@ use std::time::Instant;
 use anyhow::{bail, ensure, Context, Result};
 use clap::Args;
 use serde_json::json;
-use stablegraph::models::mamba2::{Mamba2State, Sampling};
+use stablegraph::models::mamba2::Sampling;
 use stablegraph::models::GenerateOptions;
 use stablegraph::HostArray;
 
@@ -158,7 +158,15 @@ pub(crate) fn generate(a: GenerateArgs) -> Result<()> {
     let l = load(&a.model, &a.prompt, &a.sampling, false)?;
     let options = l.options.clone();
     if a.state_in.is_some() || a.state_out.is_some() {
-        return generate_with_state(&l, &a, &options);
+        let outputs = family::Outputs {
+            stream: a.stream,
+            no_stream: a.no_stream,
+            state_in: a.state_in.as_deref(),
+            state_out: a.state_out.as_deref(),
+            json: a.json.as_deref(),
+            dump_logits: a.dump_logits.as_deref(),
+        };
+        return family::with_state_files(&l.face(), &outputs);
     }
     let terminal = std::io::stdout().is_terminal() && l.codec.is_text();
     if a.stream || (terminal && !a.no_stream && l.prompts.len() == 1) {
@@ -351,55 +359,6 @@ fn echo_prompt(codec: &Codec, prompt: &[u32]) -> Result<()> {
         print!("\x1b[2m{prompt}\x1b[0m");
     } else {
         print!("{prompt}");
-    }
-    Ok(())
-}
-
-/// `generate --state-in/--state-out`: one `generate_from` from the given state (or none),
-/// writing the state after it.
-fn generate_with_state(l: &Loaded, a: &GenerateArgs, options: &GenerateOptions) -> Result<()> {
-    let state = match &a.state_in {
-        Some(path) => Some(
-            Mamba2State::load(path, &l.client)
-                .with_context(|| format!("--state-in {}", path.display()))?,
-        ),
-        None => None,
-    };
-    progress("compiling and running generate from the state");
-    let t = Instant::now();
-    let (tokens, state) = l
-        .model
-        .generate_from(&l.prompts, state, options)
-        .context("generate")?;
-    let seconds_taken = seconds(t);
-    let tokens = cut_at_eos(tokens, options.eos);
-    print_rows(l, &tokens)?;
-    println!("model     {}", l.description);
-    println!(
-        "settings  {}",
-        describe_settings(&l.options, l.settings_from.as_deref())
-    );
-    println!(
-        "generate  {} prompt tokens and {} new in {seconds_taken:.2} s (compile included)",
-        l.prompt_tokens(),
-        tokens.iter().map(Vec::len).sum::<usize>()
-    );
-    if let Some(path) = &a.state_in {
-        println!("state     continued from {}", path.display());
-    }
-    if let Some(path) = &a.state_out {
-        state
-            .save(path)
-            .with_context(|| format!("--state-out {}", path.display()))?;
-        println!("state     written to {}", path.display());
-    }
-    if let Some(path) = &a.json {
-        let value = json!({
-            "tokens": tokens,
-            "model": l.description,
-            "settings": settings_json(&l.options, l.settings_from.as_deref()),
-        });
-        write_run_json(path, value, &l.model)?;
     }
     Ok(())
 }

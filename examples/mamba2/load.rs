@@ -329,6 +329,18 @@ pub(crate) struct Loaded {
 }
 
 impl Loaded {
+    /// The model on the engine's face with its prompts and options.
+    pub(crate) fn face(&self) -> crate::family::Face<'_> {
+        crate::family::Face {
+            model: &self.model,
+            codec: &self.codec,
+            prompts: &self.prompts,
+            options: &self.options,
+            settings_from: self.settings_from.as_deref(),
+            description: &self.description,
+        }
+    }
+
     /// With several devices, a line saying how the model is split and the weights per device.
     pub(crate) fn print_devices(&self) {
         if let Some(p) = self.model.parallel() {
