@@ -8,8 +8,9 @@ use serde_json::json;
 use stablegraph::models::GenerateOptions;
 
 use crate::family;
-use crate::generate::{is_other_family, warm_up, Timed};
-use crate::load::{load, Loaded, ModelArgs, PromptArgs, SamplingArgs};
+use crate::generate::{warm_up, Timed};
+use crate::load::{ModelArgs, PromptArgs, SamplingArgs};
+use crate::open::{load, Loaded};
 use crate::{bars, cache_hits, peak_rss_mb, progress, write_run_json};
 
 /// The flags of `emit`.
@@ -46,10 +47,12 @@ pub(crate) struct BenchArgs {
 /// Over several devices, the collectives XLA inserted in the step program, grouped by kind
 /// and size: `all-reduce 24 x 3352, ...` (elements per device).
 fn step_collectives(l: &Loaded) -> Result<Option<String>> {
-    if l.model.devices() == 1 {
+    if l.devices == 1 {
         return Ok(None);
     }
-    let program = l.model.step_program(l.prompts.len())?;
+    let Some(program) = l.model.step_program(l.prompts.len())? else {
+        return Ok(None);
+    };
     let mut groups: Vec<(String, u64, usize)> = Vec::new();
     for c in program.executable().collectives()? {
         match groups
@@ -70,9 +73,6 @@ fn step_collectives(l: &Loaded) -> Result<Option<String>> {
 
 /// `emit`: the prefill, step and generate programs' text, for any family.
 pub(crate) fn emit(a: EmitArgs) -> Result<()> {
-    if let Some(dir) = a.model.model.as_deref().filter(|d| is_other_family(d)) {
-        return family::emit(dir, &a.model, &a.prompt, &a.sampling, &a.out_dir);
-    }
     let l = load(&a.model, &a.prompt, &a.sampling, false)?;
     family::emit_face(&l.face(), &a.out_dir)
 }
@@ -92,10 +92,6 @@ pub(crate) fn median(mut v: Vec<f64>) -> Option<f64> {
 /// `bench`: the 130M shape unless --model or --shape says otherwise.
 pub(crate) fn bench(a: BenchArgs) -> Result<()> {
     ensure!(a.repeat > 0, "--repeat must be at least 1");
-    if let Some(dir) = a.model.model.as_deref().filter(|d| is_other_family(d)) {
-        let json = a.json.as_deref();
-        return family::bench(dir, &a.model, &a.prompt, &a.sampling, a.repeat, json);
-    }
     let l = load(&a.model, &a.prompt, &a.sampling, true)?;
     let options = l.options.clone();
     let (first_s, cached) = warm_up(&l, &options)?;
@@ -124,11 +120,7 @@ pub(crate) fn bench(a: BenchArgs) -> Result<()> {
     }
     let collectives = step_collectives(&l)?;
     if let Some(c) = &collectives {
-        println!(
-            "collectives in one step (batch {}, {} layers): {c}",
-            l.prompts.len(),
-            l.model.config().num_layers
-        );
+        println!("collectives in one step (batch {}): {c}", l.prompts.len());
     }
     if let Some(path) = &a.json {
         let rows: Vec<_> = runs.iter().map(|r| run_json(r, prompt_tokens)).collect();
@@ -141,9 +133,9 @@ pub(crate) fn bench(a: BenchArgs) -> Result<()> {
                 "generate_s": med.generate_s,
             },
             "step_collectives": collectives,
-            "devices": l.model.devices(),
+            "devices": l.devices,
             "parallel": l.parallel_name(),
-            "weight_bytes_per_device": l.model.weight_bytes_per_device(),
+            "weight_bytes_per_device": l.model.weight_bytes(),
             "prompt_len": l.prompts.iter().map(Vec::len).collect::<Vec<_>>(),
             "max_new_tokens": options.max_new_tokens,
             "compile_s": compile_s,
@@ -152,7 +144,7 @@ pub(crate) fn bench(a: BenchArgs) -> Result<()> {
             "cache_hits": cache_hits(&l.client),
             "model": l.description,
         });
-        write_run_json(path, value, &l.model)?;
+        write_run_json(path, value, l.model.as_ref())?;
     }
     Ok(())
 }

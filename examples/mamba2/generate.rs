@@ -12,7 +12,8 @@ use stablegraph::models::GenerateOptions;
 use stablegraph::HostArray;
 
 use crate::family;
-use crate::load::{load, model_type, Loaded, ModelArgs, PromptArgs, SamplingArgs};
+use crate::load::{model_type, ModelArgs, PromptArgs, SamplingArgs};
+use crate::open::{load, Loaded};
 use crate::text::Codec;
 use crate::{cache_hits, ids_text, peak_rss_mb, progress, seconds, write_run_json};
 
@@ -89,7 +90,7 @@ impl Timed {
     /// Times one prefill and one generate.
     pub(crate) fn run(l: &Loaded, options: &GenerateOptions) -> Result<Timed> {
         let t = Instant::now();
-        drop(l.model.prefill(&l.prompts).context("prefill")?);
+        drop(l.model.prefill_last(&l.prompts).context("prefill")?);
         let prefill_s = seconds(t);
         let t = Instant::now();
         let tokens = l.model.generate(&l.prompts, options).context("generate")?;
@@ -138,33 +139,19 @@ pub(crate) fn warm_up(l: &Loaded, options: &GenerateOptions) -> Result<(f64, boo
     let first_s = seconds(t);
     let cached = l.client.cache_stats().disk_hits > before.disk_hits;
     progress("compiling and running prefill");
-    drop(l.model.prefill(&l.prompts).context("prefill")?);
+    drop(l.model.prefill_last(&l.prompts).context("prefill")?);
     Ok((first_s, cached))
 }
 
 /// `generate`.
 pub(crate) fn generate(a: GenerateArgs) -> Result<()> {
-    if let Some(dir) = a.model.model.as_deref().filter(|d| is_other_family(d)) {
-        let outputs = family::Outputs {
-            stream: a.stream,
-            no_stream: a.no_stream,
-            state_in: a.state_in.as_deref(),
-            state_out: a.state_out.as_deref(),
-            json: a.json.as_deref(),
-            dump_logits: a.dump_logits.as_deref(),
-        };
-        return family::generate(dir, &a.model, &a.prompt, &a.sampling, &outputs);
-    }
     let l = load(&a.model, &a.prompt, &a.sampling, false)?;
     let options = l.options.clone();
     if a.state_in.is_some() || a.state_out.is_some() {
         let outputs = family::Outputs {
-            stream: a.stream,
-            no_stream: a.no_stream,
             state_in: a.state_in.as_deref(),
             state_out: a.state_out.as_deref(),
             json: a.json.as_deref(),
-            dump_logits: a.dump_logits.as_deref(),
         };
         return family::with_state_files(&l.face(), &outputs);
     }
@@ -175,18 +162,16 @@ pub(crate) fn generate(a: GenerateArgs) -> Result<()> {
     let (first_s, cached) = warm_up(&l, &options)?;
     if let Some(path) = &a.dump_logits {
         progress("prefill with the logits at every position");
-        let all = l
-            .model
-            .prefill_all_positions(&l.prompts)
-            .context("prefill")?;
-        dump_logits(path, &all.logits, &all.prompt_len)?;
+        let all = l.model.prefill_logits(&l.prompts).context("prefill")?;
+        let lens: Vec<usize> = l.prompts.iter().map(Vec::len).collect();
+        dump_logits(path, &all, &lens)?;
     }
     let run = Timed::run(&l, &options)?;
     let compile_s = first_s - run.generate_s;
     let prompt_tokens = l.prompt_tokens();
     let peak = peak_rss_mb();
 
-    print_rows(&l, &run.tokens)?;
+    print_rows(&l.codec, &run.tokens)?;
     let (batch, bucket) = l.shape();
     println!("model     {}", l.description);
     println!(
@@ -235,21 +220,20 @@ pub(crate) fn generate(a: GenerateArgs) -> Result<()> {
             "generated_tokens": run.generated(),
             "max_new_tokens": options.max_new_tokens,
             "model": l.description,
-            "devices": l.model.devices(),
+            "devices": l.devices,
             "parallel": l.parallel_name(),
-            "weight_bytes_per_device": l.model.weight_bytes_per_device(),
+            "weight_bytes_per_device": l.model.weight_bytes(),
             "settings": settings_json(&l.options, l.settings_from.as_deref()),
         });
-        write_run_json(path, value, &l.model)?;
+        write_run_json(path, value, l.model.as_ref())?;
     }
     Ok(())
 }
 
 /// Prints each row's new tokens, as quoted text when there is a tokenizer or a byte vocabulary.
-fn print_rows(l: &Loaded, rows: &[Vec<u32>]) -> Result<()> {
+pub(crate) fn print_rows(codec: &Codec, rows: &[Vec<u32>]) -> Result<()> {
     for (r, row) in rows.iter().enumerate() {
-        let text = l
-            .codec
+        let text = codec
             .decode(row)
             .with_context(|| format!("decoding row {r}"))?;
         let shown = match text {

@@ -14,7 +14,6 @@ use stablegraph::runtime::Client;
 use stablegraph::sampling::GenerationConfig;
 use stablegraph::{DType, HostArray};
 
-use crate::generate::is_other_family;
 use crate::progress;
 use crate::text::{bytes_to_ids, Codec};
 
@@ -315,154 +314,6 @@ pub(crate) struct SamplingArgs {
     pub(crate) eos: Option<u32>,
 }
 
-/// A model on the device with its prompts.
-pub(crate) struct Loaded {
-    pub(crate) client: Client,
-    pub(crate) model: Mamba2,
-    /// How tokens become text.
-    pub(crate) codec: Codec,
-    pub(crate) prompts: Vec<Vec<u32>>,
-    pub(crate) options: GenerateOptions,
-    /// The generation_config.json whose defaults the options took, if any.
-    pub(crate) settings_from: Option<PathBuf>,
-    pub(crate) description: String,
-}
-
-impl Loaded {
-    /// The model on the engine's face with its prompts and options.
-    pub(crate) fn face(&self) -> crate::family::Face<'_> {
-        crate::family::Face {
-            model: &self.model,
-            codec: &self.codec,
-            prompts: &self.prompts,
-            options: &self.options,
-            settings_from: self.settings_from.as_deref(),
-            description: &self.description,
-        }
-    }
-
-    /// With several devices, a line saying how the model is split and the weights per device.
-    pub(crate) fn print_devices(&self) {
-        if let Some(p) = self.model.parallel() {
-            println!(
-                "devices   {} ({}), weights {:.0} MB per device",
-                self.model.devices(),
-                p.name(),
-                self.model.weight_bytes_per_device() as f64 / 1e6
-            );
-        }
-    }
-
-    /// `"heads"`, `"batch"`, or null on one device.
-    pub(crate) fn parallel_name(&self) -> Option<&'static str> {
-        self.model.parallel().map(Parallel::name)
-    }
-
-    /// Real prompt tokens, all rows.
-    pub(crate) fn prompt_tokens(&self) -> usize {
-        self.prompts.iter().map(Vec::len).sum()
-    }
-
-    /// Rows and the prompt bucket they pad to.
-    pub(crate) fn shape(&self) -> (usize, usize) {
-        let longest = self.prompts.iter().map(Vec::len).max().unwrap_or(0);
-        let bucket = self.model.prompt_bucket(longest).unwrap_or(longest);
-        (self.prompts.len(), bucket)
-    }
-}
-
-/// Reads the config, tokenizer, prompts and options (checking them before anything slow), then
-/// creates the client and uploads the weights. `random_default`: without --model or --shape,
-/// run the 130M shape rather than the shipped model (what `bench` does).
-pub(crate) fn load(
-    m: &ModelArgs,
-    p: &PromptArgs,
-    s: &SamplingArgs,
-    random_default: bool,
-) -> Result<Loaded> {
-    let (source, config, codec) = m.model_config(random_default)?;
-    let vocab = config.vocab_size;
-    let (options, settings_from) = s.options_for(&source, vocab)?;
-    let prompts = p.prompts(&codec, vocab)?;
-    match m.parallel {
-        ParallelArg::Heads => ensure!(
-            config.num_heads.is_multiple_of(m.devices),
-            "--devices {} --parallel heads: the model's {} heads do not divide into {} equal parts",
-            m.devices,
-            config.num_heads,
-            m.devices
-        ),
-        ParallelArg::Batch => ensure!(
-            prompts.len().is_multiple_of(m.devices),
-            "--devices {} --parallel batch: {} rows do not divide into {} equal parts (set \
-             --batch or the prompts to a multiple of {})",
-            m.devices,
-            prompts.len(),
-            m.devices,
-            m.devices
-        ),
-    }
-    let (client, model, description) = m.place(&source, config)?;
-    Ok(Loaded {
-        client,
-        model,
-        codec,
-        prompts,
-        options,
-        settings_from,
-        description,
-    })
-}
-
-/// A model of any family as the flags name it, on the engine's face.
-pub(crate) struct AnyModel {
-    /// The model.
-    pub(crate) model: Box<dyn family::CausalLm>,
-    /// How its tokens relate to text.
-    pub(crate) codec: Codec,
-    /// Its name for people and for `/v1/models`: the checkpoint directory's, or `mamba2-130m`
-    /// for a shape with random weights.
-    pub(crate) id: String,
-    /// A line on it.
-    pub(crate) description: String,
-}
-
-impl ModelArgs {
-    /// The model these flags name, of any family ([`ModelArgs::source`]; Mamba-2 with its own
-    /// flags, `--shape`, `--prefill-chunk` and `--bf16-dots`; another family's checkpoint
-    /// through `family::load_parallel`, those flags refused by name): the one way `eval` and
-    /// `serve` open a model.
-    pub(crate) fn open_any(&self, random_default: bool) -> Result<AnyModel> {
-        let id = |dir: &Path| {
-            let name = dir.canonicalize().unwrap_or(dir.to_path_buf());
-            name.file_name()
-                .map_or("model".into(), |n| n.to_string_lossy().into_owned())
-        };
-        if let Some(dir) = self.model.as_deref().filter(|d| is_other_family(d)) {
-            let (_client, model, description) = crate::family::load_model(dir, self)?;
-            let codec = Codec::for_model(Some(dir), model.vocab_size())?;
-            return Ok(AnyModel {
-                model,
-                codec,
-                id: id(dir),
-                description,
-            });
-        }
-        let (source, config, codec) = self.model_config(random_default)?;
-        let model_id = match &source {
-            Source::Checkpoint { dir, .. } => id(dir),
-            Source::Random(shape) => format!("mamba2-{}", shape.name()),
-        };
-        let (_client, model, description) = self.place(&source, config)?;
-        Ok(AnyModel {
-            model: Box::new(model),
-            codec,
-            id: model_id,
-            description,
-        })
-    }
-}
-
 impl ModelArgs {
     /// Where the weights come from (see [`ModelArgs::source`]), the model's config and how its
     /// tokens relate to text: cheap, before anything is loaded. Also checks `--devices`.
@@ -494,6 +345,16 @@ impl ModelArgs {
         config: Mamba2Config,
     ) -> Result<(Client, Mamba2, String)> {
         let m = self;
+        if matches!(m.parallel, ParallelArg::Heads) {
+            ensure!(
+                config.num_heads.is_multiple_of(m.devices),
+                "--devices {} --parallel heads: the model's {} heads do not divide into {} \
+                 equal parts",
+                m.devices,
+                config.num_heads,
+                m.devices
+            );
+        }
         progress("loading the PJRT plugin");
         let client = match (&m.plugin, m.devices) {
             (Some(path), _) => Client::from_plugin_path(path),

@@ -24,6 +24,7 @@ mod generate;
 mod grad;
 mod load;
 mod loadgen;
+mod open;
 mod plot;
 mod serve;
 mod text;

@@ -35,6 +35,14 @@ pub trait CausalLm: Send + Sync {
     /// The logits at every position of the prompts (left-padded to the longest), `[b, L,
     /// vocab]` f32.
     fn prefill_logits(&self, prompts: &[Vec<u32>]) -> Result<HostArray>;
+    /// The logits after each prompt, `[b, vocab]` f32: the prefill a generation starts with.
+    fn prefill_last(&self, prompts: &[Vec<u32>]) -> Result<HostArray>;
+    /// The positions prompts of up to `longest` tokens are padded to by the prefill.
+    fn padded_len(&self, longest: usize) -> usize;
+    /// The compiled one-token step program of `batch` rows, where the family has one of a
+    /// fixed shape (Mamba-2; for inspection: its text, or over several devices the collectives
+    /// XLA inserted); `None` otherwise.
+    fn step_program(&self, batch: usize) -> Result<Option<crate::CompiledGraph>>;
     /// `new_tokens` greedy tokens per prompt, one step program call per token (the argmax on
     /// the host).
     fn greedy(&self, prompts: &[Vec<u32>], new_tokens: usize) -> Result<Vec<Vec<u32>>>;
@@ -117,6 +125,16 @@ where
     fn prefill_logits(&self, prompts: &[Vec<u32>]) -> Result<HostArray> {
         engine::check_prompts(Family::family(self), "prefill", prompts)?;
         self.logits_at_every_position(prompts)
+    }
+    fn prefill_last(&self, prompts: &[Vec<u32>]) -> Result<HostArray> {
+        engine::check_prompts(Family::family(self), "prefill", prompts)?;
+        engine::last_position(&self.prefill_reserving(prompts, None, 0, 0)?.logits)
+    }
+    fn padded_len(&self, longest: usize) -> usize {
+        self.prompt_padding(longest)
+    }
+    fn step_program(&self, batch: usize) -> Result<Option<crate::CompiledGraph>> {
+        Family::step_program(self, batch)
     }
     fn greedy(&self, prompts: &[Vec<u32>], new_tokens: usize) -> Result<Vec<Vec<u32>>> {
         engine::greedy(self, prompts, new_tokens)

@@ -47,6 +47,17 @@ pub(crate) trait Family {
     fn logits_at_every_position(&self, prompts: &[Vec<u32>]) -> Result<HostArray> {
         Ok(self.prefill_reserving(prompts, None, 0, 0)?.logits)
     }
+    /// The positions prompts of up to `longest` tokens are padded to by a prefill (by default
+    /// `longest` itself).
+    fn prompt_padding(&self, longest: usize) -> usize {
+        longest
+    }
+    /// The compiled one-token step program of `batch` rows, where the family has one of a
+    /// fixed shape (for inspection: its text, the collectives XLA inserted over devices).
+    fn step_program(&self, batch: usize) -> Result<Option<CompiledGraph>> {
+        let _ = batch;
+        Ok(None)
+    }
     /// One token per row after `state`: the logits `[b, vocab]` and the next state.
     fn step_tokens(&self, tokens: &[u32], state: Self::State) -> Result<(HostArray, Self::State)>;
     /// The program that generates up to `capacity` tokens after `prompts` in one call, as `v`

@@ -75,6 +75,10 @@ impl Family for Hybrid {
         })
     }
 
+    fn prompt_padding(&self, longest: usize) -> usize {
+        self.padding(longest).0
+    }
+
     fn step_tokens(&self, tokens: &[u32], state: HybridState) -> Result<(HostArray, HybridState)> {
         self.step(tokens, state)
     }

@@ -131,6 +131,14 @@ impl Family for Mamba2 {
         engine::last_positions(&all, longest)
     }
 
+    fn prompt_padding(&self, longest: usize) -> usize {
+        self.prompt_bucket(longest).unwrap_or(longest)
+    }
+
+    fn step_program(&self, batch: usize) -> Result<Option<CompiledGraph>> {
+        Mamba2::step_program(self, batch).map(Some)
+    }
+
     fn step_tokens(&self, tokens: &[u32], state: Mamba2State) -> Result<(HostArray, Mamba2State)> {
         self.step(tokens, state)
     }
