@@ -1,4 +1,5 @@
-//! A family's weights on the device and its compiled programs, and the checks of its weights.
+//! A family's weights on the device, its compiled programs, how a program is called (by its
+//! parameters' names, [`call`]), and the checks of its weights.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
