@@ -12,7 +12,7 @@ use stablegraph::models::GenerateOptions;
 use stablegraph::HostArray;
 
 use crate::family;
-use crate::load::{model_type, ModelArgs, PromptArgs, SamplingArgs};
+use crate::load::{ModelArgs, PromptArgs, SamplingArgs};
 use crate::open::{load, Loaded};
 use crate::text::Codec;
 use crate::{cache_hits, ids_text, peak_rss_mb, progress, seconds, write_run_json};
@@ -54,17 +54,6 @@ pub(crate) struct GenerateArgs {
     /// included) and prints no throughput.
     #[arg(long, value_name = "FILE")]
     state_out: Option<PathBuf>,
-}
-
-/// Whether `dir` holds a checkpoint of another family than Mamba-2 that `generate` runs
-/// (its config.json's `model_type` says so).
-pub(crate) fn is_other_family(dir: &Path) -> bool {
-    dir.join("config.json").is_file()
-        && model_type(dir).is_ok_and(|t| {
-            t.is_some_and(|t| {
-                t != "mamba2" && stablegraph::models::family::model_types().contains(&t.as_str())
-            })
-        })
 }
 
 /// Each row's tokens up to and including its first `eos`.

@@ -11,9 +11,17 @@ use stablegraph::models::mamba2::{Mamba2Config, Parallel};
 use stablegraph::models::GenerateOptions;
 use stablegraph::runtime::Client;
 
-use crate::generate::is_other_family;
-use crate::load::{ModelArgs, ParallelArg, PromptArgs, SamplingArgs, Source};
+use crate::load::{model_type, ModelArgs, ParallelArg, PromptArgs, SamplingArgs, Source};
 use crate::text::Codec;
+
+/// Whether `dir` holds a checkpoint of another family than Mamba-2 (its config.json's
+/// `model_type` says so).
+fn is_other_family(dir: &Path) -> bool {
+    dir.join("config.json").is_file()
+        && model_type(dir).is_ok_and(|t| {
+            t.is_some_and(|t| t != "mamba2" && family::model_types().contains(&t.as_str()))
+        })
+}
 
 /// A model of any family on the device (on the engine's face) with its prompts.
 pub(crate) struct Loaded {
