@@ -221,24 +221,14 @@ impl<K: std::hash::Hash + Eq> Programs<K> {
         Ok(program)
     }
 
-    /// Runs `program` on the weights and `inputs` (uploaded as the program lays them out),
-    /// downloading its outputs.
+    /// Runs `program` on the weights and `inputs` by name ([`call`]), downloading its
+    /// outputs.
     pub(crate) fn run(
         &self,
         program: &CompiledGraph,
-        inputs: &[HostArray],
+        inputs: Vec<Named>,
     ) -> Result<Vec<HostArray>> {
-        let layouts =
-            &program.input_shardings()[self.weights.len().min(program.input_shardings().len())..];
-        let uploaded = inputs
-            .iter()
-            .zip(layouts.iter().chain(std::iter::repeat(&Sharding::single())))
-            .map(|(a, s)| self.client.sharded_buffer_from_host_array(a, s))
-            .collect::<Result<Vec<_>>>()?;
-        let mut args: Vec<&ShardedBuffer> = self.weights.iter().collect();
-        args.extend(uploaded.iter());
-        program
-            .run_sharded(&args)?
+        call(&self.client, program, &self.weight_buffers(), inputs)?
             .iter()
             .map(ShardedBuffer::to_host_array)
             .collect()

@@ -14,7 +14,7 @@ use crate::dtype::{DType, TensorType};
 use crate::error::{Error, Result};
 use crate::models::common::Parallel;
 use crate::models::common::{LayerState, LoadOptions};
-use crate::models::engine::{self, Placement, Programs, Variant};
+use crate::models::engine::{self, host_input, Named, Placement, Programs, Variant};
 use crate::ops::{Graph, Tensor};
 use crate::runtime::Client;
 
@@ -353,16 +353,17 @@ impl Hybrid {
             self.forward_outputs(g, w, (b, len, cap, chunk), decode, &template)
         })?;
         let mut inputs = vec![
-            fed.ids,
-            fed.mask,
-            fed.rotary,
-            HostArray::scalar(state.column as i32),
-            fed.valid.clone(),
+            host_input("tokens", fed.ids),
+            host_input("mask", fed.mask),
+            host_input("positions", fed.rotary),
+            host_input("column", HostArray::scalar(state.column as i32)),
+            host_input("valid", fed.valid.clone()),
         ];
-        for s in &state.sublayers {
-            inputs.extend(s.tensors().into_iter().cloned());
+        let tensors = state.sublayers.iter().flat_map(|s| s.tensors());
+        for (i, t) in tensors.enumerate() {
+            inputs.push(host_input(format!("state.{i}"), t.clone()));
         }
-        let mut out = self.run(&program, &inputs)?.into_iter();
+        let mut out = self.run(&program, inputs)?.into_iter();
         let logits = out
             .next()
             .ok_or_else(|| Error::InvalidArgument("no logits".into()))?;
@@ -555,7 +556,7 @@ impl Hybrid {
     pub(super) fn run(
         &self,
         program: &CompiledGraph,
-        inputs: &[HostArray],
+        inputs: Vec<Named>,
     ) -> Result<Vec<HostArray>> {
         self.programs.run(program, inputs)
     }

@@ -10,10 +10,12 @@ use crate::array::HostArray;
 use crate::compiled::CompiledGraph;
 use crate::dtype::{DType, TensorType};
 use crate::error::{Error, Result};
+use crate::models::common::layers::layer_state_names;
 use crate::models::common::Parallel;
 use crate::models::common::{generate_capacity, GenerateOptions, LayerState, LoadOptions};
 use crate::models::engine::{
-    self, decode_loop, rows, Decoding, Placement, Programs, Stepper, Variant,
+    self, decode_loop, host_input, rows, Decoding, Named, Placement, Programs, Stepper, Value,
+    Variant,
 };
 use crate::ops::{Graph, Tensor};
 use crate::runtime::Client;
@@ -194,11 +196,12 @@ impl Mamba1 {
         let program = self.program((kind, b, len, self.scan), |g, w| {
             self.prefill_outputs(g, w, b, len, from_state)
         })?;
-        let mut inputs = vec![ids, mask];
-        for s in init.unwrap_or_default() {
-            inputs.extend([s.conv.clone(), s.ssm.clone()]);
-        }
-        let mut out = self.run(&program, &inputs)?.into_iter();
+        let mut inputs = vec![host_input("tokens", ids), host_input("mask", mask)];
+        let states = init.unwrap_or_default();
+        let values = states.iter().flat_map(|s| [s.conv.clone(), s.ssm.clone()]);
+        let names = layer_state_names(states.len());
+        inputs.extend(names.into_iter().zip(values.map(Value::Host)));
+        let mut out = self.run(&program, inputs)?.into_iter();
         let logits = out
             .next()
             .ok_or_else(|| Error::InvalidArgument("no logits".into()))?;
@@ -279,9 +282,11 @@ impl Mamba1 {
         let program = self.program((Kind::Step, b, 1, Scan::Loop), |g, w| {
             self.step_outputs(g, w, b)
         })?;
-        let mut inputs = vec![HostArray::from_vec(&[b], ids)?];
-        inputs.extend(states.iter().flat_map(|s| [s.conv.clone(), s.ssm.clone()]));
-        let mut out = self.run(&program, &inputs)?.into_iter();
+        let mut inputs = vec![host_input("tokens", HostArray::from_vec(&[b], ids)?)];
+        let values = states.iter().flat_map(|s| [s.conv.clone(), s.ssm.clone()]);
+        let names = layer_state_names(states.len());
+        inputs.extend(names.into_iter().zip(values.map(Value::Host)));
+        let mut out = self.run(&program, inputs)?.into_iter();
         let logits = out
             .next()
             .ok_or_else(|| Error::InvalidArgument("no logits".into()))?;
@@ -500,7 +505,7 @@ impl Mamba1 {
     pub(super) fn run(
         &self,
         program: &CompiledGraph,
-        inputs: &[HostArray],
+        inputs: Vec<Named>,
     ) -> Result<Vec<HostArray>> {
         self.programs.run(program, inputs)
     }
