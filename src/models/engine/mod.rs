@@ -11,7 +11,7 @@ pub(crate) mod slots;
 
 pub(crate) use host::*;
 pub(crate) use placement::Placement;
-pub(crate) use programs::{check_weight_types, Device, Named, Programs, Value};
+pub(crate) use programs::{call, check_weight_types, Device, Named, Programs, Value};
 pub(crate) use slots::{slot_variant, SlotFamily};
 
 use crate::dtype::DType;

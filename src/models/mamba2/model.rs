@@ -18,6 +18,7 @@ use crate::compiled::CompiledGraph;
 use crate::dtype::{DType, TensorType};
 use crate::error::{Error, Result};
 use crate::models::common::LayerState;
+use crate::models::engine::{call, host_input, Family};
 use crate::models::quant;
 use crate::ops::{Graph, Tensor};
 use crate::runtime::{Client, ShardedBuffer};
@@ -356,41 +357,6 @@ impl Mamba2 {
         Ok(g)
     }
 
-    /// The layout of the program input `name` of `batch` rows.
-    fn input_sharding(&self, name: &str, ty: &TensorType, batch: usize) -> Result<Sharding> {
-        match &self.placement {
-            Some(p) => p.sharding(&p.input_spec(name, ty, batch)),
-            None => Ok(Sharding::single()),
-        }
-    }
-
-    /// Uploads the program input `name` of `batch` rows, laid out as the program takes it.
-    pub(super) fn input(&self, name: &str, a: &HostArray, batch: usize) -> Result<ShardedBuffer> {
-        let sharding = self.input_sharding(name, &a.ty(), batch)?;
-        self.client.sharded_buffer_from_host_array(a, &sharding)
-    }
-
-    /// `state` laid out as the programs take a `batch`-row state: as it is when it already is
-    /// (a state from this model), else moved through the host (say, one loaded from a file).
-    pub(super) fn placed_state(&self, state: Mamba2State, batch: usize) -> Result<Mamba2State> {
-        let mut layers = Vec::with_capacity(state.layers.len());
-        for (i, l) in state.layers.into_iter().enumerate() {
-            let moved = |name: String, b: ShardedBuffer| -> Result<ShardedBuffer> {
-                let want = self.input_sharding(&name, b.ty(), batch)?;
-                if *b.sharding() == want {
-                    return Ok(b);
-                }
-                let host = b.to_host_array()?;
-                self.client.sharded_buffer_from_host_array(&host, &want)
-            };
-            layers.push(LayerState {
-                conv: moved(format!("conv.{i}"), l.conv)?,
-                ssm: moved(format!("ssm.{i}"), l.ssm)?,
-            });
-        }
-        Ok(Mamba2State { layers })
-    }
-
     pub(super) fn state_types(&self, batch: usize) -> (TensorType, TensorType) {
         let c = &self.config;
         (
@@ -564,19 +530,13 @@ impl Mamba2 {
         if let Some(s) = &state {
             s.check(&self.config, batch)?;
         }
-        let state = state.map(|s| self.placed_state(s, batch)).transpose()?;
         let from = state.is_some();
         let program = self.prefill_program(batch, bucket, at, from)?;
-        let ids = self.input("tokens", &ids, batch)?;
-        let mask = self.input("mask", &mask, batch)?;
-        let mut args = self.weight_args();
-        args.push(&ids);
-        args.push(&mask);
-        args.extend(state_args(state.as_ref()));
-        let outs = program.run_sharded(&args)?;
-        drop(args);
-        drop(state);
-        let mut outs = outs.into_iter();
+        let mut inputs = vec![host_input("tokens", ids), host_input("mask", mask)];
+        if let Some(s) = state {
+            inputs.extend(self.flatten_state(s)?);
+        }
+        let mut outs = call(&self.client, &program, &self.weight_args(), inputs)?.into_iter();
         let logits = outs
             .next()
             .ok_or_else(|| Error::InvalidArgument("prefill returned nothing".into()))?;
@@ -614,17 +574,11 @@ impl Mamba2 {
                 self.config.vocab_size
             )));
         }
-        let state = self.placed_state(state, batch)?;
         let program = self.step_program(batch)?;
         let ids: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();
-        let token = self.input("token", &HostArray::from_vec(&[batch], ids)?, batch)?;
-        let mut args = self.weight_args();
-        args.push(&token);
-        args.extend(state_args(Some(&state)));
-        let outs = program.run_sharded(&args)?;
-        drop(args);
-        drop(state);
-        let mut outs = outs.into_iter();
+        let mut inputs = vec![host_input("token", HostArray::from_vec(&[batch], ids)?)];
+        inputs.extend(self.flatten_state(state)?);
+        let mut outs = call(&self.client, &program, &self.weight_args(), inputs)?.into_iter();
         let mut layers = Vec::new();
         for _ in 0..self.config.num_layers {
             match (outs.next(), outs.next()) {
@@ -669,15 +623,6 @@ pub const MAX_PREFILL_CHUNK: usize = 1 << 16;
 /// The largest prefill chunk on the CPU platform. Measured on the 130M shape (see `docs/performance.md`):
 /// smaller chunks make the chunked SSD faster there, as its work per token grows with the chunk.
 pub const CPU_MAX_CHUNK: usize = 64;
-
-/// The buffers of a state in parameter order (`conv.0`, `ssm.0`, `conv.1`, ...).
-pub(super) fn state_args(state: Option<&Mamba2State>) -> Vec<&ShardedBuffer> {
-    state
-        .into_iter()
-        .flat_map(|s| &s.layers)
-        .flat_map(|l| [&l.conv, &l.ssm])
-        .collect()
-}
 
 /// Collects layer states from program outputs, two per layer.
 pub(super) fn layer_states(
