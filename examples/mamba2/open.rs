@@ -93,21 +93,29 @@ pub(crate) fn load(
     random_default: bool,
 ) -> Result<Loaded> {
     let plan = m.plan(random_default)?;
-    if let Plan::Mamba2 {
-        source,
-        config,
-        codec,
-    } = &plan
-    {
-        let prompts = p.prompts(codec, config.vocab_size)?;
-        s.options_for(source, config.vocab_size)?;
-        check_batch(m, prompts.len())?;
-    }
+    // Mamba-2's prompts and options, read before anything slow; another family's once loaded.
+    let early = match &plan {
+        Plan::Mamba2 {
+            source,
+            config,
+            codec,
+        } => {
+            let prompts = p.prompts(codec, config.vocab_size)?;
+            check_batch(m, prompts.len())?;
+            Some((prompts, s.options_for(source, config.vocab_size)?))
+        }
+        Plan::Other(_) => None,
+    };
     let any = m.open_planned(plan)?;
-    let vocab = any.model.vocab_size();
-    let prompts = p.prompts(&any.codec, vocab)?;
-    let (options, settings_from) = s.options_for(&any.source, vocab)?;
-    check_batch(m, prompts.len())?;
+    let (prompts, (options, settings_from)) = match early {
+        Some(read) => read,
+        None => {
+            let vocab = any.model.vocab_size();
+            let prompts = p.prompts(&any.codec, vocab)?;
+            check_batch(m, prompts.len())?;
+            (prompts, s.options_for(&any.source, vocab)?)
+        }
+    };
     Ok(Loaded {
         client: any.client,
         model: any.model,

@@ -338,7 +338,8 @@ pub(crate) fn control_inputs(
         "max_new",
         HostArray::scalar(options.max_new_tokens as i32),
     )];
-    inputs.extend(picker_inputs(prompts.len(), options, vocab, v)?);
+    let picker = picker_inputs(prompts.len(), options, vocab, v)?;
+    inputs.extend(picker.into_iter().map(|(n, a)| host_input(n, a)));
     if v.sample {
         let key = HostArray::from_vec(&[2], options.sampling.key().to_vec())?;
         inputs.push(host_input("key", key));
@@ -358,19 +359,17 @@ fn picker_inputs(
     options: &GenerateOptions,
     vocab: usize,
     v: Variant,
-) -> Result<Vec<Named>> {
-    let mut inputs = vec![host_input(
+) -> Result<Vec<(&'static str, HostArray)>> {
+    let mut inputs = vec![(
         "eos",
         HostArray::scalar(options.eos.map_or(-1, |e| e as i32)),
     )];
     if v.sample {
         let values = SampleSettings::host_values(&options.sampling, batch, vocab)?;
-        let names = ["temperature", "top_k", "top_p"];
-        inputs.extend(names.into_iter().zip(values).map(|(n, a)| host_input(n, a)));
+        inputs.extend(["temperature", "top_k", "top_p"].into_iter().zip(values));
     }
     if v.penalties {
-        let settings = PenaltySettings::host_values(&options.penalties, batch)?;
-        inputs.extend(settings.into_iter().map(|(n, a)| host_input(n, a)));
+        inputs.extend(PenaltySettings::host_values(&options.penalties, batch)?);
     }
     Ok(inputs)
 }
@@ -482,6 +481,7 @@ pub(crate) fn stream_segments(
     // The outputs after the tokens, in order: these inputs, then the history.
     let names: Vec<String> = at.iter().chain(&history).map(|(n, _)| n.clone()).collect();
     at.extend(history);
+    let picker = picker_inputs(batch, options, vocab, v)?;
     let eos = options.eos.map_or(-1, |e| e as i32);
     let mut stopped = vec![false; batch];
     let mut made = 0;
@@ -490,7 +490,7 @@ pub(crate) fn stream_segments(
         let mut inputs = at;
         // Fits an i32: steps <= MAX_NEW_TOKENS.
         inputs.push(host_input("max_steps", HostArray::scalar(steps as i32)));
-        inputs.extend(picker_inputs(batch, options, vocab, v)?);
+        inputs.extend(picker.iter().map(|(n, a)| host_input(*n, a.clone())));
         let mut outs = run(inputs)?.into_iter();
         let short = || Error::InvalidArgument("a generate segment returned too little".into());
         let tokens = outs.next().ok_or_else(short)?.to_host_array()?;

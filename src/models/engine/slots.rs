@@ -395,7 +395,7 @@ impl<F: SlotFamily + Send + Sync> SlotModel for F {
             false => (0..n).collect(),
         };
         let subset = (m < n).then_some(m);
-        let capacity = slots.capacity;
+        let (capacity, n_state) = (slots.capacity, slots.state.len());
         let program = self.slot_segment_program(n, subset, capacity, segment.capacity, sample)?;
         let mut inputs = self.slot_inputs(slots);
         inputs.extend(segment_controls(self, segment, &rows, subset, sample)?);
@@ -405,7 +405,6 @@ impl<F: SlotFamily + Send + Sync> SlotModel for F {
             &self.weight_buffers(),
             inputs,
         )?;
-        let n_state = self.slot_names().len();
         let mut outs = outs.into_iter();
         let missing = || Error::InvalidArgument("a slot segment returned too little".into());
         let tokens = outs.next().ok_or_else(missing)?.to_vec::<i32>()?;
