@@ -10,10 +10,12 @@ use super::common::{GenerateOptions, ModelState, Parallel};
 use super::engine::{self, Family};
 use super::hybrid::{self, Hybrid};
 use super::mamba1::{self, Mamba1};
-use super::mamba2::{Mamba2, Mamba2Config, Mamba2Weights};
+use super::mamba2::{Mamba2, Mamba2Config, Mamba2Weights, TrainOptions};
+use super::training::{self, FineTuner, Gradients, Trainable};
 use crate::array::HostArray;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::optim::AdamW;
 use crate::runtime::Client;
 use crate::serving::{AnySlots, DynSlotModel, Segment, SegmentOutput, SlotModel};
 
@@ -75,6 +77,14 @@ pub trait CausalLm: Send + Sync {
     /// The model as serving slots ([`crate::serving`]): a `Box<dyn CausalLm>` is a
     /// [`SlotModel`] through it, so a [`crate::serving::Scheduler`] serves any family.
     fn as_slots(&self) -> &dyn DynSlotModel;
+    /// The mean next-token cross-entropy of the prompts (each of `T` tokens predicts `T - 1`;
+    /// shorter ones left-padded and masked), plus the router load-balancing loss when the
+    /// config asks for one, and its gradient for every tensor of the checkpoint under its name
+    /// (f32 weights on one device; an error otherwise).
+    fn loss_and_grads(&self, prompts: &[Vec<u32>]) -> Result<Gradients>;
+    /// A [`FineTuner`] starting from this model's weights (f32): AdamW `opt`, batches as
+    /// `options` says, split over devices `0..devices` of the model's client.
+    fn fine_tuner(&self, opt: AdamW, options: TrainOptions, devices: usize) -> Result<FineTuner>;
     /// [`CausalLm::generate_from`] continuing from the state file `state_in` (when given), and
     /// writing the state after the prompts and every token emitted to `state_out` (when
     /// given), as [`ModelState::save`] writes it. An error about the state file names it.
@@ -104,7 +114,7 @@ pub trait CausalLm: Send + Sync {
 /// [`SlotFamily`]) is a [`CausalLm`].
 impl<F> CausalLm for F
 where
-    F: Family + SlotModel + Send + Sync,
+    F: Family + Trainable + SlotModel + Send + Sync,
     F::Slots: Send + 'static,
 {
     fn family(&self) -> &'static str {
@@ -166,6 +176,12 @@ where
     }
     fn stablehlo(&self, prompts: &[Vec<u32>], options: &GenerateOptions) -> Result<[String; 3]> {
         Family::stablehlo(self, prompts, options)
+    }
+    fn loss_and_grads(&self, prompts: &[Vec<u32>]) -> Result<Gradients> {
+        training::loss_and_grads(self, prompts)
+    }
+    fn fine_tuner(&self, opt: AdamW, options: TrainOptions, devices: usize) -> Result<FineTuner> {
+        FineTuner::new(self, opt, options, devices)
     }
     fn as_slots(&self) -> &dyn DynSlotModel {
         self

@@ -11,6 +11,7 @@ pub mod mamba1;
 pub mod mamba2;
 pub mod quant;
 pub mod text;
+pub mod training;
 
 pub use crate::sampling::{Penalties, Sampling};
 pub use common::{
@@ -19,3 +20,4 @@ pub use common::{
 pub use engine::slots::FamilySlots;
 pub use loaded::{Completion, Model, TokenLogprob};
 pub use text::Text;
+pub use training::{FineTuner, Gradients};

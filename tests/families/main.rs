@@ -10,6 +10,7 @@ mod common;
 mod devices;
 mod face;
 mod generate;
+mod grads;
 mod quant;
 
 /// Token ids of prompts, one row each.

@@ -10,6 +10,7 @@ mod matrix;
 mod options;
 mod parallel;
 mod state;
+mod write;
 
 pub use checkpoint::LoadOptions;
 pub use layers::LayerState;
@@ -19,3 +20,4 @@ pub(crate) use options::generate_capacity;
 pub use options::{GenerateOptions, MAX_NEW_TOKENS};
 pub use parallel::Parallel;
 pub use state::ModelState;
+pub(crate) use write::write_tensors;

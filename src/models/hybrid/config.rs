@@ -123,6 +123,10 @@ pub struct MoeConfig {
     pub shared: Option<MlpConfig>,
     /// How experts are chosen.
     pub routing: Routing,
+    /// The coefficient of the router load-balancing loss added to the training loss, when
+    /// the config asks for it (transformers' `router_aux_loss_coef` with
+    /// `output_router_logits`).
+    pub router_aux_loss: Option<f64>,
 }
 
 /// The shape and numerics of a hybrid model.
@@ -540,6 +544,9 @@ fn feed_forward(
             expert: gated(f.size("intermediate_size")),
             shared: Some(gated(f.size("shared_intermediate_size"))),
             routing: Routing::SoftmaxTopK,
+            router_aux_loss: f
+                .flag_or("output_router_logits", false)
+                .then(|| f.float_or("router_aux_loss_coef", 0.001)),
         };
         (SublayerKind::Moe, None, Some(moe))
     } else if granite {
@@ -745,6 +752,7 @@ fn nemotron_h(f: &mut Fields<'_>) -> Result<HybridConfig> {
                 normalize: f.flag_or("norm_topk_prob", true),
                 scale: f.float_or("routed_scaling_factor", 1.0),
             },
+            router_aux_loss: None,
         })
     } else {
         None

@@ -92,6 +92,7 @@ impl Stepper for Steps<'_> {
             decode: true,
             gather: self.gather,
             chunk: 1,
+            remat: false,
         };
         let (logits, sublayers) = forward(&step, &state.sublayers, self.w, self.cfg)?;
         let logits = logits.reshape(&[b as isize, self.cfg.vocab_size as isize])?;
@@ -232,6 +233,7 @@ impl Hybrid {
             decode: false,
             gather: false,
             chunk,
+            remat: false,
         };
         let (logits, sublayers) = forward(&step, &states, w, cfg)?;
         let vocab = cfg.vocab_size as isize;

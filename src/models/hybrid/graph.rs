@@ -72,6 +72,17 @@ pub(crate) struct Step<'a> {
     pub gather: bool,
     /// The chunk of the Mamba-2 prefill (a divisor of `L`).
     pub chunk: usize,
+    /// Whether each sublayer is recomputed in the backward pass (training, with no state
+    /// wanted after it: the states returned are then the ones given).
+    pub remat: bool,
+}
+
+/// What [`forward`] returns: the logits `[b, L, vocab]` f32, the states after the tokens, and
+/// each mixture of experts' router logits `[b * L, experts]` (for a load-balancing loss).
+pub(crate) struct Forwarded {
+    pub logits: Tensor,
+    pub states: Vec<SublayerState<Tensor>>,
+    pub router_logits: Vec<Tensor>,
 }
 
 /// The model over `s`'s tokens after `states` (one per sublayer): the logits `[b, L, vocab]`
@@ -83,6 +94,17 @@ pub(crate) fn forward(
     w: &HybridWeights<Tensor>,
     cfg: &HybridConfig,
 ) -> Result<(Tensor, Vec<SublayerState<Tensor>>)> {
+    let f = forward_all(s, states, w, cfg)?;
+    Ok((f.logits, f.states))
+}
+
+/// [`forward`] with the router logits of every mixture of experts.
+pub(crate) fn forward_all(
+    s: &Step<'_>,
+    states: &[SublayerState<Tensor>],
+    w: &HybridWeights<Tensor>,
+    cfg: &HybridConfig,
+) -> Result<Forwarded> {
     if states.len() != w.sublayers.len() {
         return Err(Error::InvalidArgument(format!(
             "hybrid forward: {} states for {} sublayers",
@@ -106,10 +128,24 @@ pub(crate) fn forward(
         h = h.squeeze(&[1])?;
     }
     let mut next = Vec::with_capacity(states.len());
+    let mut router_logits = Vec::new();
     for (layer, state) in w.sublayers.iter().zip(states) {
-        let (out, st) = sublayer(&h, s, layer, state, &mamba, cfg)?;
+        let run = |h: &Tensor| sublayer(h, s, layer, state, &mamba, cfg);
+        let out = if s.remat {
+            let (out, routed) = h.graph().checkpoint(&h, |h| {
+                let (out, _, routed) = run(h)?;
+                Ok((out, routed.into_iter().collect::<Vec<_>>()))
+            })?;
+            router_logits.extend(routed);
+            next.push(state.clone());
+            out
+        } else {
+            let (out, st, routed) = run(&h)?;
+            router_logits.extend(routed);
+            next.push(st);
+            out
+        };
         h = h.add(&out.mul(cfg.residual_multiplier)?)?;
-        next.push(st);
     }
     let normed = rms(&h, cfg.norm_eps)?.mul(&w.norm_f)?;
     let mut logits = w
@@ -120,10 +156,15 @@ pub(crate) fn forward(
     if s.decode {
         logits = logits.expand_dims(1)?;
     }
-    Ok((logits.div(cfg.logits_scaling)?, next))
+    Ok(Forwarded {
+        logits: logits.div(cfg.logits_scaling)?,
+        states: next,
+        router_logits,
+    })
 }
 
-/// One sublayer's output (before the residual) and its next state.
+/// One sublayer's output (before the residual), its next state, and a mixture of experts'
+/// router logits.
 fn sublayer(
     h: &Tensor,
     s: &Step<'_>,
@@ -131,10 +172,10 @@ fn sublayer(
     state: &SublayerState<Tensor>,
     mamba: &Mamba2Config,
     cfg: &HybridConfig,
-) -> Result<(Tensor, SublayerState<Tensor>)> {
+) -> Result<(Tensor, SublayerState<Tensor>, Option<Tensor>)> {
     let norm = |n: &Tensor| rms(h, cfg.norm_eps)?.mul(n);
     let mismatch = || Error::InvalidArgument("hybrid forward: a state of the wrong kind".into());
-    Ok(match (layer, state) {
+    let (out, state) = match (layer, state) {
         (Sublayer::Mamba(w), SublayerState::Mamba(init)) => {
             let (out, st) = if s.decode {
                 mixer_step(h, init, w, mamba)?
@@ -161,8 +202,10 @@ fn sublayer(
         }
         (Sublayer::Moe { norm: n, moe: m }, SublayerState::None) => {
             let c = cfg.moe.as_ref().ok_or_else(mismatch)?;
-            (moe(&norm(n)?, m, c, s.gather)?, SublayerState::None)
+            let (out, router) = moe(&norm(n)?, m, c, s.gather)?;
+            return Ok((out, SublayerState::None, Some(router)));
         }
         _ => return Err(mismatch()),
-    })
+    };
+    Ok((out, state, None))
 }

@@ -217,15 +217,16 @@ fn route(
     }
 }
 
-/// A mixture of experts on `x` (`[..., hidden]` f32). With `gather`, each token reads only
-/// its chosen experts' matrices (decode); otherwise every expert runs on every token and the
-/// unchosen ones weigh 0 (prefill, where most experts are chosen by some token anyway).
+/// A mixture of experts on `x` (`[..., hidden]` f32), and the router's logits `[tokens,
+/// experts]`. With `gather`, each token reads only its chosen experts' matrices (decode);
+/// otherwise every expert runs on every token and the unchosen ones weigh 0 (prefill, where
+/// most experts are chosen by some token anyway).
 pub(crate) fn moe(
     x: &Tensor,
     w: &MoeWeights<Tensor>,
     cfg: &MoeConfig,
     gather: bool,
-) -> Result<Tensor> {
+) -> Result<(Tensor, Tensor)> {
     let dims = x.dims().to_vec();
     let hidden = dims[dims.len() - 1];
     let flat = x.reshape(&[-1, hidden as isize])?;
@@ -254,5 +255,5 @@ pub(crate) fn moe(
         _ => routed,
     };
     let back: Vec<isize> = dims.iter().map(|&d| d as isize).collect();
-    out.reshape(&back)
+    Ok((out.reshape(&back)?, logits))
 }

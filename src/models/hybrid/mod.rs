@@ -13,6 +13,7 @@ mod graph;
 mod layers;
 mod model;
 mod slots;
+mod tune;
 mod weights;
 
 pub use config::{

@@ -150,6 +150,11 @@ impl Hybrid {
         self
     }
 
+    /// The weights' names and types.
+    pub(super) fn types(&self) -> &HybridWeights<TensorType> {
+        &self.types
+    }
+
     /// Whether decode steps gather the chosen experts.
     pub(super) fn gathers(&self) -> bool {
         self.gather
@@ -429,6 +434,7 @@ impl Hybrid {
             decode,
             gather: decode && self.gather,
             chunk,
+            remat: false,
         };
         let (logits, next) = forward(&step, &states, w, &self.config)?;
         let mut outs = vec![logits];

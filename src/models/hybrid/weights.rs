@@ -14,6 +14,7 @@ use crate::models::common::checkpoint::{random_tensor, Expected, Loader, Rng};
 use crate::models::common::{by_name, check_matrix_dtype, quantized_like, LoadOptions, Matrix};
 use crate::models::mamba2::LayerWeights;
 use crate::models::quant;
+use crate::models::training::Pieces;
 use crate::runtime::{Buffer, Client};
 
 /// An attention sublayer's projections, `[out, in]`.
@@ -419,6 +420,23 @@ fn sources(config: &HybridConfig, matmul_dtype: DType) -> Result<HybridWeights<S
         m: matmul_dtype,
     }
     .weights()
+}
+
+/// Where each weight of `config`'s model (f32, in tree order) lives in the checkpoint: its
+/// pieces' names and shapes on disk, joined along the first axis.
+pub(super) fn checkpoint_pieces(config: &HybridConfig) -> Result<Vec<Pieces>> {
+    let sources = sources(config, DType::F32)?;
+    let mut out = Vec::new();
+    let _ = sources.try_map(|_, s| {
+        out.push(
+            s.pieces
+                .iter()
+                .map(|(n, disk, _)| (n.clone(), disk.clone()))
+                .collect(),
+        );
+        Ok(())
+    })?;
+    Ok(out)
 }
 
 impl HybridWeights<TensorType> {

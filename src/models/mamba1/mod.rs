@@ -8,6 +8,7 @@ mod block;
 mod config;
 mod family;
 mod model;
+mod tune;
 mod weights;
 
 pub use block::{Mamba1State, Scan};

@@ -135,6 +135,11 @@ impl Mamba1 {
         &self.programs
     }
 
+    /// The weights' names and types.
+    pub(super) fn types(&self) -> &Mamba1Weights<TensorType> {
+        &self.types
+    }
+
     /// How the prefill's selective scan runs.
     pub(super) fn scan(&self) -> Scan {
         self.scan

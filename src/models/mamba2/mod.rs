@@ -16,6 +16,7 @@ mod slots;
 pub mod ssd;
 mod state;
 pub mod train;
+mod tune;
 mod weights;
 
 /// Re-exported from [`crate::sampling`], where they live.

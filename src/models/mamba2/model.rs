@@ -231,6 +231,11 @@ impl Mamba2 {
         self
     }
 
+    /// The weights' names and types, as stored.
+    pub(super) fn types(&self) -> &Mamba2Weights<TensorType> {
+        &self.types
+    }
+
     /// The weights as parameters of `g`, as stored.
     pub(super) fn weight_parameters(&self, g: &Graph) -> Result<Mamba2Weights<Tensor>> {
         block::weight_parameters(g, &self.types)

@@ -7,7 +7,6 @@ use crate::tree::Tree;
 use std::fmt::Write as _;
 use std::path::Path;
 
-use safetensors::tensor::{Dtype, TensorView};
 use serde_json::{json, Value};
 
 use super::checkpoint::checkpoint_names;
@@ -15,6 +14,7 @@ use super::{Mamba2Config, Mamba2Weights};
 use crate::array::HostArray;
 use crate::dtype::{DType, TensorType};
 use crate::error::{Error, Result};
+use crate::models::common::write_tensors;
 
 /// The file name of the config in a checkpoint directory.
 const CONFIG: &str = "config.json";
@@ -156,43 +156,19 @@ impl Mamba2Weights<HostArray> {
     /// naming the tensor or path.
     pub fn save_tensors(&self, path: &Path) -> Result<()> {
         self.refuse_8bit()?;
-        let mut data: Vec<(String, Vec<usize>, Vec<u8>)> = Vec::new();
+        let mut tensors = Vec::new();
         for (key, a) in self.named() {
             let name = checkpoint_names(&key).swap_remove(0);
-            let mut dims = a.dims().to_vec();
-            if key.ends_with("mixer.conv1d") && dims.len() == 2 {
-                dims.insert(1, 1);
-            }
-            let bytes = f32_bytes(a).ok_or_else(|| {
-                Error::InvalidArgument(format!(
-                    "{name} is {}, not a float tensor; checkpoints hold f32",
-                    a.ty()
-                ))
-            })?;
-            data.push((name, dims, bytes));
+            let a = match key.ends_with("mixer.conv1d") && a.dims().len() == 2 {
+                true => {
+                    let dims = [a.dims()[0], 1, a.dims()[1]];
+                    HostArray::from_bytes(&TensorType::new(a.dtype(), &dims), &a.to_bytes())?
+                }
+                false => a.clone(),
+            };
+            tensors.push((name, a));
         }
-        let views = data
-            .iter()
-            .map(|(name, dims, bytes)| {
-                TensorView::new(Dtype::F32, dims.clone(), bytes)
-                    .map(|v| (name.clone(), v))
-                    .map_err(|e| Error::InvalidArgument(format!("{name}: {e}")))
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let metadata = Some([("format".to_string(), "pt".to_string())].into());
-        let mut tmp = path.as_os_str().to_owned();
-        tmp.push(".partial");
-        let tmp = Path::new(&tmp);
-        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-            std::fs::create_dir_all(parent)
-                .map_err(|e| Error::io(format!("creating {}", parent.display()), e))?;
-        }
-        safetensors::serialize_to_file(views, metadata, tmp)
-            .map_err(|e| Error::InvalidArgument(format!("writing {}: {e}", path.display())))?;
-        std::fs::rename(tmp, path).map_err(|e| {
-            let _ = std::fs::remove_file(tmp);
-            Error::io(format!("writing {}", path.display()), e)
-        })
+        write_tensors(path, &tensors)
     }
 
     /// Checks that the weights have the tensors and shapes of `config` (dtypes aside).
@@ -222,21 +198,10 @@ impl Mamba2Weights<HostArray> {
     }
 }
 
-/// The elements of a float array as little-endian f32 bytes; `None` for other dtypes.
-fn f32_bytes(a: &HostArray) -> Option<Vec<u8>> {
-    let values: Vec<f32> = match a {
-        HostArray::F32(_) => return Some(a.to_bytes()),
-        HostArray::BF16(x) => x.iter().map(|v| v.to_f32()).collect(),
-        HostArray::F16(x) => x.iter().map(|v| v.to_f32()).collect(),
-        HostArray::F64(x) => x.iter().map(|&v| v as f32).collect(),
-        _ => return None,
-    };
-    Some(values.iter().flat_map(|v| v.to_le_bytes()).collect())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use safetensors::tensor::Dtype;
 
     fn tiny(tied: bool) -> Mamba2Config {
         Mamba2Config {
