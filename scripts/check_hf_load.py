@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Checks that HF transformers loads a checkpoint written by stablegraph and computes what we do.
 
-For a checkpoint directory written by `Mamba2Weights::save` (e.g. by `mamba2 train`), this
-  1. loads it with `Mamba2ForCausalLM.from_pretrained(dir)`, refusing missing, unexpected or
-     mismatched tensors;
+For a checkpoint directory written by stablegraph (`mamba2 train` from scratch or `train --model`
+fine-tuning any family: Mamba-2, Mamba-1, Falcon-Mamba, Bamba, Granite 4.0-H, Nemotron-H), this
+  1. loads it with `AutoModelForCausalLM.from_pretrained(dir)` (eager attention and experts),
+     refusing missing, unexpected or mismatched tensors;
   2. runs our `mamba2 generate --model DIR --dump-logits --json` on a prompt;
   3. compares HF's logits at every prompt position (full forward, use_cache=False) with ours,
      and HF's greedy continuation with our generated tokens.
@@ -28,7 +29,7 @@ import tempfile
 
 import numpy as np
 import torch
-from transformers import Mamba2ForCausalLM
+from transformers import AutoModelForCausalLM
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -56,8 +57,9 @@ def main():
         ids = list("fn main() {\n    let g = Graph::new();\n".encode("utf-8"))
 
     # 1. HF loads the directory, every tensor accounted for.
-    model, info = Mamba2ForCausalLM.from_pretrained(
-        model_dir, output_loading_info=True, dtype=torch.float32
+    model, info = AutoModelForCausalLM.from_pretrained(
+        model_dir, output_loading_info=True, dtype=torch.float32,
+        attn_implementation="eager", experts_implementation="eager",
     )
     model.eval()
     problems = {k: v for k, v in info.items() if v}

@@ -6,8 +6,6 @@ use std::path::{Path, PathBuf};
 use anyhow::{ensure, Context, Result};
 use stablegraph::rng::SplitMix64;
 
-use crate::text::bytes_to_ids;
-
 /// The fraction of the bytes held out for validation: the last 5% of the concatenation.
 pub(crate) const VALIDATION_FRACTION: f64 = 0.05;
 
@@ -131,16 +129,17 @@ pub(crate) fn unigram_entropy_bits(bytes: &[u8]) -> f64 {
         .sum()
 }
 
-/// Random windows of `window` bytes from `bytes`, from a seeded generator.
-pub(crate) struct Sampler<'a> {
-    bytes: &'a [u8],
+/// Random windows of `window` tokens (bytes or token ids) from `bytes`, from a seeded
+/// generator.
+pub(crate) struct Sampler<'a, T> {
+    bytes: &'a [T],
     window: usize,
     rng: SplitMix64,
 }
 
-impl<'a> Sampler<'a> {
-    /// Windows of `window` bytes of `bytes` (which must hold one; see [`Data::check_window`]).
-    pub(crate) fn new(bytes: &'a [u8], window: usize, seed: u64) -> Sampler<'a> {
+impl<'a, T: Copy + Into<u32>> Sampler<'a, T> {
+    /// Windows of `window` tokens of `bytes` (which must hold one; see [`Data::check_window`]).
+    pub(crate) fn new(bytes: &'a [T], window: usize, seed: u64) -> Sampler<'a, T> {
         Sampler {
             bytes,
             window,
@@ -155,7 +154,7 @@ impl<'a> Sampler<'a> {
         let mut out = Vec::with_capacity(rows * self.window);
         for _ in 0..rows {
             let s = self.rng.below(starts);
-            out.extend(bytes_to_ids(&self.bytes[s..s + self.window]));
+            out.extend(self.bytes[s..s + self.window].iter().map(|&t| t.into()));
         }
         out
     }
@@ -165,8 +164,8 @@ impl<'a> Sampler<'a> {
 /// `max_batches`, at least 1) batches of windows at evenly spaced offsets over `bytes`, without
 /// overlap when `bytes` is long enough. Every evaluation uses the same windows, so the
 /// validation curve compares like with like.
-pub(crate) fn eval_batches(
-    bytes: &[u8],
+pub(crate) fn eval_batches<T: Copy + Into<u32>>(
+    bytes: &[T],
     window: usize,
     rows: usize,
     max_batches: usize,
@@ -182,7 +181,7 @@ pub(crate) fn eval_batches(
         .map(|chunk| {
             chunk
                 .iter()
-                .flat_map(|&s| bytes_to_ids(&bytes[s..s + window]))
+                .flat_map(|&s| bytes[s..s + window].iter().map(|&t| t.into()))
                 .collect()
         })
         .collect()

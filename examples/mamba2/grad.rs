@@ -1,19 +1,18 @@
-//! `grad`: the gradient of the mean next-token cross-entropy over the prompts for every weight of
-//! a checkpoint, written as safetensors under the checkpoint's names.
+//! `grad`: the gradient of the mean next-token cross-entropy over the prompts (plus the router
+//! loss a config asks for) for every weight of a checkpoint of any family, written as
+//! safetensors under the checkpoint's names.
 
 use std::path::PathBuf;
 
 use anyhow::{bail, ensure, Context, Result};
 use clap::Args;
-use stablegraph::models::mamba2::Mamba2Weights;
+use stablegraph::models::family;
 use stablegraph::runtime::Client;
-use stablegraph::tree::Tree;
 use stablegraph::DType;
 
-use crate::load::{parse_prompt_ids, read_config, shipped_model, SHIPPED_MODEL};
+use crate::load::{parse_prompt_ids, shipped_model, SHIPPED_MODEL};
 use crate::text::Codec;
 use crate::{progress, write_json};
-use stablegraph::models::mamba2::loss_and_grads;
 
 /// The flags of `grad`.
 #[derive(Args)]
@@ -33,8 +32,9 @@ pub(crate) struct GradArgs {
     /// tokens contributes T - 1 predictions; the loss is their mean over all prompts.
     #[arg(long, value_name = "IDS")]
     prompt_ids: Option<String>,
-    /// Write the gradients to FILE (safetensors, f32): one tensor per weight, under the
-    /// checkpoint's HF names and shapes (the conv weight as [conv_dim, 1, K]).
+    /// Write the gradients to FILE (safetensors, f32): one tensor per checkpoint tensor, under
+    /// its name and in its shape there (the conv weight as [conv_dim, 1, K], each expert
+    /// apart where the checkpoint holds them apart).
     #[arg(long, value_name = "FILE")]
     dump_grads: PathBuf,
     /// Also write {"loss_nats", "loss_bits", "predicted_tokens", "grad_norm"} to FILE.
@@ -51,14 +51,23 @@ pub(crate) fn grad(a: GradArgs) -> Result<()> {
         Some(dir) => dir,
         None => bail!("grad needs --model DIR ({SHIPPED_MODEL}/ is not in this checkout)"),
     };
-    let config = read_config(&dir)?;
-    let codec = Codec::for_model(Some(&dir), config.vocab_size)?;
+    ensure!(dir.is_dir(), "--model {}: not a directory", dir.display());
+    progress("loading the PJRT plugin");
+    let client = match &a.plugin {
+        Some(path) => Client::from_plugin_path(path),
+        None => Client::cpu(),
+    }
+    .context("creating the PJRT client")?;
+    progress(&format!("loading weights from {}", dir.display()));
+    let model = family::load(&client, &dir, DType::F32)
+        .with_context(|| format!("--model {}", dir.display()))?;
+    let codec = Codec::for_model(Some(&dir), model.vocab_size())?;
     let prompts = match (&a.prompt, &a.prompt_ids) {
         (Some(text), _) => vec![codec.encode(text)?],
         (None, Some(ids)) => parse_prompt_ids(ids)?,
         (None, None) => bail!("give --prompt or --prompt-ids"),
     };
-    let vocab = config.vocab_size;
+    let vocab = model.vocab_size();
     ensure!(
         prompts.iter().any(|p| p.len() >= 2),
         "the loss needs a prompt of at least two tokens (one to predict)"
@@ -68,45 +77,36 @@ pub(crate) fn grad(a: GradArgs) -> Result<()> {
             bail!("token id {bad} (prompt {r}) is outside the vocabulary of {vocab}");
         }
     }
-    progress(&format!("loading weights from {}", dir.display()));
-    let weights = Mamba2Weights::load(&dir, &config, DType::F32)
-        .with_context(|| format!("--model {}", dir.display()))?;
-    progress("loading the PJRT plugin");
-    let client = match &a.plugin {
-        Some(path) => Client::from_plugin_path(path),
-        None => Client::cpu(),
-    }
-    .context("creating the PJRT client")?;
     progress("compiling and running the loss and its gradient");
-    let (loss, grads) =
-        loss_and_grads(&client, &config, &weights, &prompts).context("loss_and_grads")?;
+    let grads = model.loss_and_grads(&prompts).context("loss_and_grads")?;
     grads
-        .save_tensors(&a.dump_grads)
+        .save(&a.dump_grads)
         .with_context(|| format!("--dump-grads {}", a.dump_grads.display()))?;
-    let norm = grads
-        .named()
-        .iter()
-        .flat_map(|(_, g)| g.to_f64_vec())
-        .map(|x| x * x)
-        .sum::<f64>()
-        .sqrt();
-    let predicted: usize = prompts.iter().map(|p| p.len().saturating_sub(1)).sum();
+    let norm = grads.norm();
+    let loss = grads.loss;
     let bits = f64::from(loss) / std::f64::consts::LN_2;
     println!(
-        "loss      {loss:.6} nats ({bits:.4} bits) per token, mean over {predicted} predicted \
-         tokens in {} prompt(s)",
-        prompts.len()
+        "loss      {loss:.6} nats ({bits:.4} bits) per token, mean over {} predicted \
+         tokens in {} prompt(s) ({})",
+        grads.predicted,
+        prompts.len(),
+        model.family()
     );
+    if let Some(aux) = grads.aux_loss {
+        println!("router    load-balancing loss {aux:.6} (included above times its coefficient)");
+    }
     println!(
         "grads     {} tensors, global norm {norm:.6e}, written to {}",
-        grads.named().len(),
+        grads.tensors.len(),
         a.dump_grads.display()
     );
     if let Some(path) = &a.json {
         let value = serde_json::json!({
+            "family": model.family(),
             "loss_nats": loss,
             "loss_bits": bits,
-            "predicted_tokens": predicted,
+            "aux_loss": grads.aux_loss,
+            "predicted_tokens": grads.predicted,
             "grad_norm": norm,
         });
         write_json(path, &value)?;

@@ -152,8 +152,8 @@ pub(crate) fn read_config(dir: &Path) -> Result<Mamba2Config> {
     match model_type(dir)?.as_deref() {
         None | Some("mamba2") => {}
         Some(t) if family::model_types().contains(&t) => bail!(
-            "--model {}: model_type {t:?} runs with `generate`, `emit`, `bench`, `eval` and \
-             `serve`; this subcommand runs Mamba-2 (model_type \"mamba2\") only so far",
+            "--model {}: model_type {t:?} is not Mamba-2 (model_type \"mamba2\"), which this \
+             path reads",
             dir.display()
         ),
         Some(t) => bail!(

@@ -1,6 +1,6 @@
 //! Mamba-2 from the command line: `generate` tokens and report throughput, `emit` the StableHLO
-//! programs, `bench` generation, `train` a small byte-level model from scratch, or compute the
-//! `grad`ient of the loss on a prompt, `eval`uate its loss and perplexity on a text, or
+//! programs, `bench` generation, `train` a small byte-level model from scratch or fine-tune a
+//! checkpoint of any family, or compute the `grad`ient of the loss on a prompt, `eval`uate its loss and perplexity on a text, or
 //! `serve` many clients over HTTP.
 //!
 //! `cargo run --release --example mamba2 -- generate` (the README's main job) runs the small
@@ -12,7 +12,7 @@
 //!
 //! Modules: `load` (which model, the prompts, the sampling options), `text` (tokenizer or byte
 //! vocabulary), `generate`, `bench` (and `emit`), `data` (training bytes and batches), `train`,
-//! `grad`, `eval`, `serve` (the HTTP server), `loadgen` (load on it), `plot` (the loss chart), `bars` (progress bars on
+//! `tune` (`train --model`), `grad`, `eval`, `serve` (the HTTP server), `loadgen` (load on it), `plot` (the loss chart), `bars` (progress bars on
 //! a terminal).
 
 mod bars;
@@ -29,6 +29,7 @@ mod plot;
 mod serve;
 mod text;
 mod train;
+mod tune;
 
 use std::path::Path;
 use std::time::Instant;
@@ -59,9 +60,9 @@ latency is that difference / the number of decode steps (the longest row). Gener
 first --eos. Peak RSS is VmHWM from /proc/self/status. Set STABLEGRAPH_CACHE=memory to measure \
 a real compile every time.";
 
-/// State-space models with stablegraph: generate, emit StableHLO, benchmark, evaluate and serve
-/// (Mamba-2, Mamba-1, Falcon-Mamba, Bamba, Granite 4.0-H, Nemotron-H); train and gradients
-/// (Mamba-2).
+/// State-space models with stablegraph: generate, emit StableHLO, benchmark, evaluate, serve,
+/// fine-tune and differentiate (Mamba-2, Mamba-1, Falcon-Mamba, Bamba, Granite 4.0-H,
+/// Nemotron-H); train a byte-level Mamba-2 from scratch.
 #[derive(Parser)]
 #[command(name = "mamba2")]
 struct Cli {
@@ -86,12 +87,14 @@ enum Command {
     /// 130M shape unless --model is given).
     #[command(after_help = METHOD)]
     Bench(BenchArgs),
-    /// Train a small byte-level Mamba-2 from scratch on local files; write the checkpoint, the
+    /// Train a small byte-level Mamba-2 from scratch on local files, or fine-tune a checkpoint
+    /// of any family (--model DIR, the batch split over --devices); write the checkpoint, the
     /// loss curve as CSV and SVG.
     #[command(after_help = train::AFTER_HELP)]
     Train(TrainArgs),
-    /// The gradient of the mean next-token cross-entropy over the prompts, for every weight of
-    /// a checkpoint, written as safetensors under the checkpoint's tensor names.
+    /// The gradient of the mean next-token cross-entropy over the prompts (plus the router loss
+    /// a config asks for), for every weight of a checkpoint of any family, written as
+    /// safetensors under the checkpoint's tensor names.
     Grad(GradArgs),
     /// The mean next-token cross-entropy and perplexity of a model of any family on a text (by
     /// default the crate's docs/, held out from the shipped model's training), with any

@@ -19,6 +19,7 @@ use crate::plot::loss_svg;
 use crate::text::BYTE_VOCAB;
 use crate::{bars, peak_rss_mb, progress, seconds};
 use stablegraph::models::mamba2::{Remat, TrainOptions, Trainer};
+use stablegraph::models::FineTuner;
 use stablegraph::optim::{AdamW, WarmupCosine};
 
 /// The fixed shape of the trained model (`Mamba2Config::byte_level`), besides --layers and
@@ -69,59 +70,119 @@ pub(crate) struct TrainArgs {
     /// concatenated bytes is held out for validation. Default: this crate's src/ tree and
     /// README.md.
     #[arg(long, value_name = "FILE|DIR")]
-    data: Vec<PathBuf>,
-    /// Number of Mamba-2 blocks.
-    #[arg(long, default_value_t = 4, value_name = "N")]
+    pub(crate) data: Vec<PathBuf>,
+    /// Fine-tune the checkpoint in DIR (any family: Mamba-2, Mamba-1, Falcon-Mamba, Bamba,
+    /// Granite 4.0-H, Nemotron-H) instead of training a byte-level Mamba-2 from scratch: the
+    /// data is tokenized with its tokenizer.json (or read as bytes for a 256-token
+    /// vocabulary), and --out gets a checkpoint of the same family and names.
+    #[arg(long, value_name = "DIR")]
+    pub(crate) model: Option<PathBuf>,
+    /// Split each batch over N devices (data parallel: every device holds the weights and
+    /// batch / N rows; XLA all-reduces the gradients). With --model.
+    #[arg(long, default_value_t = 1, value_name = "N", requires = "model")]
+    pub(crate) devices: usize,
+    /// Number of Mamba-2 blocks (from scratch).
+    #[arg(long, default_value_t = 4, value_name = "N", conflicts_with = "model")]
     layers: usize,
-    /// Model width (a multiple of 16: 2 x d_model must divide into heads of 32).
-    #[arg(long, default_value_t = 128, value_name = "N")]
+    /// Model width (from scratch; a multiple of 16: 2 x d_model must divide into heads of 32).
+    #[arg(
+        long,
+        default_value_t = 128,
+        value_name = "N",
+        conflicts_with = "model"
+    )]
     d_model: usize,
-    /// Bytes predicted per window (a multiple of the SSD chunk, 64); windows hold one more.
+    /// Tokens predicted per window (from scratch, a multiple of the SSD chunk, 64; any length
+    /// with --model); windows hold one more.
     #[arg(long, default_value_t = 256, value_name = "N")]
-    seq_len: usize,
+    pub(crate) seq_len: usize,
     /// Windows per optimizer step.
     #[arg(long, default_value_t = 8, value_name = "N")]
-    batch: usize,
+    pub(crate) batch: usize,
     /// Optimizer steps (a multiple of --micro-steps; 0 writes the initial model). The default
     /// takes about 10 minutes on a 2-core machine.
     #[arg(long, default_value_t = 2400, value_name = "N")]
-    steps: usize,
+    pub(crate) steps: usize,
     /// Peak learning rate (see the schedule below).
     #[arg(long, default_value_t = 3e-3, value_name = "LR")]
-    lr: f64,
+    pub(crate) lr: f64,
     /// Seed of the initial weights and of the batches.
     #[arg(long, default_value_t = 0)]
-    seed: u64,
+    pub(crate) seed: u64,
     /// Output directory (created if missing).
     #[arg(long, default_value = "target/mamba2-train", value_name = "DIR")]
-    out: PathBuf,
+    pub(crate) out: PathBuf,
     /// Evaluate on the validation bytes every N steps (and after the last).
     #[arg(long, default_value_t = 100, value_name = "N")]
-    eval_every: usize,
+    pub(crate) eval_every: usize,
     /// Optimizer steps per program call: fewer host round trips, one compiled program that
     /// takes K batches at once. Default: 4 when --steps is a multiple of 4, else 1.
     #[arg(long, value_name = "K")]
-    micro_steps: Option<usize>,
+    pub(crate) micro_steps: Option<usize>,
     /// Recompute each layer in the backward pass instead of keeping its activations
     /// (`Remat::PerLayer`): the step program's temporaries 303 -> 89 MB at the default shape,
     /// 27-29% slower per step with huge pages.
     #[arg(long)]
-    remat: bool,
+    pub(crate) remat: bool,
     /// Print only a JSON summary on stdout at the end (progress goes to stderr): steps, final
     /// train and validation bits per byte, unigram entropy, tokens/s, compile seconds, peak RSS.
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
     /// PJRT plugin shared object (default: the XLA CPU plugin).
     #[arg(long, value_name = "PATH")]
-    plugin: Option<PathBuf>,
+    pub(crate) plugin: Option<PathBuf>,
 }
 
 impl TrainArgs {
     /// Optimizer steps per program call: `--micro-steps`, else 4 when it divides `--steps`
     /// (four steps per call ran about 1.3x faster per step than one, measured), else 1.
-    fn micro_steps(&self) -> usize {
+    pub(crate) fn micro_steps(&self) -> usize {
         self.micro_steps
             .unwrap_or(if self.steps.is_multiple_of(4) { 4 } else { 1 })
+    }
+
+    /// Checks the flags every run has: batch, steps and micro steps, evaluation, rate.
+    pub(crate) fn check_schedule(&self) -> Result<()> {
+        ensure!(self.batch > 0, "--batch must be at least 1");
+        ensure!(self.micro_steps() > 0, "--micro-steps must be at least 1");
+        ensure!(
+            self.steps.is_multiple_of(self.micro_steps()),
+            "--steps {} is not a multiple of --micro-steps {}",
+            self.steps,
+            self.micro_steps()
+        );
+        ensure!(self.eval_every > 0, "--eval-every must be at least 1");
+        ensure!(
+            self.lr.is_finite() && self.lr > 0.0,
+            "--lr must be a positive number"
+        );
+        Ok(())
+    }
+
+    /// AdamW as `train` runs it: beta1 0.9, beta2 0.95, eps 1e-8, weight decay 0.1, clipped at
+    /// a global norm of 1 (AdamW's defaults, PyTorch's, do not clip).
+    pub(crate) fn adamw(&self) -> AdamW {
+        AdamW {
+            lr: self.lr,
+            beta1: 0.9,
+            beta2: 0.95,
+            eps: 1e-8,
+            weight_decay: 0.1,
+            clip_norm: Some(1.0),
+        }
+    }
+
+    /// The step's shape: batch, window, micro steps, rematerialisation.
+    pub(crate) fn options(&self) -> TrainOptions {
+        TrainOptions {
+            batch: self.batch,
+            seq_len: self.seq_len,
+            micro_steps: self.micro_steps(),
+            remat: match self.remat {
+                true => Remat::PerLayer,
+                false => Remat::Off,
+            },
+        }
     }
 
     /// Checks the flags (before anything slow) and builds the model's config.
@@ -138,19 +199,7 @@ impl TrainArgs {
             "--seq-len {} is not a multiple of the SSD chunk ({CHUNK})",
             self.seq_len
         );
-        ensure!(self.batch > 0, "--batch must be at least 1");
-        ensure!(self.micro_steps() > 0, "--micro-steps must be at least 1");
-        ensure!(
-            self.steps.is_multiple_of(self.micro_steps()),
-            "--steps {} is not a multiple of --micro-steps {}",
-            self.steps,
-            self.micro_steps()
-        );
-        ensure!(self.eval_every > 0, "--eval-every must be at least 1");
-        ensure!(
-            self.lr.is_finite() && self.lr > 0.0,
-            "--lr must be a positive number"
-        );
+        self.check_schedule()?;
         let config = Mamba2Config::byte_level(self.layers, self.d_model)?;
         // The constants the help text and this module state, checked against the library's.
         ensure!(
@@ -168,11 +217,11 @@ impl TrainArgs {
     }
 }
 
-/// One row of loss.csv.
-struct Row {
-    step: usize,
-    train_bpb: f64,
-    val_bpb: Option<f64>,
+/// One row of loss.csv (losses in bits per byte or per token).
+pub(crate) struct Row {
+    pub(crate) step: usize,
+    pub(crate) train_bpb: f64,
+    pub(crate) val_bpb: Option<f64>,
 }
 
 /// What the optimizer steps left: the rows of loss.csv and the seconds spent compiling (the
@@ -203,6 +252,9 @@ impl Outcome {
 
 /// `train`.
 pub(crate) fn train(a: TrainArgs) -> Result<()> {
+    if let Some(dir) = a.model.clone() {
+        return crate::tune::fine_tune(&a, &dir);
+    }
     let started = Instant::now();
     let config = a.config()?;
     with_huge_pages();
@@ -244,7 +296,7 @@ pub(crate) fn train(a: TrainArgs) -> Result<()> {
         if config.num_layers == 1 { "" } else { "s" },
         config.hidden_size
     );
-    write_loss_files(&a.out, &outcome.rows, &title, entropy)?;
+    write_loss_files(&a.out, &outcome.rows, &title, "bpb", Some(entropy))?;
     let peak = peak_rss_mb();
     say_results(&a, &outcome, started, entropy, peak, &say);
     if a.json {
@@ -319,33 +371,14 @@ fn optimize(
     data: &Data,
     say: &dyn Fn(String),
 ) -> Result<(Mamba2Weights<HostArray>, Outcome)> {
-    // Clipping at a global norm of 1 is asked for here: AdamW's defaults (PyTorch's) do not
-    // clip.
-    let opt = AdamW {
-        lr: a.lr,
-        beta1: 0.9,
-        beta2: 0.95,
-        eps: 1e-8,
-        weight_decay: 0.1,
-        clip_norm: Some(1.0),
-    };
     progress("compiling the training and evaluation programs");
-    let options = TrainOptions {
-        batch: a.batch,
-        seq_len: a.seq_len,
-        micro_steps: a.micro_steps(),
-        remat: match a.remat {
-            true => Remat::PerLayer,
-            false => Remat::Off,
-        },
-    };
-    let mut trainer = Trainer::with_options(client, config, weights, opt, options)
+    let mut trainer = Trainer::with_options(client, config, weights, a.adamw(), a.options())
         .context("building the trainer")?;
     say(format!(
         "compile   {:.2} s (the training step)",
         trainer.compile_seconds()
     ));
-    let (rows, train_s) = run_steps(a, &mut trainer, data, say)?;
+    let (rows, train_s) = run_steps(a, &mut trainer, (&data.train, &data.val), "byte", say)?;
     let outcome = Outcome {
         rows,
         // Now with the evaluation program's compile too.
@@ -356,11 +389,17 @@ fn optimize(
     Ok((weights, outcome))
 }
 
-/// loss.csv (`rows`) and loss.svg (their chart, titled `title`, with the unigram `entropy`) in
-/// `out`.
-fn write_loss_files(out: &Path, rows: &[Row], title: &str, entropy: f64) -> Result<()> {
+/// loss.csv (`rows`, losses in `unit`: `bpb` bits per byte or `bpt` bits per token) and
+/// loss.svg (their chart, titled `title`, with the unigram `entropy` when known) in `out`.
+pub(crate) fn write_loss_files(
+    out: &Path,
+    rows: &[Row],
+    title: &str,
+    unit: &str,
+    entropy: Option<f64>,
+) -> Result<()> {
     let csv_path = out.join("loss.csv");
-    let mut csv = String::from("step,train_bpb,val_bpb\n");
+    let mut csv = format!("step,train_{unit},val_{unit}\n");
     for r in rows {
         let val = r.val_bpb.map(|v| format!("{v:.6}")).unwrap_or_default();
         let _ = writeln!(csv, "{},{:.6},{val}", r.step, r.train_bpb);
@@ -372,8 +411,11 @@ fn write_loss_files(out: &Path, rows: &[Row], title: &str, entropy: f64) -> Resu
         .iter()
         .filter_map(|r| r.val_bpb.map(|v| (r.step, v)))
         .collect();
-    std::fs::write(&svg_path, loss_svg(title, &train_pts, &val_pts, entropy))
-        .with_context(|| format!("writing {}", svg_path.display()))
+    std::fs::write(
+        &svg_path,
+        loss_svg(title, &train_pts, &val_pts, entropy.unwrap_or(f64::NAN)),
+    )
+    .with_context(|| format!("writing {}", svg_path.display()))
 }
 
 /// The closing lines: the final losses and speed (after any steps), what was written, and the
@@ -413,19 +455,21 @@ fn say_results(
 /// --steps)`), printing a line every [`LOG_EVERY`] steps and at each evaluation through `say`
 /// (above the progress bar, on a terminal); returns the rows of loss.csv and the seconds spent
 /// in the training steps.
-fn run_steps(
+pub(crate) fn run_steps<T: Copy + Into<u32>>(
     a: &TrainArgs,
-    trainer: &mut Trainer,
-    data: &Data,
+    trainer: &mut dyn Learner,
+    (train, val): (&[T], &[T]),
+    unit: &str,
     say: &dyn Fn(String),
 ) -> Result<(Vec<Row>, f64)> {
     let window = a.seq_len + 1;
     let schedule = WarmupCosine::new(a.lr, a.steps as u64);
     let mut rows = Vec::new();
     let mut train_s = 0.0;
-    let mut sampler = Sampler::new(&data.train, window, a.seed ^ BATCH_STREAM);
-    let evals = eval_batches(&data.val, window, a.batch, MAX_EVAL_BATCHES);
-    let evaluate = |trainer: &Trainer| -> Result<f64> {
+    let mut sampler = Sampler::new(train, window, a.seed ^ BATCH_STREAM);
+    let evals = eval_batches(val, window, a.batch, MAX_EVAL_BATCHES);
+    let short = if unit == "byte" { "bpb" } else { "bpt" };
+    let evaluate = |trainer: &dyn Learner| -> Result<f64> {
         let mut sum = 0.0;
         for batch in &evals {
             sum += f64::from(trainer.eval_loss(batch).context("evaluating")?);
@@ -458,19 +502,19 @@ fn run_steps(
         }
         let eval_now = step / a.eval_every > (first - 1) / a.eval_every || step == a.steps;
         let val_bpb = if eval_now {
-            Some(evaluate(trainer)?)
+            Some(evaluate(&*trainer)?)
         } else {
             None
         };
         let tokens_per_s = (step * a.batch * a.seq_len) as f64 / train_s;
         bar.set_position(step as u64);
         bar.set_message(format!(
-            "train {train_bpb:.3} bpb, {tokens_per_s:.0} tokens/s"
+            "train {train_bpb:.3} {short}, {tokens_per_s:.0} tokens/s"
         ));
         if eval_now || step.is_multiple_of(LOG_EVERY) || call == 0 {
-            let mut line = format!("step {step:>6}/{}  train {train_bpb:.3} bpb", a.steps);
+            let mut line = format!("step {step:>6}/{}  train {train_bpb:.3} {short}", a.steps);
             if let Some(v) = val_bpb {
-                let _ = write!(line, "  val {v:.3} bpb");
+                let _ = write!(line, "  val {v:.3} {short}");
             }
             let _ = write!(line, "  lr {lr:.2e}  {tokens_per_s:.0} tokens/s");
             bar.suspend(|| say(line));
@@ -485,6 +529,32 @@ fn run_steps(
     Ok((rows, train_s))
 }
 
+/// What the optimizer loop drives: a from-scratch [`Trainer`] or a [`FineTuner`].
+pub(crate) trait Learner {
+    /// One call's optimizer steps on `tokens` at rate `lr`: the mean loss in nats.
+    fn step(&mut self, tokens: &[u32], lr: f64) -> stablegraph::Result<f32>;
+    /// The loss in nats on `tokens`, without updating.
+    fn eval_loss(&self, tokens: &[u32]) -> stablegraph::Result<f32>;
+}
+
+impl Learner for Trainer {
+    fn step(&mut self, tokens: &[u32], lr: f64) -> stablegraph::Result<f32> {
+        Trainer::step(self, tokens, lr)
+    }
+    fn eval_loss(&self, tokens: &[u32]) -> stablegraph::Result<f32> {
+        Trainer::eval_loss(self, tokens)
+    }
+}
+
+impl Learner for FineTuner {
+    fn step(&mut self, tokens: &[u32], lr: f64) -> stablegraph::Result<f32> {
+        FineTuner::step(self, tokens, lr)
+    }
+    fn eval_loss(&self, tokens: &[u32]) -> stablegraph::Result<f32> {
+        FineTuner::eval_loss(self, tokens)
+    }
+}
+
 /// The tunable that backs glibc malloc's large mappings with transparent huge pages.
 const HUGE_PAGES: &str = "glibc.malloc.hugetlb=1";
 
@@ -494,7 +564,7 @@ const HUGE_PAGES: &str = "glibc.malloc.hugetlb=1";
 /// 1.4x faster here. glibc reads tunables when a process starts, so `train` runs itself again
 /// once with `GLIBC_TUNABLES` set, unless it is already set (to anything: set it empty to opt
 /// out). Where that fails it goes on as it is.
-fn with_huge_pages() {
+pub(crate) fn with_huge_pages() {
     #[cfg(target_os = "linux")]
     {
         use std::os::unix::process::CommandExt;

@@ -79,36 +79,6 @@ fn eval_loss_is_the_training_loss_on_the_same_windows() {
     assert!(line.contains("missing"), "{line}");
 }
 
-/// A character-level `tokenizer.json` for a vocabulary of `size` tokens: token `i` is the
-/// character U+0100 + i (letters of Latin Extended-A and B, one token each).
-fn char_tokenizer(size: u32) -> String {
-    let vocab: serde_json::Map<String, Value> = (0..size)
-        .map(|i| {
-            (
-                char::from_u32(0x100 + i).unwrap().to_string(),
-                Value::from(i),
-            )
-        })
-        .collect();
-    serde_json::json!({
-        "version": "1.0",
-        "truncation": null,
-        "padding": null,
-        "added_tokens": [],
-        "normalizer": null,
-        "pre_tokenizer": {
-            "type": "Split",
-            "pattern": {"Regex": "."},
-            "behavior": "Isolated",
-            "invert": false
-        },
-        "post_processor": null,
-        "decoder": null,
-        "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "\u{100}"}
-    })
-    .to_string()
-}
-
 /// The mean next-token cross-entropy (nats) of `ids` under `logits` (`[n, vocab]`, position
 /// `t` predicting token `t + 1`), in f64.
 fn reference_loss(logits: &[f64], vocab: usize, ids: &[u32]) -> f64 {
@@ -151,7 +121,11 @@ fn eval_scores_every_family_as_transformers_logits_do() {
         }
         let logits = &cases_logits(fixture);
         let (len, vocab) = (logits.shape[1], logits.shape[2]);
-        std::fs::write(model.join("tokenizer.json"), char_tokenizer(vocab as u32)).unwrap();
+        std::fs::write(
+            model.join("tokenizer.json"),
+            crate::char_tokenizer(vocab as u32),
+        )
+        .unwrap();
         let cases = crate::common::read_safetensors(
             &std::path::Path::new(fixture).join("cases.safetensors"),
         );

@@ -155,25 +155,31 @@ fn what_only_mamba2_takes_yet_is_a_one_line_error() {
     assert!(e.contains("do not divide into 3 equal parts"), "{e}");
     let stderr = crate::text(&crate::run(&args).stderr);
     assert!(stderr.contains("bamba: loading weights from"), "{stderr}");
-    for (dir, t) in [
-        ("mamba1/falcon", "falcon_mamba"),
-        ("hybrid/nemotron", "nemotron_h"),
-    ] {
-        let e = error_line(&[
+    // grad: every family, every checkpoint tensor's gradient under its name and shape.
+    let out = crate::scratch("family-grads");
+    for dir in ["mamba1/falcon", "hybrid/nemotron", "hybrid/granite"] {
+        let model = format!("tests/fixtures/{dir}");
+        let path = out.join("grads.safetensors");
+        let stdout = crate::run_ok(&[
             "grad",
             "--model",
-            &format!("tests/fixtures/{dir}"),
-            "--prompt",
-            "ab",
+            &model,
+            "--prompt-ids",
+            "5,6,7,8;9,10,11",
             "--dump-grads",
-            "x.safetensors",
+            path.to_str().unwrap(),
         ]);
-        assert!(
-            e.contains(&format!(
-                "\"{t}\" runs with `generate`, `emit`, `bench`, `eval` and `serve`"
-            )),
-            "{e}"
-        );
+        assert!(stdout.contains("mean over 5 predicted tokens"), "{stdout}");
+        let weights = crate::common::read_safetensors(&Path::new(&model).join("model.safetensors"));
+        let grads = crate::common::read_safetensors(&path);
+        assert_eq!(grads.len(), weights.len(), "{dir}");
+        for (name, w) in &weights {
+            assert_eq!(grads[name].shape, w.shape, "{dir}: {name}");
+            assert!(
+                grads[name].values.iter().all(|v| v.is_finite()),
+                "{dir}: {name}"
+            );
+        }
     }
 }
 

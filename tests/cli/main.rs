@@ -18,6 +18,7 @@ mod generation_config;
 mod quiet;
 mod serve;
 mod subcommands;
+mod tune;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -161,4 +162,34 @@ pub fn read_npy(path: &Path) -> (Vec<usize>, Vec<f32>) {
         .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
         .collect();
     (shape, values)
+}
+
+/// A character-level `tokenizer.json` for a vocabulary of `size` tokens: token `i` is the
+/// character U+0100 + i (letters of Latin Extended-A and B, one token each).
+pub fn char_tokenizer(size: u32) -> String {
+    let vocab: serde_json::Map<String, serde_json::Value> = (0..size)
+        .map(|i| {
+            (
+                char::from_u32(0x100 + i).unwrap().to_string(),
+                serde_json::Value::from(i),
+            )
+        })
+        .collect();
+    serde_json::json!({
+        "version": "1.0",
+        "truncation": null,
+        "padding": null,
+        "added_tokens": [],
+        "normalizer": null,
+        "pre_tokenizer": {
+            "type": "Split",
+            "pattern": {"Regex": "."},
+            "behavior": "Isolated",
+            "invert": false
+        },
+        "post_processor": null,
+        "decoder": null,
+        "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "\u{100}"}
+    })
+    .to_string()
 }

@@ -12,6 +12,7 @@ mod face;
 mod generate;
 mod grads;
 mod quant;
+mod tune;
 
 /// Token ids of prompts, one row each.
 type Rows = Vec<Vec<u32>>;
