@@ -19,6 +19,7 @@ use crate::array::HostArray;
 use crate::compiled::CompiledGraph;
 use crate::dtype::{DType, TensorType};
 use crate::error::{Error, Result};
+use crate::models::training::next_token_loss;
 use crate::ops::{Graph, Tensor};
 use crate::optim::{AdamW, AdamWTree};
 use crate::runtime::{Buffer, Client};
@@ -103,12 +104,7 @@ pub fn lm_loss_with(
     }
     let (hidden, _) = block::prefill_with(inputs, mask, w, cfg, None, remat)?;
     let logits = block::head(&hidden, w, cfg)?; // [b, L, vocab] f32
-    let logp = logits.log_softmax(-1)?;
-    let picked = logp
-        .mul(&targets.one_hot(cfg.vocab_size, DType::F32)?)?
-        .sum(&[-1])?; // [b, L]
-    let total = picked.mul(weights)?.sum_all()?.neg()?;
-    total.div(&weights.sum_all()?)
+    next_token_loss(&logits, targets, weights, cfg.vocab_size)
 }
 
 /// Whether [`Trainer`] applies weight decay to a weight of this type: the matrices (rank 2:
@@ -156,15 +152,7 @@ fn checked_types(
 /// An error of `op` unless every token is in the vocabulary of `cfg`; it names the first bad id
 /// and its position.
 fn check_tokens(op: &str, tokens: impl Iterator<Item = u32>, cfg: &Mamba2Config) -> Result<()> {
-    let vocab = cfg.vocab_size;
-    for (k, t) in tokens.enumerate() {
-        if t as usize >= vocab {
-            return Err(Error::InvalidArgument(format!(
-                "{op}: token id {t} (at position {k}) is outside the vocabulary of {vocab}"
-            )));
-        }
-    }
-    Ok(())
+    crate::models::training::check_tokens(op, tokens, cfg.vocab_size)
 }
 
 /// What one optimizer step in a graph reads besides the weights, moments and step count.
