@@ -158,3 +158,52 @@ fn bad_fine_tuning_input_is_one_line_and_writes_nothing() {
     assert!(e.contains("model.layers.0.mamba.D"), "{e}");
     assert!(!out.exists(), "a failed run wrote {}", out.display());
 }
+
+/// `--devices 2` splits each batch over two devices: the same losses as one device within
+/// float32 rounding, for a family with attention (Bamba) and one without (Falcon-Mamba).
+#[test]
+fn two_devices_train_as_one() {
+    for fixture in ["hybrid/bamba", "mamba1/falcon"] {
+        let dir = scratch(&format!("tune-devices-{}", fixture.replace('/', "-")));
+        let model = with_tokenizer(fixture, &dir);
+        let data = dir.join("data.txt");
+        std::fs::write(&data, text(4000)).unwrap();
+        let losses: Vec<Vec<f64>> = ["1", "2"]
+            .iter()
+            .map(|devices| {
+                let out = dir.join(format!("out{devices}"));
+                run_ok(&[
+                    "train",
+                    "--model",
+                    model.to_str().unwrap(),
+                    "--data",
+                    data.to_str().unwrap(),
+                    "--steps",
+                    "8",
+                    "--micro-steps",
+                    "2",
+                    "--seq-len",
+                    "32",
+                    "--batch",
+                    "4",
+                    "--eval-every",
+                    "4",
+                    "--devices",
+                    devices,
+                    "--out",
+                    out.to_str().unwrap(),
+                ]);
+                let csv = std::fs::read_to_string(out.join("loss.csv")).unwrap();
+                csv.lines()
+                    .skip(1)
+                    .flat_map(|l| l.split(',').skip(1).filter(|v| !v.is_empty()))
+                    .map(|v| v.parse().unwrap())
+                    .collect()
+            })
+            .collect();
+        assert_eq!(losses[0].len(), 6, "{fixture}: {losses:?}");
+        for (a, b) in losses[0].iter().zip(&losses[1]) {
+            assert!((a - b).abs() < 1e-5 * a, "{fixture}: {a} vs {b}");
+        }
+    }
+}
