@@ -160,3 +160,33 @@ fn an_unknown_model_type_lists_the_supported_ones() {
         assert!(e.contains(t), "{e}");
     }
 }
+
+/// Bamba's rotary width follows `rope_parameters.partial_rotary_factor` (0.5 by default, as
+/// transformers' `BambaConfig` sets it), and Nemotron-H's head is never tied to the embedding
+/// (transformers' `NemotronHForCausalLM` reads `lm_head.weight` whatever
+/// `tie_word_embeddings` says).
+#[test]
+fn bamba_rotary_width_and_nemotron_head_follow_transformers() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hybrid");
+    let bamba = std::fs::read_to_string(root.join("bamba/config.json")).unwrap();
+    let rotary = |text: &str| HybridConfig::from_json(text).unwrap().attention.rotary_dim;
+    assert_eq!(rotary(&bamba), 4);
+    let quarter = bamba.replace(
+        "\"partial_rotary_factor\": 0.5",
+        "\"partial_rotary_factor\": 0.25",
+    );
+    assert_ne!(quarter, bamba);
+    assert_eq!(rotary(&quarter), 2);
+    let whole = bamba.replace(
+        "\"partial_rotary_factor\": 0.5",
+        "\"partial_rotary_factor\": 1.0",
+    );
+    assert_eq!(rotary(&whole), 8);
+    let nemotron = std::fs::read_to_string(root.join("nemotron/config.json")).unwrap();
+    let tied = nemotron.replace(
+        "\"tie_word_embeddings\": false",
+        "\"tie_word_embeddings\": true",
+    );
+    assert_ne!(tied, nemotron);
+    assert!(!HybridConfig::from_json(&tied).unwrap().tie_word_embeddings);
+}

@@ -17,8 +17,8 @@ pub const MODEL_TYPES: [&str; 3] = ["bamba", "granitemoehybrid", "nemotron_h"];
 /// The family a hybrid checkpoint belongs to (its `model_type`), which fixes its tensor names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HybridFamily {
-    /// IBM's Bamba: Mamba-2 or attention, each followed by a gated MLP; rotary on half of
-    /// each head.
+    /// IBM's Bamba: Mamba-2 or attention, each followed by a gated MLP; rotary on the leading
+    /// `partial_rotary_factor` (half by default) of each head.
     Bamba,
     /// IBM's Granite 4.0-H (`granitemoehybrid`): Mamba-2 or attention, each followed by a
     /// mixture of experts with a shared expert (or the shared MLP alone); embedding, residual,
@@ -451,6 +451,16 @@ fn rope_theta(v: &Value) -> f64 {
         .unwrap_or(10000.0)
 }
 
+/// Bamba's `partial_rotary_factor`: from `rope_parameters` (transformers 5) or the top level,
+/// else the 0.5 transformers' `BambaConfig` sets.
+fn partial_rotary_factor(v: &Value) -> f64 {
+    v.get("rope_parameters")
+        .and_then(|p| p.get("partial_rotary_factor"))
+        .or_else(|| v.get("partial_rotary_factor"))
+        .and_then(number)
+        .unwrap_or(0.5)
+}
+
 /// Refuses rotary scalings other than the default.
 fn check_rope_type(v: &Value) -> Result<()> {
     let rope = v.get("rope_parameters").or_else(|| v.get("rope_scaling"));
@@ -611,8 +621,9 @@ fn bamba_or_granite(f: &mut Fields<'_>, family: HybridFamily) -> Result<HybridCo
     let rotary_dim = match (rope, granite) {
         (false, _) => 0,
         (true, true) => head_dim,
-        // Bamba turns the first half of each head (partial_rotary_factor 0.5, fixed).
-        (true, false) => head_dim / 2 / 2 * 2,
+        // Bamba turns the leading `partial_rotary_factor` of each head (0.5 unless the config
+        // says otherwise), as many channels as transformers' frequencies cover.
+        (true, false) => ((head_dim as f64 * partial_rotary_factor(f.v)) as usize).div_ceil(2) * 2,
     };
     let scale = if granite {
         f.float_or("attention_multiplier", 1.0)
@@ -780,6 +791,8 @@ fn nemotron_h(f: &mut Fields<'_>) -> Result<HybridConfig> {
         embedding_multiplier: 1.0,
         residual_multiplier: 1.0,
         logits_scaling: 1.0,
-        tie_word_embeddings: f.flag_or("tie_word_embeddings", false),
+        // transformers' NemotronHForCausalLM never ties its head (no tied weights keys): it
+        // reads `lm_head.weight` whatever `tie_word_embeddings` says.
+        tie_word_embeddings: false,
     })
 }
