@@ -19,7 +19,8 @@ peak RSS (VmHWM) is its own:
          apart), peak RSS;
   torch: AutoModelForCausalLM.from_pretrained(DIR) in train mode, eager attention and experts, AdamW with the same
          settings, clip 1, the same number of steps on windows of the same text; median step time after the first
-         step, peak RSS; torch.set_num_threads(--threads).
+         step, peak RSS; torch.set_num_threads(--threads); stopped after --torch-timeout seconds (transformers'
+         pure-torch Mamba-1 scan, a Python loop over positions, runs far longer at this shape).
 Prints one markdown table row per family and writes --out/results.json.
 """
 
@@ -175,6 +176,7 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--binary", default=os.path.join(REPO, "target/release/examples/mamba2"))
     ap.add_argument("--skip-torch", action="store_true")
+    ap.add_argument("--torch-timeout", type=float, default=600, help="seconds for torch's steps of one family")
     ap.add_argument("--torch-worker", help=argparse.SUPPRESS)
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
@@ -191,8 +193,11 @@ def main():
         if not a.skip_torch:
             cmd = [sys.executable, __file__, "--torch-worker", d, "--out", a.out, "--seq-len", str(a.seq_len),
                    "--batch", str(a.batch), "--steps", str(a.steps), "--threads", str(a.threads)]
-            res = subprocess.run(cmd, capture_output=True, text=True)
-            r["torch"] = json.loads(res.stdout) if res.returncode == 0 else dict(error=res.stderr[-2000:])
+            try:
+                res = subprocess.run(cmd, capture_output=True, text=True, timeout=a.torch_timeout)
+                r["torch"] = json.loads(res.stdout) if res.returncode == 0 else dict(error=res.stderr[-2000:])
+            except subprocess.TimeoutExpired:
+                r["torch"] = dict(error=f"{a.steps} steps not done in {a.torch_timeout:.0f} s")
         results[family] = r
         o, t = r["ours"], r.get("torch", {})
         print(f"| {family} | {o['params'] / 1e6:.1f}M | {o['ms_per_step']:.0f} | {o['peak_rss_mb']:.0f} | "

@@ -28,16 +28,7 @@ struct Tokens {
 /// `train --model DIR`.
 pub(crate) fn fine_tune(a: &TrainArgs, dir: &Path) -> Result<()> {
     let started = Instant::now();
-    a.check_schedule()?;
-    ensure!(a.seq_len > 0, "--seq-len must be at least 1");
-    ensure!(a.devices > 0, "--devices must be at least 1");
-    ensure!(
-        a.batch.is_multiple_of(a.devices),
-        "--batch {} does not split over --devices {}",
-        a.batch,
-        a.devices
-    );
-    ensure!(dir.is_dir(), "--model {}: not a directory", dir.display());
+    check_flags(a, dir)?;
     with_huge_pages();
     let say = |line: String| {
         if a.json {
@@ -46,26 +37,7 @@ pub(crate) fn fine_tune(a: &TrainArgs, dir: &Path) -> Result<()> {
             println!("{line}");
         }
     };
-    progress("loading the PJRT plugin");
-    let client = match (&a.plugin, a.devices) {
-        (Some(path), _) => Client::from_plugin_path(path),
-        (None, 1) => Client::cpu(),
-        (None, n) => Client::cpu_with_devices(n),
-    }
-    .context("creating the PJRT client")?;
-    progress(&format!("loading {}", dir.display()));
-    let model = family::load(&client, dir, DType::F32)
-        .with_context(|| format!("--model {}", dir.display()))?;
-    let vocab = model.vocab_size();
-    let text =
-        Text::for_checkpoint(dir, vocab).with_context(|| format!("--model {}", dir.display()))?;
-    let Some(text) = text else {
-        bail!(
-            "--model {}: no tokenizer.json, and its vocabulary of {vocab} tokens is not bytes \
-             (256): train needs the text as the model's tokens",
-            dir.display()
-        );
-    };
+    let (model, text) = open(a, dir)?;
     let unit = if matches!(text, Text::Bytes) {
         "byte"
     } else {
@@ -152,6 +124,46 @@ pub(crate) fn fine_tune(a: &TrainArgs, dir: &Path) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&summary)?);
     }
     Ok(())
+}
+
+/// Checks the flags of a fine-tuning run before anything slow.
+fn check_flags(a: &TrainArgs, dir: &Path) -> Result<()> {
+    a.check_schedule()?;
+    ensure!(a.seq_len > 0, "--seq-len must be at least 1");
+    ensure!(a.devices > 0, "--devices must be at least 1");
+    ensure!(
+        a.batch.is_multiple_of(a.devices),
+        "--batch {} does not split over --devices {}",
+        a.batch,
+        a.devices
+    );
+    ensure!(dir.is_dir(), "--model {}: not a directory", dir.display());
+    Ok(())
+}
+
+/// The model in `dir` (f32) on a client of `a`'s devices, and its text.
+fn open(a: &TrainArgs, dir: &Path) -> Result<(Box<dyn family::CausalLm>, Text)> {
+    progress("loading the PJRT plugin");
+    let client = match (&a.plugin, a.devices) {
+        (Some(path), _) => Client::from_plugin_path(path),
+        (None, 1) => Client::cpu(),
+        (None, n) => Client::cpu_with_devices(n),
+    }
+    .context("creating the PJRT client")?;
+    progress(&format!("loading {}", dir.display()));
+    let model = family::load(&client, dir, DType::F32)
+        .with_context(|| format!("--model {}", dir.display()))?;
+    let vocab = model.vocab_size();
+    let text =
+        Text::for_checkpoint(dir, vocab).with_context(|| format!("--model {}", dir.display()))?;
+    let Some(text) = text else {
+        bail!(
+            "--model {}: no tokenizer.json, and its vocabulary of {vocab} tokens is not bytes \
+             (256): train needs the text as the model's tokens",
+            dir.display()
+        );
+    };
+    Ok((model, text))
 }
 
 /// The last component of `dir`, for titles.

@@ -10,9 +10,7 @@ mod common;
 mod devices;
 mod face;
 mod generate;
-mod grads;
 mod quant;
-mod tune;
 
 /// Token ids of prompts, one row each.
 type Rows = Vec<Vec<u32>>;

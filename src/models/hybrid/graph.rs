@@ -80,8 +80,11 @@ pub(crate) struct Step<'a> {
 /// What [`forward`] returns: the logits `[b, L, vocab]` f32, the states after the tokens, and
 /// each mixture of experts' router logits `[b * L, experts]` (for a load-balancing loss).
 pub(crate) struct Forwarded {
+    /// `[b, L, vocab]` f32.
     pub logits: Tensor,
+    /// One per sublayer.
     pub states: Vec<SublayerState<Tensor>>,
+    /// One per mixture of experts, in order.
     pub router_logits: Vec<Tensor>,
 }
 
