@@ -62,13 +62,8 @@ fn family_name(dir: &Path) -> &'static str {
 pub(crate) fn load_model(dir: &Path, m: &ModelArgs) -> Result<(Client, Box<dyn CausalLm>, String)> {
     refuse(family_name(dir), m)?;
     crate::speak_as(family_name(dir));
-    progress("loading the PJRT plugin");
     anyhow::ensure!(m.devices > 0, "--devices must be at least 1");
-    let client = match (&m.plugin, m.devices) {
-        (Some(path), _) => Client::from_plugin_path(path)?,
-        (None, 1) => Client::cpu()?,
-        (None, n) => Client::cpu_with_devices(n)?,
-    };
+    let client = crate::client(m.plugin.as_deref(), m.devices)?;
     let dtype = m.dtype.dtype();
     progress(&format!("loading weights from {}", dir.display()));
     let parallel = m.parallel.kind();

@@ -7,7 +7,6 @@ use std::path::PathBuf;
 use anyhow::{bail, ensure, Context, Result};
 use clap::Args;
 use stablegraph::models::family;
-use stablegraph::runtime::Client;
 use stablegraph::DType;
 
 use crate::load::{parse_prompt_ids, shipped_model, SHIPPED_MODEL};
@@ -52,12 +51,7 @@ pub(crate) fn grad(a: GradArgs) -> Result<()> {
         None => bail!("grad needs --model DIR ({SHIPPED_MODEL}/ is not in this checkout)"),
     };
     ensure!(dir.is_dir(), "--model {}: not a directory", dir.display());
-    progress("loading the PJRT plugin");
-    let client = match &a.plugin {
-        Some(path) => Client::from_plugin_path(path),
-        None => Client::cpu(),
-    }
-    .context("creating the PJRT client")?;
+    let client = crate::client(a.plugin.as_deref(), 1)?;
     progress(&format!("loading weights from {}", dir.display()));
     let model = family::load(&client, &dir, DType::F32)
         .with_context(|| format!("--model {}", dir.display()))?;

@@ -355,13 +355,7 @@ impl ModelArgs {
                 m.devices
             );
         }
-        progress("loading the PJRT plugin");
-        let client = match (&m.plugin, m.devices) {
-            (Some(path), _) => Client::from_plugin_path(path),
-            (None, 1) => Client::cpu(),
-            (None, n) => Client::cpu_with_devices(n),
-        }
-        .context("creating the PJRT client")?;
+        let client = crate::client(m.plugin.as_deref(), m.devices)?;
         let dtype = m.dtype.dtype();
         let (weights, name) = load_weights(m, source, &config, dtype)?;
         let mut description = format!(

@@ -165,6 +165,19 @@ pub(crate) fn speaker() -> String {
 }
 
 /// A progress line on stderr.
+/// The PJRT client of `plugin` (default: the XLA CPU plugin with `devices` devices), saying so
+/// on stderr.
+pub(crate) fn client(plugin: Option<&std::path::Path>, devices: usize) -> anyhow::Result<Client> {
+    use anyhow::Context;
+    progress("loading the PJRT plugin");
+    match (plugin, devices) {
+        (Some(path), _) => Client::from_plugin_path(path),
+        (None, 1) => Client::cpu(),
+        (None, n) => Client::cpu_with_devices(n),
+    }
+    .context("creating the PJRT client")
+}
+
 pub(crate) fn progress(what: &str) {
     eprintln!("{}: {what}...", speaker());
 }

@@ -275,12 +275,7 @@ pub(crate) fn train(a: TrainArgs) -> Result<()> {
         .sum();
     say_plan(&a, &config, parameters, &say);
 
-    progress("loading the PJRT plugin");
-    let client = match &a.plugin {
-        Some(path) => Client::from_plugin_path(path),
-        None => Client::cpu(),
-    }
-    .context("creating the PJRT client")?;
+    let client = crate::client(a.plugin.as_deref(), 1)?;
     let (final_weights, outcome) = if a.steps == 0 {
         (weights, Outcome::default())
     } else {

@@ -10,7 +10,6 @@ use anyhow::{bail, ensure, Context, Result};
 use serde_json::json;
 use stablegraph::models::family;
 use stablegraph::models::Text;
-use stablegraph::runtime::Client;
 use stablegraph::DType;
 
 use crate::data::Data;
@@ -143,13 +142,7 @@ fn check_flags(a: &TrainArgs, dir: &Path) -> Result<()> {
 
 /// The model in `dir` (f32) on a client of `a`'s devices, and its text.
 fn open(a: &TrainArgs, dir: &Path) -> Result<(Box<dyn family::CausalLm>, Text)> {
-    progress("loading the PJRT plugin");
-    let client = match (&a.plugin, a.devices) {
-        (Some(path), _) => Client::from_plugin_path(path),
-        (None, 1) => Client::cpu(),
-        (None, n) => Client::cpu_with_devices(n),
-    }
-    .context("creating the PJRT client")?;
+    let client = crate::client(a.plugin.as_deref(), a.devices)?;
     progress(&format!("loading {}", dir.display()));
     let model = family::load(&client, dir, DType::F32)
         .with_context(|| format!("--model {}", dir.display()))?;

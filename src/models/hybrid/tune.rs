@@ -10,14 +10,13 @@ use super::Hybrid;
 use crate::dtype::{DType, TensorType};
 use crate::error::Result;
 use crate::models::mamba2::Remat;
-use crate::models::training::{router_balance_loss, Forward, Pieces, Trainable};
+use crate::models::training::{named_types, router_balance_loss, Forward, Pieces, Trainable};
 use crate::ops::Tensor;
 use crate::tree::Tree;
 
 impl Trainable for Hybrid {
     fn weight_types(&self) -> Vec<(String, TensorType)> {
-        let named = self.types().named();
-        named.into_iter().map(|(n, t)| (n, t.clone())).collect()
+        named_types(self.types())
     }
 
     fn checkpoint_pieces(&self) -> Result<Vec<Pieces>> {

@@ -6,14 +6,13 @@ use super::Mamba1;
 use crate::dtype::TensorType;
 use crate::error::Result;
 use crate::models::mamba2::Remat;
-use crate::models::training::{Forward, Pieces, Trainable};
+use crate::models::training::{named_types, Forward, Pieces, Trainable};
 use crate::ops::Tensor;
 use crate::tree::Tree;
 
 impl Trainable for Mamba1 {
     fn weight_types(&self) -> Vec<(String, TensorType)> {
-        let named = self.types().named();
-        named.into_iter().map(|(n, t)| (n, t.clone())).collect()
+        named_types(self.types())
     }
 
     fn checkpoint_pieces(&self) -> Result<Vec<Pieces>> {

@@ -19,7 +19,7 @@ use crate::array::HostArray;
 use crate::compiled::CompiledGraph;
 use crate::dtype::{DType, TensorType};
 use crate::error::{Error, Result};
-use crate::models::training::next_token_loss;
+use crate::models::training::{next_token_loss, pack, Packed};
 use crate::ops::{Graph, Tensor};
 use crate::optim::{AdamW, AdamWTree};
 use crate::runtime::{Buffer, Client};
@@ -714,23 +714,16 @@ pub fn loss_and_grads(
         .checked_mul(cfg.chunk_size)
         .ok_or_else(|| bad_arg(op, "prompts", "are too long to pad"))?;
     let b = prompts.len();
-    let total = b
-        .checked_mul(len)
+    // Every index of the packed prompts fits an i32.
+    b.checked_mul(len)
         .filter(|&n| i32::try_from(n).is_ok())
         .ok_or_else(|| bad_arg(op, "prompts", "are too many to address"))?;
-    let (mut ids, mut targets) = (vec![0i32; total], vec![0i32; total]);
-    let (mut mask, mut lw) = (vec![0f32; total], vec![0f32; total]);
-    for (r, p) in prompts.iter().enumerate() {
-        let start = r * len + len - p.len();
-        for (k, &t) in p.iter().enumerate() {
-            ids[start + k] = t as i32;
-            mask[start + k] = 1.0;
-            if let Some(&next) = p.get(k + 1) {
-                targets[start + k] = next as i32;
-                lw[start + k] = 1.0;
-            }
-        }
-    }
+    let Packed {
+        ids,
+        targets,
+        mask,
+        weights: lw,
+    } = pack(prompts, len);
     let g = Graph::new();
     let w = block::weight_parameters(&g, &types)?;
     let dims = [b, len];

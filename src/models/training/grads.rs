@@ -89,6 +89,39 @@ pub(crate) fn to_checkpoint(
     Ok(out)
 }
 
+/// Prompts left-padded to `len` positions, row-major `[b, len]`: the ids, each position's next
+/// token, 1 for real tokens (`mask`) and 1 where a next token is predicted (`weights`).
+pub(crate) struct Packed {
+    pub(crate) ids: Vec<i32>,
+    pub(crate) targets: Vec<i32>,
+    pub(crate) mask: Vec<f32>,
+    pub(crate) weights: Vec<f32>,
+}
+
+/// `prompts` (none longer than `len`) packed as [`Packed`] says.
+pub(crate) fn pack(prompts: &[Vec<u32>], len: usize) -> Packed {
+    let total = prompts.len() * len;
+    let (mut ids, mut targets) = (vec![0i32; total], vec![0i32; total]);
+    let (mut mask, mut lw) = (vec![0f32; total], vec![0f32; total]);
+    for (r, p) in prompts.iter().enumerate() {
+        let start = r * len + len - p.len();
+        for (k, &t) in p.iter().enumerate() {
+            ids[start + k] = t as i32;
+            mask[start + k] = 1.0;
+            if let Some(&next) = p.get(k + 1) {
+                targets[start + k] = next as i32;
+                lw[start + k] = 1.0;
+            }
+        }
+    }
+    Packed {
+        ids,
+        targets,
+        mask,
+        weights: lw,
+    }
+}
+
 /// The weights of `f` as parameters of `g`, named `w.<name>`, in order.
 pub(crate) fn weight_parameters(g: &Graph, types: &[(String, TensorType)]) -> Result<Vec<Tensor>> {
     types
@@ -142,23 +175,16 @@ pub(crate) fn loss_and_grads<F: Trainable + ?Sized>(
     let longest = prompts.iter().map(Vec::len).max().unwrap_or(0);
     let (len, chunk) = padding(f.chunk(), longest);
     let b = prompts.len();
-    let total = b
-        .checked_mul(len)
+    // Every index of the packed prompts fits an i32.
+    b.checked_mul(len)
         .filter(|&n| i32::try_from(n).is_ok())
         .ok_or_else(|| Error::InvalidArgument(format!("{op}: the prompts are too many")))?;
-    let (mut ids, mut targets) = (vec![0i32; total], vec![0i32; total]);
-    let (mut mask, mut lw) = (vec![0f32; total], vec![0f32; total]);
-    for (r, p) in prompts.iter().enumerate() {
-        let start = r * len + len - p.len();
-        for (k, &t) in p.iter().enumerate() {
-            ids[start + k] = t as i32;
-            mask[start + k] = 1.0;
-            if let Some(&next) = p.get(k + 1) {
-                targets[start + k] = next as i32;
-                lw[start + k] = 1.0;
-            }
-        }
-    }
+    let Packed {
+        ids,
+        targets,
+        mask,
+        weights: lw,
+    } = pack(prompts, len);
     let g = Graph::with_target(Target::of(f.client()));
     let w = weight_parameters(&g, &types)?;
     let dims = [b, len];

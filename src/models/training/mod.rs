@@ -9,13 +9,14 @@ mod tuner;
 pub use grads::Gradients;
 pub use tuner::FineTuner;
 
-pub(crate) use grads::loss_and_grads;
+pub(crate) use grads::{loss_and_grads, pack, Packed};
 
 use crate::dtype::{DType, TensorType};
 use crate::error::{Error, Result};
 use crate::models::engine::Family;
 use crate::models::mamba2::Remat;
 use crate::ops::Tensor;
+use crate::tree::Tree;
 
 /// The checkpoint tensors one weight is made of, joined along its first axis: each one's name
 /// and its shape on disk (one piece for most weights; a fused matrix or stacked experts have
@@ -52,6 +53,12 @@ pub(crate) trait Trainable: Family {
         chunk: usize,
         remat: Remat,
     ) -> Result<Forward>;
+}
+
+/// The names and types of a weights tree, in order (what [`Trainable::weight_types`] returns).
+pub(crate) fn named_types(types: &impl Tree<TensorType>) -> Vec<(String, TensorType)> {
+    let named = types.named();
+    named.into_iter().map(|(n, t)| (n, t.clone())).collect()
 }
 
 /// The positions `longest` tokens are padded to for a model whose prefill takes chunks of up
