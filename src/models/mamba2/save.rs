@@ -220,8 +220,7 @@ mod tests {
         }
     }
 
-    /// The parent of every scratch path: one per process, removed when the last test that
-    /// holds it ends.
+    /// A test's scratch directory, removed with what is in it when dropped.
     struct Scratch(std::path::PathBuf);
 
     impl Drop for Scratch {
@@ -230,21 +229,13 @@ mod tests {
         }
     }
 
-    /// A path under this process's scratch directory, for one test (the directory goes away
-    /// when the guard does).
-    fn scratch(name: &str) -> (std::sync::Arc<Scratch>, std::path::PathBuf) {
-        static ROOT: std::sync::Mutex<std::sync::Weak<Scratch>> =
-            std::sync::Mutex::new(std::sync::Weak::new());
-        let mut root = ROOT.lock().unwrap_or_else(|p| p.into_inner());
-        let guard = root.upgrade().unwrap_or_else(|| {
-            let dir = std::env::temp_dir().join(format!("stablegraph-save-{}", std::process::id()));
-            let g = std::sync::Arc::new(Scratch(dir));
-            *root = std::sync::Arc::downgrade(&g);
-            g
-        });
-        let dir = guard.0.join(name);
+    /// A scratch path for one test, of its own (tests run in parallel: a directory shared by
+    /// several, removed when one of them ends, could vanish under another), and its guard.
+    fn scratch(name: &str) -> (Scratch, std::path::PathBuf) {
+        let dir =
+            std::env::temp_dir().join(format!("stablegraph-save-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        (guard, dir)
+        (Scratch(dir.clone()), dir)
     }
 
     #[test]
@@ -397,8 +388,9 @@ mod tests {
         assert!(e.contains("embedding has shape [40, 16]"), "{e}");
 
         // A file where the directory should be: the error names the path.
-        let (_guard, file) = scratch("blocker");
-        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+        let (_guard, blocked) = scratch("blocker");
+        let file = blocked.join("file");
+        std::fs::create_dir_all(&blocked).unwrap();
         std::fs::write(&file, b"x").unwrap();
         let e = weights.save(&file, &config).unwrap_err().to_string();
         assert!(e.contains(&file.display().to_string()), "{e}");
