@@ -56,7 +56,12 @@ global norm 1). Learning rate: stablegraph::optim::WarmupCosine::new(--lr, --ste
 warm-up from --lr/W to --lr over the first W = clamp(steps / 20, 1, 100) steps, then cosine \
 decay to --lr / 10 at the last step. With \
 --micro-steps K, one program call runs K optimizer steps (all at the rate of the first).\n\n\
-Output (in --out): config.json and model.safetensors (an HF-format checkpoint that `generate \
+Fine-tuning (--model DIR, any family): the data is tokenized with DIR/tokenizer.json (or read \
+as bytes for a 256-token vocabulary), each part on its own; windows of --seq-len + 1 tokens, any \
+length; the same optimizer and schedule; --devices N splits each batch over N devices. Output: \
+model.safetensors under DIR's tensor names, DIR's other files copied, loss.csv \
+(step,train_bpt,val_bpt, bits per token) and loss.svg.\n\n\
+Output from scratch (in --out): config.json and model.safetensors (an HF-format checkpoint that `generate \
 --model` and transformers' Mamba2ForCausalLM load), loss.csv (step,train_bpb,val_bpb; val_bpb \
 empty between evaluations) and loss.svg.\n\n\
 Speed: on Linux, train runs itself again with GLIBC_TUNABLES=glibc.malloc.hugetlb=1 (huge \
