@@ -108,9 +108,10 @@ pub(crate) struct TrainArgs {
     /// takes about 10 minutes on a 2-core machine.
     #[arg(long, default_value_t = 2400, value_name = "N")]
     pub(crate) steps: usize,
-    /// Peak learning rate (see the schedule below).
-    #[arg(long, default_value_t = 3e-3, value_name = "LR")]
-    pub(crate) lr: f64,
+    /// Peak learning rate (see the schedule below; default 3e-3 from scratch, 1e-4 when
+    /// fine-tuning with --model).
+    #[arg(long, value_name = "LR")]
+    pub(crate) lr: Option<f64>,
     /// Seed of the initial weights and of the batches.
     #[arg(long, default_value_t = 0)]
     pub(crate) seed: u64,
@@ -146,6 +147,13 @@ impl TrainArgs {
             .unwrap_or(if self.steps.is_multiple_of(4) { 4 } else { 1 })
     }
 
+    /// The peak learning rate: --lr, else 3e-3 from scratch and 1e-4 fine-tuning (a checkpoint's
+    /// weights are not to be moved as far as a fresh model's).
+    pub(crate) fn lr(&self) -> f64 {
+        self.lr
+            .unwrap_or(if self.model.is_some() { 1e-4 } else { 3e-3 })
+    }
+
     /// Checks the flags every run has: batch, steps and micro steps, evaluation, rate.
     pub(crate) fn check_schedule(&self) -> Result<()> {
         ensure!(self.batch > 0, "--batch must be at least 1");
@@ -158,7 +166,7 @@ impl TrainArgs {
         );
         ensure!(self.eval_every > 0, "--eval-every must be at least 1");
         ensure!(
-            self.lr.is_finite() && self.lr > 0.0,
+            self.lr().is_finite() && self.lr() > 0.0,
             "--lr must be a positive number"
         );
         Ok(())
@@ -168,7 +176,7 @@ impl TrainArgs {
     /// a global norm of 1 (AdamW's defaults, PyTorch's, do not clip).
     pub(crate) fn adamw(&self) -> AdamW {
         AdamW {
-            lr: self.lr,
+            lr: self.lr(),
             beta1: 0.9,
             beta2: 0.95,
             eps: 1e-8,
@@ -356,7 +364,7 @@ fn say_plan(a: &TrainArgs, config: &Mamba2Config, parameters: usize, say: &dyn F
         a.steps,
         a.batch,
         a.seq_len,
-        a.lr,
+        a.lr(),
         a.micro_steps()
     ));
 }
@@ -463,7 +471,7 @@ pub(crate) fn run_steps<T: Copy + Into<u32>>(
     say: &dyn Fn(String),
 ) -> Result<(Vec<Row>, f64)> {
     let window = a.seq_len + 1;
-    let schedule = WarmupCosine::new(a.lr, a.steps as u64);
+    let schedule = WarmupCosine::new(a.lr(), a.steps as u64);
     let mut rows = Vec::new();
     let mut train_s = 0.0;
     let mut sampler = Sampler::new(train, window, a.seed ^ BATCH_STREAM);

@@ -66,7 +66,7 @@ pub(crate) fn fine_tune(a: &TrainArgs, dir: &Path) -> Result<()> {
         a.batch,
         a.seq_len,
         a.devices,
-        a.lr,
+        a.lr(),
         a.micro_steps(),
         tuner.parameter_count(),
         tuner.compile_seconds()

@@ -66,6 +66,8 @@ fn train_fine_tunes_every_family_and_generate_loads_the_result() {
             "4",
             "--eval-every",
             "20",
+            "--lr",
+            "3e-3",
             "--out",
             out.to_str().unwrap(),
             "--json",
