@@ -154,6 +154,16 @@ impl TrainArgs {
             .unwrap_or(if self.model.is_some() { 1e-4 } else { 3e-3 })
     }
 
+    /// Prints a line of the run's report: on stdout, or on stderr with --json (stdout then holds
+    /// the summary only).
+    pub(crate) fn say(&self, line: String) {
+        if self.json {
+            eprintln!("{line}");
+        } else {
+            println!("{line}");
+        }
+    }
+
     /// Checks the flags every run has: batch, steps and micro steps, evaluation, rate.
     pub(crate) fn check_schedule(&self) -> Result<()> {
         ensure!(self.batch > 0, "--batch must be at least 1");
@@ -271,14 +281,7 @@ pub(crate) fn train(a: TrainArgs) -> Result<()> {
     let started = Instant::now();
     let config = a.config()?;
     with_huge_pages();
-    // With --json, stdout holds the summary only.
-    let say = |line: String| {
-        if a.json {
-            eprintln!("{line}");
-        } else {
-            println!("{line}");
-        }
-    };
+    let say = |line: String| a.say(line);
     let (data, entropy) = read_data(&a, &say)?;
     let weights = Mamba2Weights::random(&config, DType::F32, a.seed)?;
     let parameters: usize = weights

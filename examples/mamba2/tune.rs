@@ -29,13 +29,7 @@ pub(crate) fn fine_tune(a: &TrainArgs, dir: &Path) -> Result<()> {
     let started = Instant::now();
     check_flags(a, dir)?;
     with_huge_pages();
-    let say = |line: String| {
-        if a.json {
-            eprintln!("{line}");
-        } else {
-            println!("{line}");
-        }
-    };
+    let say = |line: String| a.say(line);
     let (model, text) = open(a, dir)?;
     let unit = if matches!(text, Text::Bytes) {
         "byte"

@@ -9,12 +9,13 @@ use std::path::Path;
 
 use serde_json::{json, Value};
 
-use super::checkpoint::checkpoint_names;
+use super::tune::checkpoint_pieces;
 use super::{Mamba2Config, Mamba2Weights};
 use crate::array::HostArray;
 use crate::dtype::{DType, TensorType};
 use crate::error::{Error, Result};
 use crate::models::common::write_tensors;
+use crate::models::training::to_checkpoint;
 
 /// The file name of the config in a checkpoint directory.
 const CONFIG: &str = "config.json";
@@ -156,18 +157,8 @@ impl Mamba2Weights<HostArray> {
     /// naming the tensor or path.
     pub fn save_tensors(&self, path: &Path) -> Result<()> {
         self.refuse_8bit()?;
-        let mut tensors = Vec::new();
-        for (key, a) in self.named() {
-            let name = checkpoint_names(&key).swap_remove(0);
-            let a = match key.ends_with("mixer.conv1d") && a.dims().len() == 2 {
-                true => {
-                    let dims = [a.dims()[0], 1, a.dims()[1]];
-                    HostArray::from_bytes(&TensorType::new(a.dtype(), &dims), &a.to_bytes())?
-                }
-                false => a.clone(),
-            };
-            tensors.push((name, a));
-        }
+        let types = self.try_map(|_, a| Ok(a.ty()))?;
+        let tensors = to_checkpoint(self.flatten(), &checkpoint_pieces(&types))?;
         write_tensors(path, &tensors)
     }
 

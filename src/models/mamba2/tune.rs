@@ -10,23 +10,29 @@ use crate::models::training::{named_types, Forward, Pieces, Trainable};
 use crate::ops::Tensor;
 use crate::tree::Tree;
 
+/// Where each weight of these types lives in an HF checkpoint: one tensor each, under its HF
+/// name, the conv weight `[conv_dim, K]` as `[conv_dim, 1, K]`.
+pub(super) fn checkpoint_pieces(types: &impl Tree<TensorType>) -> Vec<Pieces> {
+    let named = types.named();
+    named
+        .into_iter()
+        .map(|(key, t)| {
+            let mut dims = t.dims.clone();
+            if key.ends_with("mixer.conv1d") && dims.len() == 2 {
+                dims.insert(1, 1);
+            }
+            vec![(checkpoint_names(&key).swap_remove(0), dims)]
+        })
+        .collect()
+}
+
 impl Trainable for Mamba2 {
     fn weight_types(&self) -> Vec<(String, TensorType)> {
         named_types(self.types())
     }
 
     fn checkpoint_pieces(&self) -> Result<Vec<Pieces>> {
-        let named = self.types().named();
-        Ok(named
-            .into_iter()
-            .map(|(key, t)| {
-                let mut dims = t.dims.clone();
-                if key.ends_with("mixer.conv1d") && dims.len() == 2 {
-                    dims.insert(1, 1);
-                }
-                vec![(checkpoint_names(&key).swap_remove(0), dims)]
-            })
-            .collect())
+        Ok(checkpoint_pieces(self.types()))
     }
 
     fn chunk(&self) -> usize {

@@ -9,7 +9,7 @@ mod tuner;
 pub use grads::Gradients;
 pub use tuner::FineTuner;
 
-pub(crate) use grads::{loss_and_grads, pack, Packed};
+pub(crate) use grads::{loss_and_grads, pack, to_checkpoint, Packed};
 
 use crate::dtype::{DType, TensorType};
 use crate::error::{Error, Result};
