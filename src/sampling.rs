@@ -88,6 +88,26 @@ impl Sampling {
         Ok(())
     }
 
+    /// The settings of choice `i` of a request for several (OpenAI's `n`): choice 0 is `self`;
+    /// choice `i` samples with a seed mixed from this one and `i`, so that the choices differ
+    /// and each repeats with the request's seed. Greedy stays greedy.
+    pub fn for_choice(&self, i: usize) -> Sampling {
+        match *self {
+            Sampling::Sample {
+                temperature,
+                top_k,
+                top_p,
+                seed,
+            } if i > 0 => Sampling::Sample {
+                temperature,
+                top_k,
+                top_p,
+                seed: seed ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15),
+            },
+            other => other,
+        }
+    }
+
     /// The seed (0 for greedy), as the two-word Threefry key the programs take.
     pub fn key(&self) -> [u32; 2] {
         let seed = match *self {

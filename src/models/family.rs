@@ -17,7 +17,7 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::optim::AdamW;
 use crate::runtime::Client;
-use crate::serving::{AnySlots, DynSlotModel, Segment, SegmentOutput, SlotModel};
+use crate::serving::{AnySlots, AnySnapshot, DynSlotModel, Segment, SegmentOutput, SlotModel};
 
 /// A causal language model of any family on a device: prompts in, logits and tokens out, and
 /// the state after them to continue from. `Send + Sync`: one loaded model can serve many
@@ -116,6 +116,7 @@ impl<F> CausalLm for F
 where
     F: Family + Trainable + SlotModel + Send + Sync,
     F::Slots: Send + 'static,
+    F::Snapshot: Send + 'static,
 {
     fn family(&self) -> &'static str {
         Family::family(self)
@@ -227,6 +228,19 @@ impl SlotModel for Box<dyn CausalLm> {
     }
     fn programs_compiled(&self) -> usize {
         self.as_slots().programs_compiled()
+    }
+    type Snapshot = AnySnapshot;
+    fn snapshot(&self, slots: &AnySlots, slot: usize) -> Result<AnySnapshot> {
+        self.as_slots().snapshot(slots, slot)
+    }
+    fn restore(&self, slots: AnySlots, slot: usize, snapshot: &AnySnapshot) -> Result<AnySlots> {
+        self.as_slots().restore(slots, slot, snapshot)
+    }
+    fn snapshot_bytes(&self, snapshot: &AnySnapshot) -> usize {
+        self.as_slots().snapshot_bytes(snapshot)
+    }
+    fn prepare_snapshots(&self, slots: usize, context: usize) -> Result<()> {
+        self.as_slots().prepare_snapshots(slots, context)
     }
 }
 

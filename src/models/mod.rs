@@ -17,7 +17,7 @@ pub use crate::sampling::{Penalties, Sampling};
 pub use common::{
     GenerateOptions, LayerState, LoadOptions, Matrix, ModelState, Parallel, MAX_NEW_TOKENS,
 };
-pub use engine::slots::FamilySlots;
+pub use engine::slots::{FamilySlots, SlotSnapshot};
 pub use loaded::{Completion, Model, TokenLogprob};
 pub use text::Text;
 pub use training::{FineTuner, Gradients};

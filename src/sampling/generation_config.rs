@@ -8,8 +8,7 @@ use super::{Penalties, Sampling};
 use crate::error::{Error, Result};
 
 /// The settings of a `generation_config.json` that this crate uses, each `None` where the file
-/// does not set it (or sets it to `null`). Other keys (token ids, beam search, lengths, ...) are
-/// ignored.
+/// does not set it (or sets it to `null`). Other keys (beam search, lengths, ...) are ignored.
 ///
 /// The transformers keys are `do_sample`, `temperature`, `top_k`, `top_p`,
 /// `repetition_penalty` and `no_repeat_ngram_size`. Three more keys are this crate's (llama.cpp's
@@ -35,6 +34,9 @@ pub struct GenerationConfig {
     pub frequency_penalty: Option<f32>,
     /// [`Penalties::repeat_last_n`]: `Some(None)` for the whole context (-1 in the file).
     pub repeat_last_n: Option<Option<usize>>,
+    /// `eos_token_id`: the tokens that end a reply (one id or a list; a chat model's end of
+    /// turn among them).
+    pub eos_token_id: Option<Vec<u32>>,
 }
 
 impl GenerationConfig {
@@ -68,6 +70,7 @@ impl GenerationConfig {
             presence_penalty: keys.float("presence_penalty", "a finite number", |_| true)?,
             frequency_penalty: keys.float("frequency_penalty", "a finite number", |_| true)?,
             repeat_last_n: keys.window("repeat_last_n")?,
+            eos_token_id: keys.ids("eos_token_id")?,
         };
         config.penalties().check()?;
         Ok(config)
@@ -145,6 +148,21 @@ impl Keys<'_> {
         match v.as_u64().and_then(|n| usize::try_from(n).ok()) {
             Some(n) => Ok(Some(n)),
             None => Keys::bad(key, "an integer >= 0", v),
+        }
+    }
+
+    fn ids(&self, key: &str) -> Result<Option<Vec<u32>>> {
+        let Some(v) = self.get(key) else {
+            return Ok(None);
+        };
+        let id = |v: &Value| v.as_u64().and_then(|n| u32::try_from(n).ok());
+        let ids = match v {
+            Value::Array(items) => items.iter().map(id).collect::<Option<Vec<u32>>>(),
+            one => id(one).map(|i| vec![i]),
+        };
+        match ids {
+            Some(ids) => Ok(Some(ids)),
+            None => Keys::bad(key, "a token id or a list of token ids", v),
         }
     }
 

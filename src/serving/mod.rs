@@ -9,13 +9,16 @@
 //! around it); [`SlotModel`] is what it needs from a model; [`openai`] reads and writes
 //! OpenAI's completions format.
 
+pub mod chat;
 pub mod openai;
+mod prefix_cache;
+mod request;
 mod scheduler;
 
-pub use scheduler::{
-    Event, FinishReason, Request, RequestId, Scheduler, SchedulerOptions, SchedulerStats,
-    SubmitError,
+pub use request::{
+    Event, FinishReason, Request, RequestId, SchedulerOptions, SchedulerStats, SubmitError,
 };
+pub use scheduler::Scheduler;
 
 use crate::error::{Error, Result};
 use crate::sampling::Sampling;
@@ -93,6 +96,24 @@ pub trait SlotModel {
     ) -> Result<(Self::Slots, SegmentOutput)>;
     /// How many programs the model has compiled so far.
     fn programs_compiled(&self) -> usize;
+    /// One slot's state and next-token logits, copied out of the slots (the prefix cache keeps
+    /// them; `n` choices start from copies of one prefilled prompt).
+    type Snapshot;
+    /// A copy of slot `slot` (the slots are untouched).
+    fn snapshot(&self, slots: &Self::Slots, slot: usize) -> Result<Self::Snapshot>;
+    /// The slots with slot `slot` overwritten by `snapshot` (the slots are donated, as in
+    /// [`SlotModel::fill_slots`]).
+    fn restore(
+        &self,
+        slots: Self::Slots,
+        slot: usize,
+        snapshot: &Self::Snapshot,
+    ) -> Result<Self::Slots>;
+    /// The device memory a snapshot holds, in bytes.
+    fn snapshot_bytes(&self, snapshot: &Self::Snapshot) -> usize;
+    /// Compiles, without running, the snapshot and restore programs for `slots` slots of
+    /// `context` tokens.
+    fn prepare_snapshots(&self, slots: usize, context: usize) -> Result<()>;
 }
 
 /// Checks a segment's per-slot lists against `slots` and its steps against its capacity.
@@ -173,11 +194,20 @@ pub trait DynSlotModel {
     fn run_segment(&self, slots: AnySlots, segment: &Segment) -> Result<(AnySlots, SegmentOutput)>;
     /// [`SlotModel::programs_compiled`].
     fn programs_compiled(&self) -> usize;
+    /// [`SlotModel::snapshot`].
+    fn snapshot(&self, slots: &AnySlots, slot: usize) -> Result<AnySnapshot>;
+    /// [`SlotModel::restore`].
+    fn restore(&self, slots: AnySlots, slot: usize, snapshot: &AnySnapshot) -> Result<AnySlots>;
+    /// [`SlotModel::snapshot_bytes`].
+    fn snapshot_bytes(&self, snapshot: &AnySnapshot) -> usize;
+    /// [`SlotModel::prepare_snapshots`].
+    fn prepare_snapshots(&self, slots: usize, context: usize) -> Result<()>;
 }
 
 impl<M: SlotModel> DynSlotModel for M
 where
     M::Slots: Send + 'static,
+    M::Snapshot: Send + 'static,
 {
     fn vocab_size(&self) -> usize {
         SlotModel::vocab_size(self)
@@ -218,5 +248,40 @@ where
     }
     fn programs_compiled(&self) -> usize {
         SlotModel::programs_compiled(self)
+    }
+    fn snapshot(&self, slots: &AnySlots, slot: usize) -> Result<AnySnapshot> {
+        let slots = slots.0.downcast_ref::<M::Slots>().ok_or_else(other_model)?;
+        let snapshot = SlotModel::snapshot(self, slots, slot)?;
+        Ok(AnySnapshot(Box::new(snapshot)))
+    }
+    fn restore(&self, slots: AnySlots, slot: usize, snapshot: &AnySnapshot) -> Result<AnySlots> {
+        let snapshot = snapshot
+            .0
+            .downcast_ref::<M::Snapshot>()
+            .ok_or_else(other_model)?;
+        let slots = SlotModel::restore(self, slots.take()?, slot, snapshot)?;
+        Ok(AnySlots(Box::new(slots)))
+    }
+    fn snapshot_bytes(&self, snapshot: &AnySnapshot) -> usize {
+        snapshot
+            .0
+            .downcast_ref::<M::Snapshot>()
+            .map_or(0, |s| SlotModel::snapshot_bytes(self, s))
+    }
+    fn prepare_snapshots(&self, slots: usize, context: usize) -> Result<()> {
+        SlotModel::prepare_snapshots(self, slots, context)
+    }
+}
+
+fn other_model() -> Error {
+    Error::InvalidArgument("these slots or this snapshot belong to a model of another kind".into())
+}
+
+/// A slot's snapshot of any model, its type erased: what [`DynSlotModel`] takes and returns.
+pub struct AnySnapshot(Box<dyn std::any::Any + Send>);
+
+impl std::fmt::Debug for AnySnapshot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("AnySnapshot")
     }
 }

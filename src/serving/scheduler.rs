@@ -3,154 +3,13 @@
 
 use std::collections::VecDeque;
 
+use super::prefix_cache::PrefixCache;
+use super::request::{
+    Event, FinishReason, Request, RequestId, SchedulerOptions, SchedulerStats, SubmitError,
+};
 use super::{Segment, SlotModel};
 use crate::error::{Error, Result};
 use crate::sampling::Sampling;
-
-/// A request's number, unique within a [`Scheduler`].
-pub type RequestId = u64;
-
-/// What a client asks for.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Request {
-    /// The prompt's tokens (at least one).
-    pub prompt: Vec<u32>,
-    /// The most new tokens (at least one).
-    pub max_tokens: usize,
-    /// Token choice; a sampled request's seed makes its tokens the same whatever else runs.
-    pub sampling: Sampling,
-}
-
-/// The scheduler's settings.
-#[derive(Debug, Clone, PartialEq)]
-pub struct SchedulerOptions {
-    /// The rows of the segment program: how many requests decode at once.
-    pub slots: usize,
-    /// The most decode steps per segment call; requests join and leave between calls.
-    pub segment: usize,
-    /// The most requests waiting for a slot; more are refused ([`SubmitError::QueueFull`]).
-    pub max_queue: usize,
-    /// The most prompts prefilled in one call (rounded down to a power of two).
-    pub prefill_batch: usize,
-    /// Longer prompts are fed in pieces of this many tokens, one piece per step, so that the
-    /// rows decoding meanwhile wait for one piece at a time, not a whole prompt.
-    pub prompt_piece: usize,
-    /// The longest prompt taken, in tokens.
-    pub max_prompt: usize,
-    /// The most new tokens a request may ask for.
-    pub max_tokens: usize,
-    /// A request ends when it emits this token (which is not returned).
-    pub eos: Option<u32>,
-    /// The most tokens of prompt and generation one request may hold (a model with attention
-    /// keeps that many keys and values per slot); `None`: `max_prompt + max_tokens`. A request
-    /// whose prompt and `max_tokens` need more is refused.
-    pub max_context: Option<usize>,
-}
-
-impl SchedulerOptions {
-    /// The tokens of prompt and generation a slot holds: `max_context`, at most `max_prompt +
-    /// max_tokens`.
-    pub fn context(&self) -> usize {
-        let most = self.max_prompt.saturating_add(self.max_tokens);
-        self.max_context.map_or(most, |c| c.min(most))
-    }
-}
-
-impl Default for SchedulerOptions {
-    /// 8 slots, segments of 4 steps, 64 queued, prefill 4 at a time in pieces of up to 128
-    /// tokens, prompts up to 2,048 tokens and up to 2,048 new tokens, no `eos`, a context of
-    /// both.
-    fn default() -> Self {
-        SchedulerOptions {
-            slots: 8,
-            segment: 4,
-            max_queue: 64,
-            prefill_batch: 4,
-            prompt_piece: 128,
-            max_prompt: 2048,
-            max_tokens: 2048,
-            eos: None,
-            max_context: None,
-        }
-    }
-}
-
-/// Why a request was refused.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SubmitError {
-    /// The queue holds [`SchedulerOptions::max_queue`] requests already.
-    QueueFull,
-    /// The request is malformed; the message names the field.
-    Invalid(String),
-}
-
-impl std::fmt::Display for SubmitError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            SubmitError::QueueFull => write!(f, "the queue is full; retry later"),
-            SubmitError::Invalid(why) => write!(f, "{why}"),
-        }
-    }
-}
-
-impl std::error::Error for SubmitError {}
-
-/// Why a request ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FinishReason {
-    /// It made `max_tokens` tokens.
-    Length,
-    /// It emitted `eos`.
-    Eos,
-}
-
-/// What happened to a request during a [`Scheduler::step`].
-#[derive(Debug, Clone, PartialEq)]
-pub enum Event {
-    /// Its prompt was prefilled into a slot.
-    Started {
-        /// The request.
-        id: RequestId,
-    },
-    /// New tokens (never empty).
-    Tokens {
-        /// The request.
-        id: RequestId,
-        /// The tokens, in order.
-        tokens: Vec<u32>,
-    },
-    /// It ended; its slot is free.
-    Finished {
-        /// The request.
-        id: RequestId,
-        /// Why.
-        reason: FinishReason,
-    },
-    /// The model failed while it was queued or decoding; it is gone.
-    Failed {
-        /// The request.
-        id: RequestId,
-        /// The model's error.
-        error: String,
-    },
-}
-
-/// Counts since the scheduler started, and where it stands.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct SchedulerStats {
-    /// Requests waiting for a slot.
-    pub queued: usize,
-    /// Slots decoding a request.
-    pub active: usize,
-    /// Segment calls run.
-    pub segments: u64,
-    /// Prefill calls run.
-    pub prefills: u64,
-    /// Prompt tokens prefilled.
-    pub prompt_tokens: u64,
-    /// Tokens generated and returned.
-    pub generated_tokens: u64,
-}
 
 /// A request in a slot.
 #[derive(Debug)]
@@ -160,24 +19,49 @@ struct Running {
     remaining: usize,
     /// It has made no token yet.
     fresh: bool,
-    /// The rest of its prompt, still to prefill.
-    pending: Vec<u32>,
+    /// Its prompt.
+    prompt: Vec<u32>,
+    /// The prompt's tokens in its slot's state so far.
+    fed: usize,
     sampling: Sampling,
     key: [u32; 2],
+    /// A later choice of a request for several: the slot of its first choice, whose state it
+    /// takes once that prompt is in.
+    copy_of: Option<usize>,
+}
+
+impl Running {
+    /// Its prompt is in: it decodes.
+    fn ready(&self) -> bool {
+        self.fed == self.prompt.len()
+    }
+
+    /// It is fed pieces of its own prompt.
+    fn feeding(&self) -> bool {
+        !self.ready() && self.copy_of.is_none()
+    }
+}
+
+/// Queued requests: one prompt and the ids of its choices (one unless `n` was asked for).
+#[derive(Debug)]
+struct Queued {
+    ids: Vec<RequestId>,
+    request: Request,
 }
 
 /// Continuous batching over a [`SlotModel`]: [`Scheduler::submit`] queues a request,
 /// [`Scheduler::step`] admits queued requests into free slots (prompts of one bucket prefilled
-/// together) and runs one segment for every slot in use, returning what happened. A segment
-/// right after an admission runs one step, so that new requests see their first token without
-/// waiting for a whole segment.
+/// together; a prompt that starts with a cached prefix from its state) and runs one segment
+/// for every slot in use, returning what happened. A segment right after an admission runs one
+/// step, so that new requests see their first token without waiting for a whole segment.
 pub struct Scheduler<M: SlotModel> {
     model: M,
     options: SchedulerOptions,
     /// `None` only after a model error that could not be recovered from.
     slots: Option<M::Slots>,
     table: Vec<Option<Running>>,
-    queue: VecDeque<(RequestId, Request)>,
+    queue: VecDeque<Queued>,
+    cache: PrefixCache<M::Snapshot>,
     next_id: RequestId,
     stats: SchedulerStats,
 }
@@ -221,22 +105,25 @@ impl<M: SlotModel> Scheduler<M> {
         }
         let slots = model.open_slots(o.slots, o.context())?;
         let table = (0..o.slots).map(|_| None).collect();
+        let cache = PrefixCache::new(o.prompt_piece, o.prefix_cache_bytes);
         Ok(Scheduler {
             model,
             options,
             slots: Some(slots),
             table,
             queue: VecDeque::new(),
+            cache,
             next_id: 0,
             stats: SchedulerStats::default(),
         })
     }
 
     /// Compiles every program serving can run: the segment programs (greedy and sampled, each
-    /// row subset) and, for every prompt bucket up to `max_prompt` and `prompt_piece` and every
-    /// prefill group size (the powers of two up to `prefill_batch` and `slots`), the prefill and
-    /// insert programs (and, for prompts fed in pieces, the continuing ones), without running
-    /// them. After it, requests compile nothing. Returns how many settings it prepared.
+    /// row subset), the snapshot and restore programs (the prefix cache, `n` choices) and, for
+    /// every prompt bucket up to `max_prompt` and `prompt_piece` and every prefill group size
+    /// (the powers of two up to `prefill_batch` and `slots`), the prefill and insert programs
+    /// (and, for prompts fed in pieces, the continuing ones), without running them. After it,
+    /// requests compile nothing. Returns how many settings it prepared.
     pub fn warm_up(&mut self) -> Result<usize> {
         let o = &self.options;
         let mut buckets = Vec::new();
@@ -260,6 +147,7 @@ impl<M: SlotModel> Scheduler<M> {
         }
         self.model
             .prepare_segments(o.slots, o.context(), o.segment)?;
+        self.model.prepare_snapshots(o.slots, o.context())?;
         Ok(buckets.len() * sizes.len())
     }
 
@@ -267,14 +155,35 @@ impl<M: SlotModel> Scheduler<M> {
     /// vocabulary, a prompt or `max_tokens` beyond the limits, or sampling settings out of
     /// range are refused, naming what was wrong.
     pub fn submit(&mut self, request: Request) -> std::result::Result<RequestId, SubmitError> {
+        Ok(self.submit_n(request, 1)?[0])
+    }
+
+    /// Queues `n` choices of `request` (OpenAI's `n`): its prompt is prefilled once and its
+    /// state copied into `n` slots, choice `i` sampling as [`Sampling::for_choice`] says.
+    /// Returns the choices' ids, in order. Refused as [`Scheduler::submit`] refuses, and
+    /// when `n` is 0 or more than the slots.
+    pub fn submit_n(
+        &mut self,
+        request: Request,
+        n: usize,
+    ) -> std::result::Result<Vec<RequestId>, SubmitError> {
         self.check(&request).map_err(SubmitError::Invalid)?;
+        if n == 0 || n > self.options.slots {
+            return Err(SubmitError::Invalid(format!(
+                "n ({n}) is not in 1..={} (the slots of this server)",
+                self.options.slots
+            )));
+        }
         if self.queue.len() >= self.options.max_queue {
             return Err(SubmitError::QueueFull);
         }
-        let id = self.next_id;
-        self.next_id += 1;
-        self.queue.push_back((id, request));
-        Ok(id)
+        let ids: Vec<RequestId> = (self.next_id..self.next_id + n as u64).collect();
+        self.next_id += n as u64;
+        self.queue.push_back(Queued {
+            ids: ids.clone(),
+            request,
+        });
+        Ok(ids)
     }
 
     fn check(&self, r: &Request) -> std::result::Result<(), String> {
@@ -315,19 +224,45 @@ impl<M: SlotModel> Scheduler<M> {
     }
 
     /// Drops request `id`, queued or decoding (its slot is free for the next step). Returns
-    /// whether it was there.
+    /// whether it was there. The other choices of its request go on.
     pub fn cancel(&mut self, id: RequestId) -> bool {
-        if let Some(at) = self.queue.iter().position(|(q, _)| *q == id) {
-            self.queue.remove(at);
+        if let Some(at) = self.queue.iter().position(|q| q.ids.contains(&id)) {
+            let q = &mut self.queue[at];
+            q.ids.retain(|&i| i != id);
+            if q.ids.is_empty() {
+                self.queue.remove(at);
+            }
             return true;
         }
-        for slot in &mut self.table {
-            if slot.as_ref().is_some_and(|r| r.id == id) {
-                *slot = None;
-                return true;
+        let Some(slot) =
+            (0..self.table.len()).find(|&i| self.table[i].as_ref().is_some_and(|r| r.id == id))
+        else {
+            return false;
+        };
+        self.table[slot] = None;
+        self.requeue_copies_of(slot);
+        true
+    }
+
+    /// The choices waiting for the prompt of slot `slot`, which is gone: back to the queue's
+    /// front as a request of their own.
+    fn requeue_copies_of(&mut self, slot: usize) {
+        let mut ids = Vec::new();
+        let mut request = None;
+        for s in &mut self.table {
+            if s.as_ref().is_some_and(|r| r.copy_of == Some(slot)) {
+                let Some(r) = s.take() else { continue };
+                ids.push(r.id);
+                request.get_or_insert(Request {
+                    prompt: r.prompt,
+                    max_tokens: r.remaining,
+                    sampling: r.sampling,
+                });
             }
         }
-        false
+        if let Some(request) = request {
+            self.queue.push_front(Queued { ids, request });
+        }
     }
 
     /// Whether a request is queued or decoding.
@@ -337,9 +272,15 @@ impl<M: SlotModel> Scheduler<M> {
 
     /// Counts and where the scheduler stands.
     pub fn stats(&self) -> SchedulerStats {
+        let c = self.cache.counts();
         SchedulerStats {
-            queued: self.queue.len(),
+            queued: self.queue.iter().map(|q| q.ids.len()).sum(),
             active: self.table.iter().filter(|s| s.is_some()).count(),
+            prefix_hits: c.hits,
+            prefix_misses: c.misses,
+            prefix_evictions: c.evictions,
+            prefix_bytes: c.bytes,
+            prefix_entries: c.entries,
             ..self.stats.clone()
         }
     }
@@ -355,9 +296,9 @@ impl<M: SlotModel> Scheduler<M> {
     }
 
     /// Feeds the next piece of the prompts still being prefilled (one group), admits queued
-    /// requests into free slots (their first piece), then runs one segment for the slots whose
-    /// prompts are in. A model error fails the requests it touched ([`Event::Failed`]) and
-    /// reopens the slots; only an error reopening them is returned.
+    /// requests into free slots (their first piece, or their cached prefix), then runs one
+    /// segment for the slots whose prompts are in. A model error fails the requests it touched
+    /// ([`Event::Failed`]) and reopens the slots; only an error reopening them is returned.
     pub fn step(&mut self) -> Result<Vec<Event>> {
         let mut events = Vec::new();
         if let Some(rows) = self.next_pieces() {
@@ -365,27 +306,17 @@ impl<M: SlotModel> Scheduler<M> {
                 events.extend(self.reopen(&e)?);
             }
         }
-        while let Some(group) = self.next_group() {
-            let rows: Vec<(usize, Vec<u32>)> = group
-                .iter()
-                .map(|(slot, _, r)| (*slot, r.prompt.clone()))
-                .collect();
-            for (slot, id, r) in &group {
-                self.table[*slot] = Some(Running {
-                    id: *id,
-                    remaining: r.max_tokens,
-                    fresh: true,
-                    pending: r.prompt.clone(),
-                    sampling: r.sampling,
-                    key: r.sampling.key(),
-                });
-            }
-            match self.fill(&rows, false) {
-                Ok(()) => events.extend(group.iter().map(|(_, id, _)| Event::Started { id: *id })),
+        loop {
+            match self.admit() {
+                Ok(Some(started)) => events.extend(started),
+                Ok(None) => break,
                 Err(e) => events.extend(self.reopen(&e)?),
             }
         }
-        if self.table.iter().flatten().any(|r| r.pending.is_empty()) {
+        if let Err(e) = self.settle_copies(&mut events) {
+            events.extend(self.reopen(&e)?);
+        }
+        if self.table.iter().flatten().any(Running::ready) {
             match self.run() {
                 Ok(mut decoded) => events.append(&mut decoded),
                 Err(e) => events.extend(self.reopen(&e)?),
@@ -394,19 +325,128 @@ impl<M: SlotModel> Scheduler<M> {
         Ok(events)
     }
 
+    /// Admits the queue's head (a request for several choices, or one whose prompt starts
+    /// with a cached prefix, alone; else with the next ones of its prompt bucket) into free
+    /// slots; the events of the requests started, or `None` when nothing could be admitted.
+    fn admit(&mut self) -> Result<Option<Vec<Event>>> {
+        let free: Vec<usize> = (0..self.table.len())
+            .filter(|&i| self.table[i].is_none())
+            .collect();
+        let Some(head) = self.queue.front() else {
+            return Ok(None);
+        };
+        if free.len() < head.ids.len() {
+            return Ok(None);
+        }
+        if head.ids.len() > 1 || self.cache.peek(&head.request.prompt).is_some() {
+            let Some(q) = self.queue.pop_front() else {
+                return Ok(None);
+            };
+            return self.admit_alone(q, &free).map(Some);
+        }
+        let Some(group) = self.next_group(&free) else {
+            return Ok(None);
+        };
+        let rows: Vec<(usize, Vec<u32>)> = group
+            .iter()
+            .map(|(slot, _, r)| (*slot, r.prompt.clone()))
+            .collect();
+        for (slot, id, r) in group.iter().cloned() {
+            self.cache.lookup(&r.prompt); // a miss, counted
+            self.table[slot] = Some(running(id, r, None));
+        }
+        self.fill(&rows, false)?;
+        let started = group
+            .iter()
+            .map(|(_, id, _)| Event::Started { id: *id, cached: 0 });
+        Ok(Some(started.collect()))
+    }
+
+    /// Admits `q` into the first of `free` (from its cached prefix, else its first piece),
+    /// its later choices into the next slots, waiting for the first's prompt.
+    fn admit_alone(&mut self, q: Queued, free: &[usize]) -> Result<Vec<Event>> {
+        let first = free[0];
+        let mut requests = q.ids.iter().enumerate().map(|(i, &id)| {
+            let sampling = q.request.sampling.for_choice(i);
+            let r = Request {
+                sampling,
+                ..q.request.clone()
+            };
+            (id, r)
+        });
+        let Some((id, r)) = requests.next() else {
+            return Ok(Vec::new());
+        };
+        let prompt = r.prompt.clone();
+        self.table[first] = Some(running(id, r, None));
+        for (k, (id, r)) in requests.enumerate() {
+            self.table[free[k + 1]] = Some(running(id, r, Some(first)));
+        }
+        let cached = match self.cache.lookup(&prompt) {
+            Some((len, snapshot)) => {
+                let slots = self.slots.take().ok_or_else(lost)?;
+                self.slots = Some(self.model.restore(slots, first, snapshot)?);
+                if let Some(r) = self.table[first].as_mut() {
+                    r.fed = len;
+                }
+                self.stats.cached_tokens += len as u64;
+                len
+            }
+            None => {
+                self.fill(&[(first, prompt)], false)?;
+                0
+            }
+        };
+        Ok(vec![Event::Started { id, cached }])
+    }
+
+    /// Copies each first choice whose prompt is in into the slots of its later choices,
+    /// which start.
+    fn settle_copies(&mut self, events: &mut Vec<Event>) -> Result<()> {
+        for from in 0..self.table.len() {
+            let waiting: Vec<usize> = (0..self.table.len())
+                .filter(|&i| {
+                    self.table[i]
+                        .as_ref()
+                        .is_some_and(|r| r.copy_of == Some(from))
+                })
+                .collect();
+            let ready = self.table[from].as_ref().is_some_and(Running::ready);
+            if waiting.is_empty() || !ready {
+                continue;
+            }
+            let snapshot = self
+                .model
+                .snapshot(self.slots.as_ref().ok_or_else(lost)?, from)?;
+            for &to in &waiting {
+                let slots = self.take_slots()?;
+                self.slots = Some(self.model.restore(slots, to, &snapshot)?);
+                if let Some(r) = self.table[to].as_mut() {
+                    r.fed = r.prompt.len();
+                    r.copy_of = None;
+                    events.push(Event::Started {
+                        id: r.id,
+                        cached: r.fed,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// The rows whose prompts are still being fed, for their next piece: the first such row
     /// and the next ones whose piece has its bucket, up to `prefill_batch` (rounded down to a
     /// power of two).
     fn next_pieces(&self) -> Option<Vec<(usize, Vec<u32>)>> {
         let chunk = self.options.prompt_piece;
-        let piece = |r: &Running| r.pending[..r.pending.len().min(chunk)].to_vec();
         let waiting: Vec<(usize, Vec<u32>)> = self
             .table
             .iter()
             .enumerate()
             .filter_map(|(i, s)| {
-                let r = s.as_ref().filter(|r| !r.pending.is_empty())?;
-                Some((i, piece(r)))
+                let r = s.as_ref().filter(|r| r.feeding())?;
+                let rest = &r.prompt[r.fed..];
+                Some((i, rest[..rest.len().min(chunk)].to_vec()))
             })
             .collect();
         let bucket = |p: &[u32]| self.model.prompt_bucket(p.len()).ok();
@@ -421,7 +461,8 @@ impl<M: SlotModel> Scheduler<M> {
     }
 
     /// Prefills the next piece of each row's prompt into its slot (`continued`: after the
-    /// pieces before it) and takes the piece off the row's pending prompt.
+    /// pieces before it; `rows` hold the rest of each prompt, or more), counts it as fed, and
+    /// keeps the state after each whole block of a prompt in the prefix cache.
     fn fill(&mut self, rows: &[(usize, Vec<u32>)], continued: bool) -> Result<()> {
         let chunk = self.options.prompt_piece;
         let pieces: Vec<(usize, &[u32])> = rows
@@ -433,34 +474,41 @@ impl<M: SlotModel> Scheduler<M> {
         self.stats.prefills += 1;
         for (slot, piece) in &pieces {
             self.stats.prompt_tokens += piece.len() as u64;
-            if let Some(r) = self.table[*slot].as_mut() {
-                r.pending.drain(..piece.len());
+            let Some(r) = self.table[*slot].as_mut() else {
+                continue;
+            };
+            r.fed += piece.len();
+            let prefix = &r.prompt[..r.fed];
+            if self.cache.wants(prefix) {
+                let slots = self.slots.as_ref().ok_or_else(lost)?;
+                let snapshot = self.model.snapshot(slots, *slot)?;
+                let bytes = self.model.snapshot_bytes(&snapshot);
+                self.cache.insert(prefix, snapshot, bytes);
             }
         }
         Ok(())
     }
 
     /// The next queued requests to prefill together with the free slots they go to: the
-    /// queue's head and the next ones whose first piece has its prompt bucket, as many as
-    /// there are free slots and `prefill_batch` allow, rounded down to a power of two.
-    fn next_group(&mut self) -> Option<Vec<(usize, RequestId, Request)>> {
-        let free: Vec<usize> = (0..self.table.len())
-            .filter(|&i| self.table[i].is_none())
-            .collect();
-        let (_, head) = self.queue.front()?;
+    /// queue's head and the next ones of one choice whose first piece has its prompt bucket
+    /// and that no cached prefix starts, as many as `free` and `prefill_batch` allow, rounded
+    /// down to a power of two.
+    fn next_group(&mut self, free: &[usize]) -> Option<Vec<(usize, RequestId, Request)>> {
+        let head = self.queue.front()?;
         if free.is_empty() {
             return None;
         }
         let chunk = self.options.prompt_piece;
         let bucket = |r: &Request| self.model.prompt_bucket(r.prompt.len().min(chunk)).ok();
-        let first = bucket(head);
+        let first = bucket(&head.request);
         let room = free.len().min(self.options.prefill_batch);
         let mut picked = Vec::new();
-        for (at, (_, r)) in self.queue.iter().enumerate() {
+        for (at, q) in self.queue.iter().enumerate() {
             if picked.len() == room {
                 break;
             }
-            if at == 0 || bucket(r) == first {
+            let alone = q.ids.len() > 1 || self.cache.peek(&q.request.prompt).is_some();
+            if at == 0 || (!alone && bucket(&q.request) == first) {
                 picked.push(at);
             }
         }
@@ -468,19 +516,18 @@ impl<M: SlotModel> Scheduler<M> {
         picked.truncate(size);
         let mut group = Vec::with_capacity(size);
         for (k, at) in picked.into_iter().enumerate().rev() {
-            let (id, r) = self.queue.remove(at)?;
-            group.push((free[k], id, r));
+            let q = self.queue.remove(at)?;
+            group.push((free[k], q.ids[0], q.request));
         }
         group.reverse();
         Some(group)
     }
-
     /// One segment over the slots in use; the events it makes.
     fn run(&mut self) -> Result<Vec<Event>> {
         let n = self.table.len();
         // The rows whose prompts are in; a row still being prefilled waits.
         fn decoding(s: &Option<Running>) -> Option<&Running> {
-            s.as_ref().filter(|r| r.pending.is_empty())
+            s.as_ref().filter(|r| r.ready())
         }
         let active: Vec<bool> = self.table.iter().map(|s| decoding(s).is_some()).collect();
         let sampling: Vec<Sampling> = self
@@ -524,7 +571,7 @@ impl<M: SlotModel> Scheduler<M> {
         }
         let mut events = Vec::new();
         for (slot, (row, key)) in self.table.iter_mut().zip(out.tokens.iter().zip(&out.keys)) {
-            let Some(r) = slot.as_mut().filter(|r| r.pending.is_empty()) else {
+            let Some(r) = slot.as_mut().filter(|r| r.ready()) else {
                 continue;
             };
             r.key = *key;
@@ -582,4 +629,22 @@ impl<M: SlotModel> Scheduler<M> {
         );
         Ok(events)
     }
+}
+
+/// A request in a slot, its prompt not fed yet (a later choice: waiting for slot `copy_of`).
+fn running(id: RequestId, r: Request, copy_of: Option<usize>) -> Running {
+    Running {
+        id,
+        remaining: r.max_tokens,
+        fresh: true,
+        key: r.sampling.key(),
+        sampling: r.sampling,
+        prompt: r.prompt,
+        fed: 0,
+        copy_of,
+    }
+}
+
+fn lost() -> Error {
+    Error::InvalidArgument("the scheduler's slots were lost to an earlier error".into())
 }

@@ -3,7 +3,8 @@
 //! offline `generate` gives each prompt alone; a seeded request samples the same tokens alone,
 //! under load, and as offline `generate` samples its prompt alone with that seed; after the
 //! warm-up nothing compiles;
-//! a request beyond the context is refused, naming the limit.
+//! a prompt that starts with a cached prefix, and `n` choices copied from one prefill, give
+//! the same tokens; a request beyond the context is refused, naming the limit.
 
 use crate::common;
 use crate::{alone, drain};
@@ -35,6 +36,7 @@ fn options() -> SchedulerOptions {
         max_tokens: 12,
         eos: None,
         max_context: None,
+        prefix_cache_bytes: 0,
     }
 }
 
@@ -135,4 +137,49 @@ fn a_request_beyond_the_context_is_refused_naming_it() {
     let id = s.submit(r(15, 5)).unwrap();
     let got = drain(&mut s);
     assert_eq!(got[&id].0.len(), 5);
+}
+
+#[test]
+fn every_family_reuses_a_cached_prefix_and_copies_n_choices() {
+    // A 16-token prefix (two pieces of 8) with different tails.
+    let shared = |tail: usize| -> Vec<u32> {
+        let mut p: Vec<u32> = (0..16).map(|j| (3 + (j * 11) % 90) as u32).collect();
+        p.extend((0..tail).map(|j| (5 + (tail * 13 + j * 7) % 90) as u32));
+        p
+    };
+    for dir in common::one_fixture_per_family() {
+        let reference = family::load(&client(), &dir, DType::F32).unwrap();
+        let name = format!("{} ({})", dir.display(), reference.family());
+        let model = family::load(&client(), &dir, DType::F32).unwrap();
+        let o = SchedulerOptions {
+            prefix_cache_bytes: 64 << 20,
+            ..options()
+        };
+        let mut s = Scheduler::new(model, o).unwrap();
+        s.warm_up().unwrap();
+        let compiled = s.model().programs_compiled();
+        let first = Request {
+            prompt: shared(3),
+            max_tokens: 5,
+            sampling: Sampling::Greedy,
+        };
+        s.submit(first).unwrap();
+        drain(&mut s);
+        let hit = Request {
+            prompt: shared(6),
+            max_tokens: 7,
+            sampling: Sampling::Greedy,
+        };
+        let one = s.submit(hit.clone()).unwrap();
+        let three = s.submit_n(hit.clone(), 3).unwrap();
+        let got = drain(&mut s);
+        let want = alone(reference.as_ref(), &hit.prompt, 7);
+        for id in std::iter::once(one).chain(three) {
+            assert_eq!(got[&id].0, want, "{name}: request {id}");
+        }
+        let stats = s.stats();
+        assert_eq!(stats.prefix_hits, 2, "{name}");
+        assert_eq!(stats.cached_tokens, 32, "{name}");
+        assert_eq!(s.model().programs_compiled(), compiled, "{name}");
+    }
 }

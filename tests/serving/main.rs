@@ -6,6 +6,7 @@
 mod common;
 
 mod families;
+mod prefix;
 mod scheduler;
 
 use std::collections::BTreeMap;
@@ -23,7 +24,7 @@ pub(crate) fn drain<M: SlotModel>(
         assert!(steps < 1000, "the scheduler does not finish");
         for e in s.step().unwrap() {
             match e {
-                Event::Started { id } => {
+                Event::Started { id, .. } => {
                     out.entry(id).or_default();
                 }
                 Event::Tokens { id, tokens } => out.entry(id).or_default().0.extend(tokens),

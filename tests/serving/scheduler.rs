@@ -32,6 +32,7 @@ fn options(slots: usize, segment: usize) -> SchedulerOptions {
         max_tokens: 64,
         eos: None,
         max_context: None,
+        prefix_cache_bytes: 0,
     }
 }
 
@@ -184,9 +185,15 @@ fn a_cancelled_request_frees_its_slot_for_the_next() {
     };
     let second = s.submit(next.clone()).unwrap();
     let events = s.step().unwrap();
-    assert!(events.contains(&Event::Started { id: first }));
+    assert!(events.contains(&Event::Started {
+        id: first,
+        cached: 0
+    }));
     assert!(
-        !events.contains(&Event::Started { id: second }),
+        !events.contains(&Event::Started {
+            id: second,
+            cached: 0
+        }),
         "one slot only"
     );
     assert!(s.cancel(first));

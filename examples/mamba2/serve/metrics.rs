@@ -43,13 +43,9 @@ impl Histogram {
 #[derive(Debug, Default)]
 struct Values {
     requests: BTreeMap<&'static str, u64>,
-    prompt_tokens: u64,
-    generated_tokens: u64,
-    queue_depth: usize,
-    active_slots: usize,
+    stats: SchedulerStats,
     slots: usize,
     compiles: usize,
-    segments: u64,
     ttft: Histogram,
     itl: Histogram,
 }
@@ -75,9 +71,7 @@ impl Metrics {
     /// Where the scheduler stands, from its own counts.
     pub(crate) fn engine(&self, stats: &SchedulerStats, slots: usize, compiles: usize) {
         self.with(|v| {
-            (v.queue_depth, v.active_slots, v.slots) = (stats.queued, stats.active, slots);
-            (v.compiles, v.segments) = (compiles, stats.segments);
-            (v.prompt_tokens, v.generated_tokens) = (stats.prompt_tokens, stats.generated_tokens);
+            (v.stats, v.slots, v.compiles) = (stats.clone(), slots, compiles);
         });
     }
 
@@ -111,18 +105,39 @@ impl Metrics {
                 "stablegraph_requests_total{{outcome=\"{outcome}\"}} {n}"
             );
         }
+        let s = &v.stats;
         let counters = [
             (
                 "prompt_tokens_total",
                 "Prompt tokens prefilled.",
-                v.prompt_tokens,
+                s.prompt_tokens,
+            ),
+            (
+                "cached_tokens_total",
+                "Prompt tokens taken from the prefix cache instead of prefilled.",
+                s.cached_tokens,
             ),
             (
                 "generated_tokens_total",
                 "Tokens generated.",
-                v.generated_tokens,
+                s.generated_tokens,
             ),
-            ("segments_total", "Segment program calls.", v.segments),
+            ("segments_total", "Segment program calls.", s.segments),
+            (
+                "prefix_cache_hits_total",
+                "Requests whose prompt started with a cached prefix.",
+                s.prefix_hits,
+            ),
+            (
+                "prefix_cache_misses_total",
+                "Requests with a whole block of prompt and no cached prefix.",
+                s.prefix_misses,
+            ),
+            (
+                "prefix_cache_evictions_total",
+                "Cached prefix states dropped to make room.",
+                s.prefix_evictions,
+            ),
         ];
         for (name, help, value) in counters {
             let _ = writeln!(
@@ -132,13 +147,23 @@ impl Metrics {
             );
         }
         let gauges = [
-            ("queue_depth", "Requests waiting for a slot.", v.queue_depth),
-            ("slots_active", "Slots decoding a request.", v.active_slots),
+            ("queue_depth", "Requests waiting for a slot.", s.queued),
+            ("slots_active", "Slots decoding a request.", s.active),
             ("slots", "Slots of the segment program.", v.slots),
             (
                 "programs_compiled",
                 "Programs compiled since start.",
                 v.compiles,
+            ),
+            (
+                "prefix_cache_bytes",
+                "Device memory the cached prefix states hold.",
+                s.prefix_bytes,
+            ),
+            (
+                "prefix_cache_entries",
+                "Cached prefix states.",
+                s.prefix_entries,
             ),
         ];
         for (name, help, value) in gauges {

@@ -73,6 +73,11 @@ pub(crate) struct ServeArgs {
         hide_env_values = true
     )]
     api_key: Option<String>,
+    /// Device memory for the prefix state cache, in MiB (0: off): the state after each whole
+    /// --prompt-piece of a prompt is kept, and a request whose prompt starts with a kept prefix
+    /// prefills only the rest (the same tokens as without the cache).
+    #[arg(long, value_name = "MIB", default_value_t = 1024)]
+    prefix_cache_mb: usize,
     /// The largest request body, in bytes; larger ones are refused before they are read.
     #[arg(long, default_value_t = 1 << 20)]
     max_body: usize,
@@ -122,6 +127,7 @@ pub(crate) fn serve(a: ServeArgs) -> Result<()> {
         max_tokens: a.max_tokens,
         eos: a.eos,
         max_context: a.max_context,
+        prefix_cache_bytes: a.prefix_cache_mb.saturating_mul(1 << 20),
     };
     let opened = a.model.open_any(false)?;
     let (model, codec) = (opened.model, opened.codec);

@@ -92,6 +92,15 @@ pub struct FamilySlots {
     capacity: usize,
 }
 
+/// One slot's next-token logits and state, copied out of [`FamilySlots`] (1 row each, the
+/// logits first).
+#[derive(Debug)]
+pub struct SlotSnapshot {
+    buffers: Vec<ShardedBuffer>,
+    /// The cache columns of the slots it came from.
+    capacity: usize,
+}
+
 /// The padded length prompts of `len` tokens are prefilled at: 16 times the smallest of 1, 2,
 /// 3, 4, 6, 8, 12, ... that covers them.
 pub(crate) fn prompt_bucket(len: usize) -> Result<usize> {
@@ -245,6 +254,18 @@ trait Slots: SlotFamily {
         args.push(("slot_index", &at));
         let rows = program.run_named(&[], &args)?;
         self.state_of_slot_rows(rows.into_iter().map(Value::Device).collect())
+    }
+
+    /// The program copying one slot's logits and state out of `slots` slots of `capacity`.
+    fn snapshot_program(&self, slots: usize, capacity: usize) -> Result<CompiledGraph> {
+        let key = format!("slot snapshot s{slots} c{capacity}");
+        self.device().named(&key, &mut || {
+            let mut names = vec!["logits".to_string()];
+            names.extend(self.slot_names());
+            let mut types = vec![TensorType::new(DType::F32, &[slots, self.vocab_size()])];
+            types.extend(self.slot_types(slots, capacity)?);
+            extract_graph(&names, &types, 1)
+        })
     }
 
     /// The segment program over `slots` slots decoding `rows` of them (all when `None`), each
@@ -430,6 +451,76 @@ impl<F: SlotFamily + Send + Sync> SlotModel for F {
 
     fn programs_compiled(&self) -> usize {
         self.device().compiled()
+    }
+    type Snapshot = SlotSnapshot;
+
+    fn snapshot(&self, slots: &FamilySlots, slot: usize) -> Result<SlotSnapshot> {
+        let n_slots = slots.logits.dims()[0];
+        if slot >= n_slots {
+            return Err(Error::InvalidArgument(format!(
+                "snapshot: slot {slot} is outside the {n_slots} slots"
+            )));
+        }
+        let program = self.snapshot_program(n_slots, slots.capacity)?;
+        let at = self.device().client().sharded_buffer_from_host_array(
+            &HostArray::from_vec(&[1], vec![slot as i32])?,
+            &Sharding::single(),
+        )?;
+        let mut args: Vec<(&str, &ShardedBuffer)> = vec![("logits", &slots.logits)];
+        let names = self.slot_names();
+        args.extend(names.iter().map(String::as_str).zip(&slots.state));
+        args.push(("slot_index", &at));
+        Ok(SlotSnapshot {
+            buffers: program.run_named(&[], &args)?,
+            capacity: slots.capacity,
+        })
+    }
+
+    fn restore(
+        &self,
+        slots: FamilySlots,
+        slot: usize,
+        snapshot: &SlotSnapshot,
+    ) -> Result<FamilySlots> {
+        let n_slots = slots.logits.dims()[0];
+        if slot >= n_slots || snapshot.capacity != slots.capacity {
+            return Err(Error::InvalidArgument(format!(
+                "restore: slot {slot} of {n_slots}, or a snapshot of slots with {} cache \
+                 columns into slots with {}",
+                snapshot.capacity, slots.capacity
+            )));
+        }
+        let capacity = slots.capacity;
+        let program = self.insert_program(n_slots, 1, capacity)?;
+        let at = self.device().client().sharded_buffer_from_host_array(
+            &HostArray::from_vec(&[1], vec![slot as i32])?,
+            &Sharding::single(),
+        )?;
+        let names: Vec<String> = self.slot_names();
+        let row_names: Vec<String> = names.iter().map(|n| format!("row_{n}")).collect();
+        let mut args: Vec<(&str, &ShardedBuffer)> = vec![("logits", &slots.logits)];
+        args.extend(names.iter().map(String::as_str).zip(&slots.state));
+        args.push(("row_logits", &snapshot.buffers[0]));
+        args.extend(
+            row_names
+                .iter()
+                .map(String::as_str)
+                .zip(&snapshot.buffers[1..]),
+        );
+        args.push(("slot_index", &at));
+        let outs = program.run_named(&[], &args)?;
+        drop(slots);
+        self.slots_of(outs, capacity)
+    }
+
+    fn snapshot_bytes(&self, snapshot: &SlotSnapshot) -> usize {
+        snapshot.buffers.iter().map(|b| b.bytes_per_device()).sum()
+    }
+
+    fn prepare_snapshots(&self, slots: usize, context: usize) -> Result<()> {
+        let capacity = self.slot_capacity(context);
+        self.snapshot_program(slots, capacity)?;
+        self.insert_program(slots, 1, capacity).map(drop)
     }
 }
 
