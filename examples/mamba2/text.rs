@@ -59,6 +59,14 @@ impl Codec {
         }
     }
 
+    /// The token ids of `text` as it is, no special tokens added (a rendered chat template).
+    pub(crate) fn encode_plain(&self, text: &str) -> Result<Vec<u32>> {
+        match self {
+            Codec::Text(t) => Ok(t.encode_plain(text)?),
+            Codec::None { why } => bail!("{why}"),
+        }
+    }
+
     /// The text of `ids`, or `None` without a codec. Bytes that are not UTF-8 show as U+FFFD.
     pub(crate) fn decode(&self, ids: &[u32]) -> Result<Option<String>> {
         match self {

@@ -1,9 +1,9 @@
-//! The `completion_request` target: OpenAI completion bodies as a server reads them
-//! ([`parse_completion`]), on raw bytes and on nearly valid bodies.
+//! The `completion_request` target: OpenAI completion and chat completion bodies as a server
+//! reads them ([`parse_completion`], [`parse_chat`]), on raw bytes and on nearly valid bodies.
 
 use super::Bytes;
 use crate::sampling::Sampling;
-use crate::serving::openai::{parse_completion, Prompt};
+use crate::serving::openai::{parse_chat, parse_completion, ApiError, Generation, Prompt};
 
 /// The fields a completion body holds, and some it should ignore.
 const KEYS: &[&str] = &[
@@ -22,6 +22,18 @@ const KEYS: &[&str] = &[
     "logprobs",
     "user",
     "suffix",
+    "messages",
+    "max_completion_tokens",
+    "top_logprobs",
+    "logit_bias",
+    "presence_penalty",
+    "frequency_penalty",
+    "repetition_penalty",
+    "tools",
+    "tool_choice",
+    "response_format",
+    "best_of",
+    "add_generation_prompt",
 ];
 
 /// JSON values the fields hold or that readers trip on.
@@ -62,6 +74,18 @@ const VALUES: &[&str] = &[
     "{}",
     "{\"include_usage\": true}",
     "{\"include_usage\": 1}",
+    "[{\"role\": \"user\", \"content\": \"hi\"}]",
+    "[{\"role\": \"tool\", \"content\": \"hi\"}]",
+    "[{\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": \"a\"}]}]",
+    "[{\"role\": \"user\", \"content\": [{\"type\": \"image_url\"}]}]",
+    "[{\"role\": \"user\"}]",
+    "[{\"content\": \"x\"}]",
+    "[{}]",
+    "{\"5\": 100}",
+    "{\"x\": 1}",
+    "{\"1\": 101}",
+    "{\"type\": \"text\"}",
+    "\"none\"",
 ];
 
 /// [`parse_completion`] never panics; a body it accepts has settings a scheduler takes (finite
@@ -76,27 +100,52 @@ pub fn completion_request(data: &[u8]) {
     };
     match parse_completion(&body, "m", 7) {
         Ok(c) => {
-            if let Sampling::Sample {
-                temperature, top_p, ..
-            } = c.sampling
-            {
-                assert!(
-                    temperature > 0.0 && temperature.is_finite(),
-                    "temperature {temperature}"
-                );
-                assert!(top_p > 0.0 && top_p <= 1.0, "top_p {top_p}");
-            }
-            assert!(c.stop.len() <= 4 && c.stop.iter().all(|s| !s.is_empty()));
+            check_generation(&c.generation);
+            assert!(c.generation.max_tokens.is_some());
             if let Prompt::Ids(ids) = &c.prompt {
                 assert!(ids.iter().all(|&t| u64::from(t) <= u64::from(u32::MAX)));
             }
         }
-        Err(e) => {
-            assert!((400..500).contains(&e.status), "status {}", e.status);
-            assert!(!e.message.is_empty());
-            let _ = e.body().to_string();
-        }
+        Err(e) => check_refusal(&e),
     }
+    match parse_chat(&body, "m", 7) {
+        Ok(c) => {
+            check_generation(&c.generation);
+            assert!(!c.messages.is_empty());
+            let roles = ["system", "user", "assistant"];
+            assert!(c.messages.iter().all(|m| roles.contains(&m.role.as_str())));
+        }
+        Err(e) => check_refusal(&e),
+    }
+}
+
+/// Settings a scheduler takes: finite positive temperature, top-p in (0, 1], at most four
+/// non-empty stop sequences, at least one choice, biases and penalties in range.
+fn check_generation(g: &Generation) {
+    if let Sampling::Sample {
+        temperature, top_p, ..
+    } = g.sampling
+    {
+        assert!(
+            temperature > 0.0 && temperature.is_finite(),
+            "temperature {temperature}"
+        );
+        assert!(top_p > 0.0 && top_p <= 1.0, "top_p {top_p}");
+    }
+    assert!(g.stop.len() <= 4 && g.stop.iter().all(|s| !s.is_empty()));
+    assert!(g.n >= 1);
+    assert!(g.logit_bias.iter().all(|(_, b)| b.abs() <= 100.0));
+    assert!(g.logprobs.is_none_or(|k| k <= 20));
+    let p = g.penalties;
+    assert!(p.presence_penalty.abs() <= 2.0 && p.frequency_penalty.abs() <= 2.0);
+    assert!(p.repetition_penalty > 0.0 && p.repetition_penalty.is_finite());
+}
+
+/// A refusal is a 4xx with a message and a JSON body.
+fn check_refusal(e: &ApiError) {
+    assert!((400..500).contains(&e.status), "status {}", e.status);
+    assert!(!e.message.is_empty());
+    let _ = e.body().to_string();
 }
 
 /// A JSON object of keys and values `b` picks.
@@ -104,6 +153,9 @@ fn body_text(b: &mut Bytes<'_>) -> String {
     let mut fields = Vec::new();
     if !b.one_in(8) {
         fields.push("\"prompt\": \"hello\"".to_string());
+    }
+    if !b.one_in(4) {
+        fields.push("\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]".to_string());
     }
     while !b.is_empty() && fields.len() < 20 {
         let key = b.pick(KEYS);

@@ -40,12 +40,24 @@ impl Text {
         Ok((vocab == BYTE_VOCAB).then_some(Text::Bytes))
     }
 
-    /// The token ids of `text` (not empty).
+    /// The token ids of `text` (not empty), with the special tokens the tokenizer adds (a
+    /// beginning-of-sequence token, say).
     pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
+        self.encode_with(text, true)
+    }
+
+    /// The token ids of `text` as it is, no special tokens added (not empty): for text that
+    /// holds its own, such as a rendered chat template.
+    pub fn encode_plain(&self, text: &str) -> Result<Vec<u32>> {
+        self.encode_with(text, false)
+    }
+
+    fn encode_with(&self, text: &str, special: bool) -> Result<Vec<u32>> {
+        let _ = special; // bytes have no special tokens
         let ids: Vec<u32> = match self {
             #[cfg(feature = "tokenizers")]
             Text::Tokenizer(tok) => tok
-                .encode(text, true)
+                .encode(text, special)
                 .map_err(|e| Error::InvalidArgument(format!("encoding the text: {e}")))?
                 .get_ids()
                 .to_vec(),

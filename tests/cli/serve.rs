@@ -23,13 +23,13 @@ const SHIPPED: &str = "models/mamba2-bytes";
 
 /// A `mamba2 serve` process on an ephemeral port taking prompts of up to 64 tokens (one
 /// prompt bucket to compile), killed when dropped.
-struct Server {
+pub(crate) struct Server {
     child: Child,
     url: String,
 }
 
 impl Server {
-    fn start(args: &[&str]) -> Server {
+    pub(crate) fn start(args: &[&str]) -> Server {
         let mut child = Command::new(binary())
             .args(["serve", "--port", "0", "--max-prompt", "64"])
             .args(args)
@@ -51,8 +51,15 @@ impl Server {
         Server { child, url }
     }
 
-    fn post(&self, body: &Value) -> Result<Value, (u16, Value)> {
+    pub(crate) fn post(&self, body: &Value) -> Result<Value, (u16, Value)> {
         self.post_with(body, None)
+    }
+
+    /// A chat completion.
+    pub(crate) fn chat(&self, body: &Value) -> Result<Value, (u16, Value)> {
+        let req = ureq::post(&format!("{}/v1/chat/completions", self.url))
+            .set("Content-Type", "application/json");
+        answer(req.send_string(&body.to_string()))
     }
 
     fn post_with(&self, body: &Value, key: Option<&str>) -> Result<Value, (u16, Value)> {
@@ -64,7 +71,7 @@ impl Server {
         answer(req.send_string(&body.to_string()))
     }
 
-    fn get(&self, path: &str, key: Option<&str>) -> Result<String, (u16, Value)> {
+    pub(crate) fn get(&self, path: &str, key: Option<&str>) -> Result<String, (u16, Value)> {
         let mut req = ureq::get(&format!("{}{path}", self.url));
         if let Some(k) = key {
             req = req.set("Authorization", &format!("Bearer {k}"));
@@ -81,7 +88,12 @@ impl Server {
 
     /// The events of a streamed request, parsed, up to `[DONE]`.
     fn stream(&self, body: &Value) -> Vec<Value> {
-        let r = ureq::post(&format!("{}/v1/completions", self.url))
+        self.stream_from("/v1/completions", body)
+    }
+
+    /// The events of a request streamed from endpoint `path`, parsed, up to `[DONE]`.
+    pub(crate) fn stream_from(&self, path: &str, body: &Value) -> Vec<Value> {
+        let r = ureq::post(&format!("{}{path}", self.url))
             .send_string(&body.to_string())
             .expect("a streamed request");
         assert_eq!(r.content_type(), "text/event-stream");
@@ -134,14 +146,14 @@ fn answer(r: Result<ureq::Response, ureq::Error>) -> Result<Value, (u16, Value)>
 }
 
 /// The shipped model loaded through the library, for offline references.
-fn shipped_model() -> Mamba2 {
+pub(crate) fn shipped_model() -> Mamba2 {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join(SHIPPED);
     let config = Mamba2Config::from_file(dir.join("config.json")).unwrap();
     let w = Mamba2Weights::load(&dir, &config, DType::F32).unwrap();
     Mamba2::new(&client(), config, w).unwrap()
 }
 
-fn offline(model: &Mamba2, prompt: &[u8], max_tokens: usize) -> Vec<u32> {
+pub(crate) fn offline(model: &Mamba2, prompt: &[u8], max_tokens: usize) -> Vec<u32> {
     let options = GenerateOptions {
         max_new_tokens: max_tokens,
         sampling: Sampling::Greedy,
@@ -325,7 +337,28 @@ fn bad_requests_get_openai_errors() {
             400,
             "stream must be",
         ),
-        (json!({"prompt": "x", "n": 2}), 400, "n must be 1"),
+        (json!({"prompt": "x", "n": 9}), 400, "n (9) is not in 1..=8"),
+        (json!({"prompt": "x", "n": 0}), 400, "n must be at least 1"),
+        (
+            json!({"prompt": "x", "suffix": "y"}),
+            400,
+            "suffix is not supported",
+        ),
+        (
+            json!({"prompt": "x", "best_of": 3}),
+            400,
+            "best_of must equal n",
+        ),
+        (
+            json!({"prompt": "x", "logit_bias": {"5": 200}}),
+            400,
+            "must be in [-100, 100]",
+        ),
+        (
+            json!({"prompt": "x", "presence_penalty": 3}),
+            400,
+            "presence_penalty (3)",
+        ),
         (
             json!({"prompt": "x", "model": "gpt-4"}),
             404,
@@ -386,7 +419,7 @@ fn bad_requests_get_openai_errors() {
     // The metrics count the refusals, and the one request served: 1 prompt token, 2 new.
     let metrics = server.get("/metrics", None).unwrap();
     for line in [
-        "stablegraph_requests_total{outcome=\"invalid\"} 27",
+        "stablegraph_requests_total{outcome=\"invalid\"} 32",
         "stablegraph_requests_total{outcome=\"completed\"} 1",
         "stablegraph_prompt_tokens_total 1\n",
         "stablegraph_generated_tokens_total 2\n",

@@ -15,26 +15,29 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use super::metrics::Metrics;
 
-/// What the engine tells a handler about its request.
+/// What the engine tells a handler about its request (`usize`: the choice, 0 to `n - 1`).
 #[derive(Debug)]
 pub(crate) enum Update {
-    /// Queued, under this id.
-    Accepted(RequestId),
+    /// Queued: each choice's id.
+    Accepted(Vec<RequestId>),
     /// Refused.
     Refused(SubmitError),
-    /// New tokens.
-    Tokens(Vec<u32>),
-    /// Done.
-    Finished(FinishReason),
+    /// A choice's prompt is in its slot, this many of its tokens from the prefix cache.
+    Started(usize, usize),
+    /// New tokens of a choice.
+    Tokens(usize, Vec<u32>),
+    /// A choice is done.
+    Finished(usize, FinishReason),
     /// The model failed.
     Failed(String),
 }
 
 /// What a handler tells the engine.
 pub(crate) enum Command {
-    /// Queue a request; its updates go to `updates`.
+    /// Queue `n` choices of a request; their updates go to `updates`.
     Submit {
         request: Request,
+        n: usize,
         arrived: Instant,
         updates: UnboundedSender<Update>,
     },
@@ -45,6 +48,8 @@ pub(crate) enum Command {
 /// A request the engine serves.
 struct Live {
     updates: UnboundedSender<Update>,
+    /// Which of its request's choices it is.
+    choice: usize,
     arrived: Instant,
     /// When its last tokens went out.
     last: Option<Instant>,
@@ -98,7 +103,9 @@ pub(crate) fn run<M: SlotModel>(
                     eprintln!("serve: the engine failed: {e}");
                     for (_, l) in live.drain() {
                         let _ = l.updates.send(Update::Failed(e.to_string()));
-                        metrics.request("failed");
+                        if l.choice == 0 {
+                            metrics.request("failed");
+                        }
                     }
                 }
             }
@@ -117,22 +124,25 @@ fn command<M: SlotModel>(
     match c {
         Command::Submit {
             request,
+            n,
             arrived,
             updates,
-        } => match s.submit(request) {
-            Ok(id) => {
-                if updates.send(Update::Accepted(id)).is_ok() {
-                    let last = None;
-                    live.insert(
-                        id,
-                        Live {
-                            updates,
+        } => match s.submit_n(request, n) {
+            Ok(ids) => {
+                if updates.send(Update::Accepted(ids.clone())).is_ok() {
+                    for (choice, id) in ids.into_iter().enumerate() {
+                        let live_one = Live {
+                            updates: updates.clone(),
+                            choice,
                             arrived,
-                            last,
-                        },
-                    );
+                            last: None,
+                        };
+                        live.insert(id, live_one);
+                    }
                 } else {
-                    s.cancel(id);
+                    for id in ids {
+                        s.cancel(id);
+                    }
                     metrics.request("disconnected");
                 }
             }
@@ -147,7 +157,7 @@ fn command<M: SlotModel>(
     }
 }
 
-/// Cancels a request whose client went away.
+/// Cancels a choice whose client went away (a request counts once, by its first choice).
 fn drop_request<M: SlotModel>(
     s: &mut Scheduler<M>,
     live: &mut HashMap<RequestId, Live>,
@@ -155,8 +165,9 @@ fn drop_request<M: SlotModel>(
     id: RequestId,
 ) {
     s.cancel(id);
-    live.remove(&id);
-    metrics.request("disconnected");
+    if live.remove(&id).is_some_and(|l| l.choice == 0) {
+        metrics.request("disconnected");
+    }
 }
 
 fn dispatch<M: SlotModel>(
@@ -168,7 +179,7 @@ fn dispatch<M: SlotModel>(
     let now = Instant::now();
     for e in events {
         let (id, update) = match e {
-            Event::Started { .. } => continue,
+            Event::Started { id, cached } => (id, Update::Started(choice(live, id), cached)),
             Event::Tokens { id, tokens } => {
                 if let Some(l) = live.get_mut(&id) {
                     match l.last {
@@ -177,20 +188,27 @@ fn dispatch<M: SlotModel>(
                     }
                     l.last = Some(now);
                 }
-                (id, Update::Tokens(tokens))
+                (id, Update::Tokens(choice(live, id), tokens))
             }
-            Event::Finished { id, reason } => (id, Update::Finished(reason)),
+            Event::Finished { id, reason } => (id, Update::Finished(choice(live, id), reason)),
             Event::Failed { id, error } => {
-                metrics.request("failed");
+                if choice(live, id) == 0 {
+                    metrics.request("failed");
+                }
                 (id, Update::Failed(error))
             }
         };
         let Some(l) = live.get(&id) else { continue };
-        let last = matches!(update, Update::Finished(_) | Update::Failed(_));
+        let last = matches!(update, Update::Finished(..) | Update::Failed(_));
         if l.updates.send(update).is_err() {
             drop_request(s, live, metrics, id);
         } else if last {
             live.remove(&id);
         }
     }
+}
+
+/// Which of its request's choices `id` is.
+fn choice(live: &HashMap<RequestId, Live>, id: RequestId) -> usize {
+    live.get(&id).map_or(0, |l| l.choice)
 }

@@ -3,6 +3,7 @@
 //! the HTTP handlers (tokio + axum) parse requests (`stablegraph::serving::openai`), turn tokens into text
 //! ([`output`]) and stream them; [`metrics`] counts.
 
+mod answer;
 mod engine;
 mod http;
 mod metrics;
@@ -15,12 +16,14 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result};
 use clap::Args;
+use stablegraph::serving::chat::ChatTemplate;
 use stablegraph::serving::{Scheduler, SchedulerOptions, SlotModel};
 
-use crate::load::ModelArgs;
+use crate::load::{ModelArgs, Source};
 use crate::progress;
 use crate::text::Codec;
 use metrics::Metrics;
+use stablegraph::sampling::GenerationConfig;
 
 /// The flags of `serve`.
 #[derive(Args)]
@@ -88,6 +91,14 @@ pub(crate) struct Shared {
     commands: std::sync::mpsc::Sender<engine::Command>,
     metrics: Arc<Metrics>,
     codec: Codec,
+    /// The checkpoint's chat template, if it has one.
+    template: Option<ChatTemplate>,
+    /// Tokens that end a reply (the checkpoint's `eos_token_id`s), cut on the host.
+    stop_ids: Vec<u32>,
+    /// The most new tokens a request may ask for.
+    max_tokens: usize,
+    /// The tokens of prompt and generation one request may hold.
+    context: usize,
     model_id: String,
     api_key: Option<String>,
     max_body: usize,
@@ -130,6 +141,8 @@ pub(crate) fn serve(a: ServeArgs) -> Result<()> {
         prefix_cache_bytes: a.prefix_cache_mb.saturating_mul(1 << 20),
     };
     let opened = a.model.open_any(false)?;
+    let (template, stop_ids) = chat_setup(&opened.source)?;
+    let context = options.context();
     let (model, codec) = (opened.model, opened.codec);
     let (model_id, description) = (opened.id, opened.description);
     eprintln!("{}: {description}", crate::speaker());
@@ -154,6 +167,10 @@ pub(crate) fn serve(a: ServeArgs) -> Result<()> {
         commands: tx,
         metrics,
         codec,
+        template,
+        stop_ids,
+        max_tokens: a.max_tokens,
+        context,
         model_id,
         api_key: a.api_key.filter(|k| !k.is_empty()),
         max_body: a.max_body,
@@ -176,4 +193,22 @@ pub(crate) fn serve(a: ServeArgs) -> Result<()> {
         .map_err(|_| anyhow::anyhow!("the engine thread panicked"))?;
     eprintln!("{}: serve: stopped", crate::speaker());
     Ok(())
+}
+
+/// The chat template and the end-of-reply tokens of the checkpoint `source` names (none for
+/// random weights): its template ([`ChatTemplate::for_checkpoint`]) and its
+/// generation_config.json's `eos_token_id`s.
+fn chat_setup(source: &Source) -> Result<(Option<ChatTemplate>, Vec<u32>)> {
+    let Source::Checkpoint { dir, .. } = source else {
+        return Ok((None, Vec::new()));
+    };
+    let template = ChatTemplate::for_checkpoint(dir)?;
+    let config = dir.join("generation_config.json");
+    let stop_ids = match config.is_file() {
+        true => GenerationConfig::from_file(&config)?
+            .eos_token_id
+            .unwrap_or_default(),
+        false => Vec::new(),
+    };
+    Ok((template, stop_ids))
 }

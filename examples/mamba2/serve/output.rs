@@ -1,6 +1,6 @@
 //! A request's text as its tokens arrive: decoded incrementally (text that later tokens could
-//! still change is held back), cut at the first stop sequence, and never split inside a
-//! possible stop sequence.
+//! still change is held back), cut at the first stop sequence or stop token (the checkpoint's
+//! end-of-turn tokens, not returned), and never split inside a possible stop sequence.
 
 use anyhow::Result;
 
@@ -9,6 +9,7 @@ use crate::text::Codec;
 /// The text of one request so far.
 pub(crate) struct Output {
     stops: Vec<String>,
+    stop_ids: Vec<u32>,
     ids: Vec<u32>,
     /// Bytes of the text already handed out.
     sent: usize,
@@ -17,9 +18,10 @@ pub(crate) struct Output {
 }
 
 impl Output {
-    pub(crate) fn new(stops: Vec<String>) -> Self {
+    pub(crate) fn new(stops: Vec<String>, stop_ids: Vec<u32>) -> Self {
         Output {
             stops,
+            stop_ids,
             ids: Vec::new(),
             sent: 0,
             stopped: false,
@@ -27,12 +29,20 @@ impl Output {
     }
 
     /// Adds `tokens`; returns the text that is now final (possibly empty). After a stop
-    /// sequence, [`Output::stopped`] is true and nothing more is returned.
+    /// sequence or a stop token, [`Output::stopped`] is true and nothing more is returned.
     pub(crate) fn push(&mut self, codec: &Codec, tokens: &[u32]) -> Result<String> {
         if self.stopped {
             return Ok(String::new());
         }
-        self.ids.extend_from_slice(tokens);
+        let cut = tokens.iter().position(|t| self.stop_ids.contains(t));
+        self.ids
+            .extend_from_slice(&tokens[..cut.unwrap_or(tokens.len())]);
+        if cut.is_some() {
+            let text = codec.decode(&self.ids)?.unwrap_or_default();
+            let piece = self.release(&text, true);
+            self.stopped = true;
+            return Ok(piece);
+        }
         let text = codec.decode_settled(&self.ids)?.unwrap_or_default();
         Ok(self.release(&text, false))
     }
@@ -116,7 +126,7 @@ mod tests {
     fn run(stops: &[&str], pieces: &[&str]) -> (Vec<String>, bool) {
         let stops: Vec<String> = stops.iter().map(|s| s.to_string()).collect();
         let codec = Codec::Text(stablegraph::models::Text::Bytes);
-        let mut out = Output::new(stops);
+        let mut out = Output::new(stops, Vec::new());
         let mut sent: Vec<String> = pieces
             .iter()
             .map(|p| out.push(&codec, &bytes_to_ids(p.as_bytes())).unwrap())
@@ -143,7 +153,7 @@ mod tests {
     fn an_incomplete_character_waits_for_its_bytes() {
         let e = "é".as_bytes();
         let codec = Codec::Text(stablegraph::models::Text::Bytes);
-        let mut out = Output::new(Vec::new());
+        let mut out = Output::new(Vec::new(), Vec::new());
         assert_eq!(
             out.push(&codec, &[u32::from(b'a'), u32::from(e[0])])
                 .unwrap(),
@@ -151,5 +161,15 @@ mod tests {
         );
         assert_eq!(out.push(&codec, &[u32::from(e[1])]).unwrap(), "é");
         assert_eq!(out.finish(&codec).unwrap(), "");
+    }
+
+    #[test]
+    fn a_stop_token_ends_the_text_without_itself() {
+        let codec = Codec::Text(stablegraph::models::Text::Bytes);
+        let mut out = Output::new(Vec::new(), vec![u32::from(b'|')]);
+        assert_eq!(out.push(&codec, &bytes_to_ids(b"ab|cd")).unwrap(), "ab");
+        assert!(out.stopped());
+        assert_eq!(out.ids(), bytes_to_ids(b"ab"));
+        assert_eq!(out.push(&codec, &bytes_to_ids(b"ef")).unwrap(), "");
     }
 }
