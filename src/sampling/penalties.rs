@@ -166,6 +166,30 @@ impl PenaltySettings {
         ])
     }
 
+    /// [`PenaltySettings::host_values`] with each row's own `penalties` (checked).
+    pub fn row_host_values(penalties: &[Penalties]) -> Result<[(&'static str, HostArray); 5]> {
+        for p in penalties {
+            p.check()?;
+        }
+        let b = penalties.len();
+        let f = |get: fn(&Penalties) -> f32| {
+            HostArray::from_vec(&[b], penalties.iter().map(get).collect::<Vec<f32>>())
+        };
+        let i = |get: fn(&Penalties) -> usize| {
+            let v = penalties
+                .iter()
+                .map(|p| get(p).min(i32::MAX as usize) as i32);
+            HostArray::from_vec(&[b], v.collect::<Vec<i32>>())
+        };
+        Ok([
+            (SETTINGS[0].0, f(|p| p.repetition_penalty)?),
+            (SETTINGS[1].0, f(|p| p.presence_penalty)?),
+            (SETTINGS[2].0, f(|p| p.frequency_penalty)?),
+            (SETTINGS[3].0, i(|p| p.repeat_last_n.unwrap_or(usize::MAX))?),
+            (SETTINGS[4].0, i(|p| p.no_repeat_ngram_size)?),
+        ])
+    }
+
     fn check(&self, batch: usize) -> Result<()> {
         let all = [
             &self.repetition_penalty,

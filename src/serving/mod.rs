@@ -21,7 +21,7 @@ pub use request::{
 pub use scheduler::Scheduler;
 
 use crate::error::{Error, Result};
-use crate::sampling::Sampling;
+use crate::sampling::{Penalties, Sampling};
 
 /// One segment program call over every slot: what each slot does, and how many steps.
 #[derive(Debug, Clone)]
@@ -39,6 +39,31 @@ pub struct Segment<'a> {
     pub keys: &'a [[u32; 2]],
     /// A row stops at this token.
     pub eos: Option<u32>,
+    /// Penalties, logit biases and log-probabilities, when an active slot asks for one of
+    /// them (the call then decodes every slot, in a program that does all three).
+    pub extras: Option<Extras<'a>>,
+}
+
+/// What a segment with [`Segment::extras`] takes per slot.
+#[derive(Debug, Clone)]
+pub struct Extras<'a> {
+    /// Each slot's penalties ([`Penalties::NONE`]: none).
+    pub penalties: &'a [Penalties],
+    /// Each slot's logit bias: (token, bias) added to the logits before the token is picked.
+    pub bias: &'a [Vec<(u32, f32)>],
+    /// Each slot's context so far (its prompt and the tokens it made), which the penalties
+    /// read.
+    pub context: &'a [Vec<u32>],
+}
+
+/// A generated token's log-probability and the most likely tokens at its position: the
+/// log-softmax of the model's logits, before penalties, bias and temperature.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepLogprobs {
+    /// The token's log-probability.
+    pub logprob: f32,
+    /// The most likely tokens and their log-probabilities, most likely first.
+    pub top: Vec<(u32, f32)>,
 }
 
 /// What a segment call returns.
@@ -49,6 +74,9 @@ pub struct SegmentOutput {
     pub tokens: Vec<Vec<u32>>,
     /// Each slot's key for its next draw.
     pub keys: Vec<[u32; 2]>,
+    /// With [`Segment::extras`], per slot, each step's log-probabilities (empty for inactive
+    /// slots); else empty.
+    pub logprobs: Vec<Vec<StepLogprobs>>,
 }
 
 /// A model a [`Scheduler`] can serve: device-side slots that prompts are prefilled into and
@@ -133,6 +161,18 @@ pub(crate) fn check_segment(segment: &Segment, slots: usize) -> Result<()> {
             "segment.steps ({}) is not in 1..={}",
             segment.steps, segment.capacity
         )));
+    }
+    if let Some(x) = &segment.extras {
+        let lens = [
+            ("penalties", x.penalties.len()),
+            ("bias", x.bias.len()),
+            ("context", x.context.len()),
+        ];
+        if let Some((name, len)) = lens.iter().find(|(_, len)| *len != slots) {
+            return Err(Error::InvalidArgument(format!(
+                "segment.extras.{name} has {len} entries for {slots} slots"
+            )));
+        }
     }
     if segment.capacity > crate::models::MAX_NEW_TOKENS {
         return Err(Error::InvalidArgument(format!(

@@ -1,12 +1,14 @@
 //! What a [`super::Scheduler`] takes and tells: requests, its options, why a request was
 //! refused or ended, the events of a step, and its counts.
 
-use crate::sampling::Sampling;
+use super::StepLogprobs;
+use crate::sampling::{Penalties, Sampling};
 
 /// A request's number, unique within a [`Scheduler`].
 pub type RequestId = u64;
 
-/// What a client asks for.
+/// What a client asks for. [`Request::default`] is an empty prompt, 16 tokens, greedy, and
+/// no penalties, bias or log-probabilities.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Request {
     /// The prompt's tokens (at least one).
@@ -15,6 +17,34 @@ pub struct Request {
     pub max_tokens: usize,
     /// Token choice; a sampled request's seed makes its tokens the same whatever else runs.
     pub sampling: Sampling,
+    /// Penalties on the tokens of its context (prompt and generated), as `generate` applies
+    /// them ([`Penalties`]).
+    pub penalties: Penalties,
+    /// (token, bias) added to the logits before each token is picked.
+    pub logit_bias: Vec<(u32, f32)>,
+    /// Report each generated token's log-probability and the most likely tokens'
+    /// ([`Event::Tokens`]).
+    pub logprobs: bool,
+}
+
+impl Default for Request {
+    fn default() -> Request {
+        Request {
+            prompt: Vec::new(),
+            max_tokens: 16,
+            sampling: Sampling::Greedy,
+            penalties: Penalties::NONE,
+            logit_bias: Vec::new(),
+            logprobs: false,
+        }
+    }
+}
+
+impl Request {
+    /// Whether it needs the segment program with penalties, biases and log-probabilities.
+    pub(crate) fn needs_extras(&self) -> bool {
+        self.logprobs || !self.logit_bias.is_empty() || !self.penalties.is_off()
+    }
 }
 
 /// The scheduler's settings.
@@ -123,6 +153,8 @@ pub enum Event {
         id: RequestId,
         /// The tokens, in order.
         tokens: Vec<u32>,
+        /// Each token's log-probabilities, when the request asked for them (else empty).
+        logprobs: Vec<StepLogprobs>,
     },
     /// It ended; its slot is free.
     Finished {

@@ -7,9 +7,9 @@ use super::prefix_cache::PrefixCache;
 use super::request::{
     Event, FinishReason, Request, RequestId, SchedulerOptions, SchedulerStats, SubmitError,
 };
-use super::{Segment, SlotModel};
+use super::{Extras, Segment, SegmentOutput, SlotModel};
 use crate::error::{Error, Result};
-use crate::sampling::Sampling;
+use crate::sampling::{Penalties, Sampling};
 
 /// A request in a slot.
 #[derive(Debug)]
@@ -19,12 +19,13 @@ struct Running {
     remaining: usize,
     /// It has made no token yet.
     fresh: bool,
-    /// Its prompt.
-    prompt: Vec<u32>,
+    /// What it asked for (`max_tokens` as asked).
+    request: Request,
     /// The prompt's tokens in its slot's state so far.
     fed: usize,
-    sampling: Sampling,
     key: [u32; 2],
+    /// The tokens it made, when its penalties read them.
+    made: Vec<u32>,
     /// A later choice of a request for several: the slot of its first choice, whose state it
     /// takes once that prompt is in.
     copy_of: Option<usize>,
@@ -33,7 +34,7 @@ struct Running {
 impl Running {
     /// Its prompt is in: it decodes.
     fn ready(&self) -> bool {
-        self.fed == self.prompt.len()
+        self.fed == self.request.prompt.len()
     }
 
     /// It is fed pieces of its own prompt.
@@ -42,10 +43,12 @@ impl Running {
     }
 }
 
-/// Queued requests: one prompt and the ids of its choices (one unless `n` was asked for).
+/// Queued requests: one prompt and the ids of its choices (one unless `n` was asked for), each
+/// with its own sampling ([`Sampling::for_choice`]).
 #[derive(Debug)]
 struct Queued {
     ids: Vec<RequestId>,
+    samplings: Vec<Sampling>,
     request: Request,
 }
 
@@ -179,8 +182,10 @@ impl<M: SlotModel> Scheduler<M> {
         }
         let ids: Vec<RequestId> = (self.next_id..self.next_id + n as u64).collect();
         self.next_id += n as u64;
+        let samplings = (0..n).map(|i| request.sampling.for_choice(i)).collect();
         self.queue.push_back(Queued {
             ids: ids.clone(),
+            samplings,
             request,
         });
         Ok(ids)
@@ -220,6 +225,15 @@ impl<M: SlotModel> Scheduler<M> {
                 o.context()
             ));
         }
+        if let Some((t, _)) = r.logit_bias.iter().find(|(t, _)| *t as usize >= vocab) {
+            return Err(format!(
+                "logit_bias token {t} is outside the vocabulary of {vocab}"
+            ));
+        }
+        if let Some((_, b)) = r.logit_bias.iter().find(|(_, b)| !b.is_finite()) {
+            return Err(format!("logit_bias {b} is not a finite number"));
+        }
+        r.penalties.check().map_err(|e| e.to_string())?;
         r.sampling.check(vocab).map_err(|e| e.to_string())
     }
 
@@ -228,7 +242,10 @@ impl<M: SlotModel> Scheduler<M> {
     pub fn cancel(&mut self, id: RequestId) -> bool {
         if let Some(at) = self.queue.iter().position(|q| q.ids.contains(&id)) {
             let q = &mut self.queue[at];
-            q.ids.retain(|&i| i != id);
+            if let Some(k) = q.ids.iter().position(|&i| i == id) {
+                q.ids.remove(k);
+                q.samplings.remove(k);
+            }
             if q.ids.is_empty() {
                 self.queue.remove(at);
             }
@@ -247,21 +264,22 @@ impl<M: SlotModel> Scheduler<M> {
     /// The choices waiting for the prompt of slot `slot`, which is gone: back to the queue's
     /// front as a request of their own.
     fn requeue_copies_of(&mut self, slot: usize) {
-        let mut ids = Vec::new();
+        let (mut ids, mut samplings) = (Vec::new(), Vec::new());
         let mut request = None;
         for s in &mut self.table {
             if s.as_ref().is_some_and(|r| r.copy_of == Some(slot)) {
                 let Some(r) = s.take() else { continue };
                 ids.push(r.id);
-                request.get_or_insert(Request {
-                    prompt: r.prompt,
-                    max_tokens: r.remaining,
-                    sampling: r.sampling,
-                });
+                samplings.push(r.request.sampling);
+                request.get_or_insert(r.request);
             }
         }
         if let Some(request) = request {
-            self.queue.push_front(Queued { ids, request });
+            self.queue.push_front(Queued {
+                ids,
+                samplings,
+                request,
+            });
         }
     }
 
@@ -366,8 +384,7 @@ impl<M: SlotModel> Scheduler<M> {
     /// its later choices into the next slots, waiting for the first's prompt.
     fn admit_alone(&mut self, q: Queued, free: &[usize]) -> Result<Vec<Event>> {
         let first = free[0];
-        let mut requests = q.ids.iter().enumerate().map(|(i, &id)| {
-            let sampling = q.request.sampling.for_choice(i);
+        let mut requests = q.ids.iter().zip(&q.samplings).map(|(&id, &sampling)| {
             let r = Request {
                 sampling,
                 ..q.request.clone()
@@ -422,7 +439,7 @@ impl<M: SlotModel> Scheduler<M> {
                 let slots = self.take_slots()?;
                 self.slots = Some(self.model.restore(slots, to, &snapshot)?);
                 if let Some(r) = self.table[to].as_mut() {
-                    r.fed = r.prompt.len();
+                    r.fed = r.request.prompt.len();
                     r.copy_of = None;
                     events.push(Event::Started {
                         id: r.id,
@@ -445,7 +462,7 @@ impl<M: SlotModel> Scheduler<M> {
             .enumerate()
             .filter_map(|(i, s)| {
                 let r = s.as_ref().filter(|r| r.feeding())?;
-                let rest = &r.prompt[r.fed..];
+                let rest = &r.request.prompt[r.fed..];
                 Some((i, rest[..rest.len().min(chunk)].to_vec()))
             })
             .collect();
@@ -478,7 +495,7 @@ impl<M: SlotModel> Scheduler<M> {
                 continue;
             };
             r.fed += piece.len();
-            let prefix = &r.prompt[..r.fed];
+            let prefix = &r.request.prompt[..r.fed];
             if self.cache.wants(prefix) {
                 let slots = self.slots.as_ref().ok_or_else(lost)?;
                 let snapshot = self.model.snapshot(slots, *slot)?;
@@ -533,7 +550,7 @@ impl<M: SlotModel> Scheduler<M> {
         let sampling: Vec<Sampling> = self
             .table
             .iter()
-            .map(|s| decoding(s).map_or(Sampling::Greedy, |r| r.sampling))
+            .map(|s| decoding(s).map_or(Sampling::Greedy, |r| r.request.sampling))
             .collect();
         let keys: Vec<[u32; 2]> = self
             .table
@@ -552,6 +569,8 @@ impl<M: SlotModel> Scheduler<M> {
             true => 1,
             false => longest.unwrap_or(1).min(self.options.segment),
         };
+        let rows: Vec<Option<&Running>> = self.table.iter().map(decoding).collect();
+        let extras = extras_of(&rows);
         let segment = Segment {
             capacity: self.options.segment,
             steps,
@@ -559,6 +578,11 @@ impl<M: SlotModel> Scheduler<M> {
             sampling: &sampling,
             keys: &keys,
             eos: self.options.eos,
+            extras: extras.as_ref().map(|(penalties, bias, context)| Extras {
+                penalties,
+                bias,
+                context,
+            }),
         };
         let slots = self.take_slots()?;
         let (slots, out) = self.model.run_segment(slots, &segment)?;
@@ -569,16 +593,22 @@ impl<M: SlotModel> Scheduler<M> {
                 "a segment returned the wrong number of rows".into(),
             ));
         }
+        Ok(self.take_output(out))
+    }
+
+    /// The events of a segment's output: each decoding row's new tokens (up to `eos` or its
+    /// last), and the rows that finished, whose slots are then free.
+    fn take_output(&mut self, mut out: SegmentOutput) -> Vec<Event> {
         let mut events = Vec::new();
-        for (slot, (row, key)) in self.table.iter_mut().zip(out.tokens.iter().zip(&out.keys)) {
+        for (i, slot) in self.table.iter_mut().enumerate() {
             let Some(r) = slot.as_mut().filter(|r| r.ready()) else {
                 continue;
             };
-            r.key = *key;
+            r.key = out.keys[i];
             r.fresh = false;
             let mut fresh = Vec::new();
             let mut reason = None;
-            for &t in row {
+            for &t in &out.tokens[i] {
                 if Some(t) == self.options.eos {
                     reason = Some(FinishReason::Eos);
                     break;
@@ -591,10 +621,19 @@ impl<M: SlotModel> Scheduler<M> {
                 }
             }
             self.stats.generated_tokens += fresh.len() as u64;
+            if !r.request.penalties.is_off() {
+                r.made.extend(&fresh);
+            }
+            let mut logprobs = match (r.request.logprobs, out.logprobs.get_mut(i)) {
+                (true, Some(l)) => std::mem::take(l),
+                _ => Vec::new(),
+            };
+            logprobs.truncate(fresh.len());
             if !fresh.is_empty() {
                 events.push(Event::Tokens {
                     id: r.id,
                     tokens: fresh,
+                    logprobs,
                 });
             }
             if let Some(reason) = reason {
@@ -602,7 +641,7 @@ impl<M: SlotModel> Scheduler<M> {
                 *slot = None;
             }
         }
-        Ok(events)
+        events
     }
 
     fn take_slots(&mut self) -> Result<M::Slots> {
@@ -638,13 +677,45 @@ fn running(id: RequestId, r: Request, copy_of: Option<usize>) -> Running {
         remaining: r.max_tokens,
         fresh: true,
         key: r.sampling.key(),
-        sampling: r.sampling,
-        prompt: r.prompt,
+        request: r,
         fed: 0,
+        made: Vec::new(),
         copy_of,
     }
 }
 
 fn lost() -> Error {
     Error::InvalidArgument("the scheduler's slots were lost to an earlier error".into())
+}
+
+/// Per slot, what an extras segment takes, when a decoding row asks for penalties, a bias or
+/// log-probabilities: each row's penalties, bias and context (prompt and tokens made, for
+/// rows with penalties).
+#[allow(clippy::type_complexity)]
+fn extras_of(
+    rows: &[Option<&Running>],
+) -> Option<(Vec<Penalties>, Vec<Vec<(u32, f32)>>, Vec<Vec<u32>>)> {
+    if !rows.iter().flatten().any(|r| r.request.needs_extras()) {
+        return None;
+    }
+    let penalties = rows
+        .iter()
+        .map(|r| r.map_or(Penalties::NONE, |r| r.request.penalties))
+        .collect();
+    let bias = rows
+        .iter()
+        .map(|r| r.map_or(Vec::new(), |r| r.request.logit_bias.clone()))
+        .collect();
+    let context = rows
+        .iter()
+        .map(|r| match r {
+            Some(r) if !r.request.penalties.is_off() => {
+                let mut c = r.request.prompt.clone();
+                c.extend(&r.made);
+                c
+            }
+            _ => Vec::new(),
+        })
+        .collect();
+    Some((penalties, bias, context))
 }

@@ -125,6 +125,63 @@ fn n_choices_echo_and_the_prefix_cache() {
 }
 
 #[test]
+fn log_probabilities_in_both_formats() {
+    let server = Server::start(&[]);
+    let user = json!([{"role": "user", "content": "fn main() {"}]);
+    let body = json!({"messages": user, "max_tokens": 6, "temperature": 0, "logprobs": true, "top_logprobs": 3});
+    let reply = server.chat(&body).unwrap();
+    let content = reply["choices"][0]["logprobs"]["content"]
+        .as_array()
+        .unwrap();
+    let ids = choice_ids(&reply, 0);
+    assert_eq!(content.len(), ids.len());
+    for (entry, &id) in content.iter().zip(&ids) {
+        assert_eq!(entry["token"], json!(text_of(&[id])));
+        let top = entry["top_logprobs"].as_array().unwrap();
+        assert_eq!(top.len(), 3);
+        // Greedy: the chosen token is the most likely; the list runs most likely first.
+        assert_eq!(top[0]["logprob"], entry["logprob"]);
+        let values: Vec<f64> = top.iter().map(|t| t["logprob"].as_f64().unwrap()).collect();
+        assert!(
+            values.windows(2).all(|w| w[0] >= w[1]) && values[0] <= 0.0,
+            "{values:?}"
+        );
+    }
+    // Streamed chunks carry their tokens' log-probabilities.
+    let mut streamed = body.clone();
+    streamed["stream"] = json!(true);
+    let events = server.stream_from("/v1/chat/completions", &streamed);
+    let streamed: Vec<Value> = events
+        .iter()
+        .filter_map(|e| e["choices"][0]["logprobs"]["content"].as_array())
+        .flatten()
+        .cloned()
+        .collect();
+    assert_eq!(&streamed, content);
+    // Completions: tokens, token_logprobs, top_logprobs and text_offset.
+    let prompt = "fn main() {";
+    let body =
+        json!({"prompt": prompt, "max_tokens": 6, "temperature": 0, "logprobs": 2, "echo": true});
+    let reply = server.post(&body).unwrap();
+    let lp = &reply["choices"][0]["logprobs"];
+    let tokens = lp["tokens"].as_array().unwrap();
+    assert_eq!(tokens.len(), 6);
+    let values = lp["token_logprobs"].as_array().unwrap();
+    for (k, top) in lp["top_logprobs"].as_array().unwrap().iter().enumerate() {
+        let top = top.as_object().unwrap();
+        assert!(top.len() <= 2 && top.contains_key(tokens[k].as_str().unwrap()));
+        assert!(values[k].as_f64().unwrap() <= 0.0);
+    }
+    let offsets: Vec<u64> = lp["text_offset"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap())
+        .collect();
+    assert_eq!(offsets[0], prompt.len() as u64, "after the echoed prompt");
+}
+
+#[test]
 fn chat_refusals_name_the_field() {
     let server = Server::start(&[]);
     let user = json!([{"role": "user", "content": "hi"}]);

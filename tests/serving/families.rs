@@ -55,6 +55,7 @@ fn every_family_serves_what_generate_gives_alone() {
                 prompt: prompt(i),
                 max_tokens: 3 + (i * 5) % 10,
                 sampling: Sampling::Greedy,
+                ..Default::default()
             };
             asked.push((s.submit(r.clone()).unwrap(), r));
         }
@@ -84,6 +85,7 @@ fn every_family_serves_what_generate_gives_alone() {
             prompt: prompt(3),
             max_tokens: 11,
             sampling,
+            ..Default::default()
         };
         let id = s.submit(seeded.clone()).unwrap();
         let want = drain(&mut s).remove(&id).unwrap().0;
@@ -105,6 +107,7 @@ fn every_family_serves_what_generate_gives_alone() {
                     top_p: 1.0,
                     seed: i as u64,
                 },
+                ..Default::default()
             };
             s.submit(r).unwrap();
         }
@@ -126,6 +129,7 @@ fn a_request_beyond_the_context_is_refused_naming_it() {
         prompt: vec![5; len],
         max_tokens,
         sampling: Sampling::Greedy,
+        ..Default::default()
     };
     match s.submit(r(15, 10)) {
         Err(SubmitError::Invalid(why)) => assert!(
@@ -162,6 +166,7 @@ fn every_family_reuses_a_cached_prefix_and_copies_n_choices() {
             prompt: shared(3),
             max_tokens: 5,
             sampling: Sampling::Greedy,
+            ..Default::default()
         };
         s.submit(first).unwrap();
         drain(&mut s);
@@ -169,6 +174,7 @@ fn every_family_reuses_a_cached_prefix_and_copies_n_choices() {
             prompt: shared(6),
             max_tokens: 7,
             sampling: Sampling::Greedy,
+            ..Default::default()
         };
         let one = s.submit(hit.clone()).unwrap();
         let three = s.submit_n(hit.clone(), 3).unwrap();

@@ -5,6 +5,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod extras;
 mod families;
 mod prefix;
 mod scheduler;
@@ -27,7 +28,7 @@ pub(crate) fn drain<M: SlotModel>(
                 Event::Started { id, .. } => {
                     out.entry(id).or_default();
                 }
-                Event::Tokens { id, tokens } => out.entry(id).or_default().0.extend(tokens),
+                Event::Tokens { id, tokens, .. } => out.entry(id).or_default().0.extend(tokens),
                 Event::Finished { id, reason } => {
                     let entry = out.entry(id).or_default();
                     assert_eq!(entry.1, None, "request {id} finished twice");

@@ -39,6 +39,7 @@ fn greedy(prompt: Vec<u32>, max_tokens: usize) -> Request {
         prompt,
         max_tokens,
         sampling: Sampling::Greedy,
+        ..Default::default()
     }
 }
 
@@ -52,6 +53,7 @@ fn seeded(prompt: Vec<u32>, seed: u64) -> Request {
             top_p: 1.0,
             seed,
         },
+        ..Default::default()
     }
 }
 
@@ -62,7 +64,7 @@ fn run<M: SlotModel>(s: &mut Scheduler<M>) -> Vec<(RequestId, Vec<u32>, usize)> 
         for e in s.step().unwrap() {
             match e {
                 Event::Started { id, cached } => out.entry(id).or_default().1 = cached,
-                Event::Tokens { id, tokens } => out.entry(id).or_default().0.extend(tokens),
+                Event::Tokens { id, tokens, .. } => out.entry(id).or_default().0.extend(tokens),
                 Event::Failed { id, error } => panic!("request {id} failed: {error}"),
                 Event::Finished { .. } => {}
             }

@@ -55,6 +55,7 @@ fn greedy_requests_joining_and_leaving_equal_generate_alone() {
             prompt: prompt(i),
             max_tokens: 3 + (i * 5) % 15,
             sampling: Sampling::Greedy,
+            ..Default::default()
         };
         asked.insert(s.submit(r.clone()).unwrap(), r);
     }
@@ -84,6 +85,7 @@ fn a_seeded_request_samples_the_same_alone_and_under_load() {
             top_p: 0.95,
             seed: 1234,
         },
+        ..Default::default()
     };
     let mut s = Scheduler::new(tiny_model(DType::F32), options(4, 4)).unwrap();
     let id = s.submit(seeded.clone()).unwrap();
@@ -113,6 +115,7 @@ fn a_seeded_request_samples_the_same_alone_and_under_load() {
             prompt: prompt(i),
             max_tokens,
             sampling,
+            ..Default::default()
         })
         .unwrap();
     }
@@ -122,6 +125,7 @@ fn a_seeded_request_samples_the_same_alone_and_under_load() {
             prompt: prompt(i),
             max_tokens: 7,
             sampling: Sampling::Greedy,
+            ..Default::default()
         };
         s.submit(r).unwrap();
     }
@@ -161,6 +165,7 @@ fn eos_ends_a_request_without_being_returned() {
             prompt: p,
             max_tokens: 12,
             sampling: Sampling::Greedy,
+            ..Default::default()
         })
         .unwrap();
     let (tokens, reason) = drain(&mut s).remove(&id).unwrap();
@@ -176,12 +181,14 @@ fn a_cancelled_request_frees_its_slot_for_the_next() {
         prompt: prompt(1),
         max_tokens: 40,
         sampling: Sampling::Greedy,
+        ..Default::default()
     };
     let first = s.submit(long).unwrap();
     let next = Request {
         prompt: prompt(2),
         max_tokens: 6,
         sampling: Sampling::Greedy,
+        ..Default::default()
     };
     let second = s.submit(next.clone()).unwrap();
     let events = s.step().unwrap();
@@ -222,6 +229,7 @@ fn a_full_queue_and_bad_requests_are_refused_with_the_reason() {
         prompt: vec![1, 2],
         max_tokens: 4,
         sampling: Sampling::Greedy,
+        ..Default::default()
     };
     let bad = |change: &dyn Fn(&mut Request)| {
         let mut r = ok.clone();

@@ -11,9 +11,10 @@ use axum::http::{header, HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use serde_json::Value;
 use stablegraph::serving::openai::{
-    parse_chat, parse_completion, ApiError, Choice, Generation, Prompt, ReplyHead, Usage,
+    parse_chat, parse_completion, ApiError, Choice, Generation, Prompt, ReplyHead, TokenLogprob,
+    Usage,
 };
-use stablegraph::serving::{FinishReason, Request, RequestId, SubmitError};
+use stablegraph::serving::{FinishReason, Request, RequestId, StepLogprobs, SubmitError};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 
 use super::engine::{Command, Update};
@@ -102,33 +103,6 @@ fn read(app: &Shared, bytes: &[u8], chat: bool) -> Result<Asked, ApiError> {
     })
 }
 
-/// Refuses what the slot programs cannot do yet, naming the field.
-fn supported(g: &Generation) -> Result<(), ApiError> {
-    let refuse = |name: &str| {
-        Err(ApiError::invalid(
-            name,
-            format!("{name} is not supported by this server yet"),
-        ))
-    };
-    let p = g.penalties;
-    if p.presence_penalty != 0.0 {
-        return refuse("presence_penalty");
-    }
-    if p.frequency_penalty != 0.0 {
-        return refuse("frequency_penalty");
-    }
-    if p.repetition_penalty != 1.0 {
-        return refuse("repetition_penalty");
-    }
-    if !g.logit_bias.is_empty() {
-        return refuse("logit_bias");
-    }
-    if g.logprobs.is_some() {
-        return refuse("logprobs");
-    }
-    Ok(())
-}
-
 /// Reads, checks and queues a request.
 async fn admit(
     app: App,
@@ -150,13 +124,15 @@ async fn admit(
         .map_err(|e| refuse("invalid", e))?;
     let asked = read(&app, &bytes, chat).map_err(|e| refuse("invalid", e))?;
     let g = asked.generation;
-    supported(&g).map_err(|e| refuse("invalid", e))?;
     // Without max_tokens (chat): what the context leaves, within the server's limit.
     let room = app.context.saturating_sub(asked.prompt.len()).max(1);
     let request = Request {
         max_tokens: g.max_tokens.unwrap_or(room.min(app.max_tokens)),
         prompt: asked.prompt,
         sampling: g.sampling,
+        penalties: g.penalties,
+        logit_bias: g.logit_bias,
+        logprobs: g.logprobs.is_some(),
     };
     let prompt_len = request.prompt.len();
     let (tx, mut rx) = unbounded_channel();
@@ -177,16 +153,10 @@ async fn admit(
             return Err(refuse("queue_full", e));
         }
         Some(Update::Refused(SubmitError::Invalid(why))) => {
-            let param = if why.starts_with("n (") {
-                "n"
-            } else {
-                "prompt"
-            };
-            let param = if why.starts_with("max_tokens") {
-                "max_tokens"
-            } else {
-                param
-            };
+            let param = ["n (", "max_tokens", "logit_bias"]
+                .into_iter()
+                .find(|p| why.starts_with(p))
+                .map_or("prompt", |p| p.trim_end_matches(" ("));
             return Err(refuse("invalid", ApiError::invalid(param, why)));
         }
         _ => return Err(refuse("failed", gone())),
@@ -210,6 +180,7 @@ async fn admit(
         prompt_len,
         cached: 0,
         finished: vec![None; n],
+        logprobs: g.logprobs.map(|k| (k, vec![Vec::new(); n])),
         echo: asked.echo,
         stream: g.stream,
         stream_usage: g.stream_usage,
@@ -230,15 +201,19 @@ struct Run {
     cached: usize,
     /// Each choice's finish reason, once it has one.
     finished: Vec<Option<&'static str>>,
+    /// With `logprobs`: how many most likely tokens to report, and each choice's tokens'
+    /// log-probabilities so far.
+    logprobs: Option<(usize, Vec<Vec<TokenLogprob>>)>,
     /// The text each choice starts with (`echo`).
     echo: Option<String>,
     stream: bool,
     stream_usage: bool,
 }
 
-/// One step of a request: a choice's new text with its tokens, or its end.
+/// One step of a request: a choice's new text with its tokens (and how many log-probabilities
+/// they brought), or its end.
 enum Step {
-    Text(usize, String, Vec<u32>),
+    Text(usize, String, Vec<u32>, usize),
     /// The choice's last text and its finish reason.
     End(usize, String, &'static str),
     Failed(String),
@@ -256,13 +231,20 @@ impl Run {
                     }
                     continue;
                 }
-                Some(Update::Tokens(c, t)) if c < self.outs.len() => {
-                    match self.outs[c].push(codec, &t) {
+                Some(Update::Tokens(c, t, lps)) if c < self.outs.len() => {
+                    if self.finished[c].is_some() {
+                        continue;
+                    }
+                    let before = self.outs[c].ids().len();
+                    let pushed = self.outs[c].push(codec, &t);
+                    let kept = self.outs[c].ids().len() - before;
+                    let added = self.keep_logprobs(c, &lps[..lps.len().min(kept)]);
+                    match pushed {
                         Ok(text) if self.outs[c].stopped() => {
                             let _ = self.app.commands.send(Command::Cancel(self.ids[c]));
                             (c, Step::End(c, text, "stop"))
                         }
-                        Ok(text) => (c, Step::Text(c, text, t)),
+                        Ok(text) => (c, Step::Text(c, text, t, added)),
                         Err(e) => return Step::Failed(e.to_string()),
                     }
                 }
@@ -294,6 +276,36 @@ impl Run {
         }
     }
 
+    /// Keeps choice `c`'s tokens' log-probabilities (with their texts, the most likely
+    /// tokens cut to the count asked for); returns how many.
+    fn keep_logprobs(&mut self, c: usize, lps: &[StepLogprobs]) -> usize {
+        let Some((k, kept)) = self.logprobs.as_mut() else {
+            return 0;
+        };
+        let codec = &self.app.codec;
+        let ids = self.outs[c].ids();
+        let offset = ids.len() - lps.len();
+        for (j, lp) in lps.iter().enumerate() {
+            kept[c].push(TokenLogprob {
+                text: token_text(codec, ids[offset + j]),
+                logprob: lp.logprob,
+                top: lp.top[..(*k).min(lp.top.len())]
+                    .iter()
+                    .map(|&(t, l)| (token_text(codec, t), l))
+                    .collect(),
+            });
+        }
+        lps.len()
+    }
+
+    /// Choice `c`'s last `back` log-probabilities (all of them for `usize::MAX`), when asked
+    /// for.
+    fn logprobs_of(&self, c: usize, back: usize) -> Option<&[TokenLogprob]> {
+        let (_, kept) = self.logprobs.as_ref()?;
+        let all = &kept[c];
+        Some(&all[all.len().saturating_sub(back)..])
+    }
+
     /// Every choice has ended.
     fn done(&self) -> bool {
         self.finished.iter().all(Option::is_some)
@@ -317,17 +329,19 @@ async fn whole(mut run: Run) -> Response {
     let mut texts = vec![echo; run.ids.len()];
     while !run.done() {
         match run.next().await {
-            Step::Text(c, t, _) | Step::End(c, t, _) => texts[c].push_str(&t),
+            Step::Text(c, t, ..) | Step::End(c, t, _) => texts[c].push_str(&t),
             Step::Failed(e) => return error_response(&failed(e)),
         }
     }
+    let offset = run.echo.as_ref().map_or(0, String::len);
     let choices: Vec<Choice> = (0..texts.len())
         .map(|c| Choice {
             index: c,
             text: &texts[c],
             ids: run.outs[c].ids(),
             finish: run.finished[c],
-            ..Choice::default()
+            logprobs: run.logprobs_of(c, usize::MAX),
+            offset,
         })
         .collect();
     json_response(200, &run.head.reply(&choices, run.usage()))
@@ -340,9 +354,9 @@ fn event(v: &Value) -> String {
 /// A stream's next events: a choice's chunk, and after the last choice's end the usage chunk
 /// (when asked for) and `[DONE]`.
 async fn next_events(run: &mut Run, sent: &mut [bool]) -> (String, bool) {
-    let (c, text, ids, finish) = match run.next().await {
-        Step::Text(c, t, ids) => (c, t, ids, None),
-        Step::End(c, t, reason) => (c, t, Vec::new(), Some(reason)),
+    let (c, text, ids, finish, added) = match run.next().await {
+        Step::Text(c, t, ids, added) => (c, t, ids, None, added),
+        Step::End(c, t, reason) => (c, t, Vec::new(), Some(reason), 0),
         Step::Failed(e) => return (event(&failed(e).body()) + "data: [DONE]\n\n", true),
     };
     let first = !sent[c];
@@ -356,7 +370,8 @@ async fn next_events(run: &mut Run, sent: &mut [bool]) -> (String, bool) {
         text: &text,
         ids: &ids,
         finish,
-        ..Choice::default()
+        logprobs: run.logprobs_of(c, added),
+        offset: 0,
     };
     let mut s = event(&run.head.chunk(&choice, first));
     if !run.done() {
@@ -386,4 +401,13 @@ fn stream(run: Run) -> Response {
     );
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     r
+}
+
+/// A token's text for log-probabilities: as the codec decodes it alone, or `token_id:N`
+/// without one (vLLM's spelling).
+fn token_text(codec: &crate::text::Codec, token: u32) -> String {
+    match codec.decode(&[token]) {
+        Ok(Some(text)) => text,
+        _ => format!("token_id:{token}"),
+    }
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use stablegraph::serving::{
-    Event, FinishReason, Request, RequestId, Scheduler, SlotModel, SubmitError,
+    Event, FinishReason, Request, RequestId, Scheduler, SlotModel, StepLogprobs, SubmitError,
 };
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -24,8 +24,8 @@ pub(crate) enum Update {
     Refused(SubmitError),
     /// A choice's prompt is in its slot, this many of its tokens from the prefix cache.
     Started(usize, usize),
-    /// New tokens of a choice.
-    Tokens(usize, Vec<u32>),
+    /// New tokens of a choice, with their log-probabilities when asked for.
+    Tokens(usize, Vec<u32>, Vec<StepLogprobs>),
     /// A choice is done.
     Finished(usize, FinishReason),
     /// The model failed.
@@ -180,7 +180,11 @@ fn dispatch<M: SlotModel>(
     for e in events {
         let (id, update) = match e {
             Event::Started { id, cached } => (id, Update::Started(choice(live, id), cached)),
-            Event::Tokens { id, tokens } => {
+            Event::Tokens {
+                id,
+                tokens,
+                logprobs,
+            } => {
                 if let Some(l) = live.get_mut(&id) {
                     match l.last {
                         None => metrics.ttft((now - l.arrived).as_secs_f64()),
@@ -188,7 +192,7 @@ fn dispatch<M: SlotModel>(
                     }
                     l.last = Some(now);
                 }
-                (id, Update::Tokens(choice(live, id), tokens))
+                (id, Update::Tokens(choice(live, id), tokens, logprobs))
             }
             Event::Finished { id, reason } => (id, Update::Finished(choice(live, id), reason)),
             Event::Failed { id, error } => {

@@ -388,6 +388,7 @@ pub(crate) fn variant(options: &GenerateOptions) -> Variant {
         segment: false,
         penalties: !options.penalties.is_off(),
         row_keys: false,
+        extras: false,
     }
 }
 

@@ -12,7 +12,7 @@ pub(crate) mod slots;
 pub(crate) use host::*;
 pub(crate) use placement::Placement;
 pub(crate) use programs::{call, check_weight_types, Device, Named, Programs, Value};
-pub(crate) use slots::{slot_variant, SlotFamily};
+pub(crate) use slots::SlotFamily;
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -45,7 +45,14 @@ pub(crate) struct Variant {
     /// Takes one sampling key per row (u32 `[b, 2]`) instead of one for the batch: each row
     /// then samples the same tokens whatever the other rows hold (served slots).
     pub(crate) row_keys: bool,
+    /// Takes a logit bias per row (f32 `[b, vocab]`, added before the token is picked) and
+    /// returns each step's log-probabilities ([`LOGPROB_TOP`] most likely too).
+    pub(crate) extras: bool,
 }
+
+/// How many of the most likely tokens' log-probabilities a program with
+/// [`Variant::extras`] returns per step.
+pub(crate) const LOGPROB_TOP: usize = 20;
 
 impl Variant {
     /// The shape of the sampling key the program takes for `batch` rows.
@@ -79,12 +86,52 @@ pub(crate) struct Decoding<S> {
 }
 
 /// The part of the decode loop's carry after the model's: the tokens written so far, which rows
-/// are done, the key, and the history (flattened in that order; no history, no tensor).
+/// are done, the key, the history and the log-probabilities (flattened in that order; none, no
+/// tensor).
 struct Tail {
     out: Tensor,
     done: Tensor,
     key: Tensor,
     history: Option<TokenHistory>,
+    logprobs: Option<Logprobs>,
+}
+
+/// Each step's log-probabilities so far: the chosen token's (f32 `[b, steps]`) and the
+/// [`LOGPROB_TOP`] most likely tokens' (f32 and i32 `[b, steps, LOGPROB_TOP]`).
+pub(crate) struct Logprobs {
+    pub(crate) chosen: Tensor,
+    pub(crate) top: Tensor,
+    pub(crate) top_ids: Tensor,
+}
+
+impl Logprobs {
+    /// Zeros for `batch` rows of `steps` steps.
+    fn zeros(g: &Graph, batch: usize, steps: usize) -> Result<Logprobs> {
+        Ok(Logprobs {
+            chosen: g.zeros(DType::F32, &[batch, steps])?,
+            top: g.zeros(DType::F32, &[batch, steps, LOGPROB_TOP])?,
+            top_ids: g.zeros(DType::I32, &[batch, steps, LOGPROB_TOP])?,
+        })
+    }
+
+    /// With step `i` written: the log-softmax of `logits` at `token` and its largest values.
+    fn write(&self, i: &Tensor, logits: &Tensor, token: &Tensor) -> Result<Logprobs> {
+        let g = i.graph();
+        let zero = g.scalar(0.0, DType::I32)?;
+        let lp = logits.log_softmax(-1)?;
+        let chosen = lp.take_along_axis(&token.expand_dims(1)?, -1)?;
+        let (top, ids) = lp.top_k(LOGPROB_TOP)?;
+        let ids = ids.astype(DType::I32)?;
+        Ok(Logprobs {
+            chosen: self.chosen.dynamic_update_slice(&chosen, &[&zero, i])?,
+            top: self
+                .top
+                .dynamic_update_slice(&top.expand_dims(1)?, &[&zero, i, &zero])?,
+            top_ids: self
+                .top_ids
+                .dynamic_update_slice(&ids.expand_dims(1)?, &[&zero, i, &zero])?,
+        })
+    }
 }
 
 impl Carry for Tail {
@@ -93,6 +140,9 @@ impl Carry for Tail {
         if let Some(h) = &self.history {
             h.flatten(out);
         }
+        if let Some(l) = &self.logprobs {
+            out.extend([l.chosen.clone(), l.top.clone(), l.top_ids.clone()]);
+        }
     }
     fn unflatten(template: &Self, values: &mut dyn Iterator<Item = Tensor>) -> Option<Self> {
         let (out, done, key) = (values.next()?, values.next()?, values.next()?);
@@ -100,11 +150,20 @@ impl Carry for Tail {
             Some(h) => Some(TokenHistory::unflatten(h, values)?),
             None => None,
         };
+        let logprobs = match &template.logprobs {
+            Some(_) => Some(Logprobs {
+                chosen: values.next()?,
+                top: values.next()?,
+                top_ids: values.next()?,
+            }),
+            None => None,
+        };
         Some(Tail {
             out,
             done,
             key,
             history,
+            logprobs,
         })
     }
 }
@@ -117,6 +176,8 @@ pub(crate) struct Picker {
     pub(crate) sample: Option<SampleSettings>,
     /// The penalty settings, when the program applies penalties.
     pub(crate) penalties: Option<PenaltySettings>,
+    /// A bias added to each row's logits (f32 `[b, vocab]`), when the program takes one.
+    pub(crate) bias: Option<Tensor>,
 }
 
 impl Picker {
@@ -134,6 +195,11 @@ impl Picker {
             _ => None,
         };
         let logits = penalized.as_ref().unwrap_or(logits);
+        let biased = match &self.bias {
+            Some(b) => Some(logits.add(b)?),
+            None => None,
+        };
+        let logits = biased.as_ref().unwrap_or(logits);
         let (token, key) = match &self.sample {
             Some(settings) => sampling::sample(logits, settings, key)?,
             None => (sampling::greedy(logits)?, key.clone()),
@@ -154,8 +220,8 @@ pub(crate) fn rows(done: &Tensor, rank: usize) -> Result<Tensor> {
 /// `while` loop, each picking its token as `picker` says, ending early when every row has
 /// emitted `picker.eos` (rank-0 i32, -1 for none). Returns the tokens `[b, capacity]`
 /// (positions after a row's `eos`, and those the loop did not reach, hold `max(eos, 0)`)
-/// and where decoding stands. With `v.state_out` a row that had stopped keeps the state it
-/// stopped with.
+/// and where decoding stands, and with `v.extras` each step's [`Logprobs`]. With `v.state_out` a
+/// row that had stopped keeps the state it stopped with.
 pub(crate) fn decode_loop<M: Stepper>(
     model: &M,
     start: Decoding<M::State>,
@@ -163,20 +229,25 @@ pub(crate) fn decode_loop<M: Stepper>(
     picker: &Picker,
     capacity: usize,
     v: Variant,
-) -> Result<(Tensor, Decoding<M::State>)> {
+) -> Result<(Tensor, Decoding<M::State>, Option<Logprobs>)> {
     let g = max_steps.graph();
     let eos = &picker.eos;
     let batch = start.done.dims()[0];
     let out = eos.maximum(0.0)?.broadcast_to(&[batch, capacity])?;
     let i = g.scalar(0.0, DType::I32)?;
     let zero = g.scalar(0.0, DType::I32)?;
-    // Picks a token per row (the eos for rows that have stopped) and writes it at `i`.
+    // Picks a token per row (the eos for rows that have stopped) and writes it at `i`, with
+    // its log-probabilities when asked for.
     let pick = |i: &Tensor, logits: &Tensor, t: &Tail| {
         let (token, key) = picker.pick(logits, &t.done, &t.key, t.history.as_ref())?;
         let out = t
             .out
             .dynamic_update_slice(&token.expand_dims(1)?, &[&zero, i])?;
-        Ok::<_, Error>((token, out, key))
+        let logprobs = match &t.logprobs {
+            Some(l) => Some(l.write(i, logits, &token)?),
+            None => None,
+        };
+        Ok::<_, Error>((token, out, key, logprobs))
     };
     // Without the final state, the last token needs no step: the loop stops one short and
     // its last pick follows it.
@@ -185,11 +256,16 @@ pub(crate) fn decode_loop<M: Stepper>(
     } else {
         max_steps.sub(1.0)?
     };
+    let logprobs = match v.extras {
+        true => Some(Logprobs::zeros(g, batch, capacity)?),
+        false => None,
+    };
     let tail = Tail {
         out,
         done: start.done,
         key: start.key,
         history: start.history,
+        logprobs,
     };
     let init = (i, start.logits, start.states, tail);
     let (i, logits, states, tail) = g.while_loop(
@@ -200,7 +276,7 @@ pub(crate) fn decode_loop<M: Stepper>(
             more.and(&open)
         },
         |(i, logits, states, t)| {
-            let (token, out, key) = pick(i, logits, t)?;
+            let (token, out, key, logprobs) = pick(i, logits, t)?;
             let (logits, mut next) = model.step(&token, states)?;
             if v.state_out {
                 next = model.hold(&t.done, states, next)?;
@@ -212,6 +288,7 @@ pub(crate) fn decode_loop<M: Stepper>(
                 done,
                 key,
                 history,
+                logprobs,
             };
             Ok((i.add(1.0)?, logits, next, tail))
         },
@@ -221,13 +298,14 @@ pub(crate) fn decode_loop<M: Stepper>(
     } else {
         // `i < max_steps` here; after an early end (every row stopped) this writes an eos.
         // The history after this last token is not needed.
-        let (token, out, key) = pick(&i, &logits, &tail)?;
+        let (token, out, key, logprobs) = pick(&i, &logits, &tail)?;
         let done = tail.done.or(&token.eq(eos)?)?;
         Tail {
             out,
             done,
             key,
             history: tail.history,
+            logprobs,
         }
     };
     Ok((
@@ -239,6 +317,7 @@ pub(crate) fn decode_loop<M: Stepper>(
             key: tail.key,
             history: tail.history,
         },
+        tail.logprobs,
     ))
 }
 
@@ -295,6 +374,7 @@ pub(crate) fn control_parameters(
             eos,
             sample,
             penalties,
+            bias: None,
         },
         key,
         history,
@@ -321,11 +401,12 @@ pub(crate) struct SegmentShape {
 /// `state_parameters` adds to `g`: parameters (after the weights) `logits` `[slots, vocab]`,
 /// the state (both donated), with `shape.rows: Some(m)` the indices of the rows to decode
 /// (`rows`, i32 `[m]`, distinct), `done` (pred), `key`, `max_steps`, `eos`, with `v.sample`
-/// the [`SampleSettings`], and with `v.penalties` the [`PenaltySettings`] and the
-/// [`TokenHistory`] of `width` positions (donated), all of the decoded rows. Up to
-/// `shape.steps` decode steps; returns the outputs: the tokens `[rows, steps]`, then the new
-/// logits and state (of every slot), `done`, `key`, and with `v.penalties` the history (the
-/// order [`stream_segments`] reads).
+/// the [`SampleSettings`], with `v.penalties` the [`PenaltySettings`] and the
+/// [`TokenHistory`] of `width` positions (donated), and with `v.extras` the `logit_bias`, all
+/// of the decoded rows. Up to `shape.steps` decode steps; returns the outputs: the tokens
+/// `[rows, steps]`, then the new logits and state (of every slot), `done`, `key`, with
+/// `v.penalties` the history (the order [`stream_segments`] reads), and with `v.extras` the
+/// [`Logprobs`].
 pub(crate) fn segment_outputs<M: Stepper>(
     g: &Graph,
     model: &M,
@@ -375,12 +456,17 @@ pub(crate) fn segment_outputs<M: Stepper>(
         key,
         history,
     };
+    let bias = match v.extras {
+        true => Some(g.parameter("logit_bias", DType::F32, &[batch, shape.vocab])?),
+        false => None,
+    };
     let picker = Picker {
         eos,
         sample,
         penalties,
+        bias,
     };
-    let (out, end) = decode_loop(model, start, &max_steps, &picker, shape.steps, v)?;
+    let (out, end, logprobs) = decode_loop(model, start, &max_steps, &picker, shape.steps, v)?;
     let mut state_outs = vec![end.logits];
     end.states.flatten(&mut state_outs);
     if let Some(index) = &index {
@@ -392,6 +478,9 @@ pub(crate) fn segment_outputs<M: Stepper>(
     outs.push(end.key);
     if let Some(h) = end.history {
         outs.extend([h.tokens, h.matched, h.len]);
+    }
+    if let Some(l) = logprobs {
+        outs.extend([l.chosen, l.top, l.top_ids]);
     }
     Ok(outs)
 }

@@ -8,15 +8,15 @@
 
 use super::host::host_input;
 use super::programs::{call, Named, Value};
-use super::{bucket_chunks, last_position, scatter_rows, Device, Family, Prefilled};
+use super::{bucket_chunks, last_position, scatter_rows, Device, Family, Prefilled, LOGPROB_TOP};
 use crate::array::HostArray;
 use crate::compiled::CompiledGraph;
 use crate::dtype::{DType, TensorType};
 use crate::error::{Error, Result};
 use crate::ops::Graph;
 use crate::runtime::ShardedBuffer;
-use crate::sampling::{SampleSettings, Sampling};
-use crate::serving::{check_segment, Segment, SegmentOutput, SlotModel};
+use crate::sampling::{PenaltySettings, SampleSettings, Sampling, TokenHistory};
+use crate::serving::{check_segment, Extras, Segment, SegmentOutput, SlotModel, StepLogprobs};
 use crate::sharding::Sharding;
 
 /// The positions a prompt bucket grows by: buckets are this times 1, 2, 3, 4, 6, 8, 12, ...
@@ -58,15 +58,17 @@ pub(crate) trait SlotFamily: Family {
         prompt_bucket(len)
     }
     /// The segment program ([`super::segment_outputs`]) over `slots` slot rows with caches of
-    /// `capacity` columns, decoding all of them or `rows` of them, up to `steps` steps, greedy
-    /// or sampled, one key per row, the rows not decoding keeping their state.
+    /// `capacity` columns, decoding all of them or `rows` of them, up to `steps` steps, as
+    /// `v` says ([`slot_variant`]), with a penalty history of `width` positions when it has
+    /// penalties; the rows not decoding keep their state.
     fn slot_segment_program(
         &self,
         slots: usize,
         rows: Option<usize>,
         capacity: usize,
         steps: usize,
-        sample: bool,
+        v: super::Variant,
+        width: usize,
     ) -> Result<CompiledGraph>;
     /// Compiles, without running, the prefill of `rows` prompts padded to `len` positions
     /// from an empty state, or with `continued` from slot rows of caches of `capacity`.
@@ -90,6 +92,8 @@ pub struct FamilySlots {
     state: Vec<ShardedBuffer>,
     /// The cache columns of each slot.
     capacity: usize,
+    /// The tokens of prompt and generation each slot holds at most.
+    context: usize,
 }
 
 /// One slot's next-token logits and state, copied out of [`FamilySlots`] (1 row each, the
@@ -159,16 +163,24 @@ fn extract_graph(names: &[String], slot_types: &[TensorType], rows: usize) -> Re
 }
 
 /// The serving variant of the segment program: state held for inactive rows, one key per
-/// row, greedy or sampled.
-pub(crate) fn slot_variant(sample: bool) -> super::Variant {
+/// row, greedy or sampled; with `extras` also penalties, a logit bias and log-probabilities.
+pub(crate) fn slot_variant(sample: bool, extras: bool) -> super::Variant {
     super::Variant {
         sample,
         from_state: true,
         state_out: true,
         segment: true,
-        penalties: false,
+        penalties: extras,
         row_keys: true,
+        extras,
     }
+}
+
+/// The penalty history's positions in the extras segment program over slots of `context`
+/// tokens and segments of `steps`: a row's context left-padded to `context`, then room for the
+/// segment's tokens.
+fn history_width(context: usize, steps: usize) -> usize {
+    context + steps
 }
 
 /// Slot helpers over any [`SlotFamily`].
@@ -202,8 +214,8 @@ trait Slots: SlotFamily {
         inputs
     }
 
-    /// Slots of `capacity` columns from a program's outputs: the logits, then the state.
-    fn slots_of(&self, outs: Vec<ShardedBuffer>, capacity: usize) -> Result<FamilySlots> {
+    /// Slots shaped as `like` from a program's outputs: the logits, then the state.
+    fn slots_of(&self, outs: Vec<ShardedBuffer>, like: (usize, usize)) -> Result<FamilySlots> {
         let mut outs = outs.into_iter();
         let logits = outs
             .next()
@@ -211,7 +223,8 @@ trait Slots: SlotFamily {
         Ok(FamilySlots {
             logits,
             state: outs.collect(),
-            capacity,
+            capacity: like.0,
+            context: like.1,
         })
     }
 
@@ -223,7 +236,7 @@ trait Slots: SlotFamily {
         pre: Prefilled<Self::State>,
     ) -> Result<FamilySlots> {
         let n_slots = slots.logits.dims()[0];
-        let capacity = slots.capacity;
+        let (capacity, like) = (slots.capacity, (slots.capacity, slots.context));
         let program = self.insert_program(n_slots, index.len(), capacity)?;
         let mut inputs = self.slot_inputs(slots);
         inputs.push(host_input("row_logits", last_position(&pre.logits)?));
@@ -234,7 +247,7 @@ trait Slots: SlotFamily {
         let index = HostArray::from_vec(&[index.len()], index)?;
         inputs.push(host_input("slot_index", index));
         let outs = call(self.device().client(), &program, &[], inputs)?;
-        self.slots_of(outs, capacity)
+        self.slots_of(outs, like)
     }
 
     /// The state of the slots `index` names, as a state of as many rows.
@@ -278,7 +291,8 @@ trait Slots: SlotFamily {
         steps: usize,
     ) -> Result<()> {
         for sample in [false, true] {
-            self.slot_segment_program(slots, rows, capacity, steps, sample)?;
+            let v = slot_variant(sample, false);
+            self.slot_segment_program(slots, rows, capacity, steps, v, 0)?;
         }
         Ok(())
     }
@@ -323,6 +337,7 @@ impl<F: SlotFamily + Send + Sync> SlotModel for F {
                 .map(zeros)
                 .collect::<Result<_>>()?,
             capacity,
+            context,
         })
     }
 
@@ -392,7 +407,14 @@ impl<F: SlotFamily + Send + Sync> SlotModel for F {
         for rows in subsets {
             self.prepare_segment(slots, Some(rows), columns, capacity)?;
         }
-        self.prepare_segment(slots, None, columns, capacity)
+        self.prepare_segment(slots, None, columns, capacity)?;
+        // Penalties, biases and log-probabilities: every slot at once.
+        let width = history_width(context, capacity);
+        for sample in [false, true] {
+            let v = slot_variant(sample, true);
+            self.slot_segment_program(slots, None, columns, capacity, v, width)?;
+        }
+        Ok(())
     }
 
     fn run_segment(
@@ -409,17 +431,28 @@ impl<F: SlotFamily + Send + Sync> SlotModel for F {
             .any(|(a, s)| *a && matches!(s, Sampling::Sample { .. }));
         // The rows to decode: the active ones, padded with inactive ones (held) to a power of
         // two; all rows when that is every slot.
+        // With extras, every slot.
         let (on, off): (Vec<usize>, Vec<usize>) = (0..n).partition(|&i| segment.active[i]);
         let m = on.len().max(1).next_power_of_two();
-        let rows: Vec<usize> = match m < n {
+        let rows: Vec<usize> = match m < n && segment.extras.is_none() {
             true => on.iter().chain(&off).take(m).copied().collect(),
             false => (0..n).collect(),
         };
-        let subset = (m < n).then_some(m);
+        let subset = (rows.len() < n).then_some(m);
         let (capacity, n_state) = (slots.capacity, slots.state.len());
-        let program = self.slot_segment_program(n, subset, capacity, segment.capacity, sample)?;
+        let like = (capacity, slots.context);
+        let extras = segment.extras.is_some();
+        let width = match extras {
+            true => history_width(slots.context, segment.capacity),
+            false => 0,
+        };
+        let v = slot_variant(sample, extras);
+        let program = self.slot_segment_program(n, subset, capacity, segment.capacity, v, width)?;
         let mut inputs = self.slot_inputs(slots);
         inputs.extend(segment_controls(self, segment, &rows, subset, sample)?);
+        if let Some(x) = &segment.extras {
+            inputs.extend(extras_inputs(self.vocab_size(), x, like.1, width)?);
+        }
         let outs = call(
             self.device().client(),
             &program,
@@ -440,13 +473,19 @@ impl<F: SlotFamily + Send + Sync> SlotModel for F {
         let mut out = SegmentOutput {
             tokens: vec![vec![idle; segment.steps]; n],
             keys: segment.keys.to_vec(),
+            logprobs: Vec::new(),
         };
         for (k, &r) in rows.iter().enumerate() {
             let row = &tokens[k * segment.capacity..k * segment.capacity + segment.steps];
             out.tokens[r] = row.iter().map(|&t| t as u32).collect();
             out.keys[r] = [new_keys[2 * k], new_keys[2 * k + 1]];
         }
-        Ok((self.slots_of(state, capacity)?, out))
+        if extras {
+            // After the history (tokens, matched, len): the log-probabilities.
+            let rest: Vec<ShardedBuffer> = outs.skip(3).collect();
+            out.logprobs = read_logprobs(&rest, segment)?;
+        }
+        Ok((self.slots_of(state, like)?, out))
     }
 
     fn programs_compiled(&self) -> usize {
@@ -490,7 +529,7 @@ impl<F: SlotFamily + Send + Sync> SlotModel for F {
                 snapshot.capacity, slots.capacity
             )));
         }
-        let capacity = slots.capacity;
+        let (capacity, like) = (slots.capacity, (slots.capacity, slots.context));
         let program = self.insert_program(n_slots, 1, capacity)?;
         let at = self.device().client().sharded_buffer_from_host_array(
             &HostArray::from_vec(&[1], vec![slot as i32])?,
@@ -510,7 +549,7 @@ impl<F: SlotFamily + Send + Sync> SlotModel for F {
         args.push(("slot_index", &at));
         let outs = program.run_named(&[], &args)?;
         drop(slots);
-        self.slots_of(outs, capacity)
+        self.slots_of(outs, like)
     }
 
     fn snapshot_bytes(&self, snapshot: &SlotSnapshot) -> usize {
@@ -557,4 +596,71 @@ fn segment_controls<F: Family>(
         inputs.extend(names.into_iter().zip(values).map(|(n, a)| host_input(n, a)));
     }
     Ok(inputs)
+}
+
+/// The inputs of an extras segment (every slot): the penalty settings, the penalty history of
+/// `width` positions (each slot's context left-padded to `context`), and the dense logit bias.
+fn extras_inputs(vocab: usize, x: &Extras, context: usize, width: usize) -> Result<Vec<Named>> {
+    let mut inputs: Vec<Named> = PenaltySettings::row_host_values(x.penalties)?
+        .into_iter()
+        .map(|(n, a)| host_input(n, a))
+        .collect();
+    let contexts: Vec<Vec<u32>> = x
+        .context
+        .iter()
+        .map(|c| c[c.len().saturating_sub(context)..].to_vec())
+        .collect();
+    let history = TokenHistory::host_values(&contexts, context, width)?;
+    inputs.extend(history.into_iter().map(|(n, a)| host_input(n, a)));
+    let mut bias = vec![0f32; x.bias.len() * vocab];
+    for (r, row) in x.bias.iter().enumerate() {
+        for &(t, b) in row {
+            if let Some(slot) = bias
+                .get_mut(r * vocab + t as usize)
+                .filter(|_| (t as usize) < vocab)
+            {
+                *slot += b;
+            }
+        }
+    }
+    let rows = x.bias.len();
+    inputs.push(host_input(
+        "logit_bias",
+        HostArray::from_vec(&[rows, vocab], bias)?,
+    ));
+    Ok(inputs)
+}
+
+/// Each active slot's log-probabilities of its `segment.steps` steps, from the extras
+/// program's outputs (chosen `[n, cap]`, top values and ids `[n, cap, LOGPROB_TOP]`).
+fn read_logprobs(outs: &[ShardedBuffer], segment: &Segment) -> Result<Vec<Vec<StepLogprobs>>> {
+    let [chosen, top, ids] = outs else {
+        return Err(Error::InvalidArgument(
+            "an extras segment returned no log-probabilities".into(),
+        ));
+    };
+    let (chosen, top, ids) = (
+        chosen.to_vec::<f32>()?,
+        top.to_vec::<f32>()?,
+        ids.to_vec::<i32>()?,
+    );
+    let (cap, k) = (segment.capacity, LOGPROB_TOP);
+    let rows = segment.active.len();
+    Ok((0..rows)
+        .map(|r| {
+            if !segment.active[r] {
+                return Vec::new();
+            }
+            (0..segment.steps)
+                .map(|s| {
+                    let at = (r * cap + s) * k;
+                    let top = (0..k).map(|j| (ids[at + j] as u32, top[at + j])).collect();
+                    StepLogprobs {
+                        logprob: chosen[r * cap + s],
+                        top,
+                    }
+                })
+                .collect()
+        })
+        .collect())
 }

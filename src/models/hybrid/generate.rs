@@ -256,7 +256,7 @@ impl Hybrid {
             cfg,
             gather: self.gathers(),
         };
-        let (out, _) = decode_loop(&steps, start, &c.max_new, &c.picker, capacity, v)?;
+        let (out, _, _) = decode_loop(&steps, start, &c.max_new, &c.picker, capacity, v)?;
         Ok(vec![out])
     }
 

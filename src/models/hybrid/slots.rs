@@ -10,7 +10,7 @@ use crate::compiled::CompiledGraph;
 use crate::dtype::{DType, TensorType};
 use crate::error::{Error, Result};
 use crate::models::common::LayerState;
-use crate::models::engine::{slot_variant, Device, SlotFamily, Value};
+use crate::models::engine::{Device, SlotFamily, Value, Variant};
 
 impl SlotFamily for Hybrid {
     /// The sublayers' tensors, `valid` `[rows, capacity]`, the cache `column` of each row
@@ -113,9 +113,10 @@ impl SlotFamily for Hybrid {
         rows: Option<usize>,
         capacity: usize,
         steps: usize,
-        sample: bool,
+        v: Variant,
+        width: usize,
     ) -> Result<CompiledGraph> {
-        self.segment_program(slots, rows, capacity, steps, 0, slot_variant(sample))
+        self.segment_program(slots, rows, capacity, steps, width, v)
     }
 
     fn prepare_prefill(

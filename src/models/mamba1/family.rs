@@ -11,8 +11,8 @@ use crate::error::{Error, Result};
 use crate::models::common::layers::{describe_ssm, layer_state_names};
 use crate::models::common::{GenerateOptions, ModelState};
 use crate::models::engine::{
-    self, host_input, slot_variant, Device, Family, Named, Prefilled, Prepared, SegmentShape,
-    SlotFamily, Value, Variant,
+    self, host_input, Device, Family, Named, Prefilled, Prepared, SegmentShape, SlotFamily, Value,
+    Variant,
 };
 use crate::runtime::{Client, ShardedBuffer};
 
@@ -210,9 +210,10 @@ impl SlotFamily for Mamba1 {
         rows: Option<usize>,
         _capacity: usize,
         steps: usize,
-        sample: bool,
+        v: Variant,
+        width: usize,
     ) -> Result<CompiledGraph> {
-        segment_program(self, slots, rows, steps, 0, slot_variant(sample))
+        segment_program(self, slots, rows, steps, width, v)
     }
 
     fn prepare_prefill(

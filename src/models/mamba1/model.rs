@@ -446,7 +446,7 @@ impl Mamba1 {
             w,
             cfg: &self.config,
         };
-        let (out, _) = decode_loop(&steps, start, &c.max_new, &c.picker, capacity, v)?;
+        let (out, _, _) = decode_loop(&steps, start, &c.max_new, &c.picker, capacity, v)?;
         Ok(vec![out])
     }
 

@@ -90,6 +90,7 @@ impl Mamba2 {
                     segment: false,
                     penalties: !options.penalties.is_off(),
                     row_keys: false,
+                    extras: false,
                 },
             )?
             .to_stablehlo()?,
@@ -146,8 +147,9 @@ impl Mamba2 {
             eos,
             sample,
             penalties,
+            bias: None,
         };
-        let (out, end) = decode_loop(
+        let (out, end, _) = decode_loop(
             &Steps {
                 w: &w,
                 cfg: self.config(),

@@ -7,7 +7,7 @@ use crate::compiled::CompiledGraph;
 use crate::dtype::TensorType;
 use crate::error::{Error, Result};
 use crate::models::common::layers::layer_state_names;
-use crate::models::engine::{slot_variant, Device, SlotFamily};
+use crate::models::engine::{Device, SlotFamily, Variant};
 use crate::ops::Graph;
 use crate::runtime::Client;
 
@@ -40,11 +40,13 @@ impl SlotFamily for Mamba2 {
         rows: Option<usize>,
         _capacity: usize,
         steps: usize,
-        sample: bool,
+        v: Variant,
+        width: usize,
     ) -> Result<CompiledGraph> {
-        let v = slot_variant(sample);
-        let key = format!("slot segment s{slots} m{rows:?} k{steps} {v:?}");
-        self.program(&key, || self.segment_graph_rows(slots, rows, steps, v, 0))
+        let key = format!("slot segment s{slots} m{rows:?} k{steps} w{width} {v:?}");
+        self.program(&key, || {
+            self.segment_graph_rows(slots, rows, steps, v, width)
+        })
     }
 
     fn prepare_prefill(
