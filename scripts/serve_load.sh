@@ -5,7 +5,19 @@
 #   scripts/serve_load.sh OUT [LLAMA_SERVER_BIN]
 #
 # REQUESTS (default 16) sets the requests per setting; RATES (default 0.25,0.5,1,2) the
-# open-loop rates, none when empty.
+# open-loop rates, none when empty. Passed on to `mamba2 loadgen` when set:
+#   SHARED_PREFIX=N    every prompt starts with the same N token ids, then its own 16-128
+#                      (--shared-prefix; the mean cached prompt tokens are printed). Ours
+#                      keeps a prefix's state per whole 128-token prompt piece: N >= 128 to
+#                      see hits, and N + 128 within its --max-prompt 256
+#   N=K                K choices per request (--n), tokens counted over all of them
+#   DISCONNECT_FRAC=F  that fraction of requests dropped by the client after its first
+#                      chunks (--disconnect-frac), counted apart
+#   CHAT=1             /v1/chat/completions with text prompts instead of token ids (--chat);
+#                      needs a checkpoint with a tokenizer and a chat template, which the
+#                      random-weight one below has not (ours answers 400: all aborted)
+# Each setting prints completed, aborted (with the first error) and dropped requests; tokens/s
+# counts the completed ones only.
 #
 # The weights: scripts/llama_cpp_compare.py --out target/llama-compare (an HF checkpoint for us,
 # the same tensors as a GGUF for llama-server). Both servers: 2 threads, 8 slots.
@@ -27,7 +39,11 @@ fi
 trap 'kill "${pids[@]}" 2>/dev/null || true' EXIT
 until grep -q listening "$out/ours.log"; do sleep 1; done
 if [[ -n "$llama" ]]; then until curl -sf 127.0.0.1:18091/health >/dev/null; do sleep 1; done; fi
-common=(--ids 50288 --prompt-len 16,128 --output-len 32,128 --requests "${REQUESTS:-16}" --slo-ttft 1 --slo-itl 0.1)
+common=(--prompt-len 16,128 --output-len 32,128 --requests "${REQUESTS:-16}" --slo-ttft 1 --slo-itl 0.1)
+if [[ -n "${CHAT:-}" ]]; then common+=(--chat); else common+=(--ids 50288); fi
+if [[ -n "${SHARED_PREFIX:-}" ]]; then common+=(--shared-prefix "$SHARED_PREFIX"); fi
+if [[ -n "${N:-}" ]]; then common+=(--n "$N"); fi
+if [[ -n "${DISCONNECT_FRAC:-}" ]]; then common+=(--disconnect-frac "$DISCONNECT_FRAC"); fi
 run() { # label port mode values [earlier json for the chart]
   "$bin" loadgen --url "http://127.0.0.1:$2" "--$3" "$4" "${common[@]}" --label "$1" \
     --json "$out/$1-$3.json" --svg "$out/$1-$3.svg" ${5:+--with "$5"}
