@@ -3,8 +3,8 @@
 //! transformers' fixtures, JSON and `.npy` outputs, tokenizers, state files, streams, two
 //! devices, `emit`, `bench`, `train` and `grad`), the sampling and penalty settings
 //! ([`generation_config`]), Mamba-1 checkpoints ([`mamba1`]), the quiet stderr ([`quiet`]), and
-//! the HTTP server ([`serve`]) and its chat completions ([`chat`]); and the `digits` example
-//! ([`digits`]).
+//! the HTTP server ([`serve`]), its chat completions ([`chat`]) and two of its replicas behind
+//! nginx, one killed under load ([`nginx`]); and the `digits` example ([`digits`]).
 //!
 //! An example binary is built first with `cargo build --example NAME` (a no-op when fresh),
 //! in the profile and target directory of this test binary.
@@ -17,6 +17,7 @@ mod digits;
 mod eval;
 mod families;
 mod generation_config;
+mod nginx;
 mod quiet;
 mod serve;
 mod subcommands;

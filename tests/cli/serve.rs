@@ -112,7 +112,7 @@ impl Server {
         panic!("the stream ended without [DONE]");
     }
 
-    fn host_port(&self) -> &str {
+    pub(crate) fn host_port(&self) -> &str {
         self.url.strip_prefix("http://").unwrap()
     }
 }
