@@ -83,7 +83,9 @@ impl Text {
     }
 
     /// The text of `ids` that later tokens cannot change, for streaming: with bytes, all but
-    /// a trailing incomplete UTF-8 sequence (which the next bytes may complete).
+    /// a trailing incomplete UTF-8 sequence (which the next bytes may complete); with a
+    /// tokenizer, all but trailing U+FFFD characters (a byte-level tokenizer shows the first
+    /// bytes of a character split over tokens so, until the rest arrives).
     pub fn decode_settled(&self, ids: &[u32]) -> Result<String> {
         match self {
             Text::Bytes => {
@@ -91,7 +93,10 @@ impl Text {
                 Ok(String::from_utf8_lossy(&bytes[..settled_len(&bytes)]).into_owned())
             }
             #[cfg(feature = "tokenizers")]
-            _ => self.decode(ids),
+            _ => {
+                let text = self.decode(ids)?;
+                Ok(text.trim_end_matches('\u{FFFD}').to_string())
+            }
         }
     }
 }
@@ -155,5 +160,33 @@ mod tests {
         assert_eq!(settled_len(&[b'a', 0xff, b'b']), 3);
         assert_eq!(settled_len(&[b'a', 0xe2, 0x86]), 1);
         assert_eq!(Text::Bytes.decode(&[104, 105, 0xff]).unwrap(), "hi\u{fffd}");
+    }
+
+    /// A byte-level BPE tokenizer whose tokens are single bytes: `a` (0), and the two bytes of
+    /// "é" (0xC3 as `Ã`, 0xA9 as `©` in byte-level's alphabet).
+    #[cfg(feature = "tokenizers")]
+    fn byte_level() -> Text {
+        let level = serde_json::json!({
+            "type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true
+        });
+        let json = serde_json::json!({
+            "version": "1.0", "truncation": null, "padding": null, "added_tokens": [],
+            "normalizer": null, "post_processor": null,
+            "pre_tokenizer": level, "decoder": level,
+            "model": {"type": "BPE", "vocab": {"a": 0, "\u{c3}": 1, "\u{a9}": 2}, "merges": []},
+        });
+        let tok = tokenizers::Tokenizer::from_bytes(json.to_string().as_bytes()).unwrap();
+        Text::Tokenizer(Box::new(tok))
+    }
+
+    #[cfg(feature = "tokenizers")]
+    #[test]
+    fn a_character_split_over_tokens_settles_once_whole() {
+        let t = byte_level();
+        assert_eq!(t.decode(&[0, 1, 2]).unwrap(), "a\u{e9}");
+        // After the first byte of "é" the tokenizer shows U+FFFD, which is not settled yet.
+        assert_eq!(t.decode(&[0, 1]).unwrap(), "a\u{fffd}");
+        assert_eq!(t.decode_settled(&[0, 1]).unwrap(), "a");
+        assert_eq!(t.decode_settled(&[0, 1, 2, 0]).unwrap(), "a\u{e9}a");
     }
 }

@@ -226,6 +226,12 @@ fn concurrent_greedy_requests_equal_offline_generate_and_streams_equal_whole_rep
             .map(|e| e["choices"][0]["text"].as_str().unwrap())
             .collect();
         assert_eq!(json!(text), whole["choices"][0]["text"]);
+        // The chunks' tokens, the last chunk's included, are the whole reply's.
+        let streamed_ids: Vec<Value> = events
+            .iter()
+            .flat_map(|e| e["choices"][0]["token_ids"].as_array().unwrap().clone())
+            .collect();
+        assert_eq!(json!(streamed_ids), whole["choices"][0]["token_ids"]);
         let last = &events.last().unwrap()["choices"][0]["finish_reason"];
         assert_eq!(last, &whole["choices"][0]["finish_reason"]);
         assert!(events[..events.len() - 1]

@@ -211,11 +211,11 @@ struct Run {
 }
 
 /// One step of a request: a choice's new text with its tokens (and how many log-probabilities
-/// they brought), or its end.
+/// they brought), or its end (its last text, finish reason, and tokens with their count of
+/// log-probabilities).
 enum Step {
     Text(usize, String, Vec<u32>, usize),
-    /// The choice's last text and its finish reason.
-    End(usize, String, &'static str),
+    End(usize, String, &'static str, Vec<u32>, usize),
     Failed(String),
 }
 
@@ -242,7 +242,9 @@ impl Run {
                     match pushed {
                         Ok(text) if self.outs[c].stopped() => {
                             let _ = self.app.commands.send(Command::Cancel(self.ids[c]));
-                            (c, Step::End(c, text, "stop"))
+                            let ids = self.outs[c].ids();
+                            let kept = ids[ids.len() - kept..].to_vec();
+                            (c, Step::End(c, text, "stop", kept, added))
                         }
                         Ok(text) => (c, Step::Text(c, text, t, added)),
                         Err(e) => return Step::Failed(e.to_string()),
@@ -254,7 +256,7 @@ impl Run {
                         FinishReason::Eos => "stop",
                     };
                     let text = self.outs[c].finish(codec).unwrap_or_default();
-                    (c, Step::End(c, text, reason))
+                    (c, Step::End(c, text, reason, Vec::new(), 0))
                 }
                 Some(Update::Failed(e)) => return Step::Failed(e),
                 None => return Step::Failed("the engine stopped".into()),
@@ -264,7 +266,7 @@ impl Run {
             if self.finished[c].is_some() {
                 continue;
             }
-            if let Step::End(_, _, reason) = &step {
+            if let Step::End(_, _, reason, ..) = &step {
                 self.finished[c] = Some(reason);
                 if self.done() {
                     let stopped = self.finished.contains(&Some("stop"));
@@ -329,7 +331,7 @@ async fn whole(mut run: Run) -> Response {
     let mut texts = vec![echo; run.ids.len()];
     while !run.done() {
         match run.next().await {
-            Step::Text(c, t, ..) | Step::End(c, t, _) => texts[c].push_str(&t),
+            Step::Text(c, t, ..) | Step::End(c, t, ..) => texts[c].push_str(&t),
             Step::Failed(e) => return error_response(&failed(e)),
         }
     }
@@ -356,7 +358,7 @@ fn event(v: &Value) -> String {
 async fn next_events(run: &mut Run, sent: &mut [bool]) -> (String, bool) {
     let (c, text, ids, finish, added) = match run.next().await {
         Step::Text(c, t, ids, added) => (c, t, ids, None, added),
-        Step::End(c, t, reason) => (c, t, Vec::new(), Some(reason), 0),
+        Step::End(c, t, reason, ids, added) => (c, t, ids, Some(reason), added),
         Step::Failed(e) => return (event(&failed(e).body()) + "data: [DONE]\n\n", true),
     };
     let first = !sent[c];
