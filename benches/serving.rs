@@ -14,6 +14,7 @@
 //! ```text
 //! cargo bench --bench serving             # about 5 minutes on 2 cores
 //! cargo bench --bench serving -- --quick  # fewer runs
+//! cargo bench --bench serving -- --only one # one section (one, eight, prefix)
 //! ```
 
 mod common;
@@ -208,12 +209,24 @@ fn main() -> Result<()> {
         weights: Mamba2Weights::random(&cfg, DType::F32, 0)?,
         cfg,
     };
+    // `--only NAME` runs one section.
+    let args: Vec<String> = std::env::args().collect();
+    let only = args
+        .iter()
+        .position(|a| a == "--only")
+        .and_then(|i| args.get(i + 1));
+    let wanted = |name: &str| only.is_none_or(|o| o == name);
     let mut s4 = scheduler(&setup, 4, 0)?;
-    let figures = vec![
-        one(&mut s4, &setup, runs)?,
-        eight(&mut s4, runs)?,
-        prefix(&setup, &mut s4, runs.min(3))?,
-    ];
+    let mut figures = Vec::new();
+    if wanted("one") {
+        figures.push(one(&mut s4, &setup, runs)?);
+    }
+    if wanted("eight") {
+        figures.push(eight(&mut s4, runs)?);
+    }
+    if wanted("prefix") {
+        figures.push(prefix(&setup, &mut s4, runs.min(3))?);
+    }
     let json = report_json(
         &[("bench", "serving".into())],
         &[("quick", quick.to_string())],

@@ -389,6 +389,7 @@ pub(crate) fn variant(options: &GenerateOptions) -> Variant {
         penalties: !options.penalties.is_off(),
         row_keys: false,
         extras: false,
+        hold_once: false,
     }
 }
 

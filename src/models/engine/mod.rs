@@ -45,6 +45,11 @@ pub(crate) struct Variant {
     /// Takes one sampling key per row (u32 `[b, 2]`) instead of one for the batch: each row
     /// then samples the same tokens whatever the other rows hold (served slots).
     pub(crate) row_keys: bool,
+    /// With `state_out`, only the rows done at the start keep their state, held once after the
+    /// loop; a row that stops within the call has a state of no further use (served slots: it
+    /// is freed). Else every step holds the rows that have stopped (a continued generation
+    /// goes on from where each row stopped), which costs a copy of the state per step.
+    pub(crate) hold_once: bool,
     /// Takes a logit bias per row (f32 `[b, vocab]`, added before the token is picked) and
     /// returns each step's log-probabilities ([`LOGPROB_TOP`] most likely too).
     pub(crate) extras: bool,
@@ -221,7 +226,8 @@ pub(crate) fn rows(done: &Tensor, rank: usize) -> Result<Tensor> {
 /// emitted `picker.eos` (rank-0 i32, -1 for none). Returns the tokens `[b, capacity]`
 /// (positions after a row's `eos`, and those the loop did not reach, hold `max(eos, 0)`)
 /// and where decoding stands, and with `v.extras` each step's [`Logprobs`]. With `v.state_out` a
-/// row that had stopped keeps the state it stopped with.
+/// row that had stopped keeps the state it stopped with (with `v.hold_once`, only the rows done
+/// at the start).
 pub(crate) fn decode_loop<M: Stepper>(
     model: &M,
     start: Decoding<M::State>,
@@ -260,6 +266,19 @@ pub(crate) fn decode_loop<M: Stepper>(
         true => Some(Logprobs::zeros(g, batch, capacity)?),
         false => None,
     };
+    // With `hold_once`, the rows done at the start and their state, to restore after the loop.
+    let held = match v.state_out && v.hold_once {
+        true => {
+            let mut flat = Vec::new();
+            start.states.flatten(&mut flat);
+            let states =
+                M::State::unflatten(&start.states, &mut flat.into_iter()).ok_or_else(|| {
+                    Error::InvalidArgument("decode: the state did not rebuild".into())
+                })?;
+            Some((start.done.clone(), states))
+        }
+        false => None,
+    };
     let tail = Tail {
         out,
         done: start.done,
@@ -278,7 +297,7 @@ pub(crate) fn decode_loop<M: Stepper>(
         |(i, logits, states, t)| {
             let (token, out, key, logprobs) = pick(i, logits, t)?;
             let (logits, mut next) = model.step(&token, states)?;
-            if v.state_out {
+            if v.state_out && !v.hold_once {
                 next = model.hold(&t.done, states, next)?;
             }
             let done = t.done.or(&token.eq(eos)?)?;
@@ -293,6 +312,10 @@ pub(crate) fn decode_loop<M: Stepper>(
             Ok((i.add(1.0)?, logits, next, tail))
         },
     )?;
+    let states = match held {
+        Some((done, old)) => model.hold(&done, &old, states)?,
+        None => states,
+    };
     let tail = if v.needs_last_step() {
         tail
     } else {

@@ -173,6 +173,7 @@ pub(crate) fn slot_variant(sample: bool, extras: bool) -> super::Variant {
         penalties: extras,
         row_keys: true,
         extras,
+        hold_once: true,
     }
 }
 

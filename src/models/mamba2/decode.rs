@@ -91,6 +91,7 @@ impl Mamba2 {
                     penalties: !options.penalties.is_off(),
                     row_keys: false,
                     extras: false,
+                    hold_once: false,
                 },
             )?
             .to_stablehlo()?,
