@@ -249,36 +249,19 @@ pub(crate) fn decode_loop<M: Stepper>(
         let out = t
             .out
             .dynamic_update_slice(&token.expand_dims(1)?, &[&zero, i])?;
-        let logprobs = match &t.logprobs {
-            Some(l) => Some(l.write(i, logits, &token)?),
-            None => None,
-        };
+        let logprobs = t.logprobs.as_ref();
+        let logprobs = logprobs.map(|l| l.write(i, logits, &token)).transpose()?;
         Ok::<_, Error>((token, out, key, logprobs))
     };
     // Without the final state, the last token needs no step: the loop stops one short and
     // its last pick follows it.
-    let steps = if v.needs_last_step() {
-        max_steps.clone()
-    } else {
-        max_steps.sub(1.0)?
-    };
-    let logprobs = match v.extras {
-        true => Some(Logprobs::zeros(g, batch, capacity)?),
-        false => None,
-    };
-    // With `hold_once`, the rows done at the start and their state, to restore after the loop.
-    let held = match v.state_out && v.hold_once {
-        true => {
-            let mut flat = Vec::new();
-            start.states.flatten(&mut flat);
-            let states =
-                M::State::unflatten(&start.states, &mut flat.into_iter()).ok_or_else(|| {
-                    Error::InvalidArgument("decode: the state did not rebuild".into())
-                })?;
-            Some((start.done.clone(), states))
-        }
-        false => None,
-    };
+    let last = if v.needs_last_step() { 0.0 } else { 1.0 };
+    let steps = max_steps.sub(last)?;
+    let logprobs = v
+        .extras
+        .then(|| Logprobs::zeros(g, batch, capacity))
+        .transpose()?;
+    let held = held_rows::<M>(v, &start.done, &start.states)?;
     let tail = Tail {
         out,
         done: start.done,
@@ -342,6 +325,23 @@ pub(crate) fn decode_loop<M: Stepper>(
         },
         tail.logprobs,
     ))
+}
+
+/// With `v.state_out` and `v.hold_once`, the rows done at the start (`done`) and their
+/// `states`, which the loop's end restores.
+fn held_rows<M: Stepper>(
+    v: Variant,
+    done: &Tensor,
+    states: &M::State,
+) -> Result<Option<(Tensor, M::State)>> {
+    if !(v.state_out && v.hold_once) {
+        return Ok(None);
+    }
+    let mut flat = Vec::new();
+    states.flatten(&mut flat);
+    let copy = M::State::unflatten(states, &mut flat.into_iter())
+        .ok_or_else(|| Error::InvalidArgument("decode: the state did not rebuild".into()))?;
+    Ok(Some((done.clone(), copy)))
 }
 
 /// With `v.penalties`, the [`PenaltySettings`] and a [`TokenHistory`] of `width` positions as
