@@ -10,32 +10,16 @@ use std::collections::BTreeMap;
 use stablegraph::models::family::{self, CausalLm};
 use stablegraph::models::{GenerateOptions, Sampling};
 use stablegraph::sampling::Penalties;
-use stablegraph::serving::{
-    Event, Request, RequestId, Scheduler, SchedulerOptions, SlotModel, StepLogprobs,
-};
+use stablegraph::serving::{Event, Request, RequestId, Scheduler, SlotModel, StepLogprobs};
 use stablegraph::DType;
 
 use crate::alone;
 use crate::common::{self, client};
+use crate::families::options;
 
 /// How far a served log-probability may be from the reference, which prefills the whole
 /// sequence (chunked) where the server steps token by token (recurrent): 3.5e-6 measured.
 const TOL: f64 = 1e-4;
-
-fn options() -> SchedulerOptions {
-    SchedulerOptions {
-        slots: 3,
-        segment: 4,
-        max_queue: 64,
-        prefill_batch: 2,
-        prompt_piece: 8,
-        max_prompt: 24,
-        max_tokens: 12,
-        eos: None,
-        max_context: None,
-        prefix_cache_bytes: 0,
-    }
-}
 
 /// Steps until idle; each request's tokens and log-probabilities.
 fn run<M: SlotModel>(s: &mut Scheduler<M>) -> BTreeMap<RequestId, (Vec<u32>, Vec<StepLogprobs>)> {

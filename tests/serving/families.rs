@@ -24,8 +24,8 @@ fn prompt(i: usize) -> Vec<u32> {
         .collect()
 }
 
-fn options() -> SchedulerOptions {
-    // Prompts of up to 23 tokens fed in pieces of up to 8.
+/// Three slots, prompts of up to 23 tokens fed in pieces of up to 8, no prefix cache.
+pub(crate) fn options() -> SchedulerOptions {
     SchedulerOptions {
         slots: 3,
         segment: 4,
