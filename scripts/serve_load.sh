@@ -44,13 +44,16 @@ if [[ -n "${CHAT:-}" ]]; then common+=(--chat); else common+=(--ids 50288); fi
 if [[ -n "${SHARED_PREFIX:-}" ]]; then common+=(--shared-prefix "$SHARED_PREFIX"); fi
 if [[ -n "${N:-}" ]]; then common+=(--n "$N"); fi
 if [[ -n "${DISCONNECT_FRAC:-}" ]]; then common+=(--disconnect-frac "$DISCONNECT_FRAC"); fi
-run() { # label port mode values [earlier json for the chart]
+run() { # label port mode values [earlier json for the chart]; ROUND seeds the prompts
   "$bin" loadgen --url "http://127.0.0.1:$2" "--$3" "$4" "${common[@]}" --label "$1" \
+    --seed "${ROUND:-0}" \
     --json "$out/$1-$3.json" --svg "$out/$1-$3.svg" ${5:+--with "$5"}
 }
+# Each round its own prompts (a server's prompt or prefix cache would otherwise serve a later
+# round's from an earlier one's).
 for round in 1 2; do
-  run "stablegraph-r$round" 18090 clients 1,8
-  if [[ -n "$llama" ]]; then run "llama-server-r$round" 18091 clients 1,8; fi
+  ROUND=$round run "stablegraph-r$round" 18090 clients 1,8
+  if [[ -n "$llama" ]]; then ROUND=$round run "llama-server-r$round" 18091 clients 1,8; fi
 done
 rates=${RATES-0.25,0.5,1,2}
 if [[ -n "$rates" ]]; then
