@@ -46,11 +46,16 @@ kind() { # name flags...
     i=$((i + 1))
   done
 }
+kinds=()
 kind prefix --shared-prefix 256 &
+kinds+=($!)
 kind chat --chat &
+kinds+=($!)
 kind choices --n 2 &
+kinds+=($!)
 kind dropped --disconnect-frac 0.5 &
-wait %2 %3 %4 %5 2>/dev/null || wait
+kinds+=($!)
+wait "${kinds[@]}"
 kill "$sampler" 2>/dev/null || true
 curl -sf "$url/metrics" >"$out/metrics.txt"
 python3 - "$out" "$start_rss" <<'PY'
@@ -61,7 +66,8 @@ done = sum(r["completed"] for r in rows)
 aborted = sum(r["aborted"] for r in rows)
 dropped = sum(r["disconnected"] for r in rows)
 metrics = dict(
-    line.rsplit(" ", 1) for line in open(f"{out}/metrics.txt") if line and not line.startswith("#")
+    line.strip().rsplit(" ", 1) for line in open(f"{out}/metrics.txt")
+    if line.strip() and not line.startswith("#")
 )
 rss = [int(l.split(",")[1]) for l in open(f"{out}/rss.csv").read().split()[1:] if "," in l]
 print(f"replies: {done} completed, {dropped} dropped by their client, {aborted} aborted")
