@@ -36,10 +36,19 @@ pub(crate) struct PrefixCache<S> {
     counts: CacheCounts,
 }
 
-fn key(tokens: &[u32]) -> u64 {
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    tokens.hash(&mut h);
-    h.finish()
+/// The key of each whole-block prefix of `tokens`, in one pass: a block's key hashes the key
+/// of the prefix before it with the block's tokens.
+fn block_keys(tokens: &[u32], block: usize) -> Vec<u64> {
+    let mut before = 0u64;
+    tokens
+        .chunks_exact(block)
+        .map(|chunk| {
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            (before, chunk).hash(&mut h);
+            before = h.finish();
+            before
+        })
+        .collect()
 }
 
 impl<S> PrefixCache<S> {
@@ -60,41 +69,53 @@ impl<S> PrefixCache<S> {
         self.budget > 0
     }
 
-    /// The entry of exactly `prefix`, if cached.
+    /// The key of `prefix` (whole blocks) when it is cached.
     fn find(&self, prefix: &[u32]) -> Option<u64> {
-        let k = key(prefix);
-        self.entries
-            .get(&k)
-            .filter(|e| e.tokens == prefix)
-            .map(|_| k)
+        let k = *block_keys(prefix, self.block).last()?;
+        let e = self.entries.get(&k)?;
+        (e.tokens == prefix).then_some(k)
     }
 
-    /// The longest cached prefix of `prompt` (whole blocks, up to all of it) without counting
-    /// or touching it: its length.
-    pub(crate) fn peek(&self, prompt: &[u32]) -> Option<usize> {
+    /// The longest cached prefix of `prompt` (whole blocks, up to all of it) and its key,
+    /// without counting or touching it.
+    fn longest(&self, prompt: &[u32]) -> Option<(usize, u64)> {
         if !self.is_on() {
             return None;
         }
-        (1..=prompt.len() / self.block)
-            .rev()
-            .map(|b| b * self.block)
-            .find(|&len| self.find(&prompt[..len]).is_some())
+        let keys = block_keys(prompt, self.block);
+        keys.iter().enumerate().rev().find_map(|(b, &k)| {
+            let len = (b + 1) * self.block;
+            let e = self.entries.get(&k)?;
+            (e.tokens == prompt[..len]).then_some((len, k))
+        })
+    }
+
+    /// The length of the longest cached prefix of `prompt` (whole blocks, up to all of it),
+    /// without counting or touching it.
+    pub(crate) fn peek(&self, prompt: &[u32]) -> Option<usize> {
+        self.longest(prompt).map(|(len, _)| len)
     }
 
     /// The longest cached prefix of `prompt`: its length and state, marked as just used and
     /// counted as a hit; `None` (counted as a miss when the prompt has a whole block) else.
     pub(crate) fn lookup(&mut self, prompt: &[u32]) -> Option<(usize, &S)> {
-        let Some(len) = self.peek(prompt) else {
-            if self.is_on() && prompt.len() >= self.block {
-                self.counts.misses += 1;
-            }
+        let Some((len, k)) = self.longest(prompt) else {
+            self.miss(prompt.len());
             return None;
         };
         self.counts.hits += 1;
         self.clock += 1;
-        let e = self.entries.get_mut(&key(&prompt[..len]))?;
+        let e = self.entries.get_mut(&k)?;
         e.used = self.clock;
         Some((len, &e.snapshot))
+    }
+
+    /// Counts a miss for a prompt of `len` tokens known to start with no cached prefix (none
+    /// when it has no whole block).
+    pub(crate) fn miss(&mut self, len: usize) {
+        if self.is_on() && len >= self.block {
+            self.counts.misses += 1;
+        }
     }
 
     /// Whether `prefix` is worth a snapshot: a whole number of blocks not cached yet (a cached
@@ -116,8 +137,13 @@ impl<S> PrefixCache<S> {
     }
 
     /// Keeps `snapshot` (of `bytes` bytes) as the state after `prefix`, evicting the least
-    /// recently used states until it fits; a state larger than the whole budget is dropped.
+    /// recently used states until it fits; a state larger than the whole budget, or a prefix
+    /// of no whole block, is dropped.
     pub(crate) fn insert(&mut self, prefix: &[u32], snapshot: S, bytes: usize) {
+        let whole = prefix.len().is_multiple_of(self.block);
+        let Some(&k) = block_keys(prefix, self.block).last().filter(|_| whole) else {
+            return;
+        };
         if bytes > self.budget {
             return;
         }
@@ -137,7 +163,7 @@ impl<S> PrefixCache<S> {
             bytes,
             used: self.clock,
         };
-        if let Some(old) = self.entries.insert(key(prefix), entry) {
+        if let Some(old) = self.entries.insert(k, entry) {
             self.counts.bytes -= old.bytes;
         }
         self.counts.bytes += bytes;

@@ -112,15 +112,21 @@ impl Default for SchedulerOptions {
 pub enum SubmitError {
     /// The queue holds [`SchedulerOptions::max_queue`] requests already.
     QueueFull,
-    /// The request is malformed; the message names the field.
-    Invalid(String),
+    /// The request is malformed.
+    Invalid {
+        /// The field at fault (`prompt`, `max_tokens`, `n`, `logit_bias`, `penalties`,
+        /// `sampling`).
+        field: &'static str,
+        /// What was wrong, naming the field.
+        message: String,
+    },
 }
 
 impl std::fmt::Display for SubmitError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             SubmitError::QueueFull => write!(f, "the queue is full; retry later"),
-            SubmitError::Invalid(why) => write!(f, "{why}"),
+            SubmitError::Invalid { message, .. } => write!(f, "{message}"),
         }
     }
 }

@@ -170,12 +170,15 @@ impl<M: SlotModel> Scheduler<M> {
         request: Request,
         n: usize,
     ) -> std::result::Result<Vec<RequestId>, SubmitError> {
-        self.check(&request).map_err(SubmitError::Invalid)?;
+        self.check(&request)?;
         if n == 0 || n > self.options.slots {
-            return Err(SubmitError::Invalid(format!(
-                "n ({n}) is not in 1..={} (the slots of this server)",
-                self.options.slots
-            )));
+            return Err(SubmitError::Invalid {
+                field: "n",
+                message: format!(
+                    "n ({n}) is not in 1..={} (the slots of this server)",
+                    self.options.slots
+                ),
+            });
         }
         if self.queue.len() >= self.options.max_queue {
             return Err(SubmitError::QueueFull);
@@ -191,50 +194,73 @@ impl<M: SlotModel> Scheduler<M> {
         Ok(ids)
     }
 
-    fn check(&self, r: &Request) -> std::result::Result<(), String> {
+    fn check(&self, r: &Request) -> std::result::Result<(), SubmitError> {
+        let bad = |field, message| Err(SubmitError::Invalid { field, message });
         let vocab = self.model.vocab_size();
         let o = &self.options;
         if r.prompt.is_empty() {
-            return Err("the prompt is empty; it needs at least one token".into());
+            return bad(
+                "prompt",
+                "the prompt is empty; it needs at least one token".into(),
+            );
         }
         if r.prompt.len() > o.max_prompt {
-            return Err(format!(
-                "the prompt has {} tokens; the most this server takes is {}",
-                r.prompt.len(),
-                o.max_prompt
-            ));
+            return bad(
+                "prompt",
+                format!(
+                    "the prompt has {} tokens; the most this server takes is {}",
+                    r.prompt.len(),
+                    o.max_prompt
+                ),
+            );
         }
         if let Some(t) = r.prompt.iter().find(|&&t| t as usize >= vocab) {
-            return Err(format!(
-                "prompt token {t} is outside the vocabulary of {vocab}"
-            ));
+            return bad(
+                "prompt",
+                format!("prompt token {t} is outside the vocabulary of {vocab}"),
+            );
         }
         if r.max_tokens == 0 || r.max_tokens > o.max_tokens {
-            return Err(format!(
-                "max_tokens ({}) is not in 1..={}",
-                r.max_tokens, o.max_tokens
-            ));
+            return bad(
+                "max_tokens",
+                format!(
+                    "max_tokens ({}) is not in 1..={}",
+                    r.max_tokens, o.max_tokens
+                ),
+            );
         }
         if r.prompt.len() + r.max_tokens > o.context() {
-            return Err(format!(
-                "the prompt ({} tokens) and max_tokens ({}) need {} tokens of context; this \
+            return bad(
+                "prompt",
+                format!(
+                    "the prompt ({} tokens) and max_tokens ({}) need {} tokens of context; this \
                  server's context is {} tokens",
-                r.prompt.len(),
-                r.max_tokens,
-                r.prompt.len() + r.max_tokens,
-                o.context()
-            ));
+                    r.prompt.len(),
+                    r.max_tokens,
+                    r.prompt.len() + r.max_tokens,
+                    o.context()
+                ),
+            );
         }
         if let Some((t, _)) = r.logit_bias.iter().find(|(t, _)| *t as usize >= vocab) {
-            return Err(format!(
-                "logit_bias token {t} is outside the vocabulary of {vocab}"
-            ));
+            return bad(
+                "logit_bias",
+                format!("logit_bias token {t} is outside the vocabulary of {vocab}"),
+            );
         }
         if let Some((_, b)) = r.logit_bias.iter().find(|(_, b)| !b.is_finite()) {
-            return Err(format!("logit_bias {b} is not a finite number"));
+            return bad(
+                "logit_bias",
+                format!("logit_bias {b} is not a finite number"),
+            );
         }
-        r.penalties.check().map_err(|e| e.to_string())?;
-        r.sampling.check(vocab).map_err(|e| e.to_string())
+        if let Err(e) = r.penalties.check() {
+            return bad("penalties", e.to_string());
+        }
+        match r.sampling.check(vocab) {
+            Err(e) => bad("sampling", e.to_string()),
+            Ok(()) => Ok(()),
+        }
     }
 
     /// Drops request `id`, queued or decoding (its slot is free for the next step). Returns
@@ -369,15 +395,15 @@ impl<M: SlotModel> Scheduler<M> {
             .iter()
             .map(|(slot, _, r)| (*slot, r.prompt.clone()))
             .collect();
-        for (slot, id, r) in group.iter().cloned() {
-            self.cache.lookup(&r.prompt); // a miss, counted
+        let mut started = Vec::with_capacity(group.len());
+        for (slot, id, r) in group {
+            // A group holds no prompt that a cached prefix starts.
+            self.cache.miss(r.prompt.len());
             self.table[slot] = Some(running(id, r, None));
+            started.push(Event::Started { id, cached: 0 });
         }
         self.fill(&rows, false)?;
-        let started = group
-            .iter()
-            .map(|(_, id, _)| Event::Started { id: *id, cached: 0 });
-        Ok(Some(started.collect()))
+        Ok(Some(started))
     }
 
     /// Admits `q` into the first of `free` (from its cached prefix, else its first piece),

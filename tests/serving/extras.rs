@@ -15,7 +15,7 @@ use stablegraph::DType;
 
 use crate::alone;
 use crate::common::{self, client};
-use crate::families::options;
+use crate::families::{options, served};
 
 /// How far a served log-probability may be from the reference, which prefills the whole
 /// sequence (chunked) where the server steps token by token (recurrent): 3.5e-6 measured.
@@ -66,12 +66,7 @@ fn reference_logprobs(model: &dyn CausalLm, prompt: &[u32], tokens: &[u32]) -> V
 #[test]
 fn log_probabilities_are_the_log_softmax_of_the_models_logits() {
     for dir in common::one_fixture_per_family() {
-        let reference = family::load(&client(), &dir, DType::F32).unwrap();
-        let name = format!("{} ({})", dir.display(), reference.family());
-        let model = family::load(&client(), &dir, DType::F32).unwrap();
-        let mut s = Scheduler::new(model, options()).unwrap();
-        s.warm_up().unwrap();
-        let compiled = s.model().programs_compiled();
+        let (reference, name, mut s, compiled) = served(&dir, options());
         let prompt: Vec<u32> = (0..11).map(|j| (3 + j * 7 % 80) as u32).collect();
         let asked = Request {
             prompt: prompt.clone(),

@@ -10,7 +10,9 @@ use crate::common;
 use crate::{alone, drain};
 
 use common::client;
-use stablegraph::models::family;
+use std::path::Path;
+
+use stablegraph::models::family::{self, CausalLm};
 use stablegraph::models::{GenerateOptions, Sampling};
 use stablegraph::serving::{
     FinishReason, Request, Scheduler, SchedulerOptions, SlotModel, SubmitError,
@@ -40,15 +42,31 @@ pub(crate) fn options() -> SchedulerOptions {
     }
 }
 
+/// What [`served`] returns.
+pub(crate) type Served = (
+    Box<dyn CausalLm>,
+    String,
+    Scheduler<Box<dyn CausalLm>>,
+    usize,
+);
+
+/// The checkpoint in `dir` loaded twice: a reference for offline `generate`, and the model of
+/// a warmed-up scheduler with options `o`; with a name for messages and the programs the
+/// warm-up compiled.
+pub(crate) fn served(dir: &Path, o: SchedulerOptions) -> Served {
+    let reference = family::load(&client(), dir, DType::F32).unwrap();
+    let name = format!("{} ({})", dir.display(), reference.family());
+    let model = family::load(&client(), dir, DType::F32).unwrap();
+    let mut s = Scheduler::new(model, o).unwrap();
+    s.warm_up().unwrap();
+    let compiled = s.model().programs_compiled();
+    (reference, name, s, compiled)
+}
+
 #[test]
 fn every_family_serves_what_generate_gives_alone() {
     for dir in common::one_fixture_per_family() {
-        let reference = family::load(&client(), &dir, DType::F32).unwrap();
-        let name = format!("{} ({})", dir.display(), reference.family());
-        let model = family::load(&client(), &dir, DType::F32).unwrap();
-        let mut s = Scheduler::new(model, options()).unwrap();
-        s.warm_up().unwrap();
-        let compiled = s.model().programs_compiled();
+        let (reference, name, mut s, compiled) = served(&dir, options());
         let mut asked = Vec::new();
         for i in 0..7 {
             let r = Request {
@@ -132,7 +150,7 @@ fn a_request_beyond_the_context_is_refused_naming_it() {
         ..Default::default()
     };
     match s.submit(r(15, 10)) {
-        Err(SubmitError::Invalid(why)) => assert!(
+        Err(SubmitError::Invalid { message: why, .. }) => assert!(
             why.contains("25 tokens of context") && why.contains("context is 20 tokens"),
             "{why}"
         ),
@@ -152,16 +170,11 @@ fn every_family_reuses_a_cached_prefix_and_copies_n_choices() {
         p
     };
     for dir in common::one_fixture_per_family() {
-        let reference = family::load(&client(), &dir, DType::F32).unwrap();
-        let name = format!("{} ({})", dir.display(), reference.family());
-        let model = family::load(&client(), &dir, DType::F32).unwrap();
         let o = SchedulerOptions {
             prefix_cache_bytes: 64 << 20,
             ..options()
         };
-        let mut s = Scheduler::new(model, o).unwrap();
-        s.warm_up().unwrap();
-        let compiled = s.model().programs_compiled();
+        let (reference, name, mut s, compiled) = served(&dir, o);
         let first = Request {
             prompt: shared(3),
             max_tokens: 5,

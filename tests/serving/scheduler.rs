@@ -273,7 +273,9 @@ fn a_full_queue_and_bad_requests_are_refused_with_the_reason() {
     ];
     for (r, want) in cases {
         match s.submit(r) {
-            Err(SubmitError::Invalid(why)) => assert!(why.contains(want), "{why:?} lacks {want:?}"),
+            Err(SubmitError::Invalid { message: why, .. }) => {
+                assert!(why.contains(want), "{why:?} lacks {want:?}")
+            }
             other => panic!("expected a refusal naming {want:?}, got {other:?}"),
         }
     }

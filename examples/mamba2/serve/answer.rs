@@ -152,12 +152,8 @@ async fn admit(
             let e = ApiError::status(429, "rate_limit_error", SubmitError::QueueFull.to_string());
             return Err(refuse("queue_full", e));
         }
-        Some(Update::Refused(SubmitError::Invalid(why))) => {
-            let param = ["n (", "max_tokens", "logit_bias"]
-                .into_iter()
-                .find(|p| why.starts_with(p))
-                .map_or("prompt", |p| p.trim_end_matches(" ("));
-            return Err(refuse("invalid", ApiError::invalid(param, why)));
+        Some(Update::Refused(SubmitError::Invalid { field, message })) => {
+            return Err(refuse("invalid", ApiError::invalid(field, message)));
         }
         _ => return Err(refuse("failed", gone())),
     };

@@ -251,20 +251,23 @@ trait Slots: SlotFamily {
         self.slots_of(outs, like)
     }
 
+    /// Slot indices (each below the slots' count, so an i32) as an i32 buffer on the device.
+    fn slot_index(&self, index: &[usize]) -> Result<ShardedBuffer> {
+        let at: Vec<i32> = index.iter().map(|&i| i as i32).collect();
+        let at = HostArray::from_vec(&[at.len()], at)?;
+        self.device()
+            .client()
+            .sharded_buffer_from_host_array(&at, &Sharding::single())
+    }
+
     /// The state of the slots `index` names, as a state of as many rows.
     fn extract(&self, slots: &FamilySlots, index: &[usize]) -> Result<Self::State> {
         let n_slots = slots.logits.dims()[0];
         let program = self.extract_program(n_slots, index.len(), slots.capacity)?;
-        // Fits an i32: below n_slots.
-        let at: Vec<i32> = index.iter().map(|&i| i as i32).collect();
-        let at = HostArray::from_vec(&[at.len()], at)?;
         let mut args: Vec<(&str, &ShardedBuffer)> = Vec::new();
         let names = self.slot_names();
         args.extend(names.iter().map(String::as_str).zip(&slots.state));
-        let at = self
-            .device()
-            .client()
-            .sharded_buffer_from_host_array(&at, &Sharding::single())?;
+        let at = self.slot_index(index)?;
         args.push(("slot_index", &at));
         let rows = program.run_named(&[], &args)?;
         self.state_of_slot_rows(rows.into_iter().map(Value::Device).collect())
@@ -502,10 +505,7 @@ impl<F: SlotFamily + Send + Sync> SlotModel for F {
             )));
         }
         let program = self.snapshot_program(n_slots, slots.capacity)?;
-        let at = self.device().client().sharded_buffer_from_host_array(
-            &HostArray::from_vec(&[1], vec![slot as i32])?,
-            &Sharding::single(),
-        )?;
+        let at = self.slot_index(&[slot])?;
         let mut args: Vec<(&str, &ShardedBuffer)> = vec![("logits", &slots.logits)];
         let names = self.slot_names();
         args.extend(names.iter().map(String::as_str).zip(&slots.state));
@@ -532,10 +532,7 @@ impl<F: SlotFamily + Send + Sync> SlotModel for F {
         }
         let (capacity, like) = (slots.capacity, (slots.capacity, slots.context));
         let program = self.insert_program(n_slots, 1, capacity)?;
-        let at = self.device().client().sharded_buffer_from_host_array(
-            &HostArray::from_vec(&[1], vec![slot as i32])?,
-            &Sharding::single(),
-        )?;
+        let at = self.slot_index(&[slot])?;
         let names: Vec<String> = self.slot_names();
         let row_names: Vec<String> = names.iter().map(|n| format!("row_{n}")).collect();
         let mut args: Vec<(&str, &ShardedBuffer)> = vec![("logits", &slots.logits)];

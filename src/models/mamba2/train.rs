@@ -714,16 +714,12 @@ pub fn loss_and_grads(
         .checked_mul(cfg.chunk_size)
         .ok_or_else(|| bad_arg(op, "prompts", "are too long to pad"))?;
     let b = prompts.len();
-    // Every index of the packed prompts fits an i32.
-    b.checked_mul(len)
-        .filter(|&n| i32::try_from(n).is_ok())
-        .ok_or_else(|| bad_arg(op, "prompts", "are too many to address"))?;
     let Packed {
         ids,
         targets,
         mask,
         weights: lw,
-    } = pack(prompts, len);
+    } = pack(op, prompts, len)?;
     let g = Graph::new();
     let w = block::weight_parameters(&g, &types)?;
     let dims = [b, len];

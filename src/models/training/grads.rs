@@ -98,9 +98,16 @@ pub(crate) struct Packed {
     pub(crate) weights: Vec<f32>,
 }
 
-/// `prompts` (none longer than `len`) packed as [`Packed`] says.
-pub(crate) fn pack(prompts: &[Vec<u32>], len: usize) -> Packed {
-    let total = prompts.len() * len;
+/// `prompts` (none longer than `len`) packed as [`Packed`] says; an error naming `op` when
+/// their positions do not fit an i32 (the programs index them so).
+pub(crate) fn pack(op: &str, prompts: &[Vec<u32>], len: usize) -> Result<Packed> {
+    let total = prompts
+        .len()
+        .checked_mul(len)
+        .filter(|&n| i32::try_from(n).is_ok())
+        .ok_or_else(|| {
+            Error::InvalidArgument(format!("{op}: the prompts are too many to address"))
+        })?;
     let (mut ids, mut targets) = (vec![0i32; total], vec![0i32; total]);
     let (mut mask, mut lw) = (vec![0f32; total], vec![0f32; total]);
     for (r, p) in prompts.iter().enumerate() {
@@ -114,12 +121,12 @@ pub(crate) fn pack(prompts: &[Vec<u32>], len: usize) -> Packed {
             }
         }
     }
-    Packed {
+    Ok(Packed {
         ids,
         targets,
         mask,
         weights: lw,
-    }
+    })
 }
 
 /// The weights of `f` as parameters of `g`, named `w.<name>`, in order.
@@ -175,16 +182,12 @@ pub(crate) fn loss_and_grads<F: Trainable + ?Sized>(
     let longest = prompts.iter().map(Vec::len).max().unwrap_or(0);
     let (len, chunk) = padding(f.chunk(), longest);
     let b = prompts.len();
-    // Every index of the packed prompts fits an i32.
-    b.checked_mul(len)
-        .filter(|&n| i32::try_from(n).is_ok())
-        .ok_or_else(|| Error::InvalidArgument(format!("{op}: the prompts are too many")))?;
     let Packed {
         ids,
         targets,
         mask,
         weights: lw,
-    } = pack(prompts, len);
+    } = pack(&op, prompts, len)?;
     let g = Graph::with_target(Target::of(f.client()));
     let w = weight_parameters(&g, &types)?;
     let dims = [b, len];
