@@ -11,10 +11,13 @@
 //!    cache warmed by one of them first: time to each request's first token with the prefix
 //!    cache and without it, and whether their tokens are equal.
 //!
+//! 4. `wave`: eight prompts of mixed lengths (17-128 tokens, over every prompt bucket) arriving
+//!    together, 32 new tokens each: time to each first token (P50 and the last) and tokens/s.
+//!
 //! ```text
 //! cargo bench --bench serving             # about 5 minutes on 2 cores
 //! cargo bench --bench serving -- --quick  # fewer runs
-//! cargo bench --bench serving -- --only one # one section (one, eight, prefix)
+//! cargo bench --bench serving -- --only one # one section (one, eight, wave, prefix)
 //! ```
 
 mod common;
@@ -50,6 +53,16 @@ impl Setup {
 }
 
 fn scheduler(setup: &Setup, segment: usize, cache: usize) -> Result<Scheduler<Mamba2>> {
+    scheduler_with(setup, segment, cache, true)
+}
+
+/// [`scheduler`], prefill riding with decode or alternating with it.
+fn scheduler_with(
+    setup: &Setup,
+    segment: usize,
+    cache: usize,
+    mixed: bool,
+) -> Result<Scheduler<Mamba2>> {
     let model = setup.model()?;
     let o = SchedulerOptions {
         slots: 8,
@@ -57,6 +70,7 @@ fn scheduler(setup: &Setup, segment: usize, cache: usize) -> Result<Scheduler<Ma
         max_prompt: 1152,
         max_tokens: 64,
         prefix_cache_bytes: cache,
+        mixed,
         ..SchedulerOptions::default()
     };
     let mut s = Scheduler::new(model, o)?;
@@ -168,6 +182,61 @@ fn eight(s: &mut Scheduler<Mamba2>, runs: usize) -> Result<String> {
     ]))
 }
 
+/// Section 4: eight prompts of mixed lengths (arriving together, then four more while they
+/// decode), prefill riding with decode against alternating with it.
+fn wave(setup: &Setup, mixed: &mut Scheduler<Mamba2>, runs: usize) -> Result<String> {
+    let lens = [17, 33, 50, 70, 90, 100, 115, 128];
+    let requests: Vec<Request> = lens
+        .iter()
+        .enumerate()
+        .map(|(i, &l)| greedy(prompt(l, 200 + i), 32))
+        .collect();
+    let mut alternating = scheduler_with(setup, 4, 0, false)?;
+    let mut figures = [
+        (Vec::new(), Vec::new(), Vec::new()),
+        (Vec::new(), Vec::new(), Vec::new()),
+    ];
+    let mut tokens = [Vec::new(), Vec::new()];
+    for _ in 0..runs {
+        for (k, s) in [&mut *mixed, &mut alternating].into_iter().enumerate() {
+            let t = Instant::now();
+            let out = serve(s, &requests)?;
+            let made: usize = out.iter().map(|r| r.0.len()).sum();
+            let f = sorted(out.iter().map(|r| r.1).collect());
+            figures[k].0.push(median(&f));
+            figures[k].1.push(f[f.len() - 1]);
+            figures[k].2.push(made as f64 / secs_since(t));
+            tokens[k] = out.into_iter().map(|r| r.0).collect();
+        }
+    }
+    ensure!(
+        tokens[0] == tokens[1],
+        "riding with decode changed the tokens"
+    );
+    let mut json = vec![("section", "\"wave\"".to_string())];
+    let names = [
+        ("riding with decode", "mixed"),
+        ("alternating", "alternating"),
+    ];
+    for ((name, key), (p50, last, tps)) in names.iter().zip(figures) {
+        let (p50, last, tps) = (
+            median(&sorted(p50)),
+            median(&sorted(last)),
+            median(&sorted(tps)),
+        );
+        println!("eight prompts of 17-128 tokens arriving together (32 new tokens each), prefill {name}: time to first token P50 {p50:.2} s, last {last:.2} s; {tps:.1} tokens/s (medians of {runs})");
+        json.push((
+            key,
+            json_object(&[
+                ("ttft_p50_s", json_number(p50)),
+                ("ttft_last_s", json_number(last)),
+                ("tps", json_number(tps)),
+            ]),
+        ));
+    }
+    Ok(json_object(&json))
+}
+
 /// Section 3: time to first token of eight prompts sharing a 1,024-token prefix.
 fn prefix(setup: &Setup, plain: &mut Scheduler<Mamba2>, runs: usize) -> Result<String> {
     let shared = prompt(1024, 99);
@@ -223,6 +292,9 @@ fn main() -> Result<()> {
     }
     if wanted("eight") {
         figures.push(eight(&mut s4, runs)?);
+    }
+    if wanted("wave") {
+        figures.push(wave(&setup, &mut s4, runs)?);
     }
     if wanted("prefix") {
         figures.push(prefix(&setup, &mut s4, runs.min(3))?);

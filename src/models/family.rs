@@ -17,7 +17,9 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::optim::AdamW;
 use crate::runtime::Client;
-use crate::serving::{AnySlots, AnySnapshot, DynSlotModel, Segment, SegmentOutput, SlotModel};
+use crate::serving::{
+    AnySlots, AnySnapshot, DynSlotModel, Piece, Segment, SegmentOutput, SlotModel,
+};
 
 /// A causal language model of any family on a device: prompts in, logits and tokens out, and
 /// the state after them to continue from. `Send + Sync`: one loaded model can serve many
@@ -228,6 +230,20 @@ impl SlotModel for Box<dyn CausalLm> {
     }
     fn programs_compiled(&self) -> usize {
         self.as_slots().programs_compiled()
+    }
+    fn mixes(&self) -> bool {
+        self.as_slots().mixes()
+    }
+    fn run_mixed(
+        &self,
+        slots: AnySlots,
+        pieces: &[Piece],
+        segment: &Segment,
+    ) -> Result<(AnySlots, SegmentOutput)> {
+        self.as_slots().run_mixed(slots, pieces, segment)
+    }
+    fn prepare_mixed(&self, slots: usize, rows: usize, bucket: usize) -> Result<()> {
+        self.as_slots().prepare_mixed(slots, rows, bucket)
     }
     type Snapshot = AnySnapshot;
     fn snapshot(&self, slots: &AnySlots, slot: usize) -> Result<AnySnapshot> {

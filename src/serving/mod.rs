@@ -14,6 +14,7 @@ pub mod openai;
 mod prefix_cache;
 mod request;
 mod scheduler;
+mod table;
 
 pub use request::{
     Event, FinishReason, Request, RequestId, SchedulerOptions, SchedulerStats, SubmitError,
@@ -64,6 +65,17 @@ pub struct StepLogprobs {
     pub logprob: f32,
     /// The most likely tokens and their log-probabilities, most likely first.
     pub top: Vec<(u32, f32)>,
+}
+
+/// One piece of a prompt that a mixed call ([`SlotModel::run_mixed`]) feeds into a slot.
+#[derive(Debug, Clone, Copy)]
+pub struct Piece<'a> {
+    /// The slot.
+    pub slot: usize,
+    /// The piece's tokens.
+    pub tokens: &'a [u32],
+    /// It starts the prompt (from an empty state); else it continues what the slot holds.
+    pub fresh: bool,
 }
 
 /// What a segment call returns.
@@ -124,6 +136,31 @@ pub trait SlotModel {
     ) -> Result<(Self::Slots, SegmentOutput)>;
     /// How many programs the model has compiled so far.
     fn programs_compiled(&self) -> usize;
+    /// Whether [`SlotModel::run_mixed`] runs: prefill that rides with decode (no by default).
+    fn mixes(&self) -> bool {
+        false
+    }
+    /// Prefill riding with decode, one call: each of `pieces` (one prompt bucket, distinct
+    /// slots not decoding) fed into its slot, and one decode step for `segment`'s active slots
+    /// (its `steps` 1, without extras), every token-wise product over both at once. The slots
+    /// are donated, as in [`SlotModel::fill_slots`]. An error for a model that does not mix.
+    fn run_mixed(
+        &self,
+        slots: Self::Slots,
+        pieces: &[Piece],
+        segment: &Segment,
+    ) -> Result<(Self::Slots, SegmentOutput)> {
+        let _ = (slots, pieces, segment);
+        Err(Error::InvalidArgument(
+            "this model has no mixed program (prefill does not ride with decode)".into(),
+        ))
+    }
+    /// Compiles, without running, the mixed programs (greedy and sampled) for `rows` pieces
+    /// of bucket `bucket` into `slots` slots; nothing for a model that does not mix.
+    fn prepare_mixed(&self, slots: usize, rows: usize, bucket: usize) -> Result<()> {
+        let _ = (slots, rows, bucket);
+        Ok(())
+    }
     /// One slot's state and next-token logits, copied out of the slots (the prefix cache keeps
     /// them; `n` choices start from copies of one prefilled prompt).
     type Snapshot;
@@ -234,6 +271,17 @@ pub trait DynSlotModel {
     fn run_segment(&self, slots: AnySlots, segment: &Segment) -> Result<(AnySlots, SegmentOutput)>;
     /// [`SlotModel::programs_compiled`].
     fn programs_compiled(&self) -> usize;
+    /// [`SlotModel::mixes`].
+    fn mixes(&self) -> bool;
+    /// [`SlotModel::run_mixed`].
+    fn run_mixed(
+        &self,
+        slots: AnySlots,
+        pieces: &[Piece],
+        segment: &Segment,
+    ) -> Result<(AnySlots, SegmentOutput)>;
+    /// [`SlotModel::prepare_mixed`].
+    fn prepare_mixed(&self, slots: usize, rows: usize, bucket: usize) -> Result<()>;
     /// [`SlotModel::snapshot`].
     fn snapshot(&self, slots: &AnySlots, slot: usize) -> Result<AnySnapshot>;
     /// [`SlotModel::restore`].
@@ -288,6 +336,21 @@ where
     }
     fn programs_compiled(&self) -> usize {
         SlotModel::programs_compiled(self)
+    }
+    fn mixes(&self) -> bool {
+        SlotModel::mixes(self)
+    }
+    fn run_mixed(
+        &self,
+        slots: AnySlots,
+        pieces: &[Piece],
+        segment: &Segment,
+    ) -> Result<(AnySlots, SegmentOutput)> {
+        let (slots, out) = SlotModel::run_mixed(self, slots.take()?, pieces, segment)?;
+        Ok((AnySlots(Box::new(slots)), out))
+    }
+    fn prepare_mixed(&self, slots: usize, rows: usize, bucket: usize) -> Result<()> {
+        SlotModel::prepare_mixed(self, slots, rows, bucket)
     }
     fn snapshot(&self, slots: &AnySlots, slot: usize) -> Result<AnySnapshot> {
         let slots = slots.0.downcast_ref::<M::Slots>().ok_or_else(other_model)?;

@@ -76,6 +76,12 @@ pub struct SchedulerOptions {
     /// tokens before it; a request whose prompt starts with a kept prefix starts from its state
     /// and prefills only the rest. The tokens are those without the cache.
     pub prefix_cache_bytes: usize,
+    /// Prefill rides with decode where the model can ([`super::SlotModel::mixes`]: Mamba-2): a
+    /// step feeds one group of prompt pieces and takes one decode step for the other slots in
+    /// one call, sharing its products. Else (the default: it measured slower on the CPU
+    /// plugin, see docs/serving.md; and when a decoding slot asks for penalties, a bias or
+    /// log-probabilities) a step prefills, then runs a segment.
+    pub mixed: bool,
 }
 
 impl SchedulerOptions {
@@ -90,7 +96,7 @@ impl SchedulerOptions {
 impl Default for SchedulerOptions {
     /// 8 slots, segments of 4 steps, 64 queued, prefill 4 at a time in pieces of up to 128
     /// tokens, prompts up to 2,048 tokens and up to 2,048 new tokens, no `eos`, a context of
-    /// both, a prefix cache of 1 GiB.
+    /// both, a prefix cache of 1 GiB, prefill alternating with decode.
     fn default() -> Self {
         SchedulerOptions {
             slots: 8,
@@ -103,6 +109,7 @@ impl Default for SchedulerOptions {
             eos: None,
             max_context: None,
             prefix_cache_bytes: 1 << 30,
+            mixed: false,
         }
     }
 }
@@ -187,8 +194,11 @@ pub struct SchedulerStats {
     pub active: usize,
     /// Segment calls run.
     pub segments: u64,
-    /// Prefill calls run.
+    /// Prefill calls run (mixed calls included).
     pub prefills: u64,
+    /// Calls in which prefill rode with decode (each also counted as a segment and a
+    /// prefill).
+    pub mixed: u64,
     /// Prompt tokens prefilled.
     pub prompt_tokens: u64,
     /// Tokens generated and returned.

@@ -7,50 +7,10 @@ use super::prefix_cache::PrefixCache;
 use super::request::{
     Event, FinishReason, Request, RequestId, SchedulerOptions, SchedulerStats, SubmitError,
 };
-use super::{Extras, Segment, SegmentOutput, SlotModel};
+use super::table::{extras_of, running, Queued, Running};
+use super::{Extras, Piece, Segment, SegmentOutput, SlotModel};
 use crate::error::{Error, Result};
-use crate::sampling::{Penalties, Sampling};
-
-/// A request in a slot.
-#[derive(Debug)]
-struct Running {
-    id: RequestId,
-    /// Tokens still to make.
-    remaining: usize,
-    /// It has made no token yet.
-    fresh: bool,
-    /// What it asked for (`max_tokens` as asked).
-    request: Request,
-    /// The prompt's tokens in its slot's state so far.
-    fed: usize,
-    key: [u32; 2],
-    /// The tokens it made, when its penalties read them.
-    made: Vec<u32>,
-    /// A later choice of a request for several: the slot of its first choice, whose state it
-    /// takes once that prompt is in.
-    copy_of: Option<usize>,
-}
-
-impl Running {
-    /// Its prompt is in: it decodes.
-    fn ready(&self) -> bool {
-        self.fed == self.request.prompt.len()
-    }
-
-    /// It is fed pieces of its own prompt.
-    fn feeding(&self) -> bool {
-        !self.ready() && self.copy_of.is_none()
-    }
-}
-
-/// Queued requests: one prompt and the ids of its choices (one unless `n` was asked for), each
-/// with its own sampling ([`Sampling::for_choice`]).
-#[derive(Debug)]
-struct Queued {
-    ids: Vec<RequestId>,
-    samplings: Vec<Sampling>,
-    request: Request,
-}
+use crate::sampling::Sampling;
 
 /// Continuous batching over a [`SlotModel`]: [`Scheduler::submit`] queues a request,
 /// [`Scheduler::step`] admits queued requests into free slots (prompts of one bucket prefilled
@@ -125,7 +85,8 @@ impl<M: SlotModel> Scheduler<M> {
     /// row subset), the snapshot and restore programs (the prefix cache, `n` choices) and, for
     /// every prompt bucket up to `max_prompt` and `prompt_piece` and every prefill group size
     /// (the powers of two up to `prefill_batch` and `slots`), the prefill and insert programs
-    /// (and, for prompts fed in pieces, the continuing ones), without running them. After it,
+    /// (and, for prompts fed in pieces, the continuing ones; riding with decode, the mixed
+    /// ones), without running them. After it,
     /// requests compile nothing. Returns how many settings it prepared.
     pub fn warm_up(&mut self) -> Result<usize> {
         let o = &self.options;
@@ -142,10 +103,14 @@ impl<M: SlotModel> Scheduler<M> {
             .take_while(|&g| g <= most)
             .collect();
         let pieces = o.max_prompt > o.prompt_piece;
+        let mixing = self.mixing();
         for &b in &buckets {
             for &g in &sizes {
                 self.model
                     .prepare_fill(o.slots, o.context(), g, b, pieces)?;
+                if mixing {
+                    self.model.prepare_mixed(o.slots, g, b)?;
+                }
             }
         }
         self.model
@@ -345,9 +310,12 @@ impl<M: SlotModel> Scheduler<M> {
     /// ([`Event::Failed`]) and reopens the slots; only an error reopening them is returned.
     pub fn step(&mut self) -> Result<Vec<Event>> {
         let mut events = Vec::new();
-        if let Some(rows) = self.next_pieces() {
-            if let Err(e) = self.fill(&rows, true) {
-                events.extend(self.reopen(&e)?);
+        let mixing = self.mixing();
+        if !mixing {
+            if let Some(rows) = self.next_pieces() {
+                if let Err(e) = self.fill(&rows) {
+                    events.extend(self.reopen(&e)?);
+                }
             }
         }
         loop {
@@ -360,13 +328,39 @@ impl<M: SlotModel> Scheduler<M> {
         if let Err(e) = self.settle_copies(&mut events) {
             events.extend(self.reopen(&e)?);
         }
-        if self.table.iter().flatten().any(Running::ready) {
-            match self.run() {
-                Ok(mut decoded) => events.append(&mut decoded),
-                Err(e) => events.extend(self.reopen(&e)?),
-            }
+        let pieces = match mixing {
+            true => self.next_pieces(),
+            false => None,
+        };
+        let ready = self.table.iter().flatten().any(Running::ready);
+        let result = match pieces {
+            // Decoding rides with the pieces, one step, when no row needs an extras segment.
+            Some(rows) if ready && !self.needs_extras() => self.run(Some(&rows)),
+            Some(rows) => self.fill(&rows).and_then(|()| match ready {
+                true => self.run(None),
+                false => Ok(Vec::new()),
+            }),
+            None if ready => self.run(None),
+            None => Ok(Vec::new()),
+        };
+        match result {
+            Ok(mut decoded) => events.append(&mut decoded),
+            Err(e) => events.extend(self.reopen(&e)?),
         }
         Ok(events)
+    }
+
+    /// Whether prefill rides with decode: asked for, and the model can.
+    fn mixing(&self) -> bool {
+        self.options.mixed && self.model.mixes()
+    }
+
+    /// Whether a decoding row asks for penalties, a bias or log-probabilities.
+    fn needs_extras(&self) -> bool {
+        self.table
+            .iter()
+            .flatten()
+            .any(|r| r.ready() && r.request.needs_extras())
     }
 
     /// Admits the queue's head (a request for several choices, or one whose prompt starts
@@ -402,7 +396,10 @@ impl<M: SlotModel> Scheduler<M> {
             self.table[slot] = Some(running(id, r, None));
             started.push(Event::Started { id, cached: 0 });
         }
-        self.fill(&rows, false)?;
+        // Riding with decode, the first pieces wait for the step's mixed call.
+        if !self.mixing() {
+            self.fill(&rows)?;
+        }
         Ok(Some(started))
     }
 
@@ -425,6 +422,7 @@ impl<M: SlotModel> Scheduler<M> {
         for (k, (id, r)) in requests.enumerate() {
             self.table[free[k + 1]] = Some(running(id, r, Some(first)));
         }
+        let mixing = self.mixing();
         let cached = match self.cache.lookup(&prompt) {
             Some((len, snapshot)) => {
                 let slots = self.slots.take().ok_or_else(lost)?;
@@ -435,8 +433,9 @@ impl<M: SlotModel> Scheduler<M> {
                 self.stats.cached_tokens += len as u64;
                 len
             }
+            None if mixing => 0,
             None => {
-                self.fill(&[(first, prompt)], false)?;
+                self.fill(&[(first, prompt)])?;
                 0
             }
         };
@@ -478,8 +477,8 @@ impl<M: SlotModel> Scheduler<M> {
     }
 
     /// The rows whose prompts are still being fed, for their next piece: the first such row
-    /// and the next ones whose piece has its bucket, up to `prefill_batch` (rounded down to a
-    /// power of two).
+    /// and the next ones whose piece has its bucket and, like it, starts its prompt or not, up
+    /// to `prefill_batch` (rounded down to a power of two).
     fn next_pieces(&self) -> Option<Vec<(usize, Vec<u32>)>> {
         let chunk = self.options.prompt_piece;
         let waiting: Vec<(usize, Vec<u32>)> = self
@@ -492,30 +491,42 @@ impl<M: SlotModel> Scheduler<M> {
                 Some((i, rest[..rest.len().min(chunk)].to_vec()))
             })
             .collect();
-        let bucket = |p: &[u32]| self.model.prompt_bucket(p.len()).ok();
-        let first = bucket(&waiting.first()?.1);
+        let kind = |(slot, p): &(usize, Vec<u32>)| {
+            let fresh = self.table[*slot].as_ref().is_some_and(|r| r.fed == 0);
+            (self.model.prompt_bucket(p.len()).ok(), fresh)
+        };
+        let first = kind(waiting.first()?);
         let mut group: Vec<(usize, Vec<u32>)> = waiting
             .into_iter()
-            .filter(|(_, p)| bucket(p) == first)
+            .filter(|row| kind(row) == first)
             .take(self.options.prefill_batch)
             .collect();
         group.truncate(1 << group.len().ilog2());
         Some(group)
     }
 
-    /// Prefills the next piece of each row's prompt into its slot (`continued`: after the
-    /// pieces before it; `rows` hold the rest of each prompt, or more), counts it as fed, and
-    /// keeps the state after each whole block of a prompt in the prefix cache.
-    fn fill(&mut self, rows: &[(usize, Vec<u32>)], continued: bool) -> Result<()> {
+    /// Prefills the next piece of each row's prompt into its slot (`rows` hold the rest of
+    /// each prompt, or more; all start their prompts, or none does), then [`Self::fed`].
+    fn fill(&mut self, rows: &[(usize, Vec<u32>)]) -> Result<()> {
         let chunk = self.options.prompt_piece;
         let pieces: Vec<(usize, &[u32])> = rows
             .iter()
             .map(|(slot, p)| (*slot, &p[..p.len().min(chunk)]))
             .collect();
+        let continued = rows
+            .first()
+            .and_then(|(slot, _)| self.table[*slot].as_ref())
+            .is_some_and(|r| r.fed > 0);
         let slots = self.take_slots()?;
         self.slots = Some(self.model.fill_slots(slots, &pieces, continued)?);
+        self.fed(&pieces)
+    }
+
+    /// Counts each row's piece (a slot and the piece fed into it) as fed, and keeps the state
+    /// after each whole block of a prompt in the prefix cache.
+    fn fed(&mut self, pieces: &[(usize, &[u32])]) -> Result<()> {
         self.stats.prefills += 1;
-        for (slot, piece) in &pieces {
+        for (slot, piece) in pieces {
             self.stats.prompt_tokens += piece.len() as u64;
             let Some(r) = self.table[*slot].as_mut() else {
                 continue;
@@ -565,8 +576,9 @@ impl<M: SlotModel> Scheduler<M> {
         group.reverse();
         Some(group)
     }
-    /// One segment over the slots in use; the events it makes.
-    fn run(&mut self) -> Result<Vec<Event>> {
+    /// One segment over the slots in use, or with `pieces` one step riding with the pieces'
+    /// prefill ([`SlotModel::run_mixed`]); the events it makes.
+    fn run(&mut self, pieces: Option<&[(usize, Vec<u32>)]>) -> Result<Vec<Event>> {
         let n = self.table.len();
         // The rows whose prompts are in; a row still being prefilled waits.
         fn decoding(s: &Option<Running>) -> Option<&Running> {
@@ -591,7 +603,7 @@ impl<M: SlotModel> Scheduler<M> {
             .map(|r| r.remaining)
             .max();
         let first = self.table.iter().filter_map(decoding).any(|r| r.fresh);
-        let steps = match first {
+        let steps = match first || pieces.is_some() {
             true => 1,
             false => longest.unwrap_or(1).min(self.options.segment),
         };
@@ -610,8 +622,27 @@ impl<M: SlotModel> Scheduler<M> {
                 context,
             }),
         };
+        let chunk = self.options.prompt_piece;
+        let fed: Vec<(usize, &[u32])> = pieces
+            .unwrap_or_default()
+            .iter()
+            .map(|(slot, p)| (*slot, &p[..p.len().min(chunk)]))
+            .collect();
         let slots = self.take_slots()?;
-        let (slots, out) = self.model.run_segment(slots, &segment)?;
+        let (slots, out) = match pieces {
+            Some(_) => {
+                let pieces: Vec<Piece> = fed
+                    .iter()
+                    .map(|&(slot, tokens)| Piece {
+                        slot,
+                        tokens,
+                        fresh: self.table[slot].as_ref().is_some_and(|r| r.fed == 0),
+                    })
+                    .collect();
+                self.model.run_mixed(slots, &pieces, &segment)?
+            }
+            None => self.model.run_segment(slots, &segment)?,
+        };
         self.slots = Some(slots);
         self.stats.segments += 1;
         if out.tokens.len() != n || out.keys.len() != n {
@@ -619,7 +650,13 @@ impl<M: SlotModel> Scheduler<M> {
                 "a segment returned the wrong number of rows".into(),
             ));
         }
-        Ok(self.take_output(out))
+        // The decoding rows' tokens first: the pieces' rows are not ready yet.
+        let events = self.take_output(out);
+        if pieces.is_some() {
+            self.stats.mixed += 1;
+            self.fed(&fed)?;
+        }
+        Ok(events)
     }
 
     /// The events of a segment's output: each decoding row's new tokens (up to `eos` or its
@@ -696,52 +733,6 @@ impl<M: SlotModel> Scheduler<M> {
     }
 }
 
-/// A request in a slot, its prompt not fed yet (a later choice: waiting for slot `copy_of`).
-fn running(id: RequestId, r: Request, copy_of: Option<usize>) -> Running {
-    Running {
-        id,
-        remaining: r.max_tokens,
-        fresh: true,
-        key: r.sampling.key(),
-        request: r,
-        fed: 0,
-        made: Vec::new(),
-        copy_of,
-    }
-}
-
 fn lost() -> Error {
     Error::InvalidArgument("the scheduler's slots were lost to an earlier error".into())
-}
-
-/// Per slot, what an extras segment takes, when a decoding row asks for penalties, a bias or
-/// log-probabilities: each row's penalties, bias and context (prompt and tokens made, for
-/// rows with penalties).
-#[allow(clippy::type_complexity)]
-fn extras_of(
-    rows: &[Option<&Running>],
-) -> Option<(Vec<Penalties>, Vec<Vec<(u32, f32)>>, Vec<Vec<u32>>)> {
-    if !rows.iter().flatten().any(|r| r.request.needs_extras()) {
-        return None;
-    }
-    let penalties = rows
-        .iter()
-        .map(|r| r.map_or(Penalties::NONE, |r| r.request.penalties))
-        .collect();
-    let bias = rows
-        .iter()
-        .map(|r| r.map_or(Vec::new(), |r| r.request.logit_bias.clone()))
-        .collect();
-    let context = rows
-        .iter()
-        .map(|r| match r {
-            Some(r) if !r.request.penalties.is_off() => {
-                let mut c = r.request.prompt.clone();
-                c.extend(&r.made);
-                c
-            }
-            _ => Vec::new(),
-        })
-        .collect();
-    Some((penalties, bias, context))
 }

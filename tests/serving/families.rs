@@ -39,6 +39,7 @@ pub(crate) fn options() -> SchedulerOptions {
         eos: None,
         max_context: None,
         prefix_cache_bytes: 0,
+        mixed: false,
     }
 }
 

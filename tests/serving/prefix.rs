@@ -31,6 +31,7 @@ fn options(cache: usize) -> SchedulerOptions {
         eos: None,
         max_context: None,
         prefix_cache_bytes: cache,
+        mixed: false,
     }
 }
 

@@ -33,6 +33,7 @@ fn options(slots: usize, segment: usize) -> SchedulerOptions {
         eos: None,
         max_context: None,
         prefix_cache_bytes: 0,
+        mixed: false,
     }
 }
 
@@ -72,6 +73,67 @@ fn greedy_requests_joining_and_leaving_equal_generate_alone() {
     assert_eq!(stats.generated_tokens, made as u64);
     // After the warm-up, the workload compiled nothing.
     assert_eq!(s.model().programs_compiled(), compiled);
+}
+
+/// Prefill riding with decode (one call: a group of prompt pieces and one step of the rows
+/// decoding) gives the tokens that alternating prefill and segments gives, greedy and seeded,
+/// for prompts fed in one piece and in several, with the prefix cache on.
+#[test]
+fn prefill_riding_with_decode_gives_the_tokens_of_alternation() {
+    let run = |mixed: bool| {
+        let o = SchedulerOptions {
+            max_prompt: 24,
+            prompt_piece: 8,
+            prefix_cache_bytes: 1 << 20,
+            mixed,
+            ..options(4, 3)
+        };
+        let mut s = Scheduler::new(tiny_model(DType::F32), o).unwrap();
+        s.warm_up().unwrap();
+        let compiled = s.model().programs_compiled();
+        let mut out = BTreeMap::new();
+        // Requests arrive while others decode, so that pieces meet decoding rows.
+        for wave in 0..3 {
+            for i in 0..4 {
+                let k = wave * 4 + i;
+                let sampling = match k % 3 {
+                    0 => Sampling::Greedy,
+                    _ => Sampling::Sample {
+                        temperature: 0.9,
+                        top_k: 0,
+                        top_p: 1.0,
+                        seed: k as u64,
+                    },
+                };
+                let r = Request {
+                    prompt: prompt(k + 1),
+                    max_tokens: 4 + k % 6,
+                    sampling,
+                    ..Default::default()
+                };
+                s.submit(r).unwrap();
+            }
+            for e in s.step().unwrap() {
+                if let Event::Tokens { id, tokens, .. } = e {
+                    out.entry(id).or_insert_with(Vec::new).extend(tokens);
+                }
+            }
+        }
+        for (id, (tokens, reason)) in drain(&mut s) {
+            assert_eq!(reason, Some(FinishReason::Length), "request {id}");
+            out.entry(id).or_insert_with(Vec::new).extend(tokens);
+        }
+        assert_eq!(s.model().programs_compiled(), compiled);
+        (out, s.stats())
+    };
+    let (mixed, with) = run(true);
+    let (alternating, without) = run(false);
+    assert_eq!(mixed.len(), 12);
+    assert_eq!(mixed, alternating);
+    assert!(with.mixed > 0, "no call mixed prefill with decode");
+    assert_eq!(without.mixed, 0);
+    // Mixed calls are both: fewer calls for the same work.
+    assert!(with.segments + with.prefills - with.mixed < without.segments + without.prefills);
 }
 
 #[test]

@@ -124,6 +124,11 @@ impl Metrics {
             ),
             ("segments_total", "Segment program calls.", s.segments),
             (
+                "mixed_calls_total",
+                "Calls in which prefill rode with decode (--mixed).",
+                s.mixed,
+            ),
+            (
                 "prefix_cache_hits_total",
                 "Requests whose prompt started with a cached prefix.",
                 s.prefix_hits,

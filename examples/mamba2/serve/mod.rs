@@ -81,6 +81,11 @@ pub(crate) struct ServeArgs {
     /// prefills only the rest (the same tokens as without the cache).
     #[arg(long, value_name = "MIB", default_value_t = 1024)]
     prefix_cache_mb: usize,
+    /// Prefill rides with decode (Mamba-2): a step feeds a group of prompt pieces and takes
+    /// one decode step for the other slots in one program call. By default (and for other
+    /// families) pieces run between decode segments, which measured faster on CPU.
+    #[arg(long)]
+    mixed: bool,
     /// The largest request body, in bytes; larger ones are refused before they are read.
     #[arg(long, default_value_t = 1 << 20)]
     max_body: usize,
@@ -139,6 +144,7 @@ pub(crate) fn serve(a: ServeArgs) -> Result<()> {
         eos: a.eos,
         max_context: a.max_context,
         prefix_cache_bytes: a.prefix_cache_mb.saturating_mul(1 << 20),
+        mixed: a.mixed,
     };
     let opened = a.model.open_any(false)?;
     let (template, stop_ids) = chat_setup(&opened.source)?;

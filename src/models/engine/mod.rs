@@ -7,6 +7,7 @@
 pub(crate) mod host;
 mod placement;
 mod programs;
+mod slot_inputs;
 pub(crate) mod slots;
 
 pub(crate) use host::*;
@@ -188,7 +189,7 @@ pub(crate) struct Picker {
 impl Picker {
     /// One token per row from `logits` (penalised for `history` when penalties are on), `eos`
     /// for the rows in `done`; and the key for the next draw.
-    fn pick(
+    pub(crate) fn pick(
         &self,
         logits: &Tensor,
         done: &Tensor,

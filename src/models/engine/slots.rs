@@ -8,15 +8,17 @@
 
 use super::host::host_input;
 use super::programs::{call, Named, Value};
-use super::{bucket_chunks, last_position, scatter_rows, Device, Family, Prefilled, LOGPROB_TOP};
+use super::slot_inputs::{
+    check_mixed, extras_inputs, piece_inputs, read_logprobs, sampled, segment_controls,
+};
+use super::{bucket_chunks, last_position, scatter_rows, Device, Family, Prefilled};
 use crate::array::HostArray;
 use crate::compiled::CompiledGraph;
 use crate::dtype::{DType, TensorType};
 use crate::error::{Error, Result};
 use crate::ops::Graph;
 use crate::runtime::ShardedBuffer;
-use crate::sampling::{PenaltySettings, SampleSettings, Sampling, TokenHistory};
-use crate::serving::{check_segment, Extras, Segment, SegmentOutput, SlotModel, StepLogprobs};
+use crate::serving::{check_segment, Piece, Segment, SegmentOutput, SlotModel};
 use crate::sharding::Sharding;
 
 /// The positions a prompt bucket grows by: buckets are this times 1, 2, 3, 4, 6, 8, 12, ...
@@ -79,6 +81,27 @@ pub(crate) trait SlotFamily: Family {
         continued: bool,
         capacity: usize,
     ) -> Result<()>;
+    /// Whether the family has a mixed program ([`SlotFamily::slot_mixed_program`]); none by
+    /// default.
+    fn slot_mixes(&self) -> bool {
+        false
+    }
+    /// The mixed program over `slots` slots ([`SlotModel::run_mixed`]): one decode step for
+    /// the rows not `done`, a piece of `len` positions for `rows` others, greedy or `sample`d;
+    /// parameters and outputs as Mamba-2's `mixed_graph` says. An error by default.
+    fn slot_mixed_program(
+        &self,
+        slots: usize,
+        rows: usize,
+        len: usize,
+        sample: bool,
+    ) -> Result<CompiledGraph> {
+        let _ = (slots, rows, len, sample);
+        Err(Error::InvalidArgument(format!(
+            "{}: prefill does not ride with decode for this family",
+            self.family()
+        )))
+    }
     /// Its programs on the device.
     fn device(&self) -> &dyn Device;
 }
@@ -428,11 +451,7 @@ impl<F: SlotFamily + Send + Sync> SlotModel for F {
     ) -> Result<(FamilySlots, SegmentOutput)> {
         let n = slots.logits.dims()[0];
         check_segment(segment, n)?;
-        let sample = segment
-            .active
-            .iter()
-            .zip(segment.sampling)
-            .any(|(a, s)| *a && matches!(s, Sampling::Sample { .. }));
+        let sample = sampled(segment);
         // The rows to decode: the active ones, padded with inactive ones (held) to a power of
         // two; all rows when that is every slot.
         // With extras, every slot.
@@ -494,6 +513,62 @@ impl<F: SlotFamily + Send + Sync> SlotModel for F {
 
     fn programs_compiled(&self) -> usize {
         self.device().compiled()
+    }
+
+    fn mixes(&self) -> bool {
+        self.slot_mixes()
+    }
+
+    fn run_mixed(
+        &self,
+        slots: FamilySlots,
+        pieces: &[Piece],
+        segment: &Segment,
+    ) -> Result<(FamilySlots, SegmentOutput)> {
+        let n = slots.logits.dims()[0];
+        let bucket = check_mixed(self, pieces, segment, n)?;
+        let sample = sampled(segment);
+        let program = self.slot_mixed_program(n, pieces.len(), bucket, sample)?;
+        let (n_state, like) = (slots.state.len(), (slots.capacity, slots.context));
+        let mut inputs = self.slot_inputs(slots);
+        let all: Vec<usize> = (0..n).collect();
+        let controls = segment_controls(self, segment, &all, None, sample)?;
+        inputs.extend(controls.into_iter().filter(|(name, _)| name != "max_steps"));
+        inputs.extend(piece_inputs(pieces, bucket)?);
+        let outs = call(
+            self.device().client(),
+            &program,
+            &self.weight_buffers(),
+            inputs,
+        )?;
+        let mut outs = outs.into_iter();
+        let missing = || Error::InvalidArgument("a mixed program returned too little".into());
+        let tokens = outs.next().ok_or_else(missing)?.to_vec::<i32>()?;
+        let state: Vec<ShardedBuffer> = outs.by_ref().take(1 + n_state).collect();
+        let new_keys = outs.next().ok_or_else(missing)?.to_vec::<u32>()?;
+        if state.len() != 1 + n_state || tokens.len() != n || new_keys.len() != 2 * n {
+            return Err(missing());
+        }
+        let idle = segment.eos.unwrap_or(0);
+        let mut out = SegmentOutput {
+            tokens: vec![vec![idle]; n],
+            keys: segment.keys.to_vec(),
+            logprobs: Vec::new(),
+        };
+        for r in (0..n).filter(|&r| segment.active[r]) {
+            out.tokens[r] = vec![tokens[r] as u32];
+            out.keys[r] = [new_keys[2 * r], new_keys[2 * r + 1]];
+        }
+        Ok((self.slots_of(state, like)?, out))
+    }
+
+    fn prepare_mixed(&self, slots: usize, rows: usize, bucket: usize) -> Result<()> {
+        if self.slot_mixes() {
+            for sample in [false, true] {
+                self.slot_mixed_program(slots, rows, bucket, sample)?;
+            }
+        }
+        Ok(())
     }
     type Snapshot = SlotSnapshot;
 
@@ -559,106 +634,4 @@ impl<F: SlotFamily + Send + Sync> SlotModel for F {
         self.snapshot_program(slots, capacity)?;
         self.insert_program(slots, 1, capacity).map(drop)
     }
-}
-
-/// The inputs of a slot segment besides the slots, by name, for the slots `rows` (all slots,
-/// or the `subset` of them the program decodes): `rows` (with a subset), `done`, `key`,
-/// `max_steps`, `eos`, and when sampling the [`SampleSettings`].
-fn segment_controls<F: Family>(
-    f: &F,
-    segment: &Segment,
-    rows: &[usize],
-    subset: Option<usize>,
-    sample: bool,
-) -> Result<Vec<Named>> {
-    let b = rows.len();
-    let mut inputs = Vec::new();
-    if let Some(m) = subset {
-        // Fits an i32: slot indices are below the slots' count.
-        let index: Vec<i32> = rows.iter().map(|&r| r as i32).collect();
-        inputs.push(host_input("rows", HostArray::from_vec(&[m], index)?));
-    }
-    let done: Vec<bool> = rows.iter().map(|&r| !segment.active[r]).collect();
-    let keys: Vec<u32> = rows.iter().flat_map(|&r| segment.keys[r]).collect();
-    inputs.push(host_input("done", HostArray::from_vec(&[b], done)?));
-    inputs.push(host_input("key", HostArray::from_vec(&[b, 2], keys)?));
-    // Both fit an i32: steps <= capacity <= MAX_NEW_TOKENS, eos < vocab (checked).
-    let max_steps = HostArray::scalar(segment.steps as i32);
-    inputs.push(host_input("max_steps", max_steps));
-    let eos = HostArray::scalar(segment.eos.map_or(-1, |e| e as i32));
-    inputs.push(host_input("eos", eos));
-    if sample {
-        let sampling: Vec<Sampling> = rows.iter().map(|&r| segment.sampling[r]).collect();
-        let values = SampleSettings::row_host_values(&sampling, f.vocab_size())?;
-        let names = ["temperature", "top_k", "top_p"];
-        inputs.extend(names.into_iter().zip(values).map(|(n, a)| host_input(n, a)));
-    }
-    Ok(inputs)
-}
-
-/// The inputs of an extras segment (every slot): the penalty settings, the penalty history of
-/// `width` positions (each slot's context left-padded to `context`), and the dense logit bias.
-fn extras_inputs(vocab: usize, x: &Extras, context: usize, width: usize) -> Result<Vec<Named>> {
-    let mut inputs: Vec<Named> = PenaltySettings::row_host_values(x.penalties)?
-        .into_iter()
-        .map(|(n, a)| host_input(n, a))
-        .collect();
-    let contexts: Vec<Vec<u32>> = x
-        .context
-        .iter()
-        .map(|c| c[c.len().saturating_sub(context)..].to_vec())
-        .collect();
-    let history = TokenHistory::host_values(&contexts, context, width)?;
-    inputs.extend(history.into_iter().map(|(n, a)| host_input(n, a)));
-    let mut bias = vec![0f32; x.bias.len() * vocab];
-    for (r, row) in x.bias.iter().enumerate() {
-        for &(t, b) in row {
-            if let Some(slot) = bias
-                .get_mut(r * vocab + t as usize)
-                .filter(|_| (t as usize) < vocab)
-            {
-                *slot += b;
-            }
-        }
-    }
-    let rows = x.bias.len();
-    inputs.push(host_input(
-        "logit_bias",
-        HostArray::from_vec(&[rows, vocab], bias)?,
-    ));
-    Ok(inputs)
-}
-
-/// Each active slot's log-probabilities of its `segment.steps` steps, from the extras
-/// program's outputs (chosen `[n, cap]`, top values and ids `[n, cap, LOGPROB_TOP]`).
-fn read_logprobs(outs: &[ShardedBuffer], segment: &Segment) -> Result<Vec<Vec<StepLogprobs>>> {
-    let [chosen, top, ids] = outs else {
-        return Err(Error::InvalidArgument(
-            "an extras segment returned no log-probabilities".into(),
-        ));
-    };
-    let (chosen, top, ids) = (
-        chosen.to_vec::<f32>()?,
-        top.to_vec::<f32>()?,
-        ids.to_vec::<i32>()?,
-    );
-    let (cap, k) = (segment.capacity, LOGPROB_TOP);
-    let rows = segment.active.len();
-    Ok((0..rows)
-        .map(|r| {
-            if !segment.active[r] {
-                return Vec::new();
-            }
-            (0..segment.steps)
-                .map(|s| {
-                    let at = (r * cap + s) * k;
-                    let top = (0..k).map(|j| (ids[at + j] as u32, top[at + j])).collect();
-                    StepLogprobs {
-                        logprob: chosen[r * cap + s],
-                        top,
-                    }
-                })
-                .collect()
-        })
-        .collect())
 }

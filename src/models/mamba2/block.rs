@@ -222,7 +222,7 @@ fn split_xbc(xbc: &Tensor, cfg: &Mamba2Config) -> Result<(Tensor, Tensor, Tensor
 
 /// The start of a block, shared by prefill and step: RMSNorm, `in_proj`, and its split into
 /// `z`, `xBC` and `dt`.
-fn mixer_inputs(
+pub(super) fn mixer_inputs(
     hidden: &Tensor,
     w: &LayerWeights<Tensor>,
     cfg: &Mamba2Config,
@@ -240,7 +240,7 @@ fn mixer_inputs(
 /// The end of a mixer, shared by prefill and step: the `D` skip added to the SSD output `y`
 /// (`[..., H, P]`, like `x`), the gated norm with `z`, and `out_proj` (the residual is the
 /// caller's).
-fn mixer_output(
+pub(super) fn mixer_output(
     y: &Tensor,
     x: &Tensor,
     z: &Tensor,
@@ -362,8 +362,24 @@ pub(crate) fn mixer_prefill(
         check_state(op, "init", init, batch, cfg)?;
     }
     check_layer(op, w, cfg)?;
-    let k = cfg.conv_kernel;
     let (z, xbc, dt) = mixer_inputs(hidden, w, cfg)?;
+    let (y, x, state) = prefill_core(&xbc, &dt, mask, w, cfg, init)?;
+    Ok((mixer_output(&y, &x, &z, w, cfg)?, state))
+}
+
+/// The prefill's mixer between `in_proj` and [`mixer_output`]: the convolution and the SSD
+/// over `xbc` `[b, L, conv_dim]` and `dt` `[b, L, H]` (the split `in_proj`), padded steps
+/// masked out as [`block_prefill`] says. Returns the SSD output `y` and its input `x` (both
+/// `[b, L, H, P]`) and the state after the sequence.
+pub(super) fn prefill_core(
+    xbc: &Tensor,
+    dt: &Tensor,
+    mask: &Tensor,
+    w: &LayerWeights<Tensor>,
+    cfg: &Mamba2Config,
+    init: Option<&LayerState<Tensor>>,
+) -> Result<(Tensor, Tensor, LayerState<Tensor>)> {
+    let (k, len) = (cfg.conv_kernel, mask.dims()[1]);
     let m = mask.expand_dims(-1)?; // [b, L, 1]
     let xbc = xbc.mul(&m)?;
 
@@ -383,18 +399,16 @@ pub(crate) fn mixer_prefill(
     let conv = materialized(&conv)?;
     let (x, b, c) = split_xbc(&conv, cfg)?;
     let x = x.mul(&m.expand_dims(-1)?)?;
-    let dt = time_step(&dt, &w.dt_bias, cfg)?.mul(&m)?;
+    let dt = time_step(dt, &w.dt_bias, cfg)?.mul(&m)?;
     let a = w.a_log.exp()?.neg()?.astype(cfg.scan_dtype)?;
     let b = groups_to_heads(&b, cfg.num_heads)?;
     let c = groups_to_heads(&c, cfg.num_heads)?;
     let (y, ssm) = ssd_chunked(&x, &dt, &a, &b, &c, init.map(|s| &s.ssm), cfg.chunk_size)?;
-    Ok((
-        mixer_output(&y, &x, &z, w, cfg)?,
-        LayerState {
-            conv: conv_state,
-            ssm,
-        },
-    ))
+    let state = LayerState {
+        conv: conv_state,
+        ssm,
+    };
+    Ok((y, x, state))
 }
 
 /// One block for one new token per row. `hidden`: `[b, hidden]` f32; `state` as
@@ -435,8 +449,22 @@ pub(crate) fn mixer_step(
     };
     check_state(op, "state", state, batch, cfg)?;
     check_layer(op, w, cfg)?;
-    let k = cfg.conv_kernel;
     let (z, xbc, dt) = mixer_inputs(hidden, w, cfg)?;
+    let (y, x, state) = step_core(&xbc, &dt, state, w, cfg)?;
+    Ok((mixer_output(&y, &x, &z, w, cfg)?, state))
+}
+
+/// The step's mixer between `in_proj` and [`mixer_output`]: the convolution and the SSD for
+/// one token per row (`xbc` `[b, conv_dim]`, `dt` `[b, H]`) after `state`. Returns the SSD
+/// output `y` and its input `x` (both `[b, H, P]`) and the next state.
+pub(super) fn step_core(
+    xbc: &Tensor,
+    dt: &Tensor,
+    state: &LayerState<Tensor>,
+    w: &LayerWeights<Tensor>,
+    cfg: &Mamba2Config,
+) -> Result<(Tensor, Tensor, LayerState<Tensor>)> {
+    let k = cfg.conv_kernel;
     // Shift the convolution inputs left and append the new one.
     let conv_state = Tensor::concat(&[&state.conv.narrow(2, 1, k - 1)?, &xbc.expand_dims(2)?], 2)?;
     let mut conv = window_sum(&conv_state, &w.conv_weight)?;
@@ -445,18 +473,16 @@ pub(crate) fn mixer_step(
     }
     let conv = conv.silu()?;
     let (x, b, c) = split_xbc(&conv, cfg)?; // [b, H, P], [b, G, N]
-    let dt = time_step(&dt, &w.dt_bias, cfg)?;
+    let dt = time_step(dt, &w.dt_bias, cfg)?;
     let a = w.a_log.exp()?.neg()?.astype(cfg.scan_dtype)?;
     let b = groups_to_heads(&b.expand_dims(1)?, cfg.num_heads)?.squeeze(&[1])?;
     let c = groups_to_heads(&c.expand_dims(1)?, cfg.num_heads)?.squeeze(&[1])?;
     let (y, ssm) = ssd_step(&x, &dt, &a, &b, &c, &state.ssm)?;
-    Ok((
-        mixer_output(&y, &x, &z, w, cfg)?,
-        LayerState {
-            conv: conv_state,
-            ssm,
-        },
-    ))
+    let state = LayerState {
+        conv: conv_state,
+        ssm,
+    };
+    Ok((y, x, state))
 }
 
 /// The shapes of a batch's [`LayerState`] for a validated config: `conv`, `ssm`.

@@ -9,6 +9,7 @@ pub(crate) mod checkpoint;
 pub(crate) mod config;
 mod decode;
 mod generate;
+mod mixed;
 mod model;
 mod parallel;
 mod save;

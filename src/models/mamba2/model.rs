@@ -258,7 +258,7 @@ impl Mamba2 {
     }
 
     /// The config with the chunk of a prefill over `bucket` positions.
-    fn prefill_config(&self, bucket: usize) -> Mamba2Config {
+    pub(super) fn prefill_config(&self, bucket: usize) -> Mamba2Config {
         Mamba2Config {
             chunk_size: self.prefill_chunk(bucket),
             ..self.config.clone()

@@ -60,6 +60,21 @@ impl SlotFamily for Mamba2 {
         Ok(())
     }
 
+    fn slot_mixes(&self) -> bool {
+        true
+    }
+
+    fn slot_mixed_program(
+        &self,
+        slots: usize,
+        rows: usize,
+        len: usize,
+        sample: bool,
+    ) -> Result<CompiledGraph> {
+        let key = format!("slot mixed s{slots} r{rows} l{len} sample{sample}");
+        self.program(&key, || self.mixed_graph(slots, rows, len, sample))
+    }
+
     fn device(&self) -> &dyn Device {
         self
     }
