@@ -32,8 +32,11 @@ pub struct Segment<'a> {
     /// The steps this call makes (1 to `capacity`; the loop also ends once every active row
     /// has emitted `eos`).
     pub steps: usize,
-    /// Which slots decode; the others keep their state untouched.
+    /// Which slots decode.
     pub active: &'a [bool],
+    /// Which slots that do not decode keep their state untouched (a prompt being fed in
+    /// pieces); the states of the others (free slots) may change.
+    pub keep: &'a [bool],
     /// Each slot's token choice.
     pub sampling: &'a [Sampling],
     /// Each slot's sampling key (a slot's draws depend on its key alone).
@@ -185,6 +188,7 @@ pub trait SlotModel {
 pub(crate) fn check_segment(segment: &Segment, slots: usize) -> Result<()> {
     let lens = [
         ("active", segment.active.len()),
+        ("keep", segment.keep.len()),
         ("sampling", segment.sampling.len()),
         ("keys", segment.keys.len()),
     ];

@@ -609,10 +609,17 @@ impl<M: SlotModel> Scheduler<M> {
         };
         let rows: Vec<Option<&Running>> = self.table.iter().map(decoding).collect();
         let extras = extras_of(&rows);
+        // A slot whose prompt is partly fed keeps its state; free slots' states may change.
+        let keep: Vec<bool> = self
+            .table
+            .iter()
+            .map(|s| s.as_ref().is_some_and(|r| !r.ready() && r.fed > 0))
+            .collect();
         let segment = Segment {
             capacity: self.options.segment,
             steps,
             active: &active,
+            keep: &keep,
             sampling: &sampling,
             keys: &keys,
             eos: self.options.eos,

@@ -3,7 +3,7 @@
 //! loop, greedy decoding with the argmax on the host, and the values the programs take.
 
 use super::programs::{call, Named, Value};
-use super::Variant;
+use super::{Hold, Variant};
 use crate::array::HostArray;
 use crate::compiled::CompiledGraph;
 use crate::dtype::DType;
@@ -389,7 +389,7 @@ pub(crate) fn variant(options: &GenerateOptions) -> Variant {
         penalties: !options.penalties.is_off(),
         row_keys: false,
         extras: false,
-        hold_once: false,
+        hold: Hold::EveryStep,
     }
 }
 

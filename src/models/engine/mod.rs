@@ -46,14 +46,26 @@ pub(crate) struct Variant {
     /// Takes one sampling key per row (u32 `[b, 2]`) instead of one for the batch: each row
     /// then samples the same tokens whatever the other rows hold (served slots).
     pub(crate) row_keys: bool,
-    /// With `state_out`, only the rows done at the start keep their state, held once after the
-    /// loop; a row that stops within the call has a state of no further use (served slots: it
-    /// is freed). Else every step holds the rows that have stopped (a continued generation
-    /// goes on from where each row stopped), which costs a copy of the state per step.
-    pub(crate) hold_once: bool,
+    /// With `state_out`, which rows that do not decode keep their state.
+    pub(crate) hold: Hold,
     /// Takes a logit bias per row (f32 `[b, vocab]`, added before the token is picked) and
     /// returns each step's log-probabilities ([`LOGPROB_TOP`] most likely too).
     pub(crate) extras: bool,
+}
+
+/// With [`Variant::state_out`], which rows that do not decode keep their state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Hold {
+    /// Every step holds the rows that have stopped (a continued generation goes on from where
+    /// each row stopped), which costs a copy of the state per step.
+    EveryStep,
+    /// Only the rows done at the start, held once after the loop (a pass over the whole
+    /// state); a row that stops within the call has a state of no further use (served slots:
+    /// it is freed).
+    Once,
+    /// None: the rows done at the start hold nothing that is needed after the call (served
+    /// slots that are free), so their states may change.
+    Never,
 }
 
 /// How many of the most likely tokens' log-probabilities a program with
@@ -227,8 +239,7 @@ pub(crate) fn rows(done: &Tensor, rank: usize) -> Result<Tensor> {
 /// emitted `picker.eos` (rank-0 i32, -1 for none). Returns the tokens `[b, capacity]`
 /// (positions after a row's `eos`, and those the loop did not reach, hold `max(eos, 0)`)
 /// and where decoding stands, and with `v.extras` each step's [`Logprobs`]. With `v.state_out` a
-/// row that had stopped keeps the state it stopped with (with `v.hold_once`, only the rows done
-/// at the start).
+/// row that had stopped keeps the state it stopped with as `v.hold` says.
 pub(crate) fn decode_loop<M: Stepper>(
     model: &M,
     start: Decoding<M::State>,
@@ -281,7 +292,7 @@ pub(crate) fn decode_loop<M: Stepper>(
         |(i, logits, states, t)| {
             let (token, out, key, logprobs) = pick(i, logits, t)?;
             let (logits, mut next) = model.step(&token, states)?;
-            if v.state_out && !v.hold_once {
+            if v.state_out && v.hold == Hold::EveryStep {
                 next = model.hold(&t.done, states, next)?;
             }
             let done = t.done.or(&token.eq(eos)?)?;
@@ -328,14 +339,14 @@ pub(crate) fn decode_loop<M: Stepper>(
     ))
 }
 
-/// With `v.state_out` and `v.hold_once`, the rows done at the start (`done`) and their
+/// With `v.state_out` and [`Hold::Once`], the rows done at the start (`done`) and their
 /// `states`, which the loop's end restores.
 fn held_rows<M: Stepper>(
     v: Variant,
     done: &Tensor,
     states: &M::State,
 ) -> Result<Option<(Tensor, M::State)>> {
-    if !(v.state_out && v.hold_once) {
+    if !(v.state_out && v.hold == Hold::Once) {
         return Ok(None);
     }
     let mut flat = Vec::new();

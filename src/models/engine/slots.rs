@@ -11,7 +11,7 @@ use super::programs::{call, Named, Value};
 use super::slot_inputs::{
     check_mixed, extras_inputs, piece_inputs, read_logprobs, sampled, segment_controls,
 };
-use super::{bucket_chunks, last_position, scatter_rows, Device, Family, Prefilled};
+use super::{bucket_chunks, last_position, scatter_rows, Device, Family, Hold, Prefilled};
 use crate::array::HostArray;
 use crate::compiled::CompiledGraph;
 use crate::dtype::{DType, TensorType};
@@ -185,9 +185,10 @@ fn extract_graph(names: &[String], slot_types: &[TensorType], rows: usize) -> Re
     Ok(g)
 }
 
-/// The serving variant of the segment program: state held for inactive rows, one key per
-/// row, greedy or sampled; with `extras` also penalties, a logit bias and log-probabilities.
-pub(crate) fn slot_variant(sample: bool, extras: bool) -> super::Variant {
+/// The serving variant of the segment program: inactive rows' states held as `hold` says
+/// ([`Hold::Once`] or [`Hold::Never`]), one key per row, greedy or sampled; with `extras` also
+/// penalties, a logit bias and log-probabilities.
+pub(crate) fn slot_variant(sample: bool, extras: bool, hold: Hold) -> super::Variant {
     super::Variant {
         sample,
         from_state: true,
@@ -196,7 +197,7 @@ pub(crate) fn slot_variant(sample: bool, extras: bool) -> super::Variant {
         penalties: extras,
         row_keys: true,
         extras,
-        hold_once: true,
+        hold,
     }
 }
 
@@ -309,16 +310,17 @@ trait Slots: SlotFamily {
     }
 
     /// The segment program over `slots` slots decoding `rows` of them (all when `None`), each
-    /// greedy and sampled.
+    /// greedy and sampled, holding as `hold` says.
     fn prepare_segment(
         &self,
         slots: usize,
         rows: Option<usize>,
         capacity: usize,
         steps: usize,
+        hold: Hold,
     ) -> Result<()> {
         for sample in [false, true] {
-            let v = slot_variant(sample, false);
+            let v = slot_variant(sample, false, hold);
             self.slot_segment_program(slots, rows, capacity, steps, v, 0)?;
         }
         Ok(())
@@ -431,14 +433,17 @@ impl<F: SlotFamily + Send + Sync> SlotModel for F {
         let subsets = (0..usize::BITS)
             .map(|i| 1usize << i)
             .take_while(|&m| m < slots);
+        // A subset's padding rows are free slots (nothing to hold); all slots, held or not.
         for rows in subsets {
-            self.prepare_segment(slots, Some(rows), columns, capacity)?;
+            self.prepare_segment(slots, Some(rows), columns, capacity, Hold::Never)?;
         }
-        self.prepare_segment(slots, None, columns, capacity)?;
+        for hold in [Hold::Once, Hold::Never] {
+            self.prepare_segment(slots, None, columns, capacity, hold)?;
+        }
         // Penalties, biases and log-probabilities: every slot at once.
         let width = history_width(context, capacity);
         for sample in [false, true] {
-            let v = slot_variant(sample, true);
+            let v = slot_variant(sample, true, Hold::Once);
             self.slot_segment_program(slots, None, columns, capacity, v, width)?;
         }
         Ok(())
@@ -452,16 +457,23 @@ impl<F: SlotFamily + Send + Sync> SlotModel for F {
         let n = slots.logits.dims()[0];
         check_segment(segment, n)?;
         let sample = sampled(segment);
-        // The rows to decode: the active ones, padded with inactive ones (held) to a power of
-        // two; all rows when that is every slot.
-        // With extras, every slot.
+        // The rows to decode: the active ones, padded to a power of two with free slots (whose
+        // states need no holding); every slot when that is all of them, when too few slots are
+        // free, or with extras. Only a program over a slot to keep holds states.
         let (on, off): (Vec<usize>, Vec<usize>) = (0..n).partition(|&i| segment.active[i]);
+        let free: Vec<usize> = off.into_iter().filter(|&i| !segment.keep[i]).collect();
         let m = on.len().max(1).next_power_of_two();
-        let rows: Vec<usize> = match m < n && segment.extras.is_none() {
-            true => on.iter().chain(&off).take(m).copied().collect(),
+        let rows: Vec<usize> = match m < n && on.len() + free.len() >= m && segment.extras.is_none()
+        {
+            true => on.iter().chain(&free).take(m).copied().collect(),
             false => (0..n).collect(),
         };
         let subset = (rows.len() < n).then_some(m);
+        let keeps = rows.iter().any(|&r| segment.keep[r]);
+        let hold = match keeps || segment.extras.is_some() {
+            true => Hold::Once,
+            false => Hold::Never,
+        };
         let (capacity, n_state) = (slots.capacity, slots.state.len());
         let like = (capacity, slots.context);
         let extras = segment.extras.is_some();
@@ -469,7 +481,7 @@ impl<F: SlotFamily + Send + Sync> SlotModel for F {
             true => history_width(slots.context, segment.capacity),
             false => 0,
         };
-        let v = slot_variant(sample, extras);
+        let v = slot_variant(sample, extras, hold);
         let program = self.slot_segment_program(n, subset, capacity, segment.capacity, v, width)?;
         let mut inputs = self.slot_inputs(slots);
         inputs.extend(segment_controls(self, segment, &rows, subset, sample)?);

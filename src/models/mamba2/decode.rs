@@ -12,7 +12,8 @@ use crate::models::common::LayerState;
 use crate::models::common::{generate_capacity, GenerateOptions};
 pub(super) use crate::models::engine::Variant;
 use crate::models::engine::{
-    decode_loop, penalty_parameters, rows, segment_outputs, Decoding, Picker, SegmentShape, Stepper,
+    decode_loop, penalty_parameters, rows, segment_outputs, Decoding, Hold, Picker, SegmentShape,
+    Stepper,
 };
 use crate::ops::{Carry, Graph, Tensor};
 use crate::sampling::{SampleSettings, Sampling};
@@ -91,7 +92,7 @@ impl Mamba2 {
                     penalties: !options.penalties.is_off(),
                     row_keys: false,
                     extras: false,
-                    hold_once: false,
+                    hold: Hold::EveryStep,
                 },
             )?
             .to_stablehlo()?,
