@@ -3,8 +3,9 @@
 //! take turns run by run:
 //!
 //! 1. `one`: one greedy request (a 128-token prompt, 64 new tokens): `generate` (one program
-//!    call, the whole loop on the device) against the scheduler with segments of 4 and 16
-//!    steps: decode tokens/s after the first token (the first token's time is the prefill's);
+//!    call, the whole loop on the device) against the scheduler with segments of 1, 4 and 16
+//!    steps: decode tokens/s after the first token (the first token's time is the prefill's),
+//!    and the median time between token events against `generate`'s time per step;
 //! 2. `eight`: eight such requests at once through the scheduler (segments of 4): tokens/s of
 //!    the whole batch, first submission to last token;
 //! 3. `prefix`: eight prompts sharing a 1,024-token prefix (different 32-token tails), the
@@ -81,6 +82,15 @@ fn scheduler_with(
 /// Runs `requests` to the end; per request, its tokens and the seconds to its first token and
 /// to its last.
 fn serve(s: &mut Scheduler<Mamba2>, requests: &[Request]) -> Result<Vec<(Vec<u32>, f64, f64)>> {
+    serve_timed(s, requests, &mut Vec::new())
+}
+
+/// [`serve`], also noting the seconds at which each token event came.
+fn serve_timed(
+    s: &mut Scheduler<Mamba2>,
+    requests: &[Request],
+    events: &mut Vec<f64>,
+) -> Result<Vec<(Vec<u32>, f64, f64)>> {
     let t = Instant::now();
     let ids: Vec<u64> = requests
         .iter()
@@ -96,6 +106,7 @@ fn serve(s: &mut Scheduler<Mamba2>, requests: &[Request]) -> Result<Vec<(Vec<u32
                 }
                 out[k].0.extend(tokens);
                 out[k].2 = secs_since(t);
+                events.push(out[k].2);
             }
         }
     }
@@ -110,9 +121,12 @@ fn greedy(prompt: Vec<u32>, max_tokens: usize) -> Request {
     }
 }
 
-/// Section 1: decode tokens/s of one request, generate against segments of 4 and 16.
+/// Section 1: decode tokens/s of one request, generate against segments of 1, 4 and 16, and
+/// the median time between the scheduler's token events (what a streamed client waits
+/// between chunks) against generate's time per step.
 fn one(s4: &mut Scheduler<Mamba2>, setup: &Setup, runs: usize) -> Result<String> {
     let (p, n) = (prompt(128, 0), 64);
+    let mut s1 = scheduler(setup, 1, 0)?;
     let mut s16 = scheduler(setup, 16, 0)?;
     let model = setup.model()?;
     let options = GenerateOptions {
@@ -127,7 +141,8 @@ fn one(s4: &mut Scheduler<Mamba2>, setup: &Setup, runs: usize) -> Result<String>
         .generate(std::slice::from_ref(&p), &options)?
         .remove(0);
     model.generate(std::slice::from_ref(&p), &one_token)?;
-    let (mut gen, mut seg4, mut seg16) = (Vec::new(), Vec::new(), Vec::new());
+    let mut gen = Vec::new();
+    let (mut tps, mut gaps) = (vec![Vec::new(); 3], vec![Vec::new(); 3]);
     for _ in 0..runs {
         let t = Instant::now();
         model.generate(std::slice::from_ref(&p), &one_token)?;
@@ -135,33 +150,41 @@ fn one(s4: &mut Scheduler<Mamba2>, setup: &Setup, runs: usize) -> Result<String>
         let t = Instant::now();
         model.generate(std::slice::from_ref(&p), &options)?;
         gen.push((n - 1) as f64 / (secs_since(t) - first));
-        for (s, into) in [(&mut *s4, &mut seg4), (&mut s16, &mut seg16)] {
-            let r = serve(s, &[greedy(p.clone(), n)])?.remove(0);
+        for (k, s) in [&mut s1, &mut *s4, &mut s16].into_iter().enumerate() {
+            let mut events = Vec::new();
+            let r = serve_timed(s, &[greedy(p.clone(), n)], &mut events)?.remove(0);
             ensure!(r.0 == want, "served tokens differ from generate's");
-            into.push((n - 1) as f64 / (r.2 - r.1));
+            tps[k].push((n - 1) as f64 / (r.2 - r.1));
+            gaps[k].extend(events.windows(2).map(|w| w[1] - w[0]));
         }
     }
-    let (gen, seg4, seg16) = (
-        median(&sorted(gen)),
-        median(&sorted(seg4)),
-        median(&sorted(seg16)),
-    );
-    println!("one request (128-token prompt, 64 new tokens, greedy), decode tokens/s after the first token, median of {runs}:");
-    println!("  generate (one call)      {gen:6.1}");
+    let gen = median(&sorted(gen));
+    println!("one request (128-token prompt, 64 new tokens, greedy), decode tokens/s after the first token and the median time between token events, median of {runs}:");
     println!(
-        "  scheduler, segments of 4 {seg4:6.1}  ({:.2}x)",
-        seg4 / gen
+        "  generate (one call)        {gen:6.1}            {:5.1} ms a step",
+        1e3 / gen
     );
-    println!(
-        "  scheduler, segments of 16 {seg16:5.1}  ({:.2}x)",
-        seg16 / gen
-    );
-    Ok(json_object(&[
-        ("section", "\"one\"".into()),
+    let mut json = vec![
+        ("section", "\"one\"".to_string()),
         ("generate_tps", json_number(gen)),
-        ("segment4_tps", json_number(seg4)),
-        ("segment16_tps", json_number(seg16)),
-    ]))
+    ];
+    let names = [("segment1", 1), ("segment4", 4), ("segment16", 16)];
+    for ((name, steps), (tps, gaps)) in names.iter().zip(tps.into_iter().zip(gaps)) {
+        let (tps, gap) = (median(&sorted(tps)), median(&sorted(gaps)) * 1e3);
+        println!(
+            "  scheduler, segments of {steps:2} {tps:6.1} ({:.2}x)   {gap:5.1} ms ({:.2}x a step)",
+            tps / gen,
+            gap * gen / 1e3
+        );
+        json.push((
+            name,
+            json_object(&[
+                ("tps", json_number(tps)),
+                ("event_gap_ms", json_number(gap)),
+            ]),
+        ));
+    }
+    Ok(json_object(&json))
 }
 
 /// Section 2: eight requests at once.
