@@ -86,8 +86,8 @@ impl<M: SlotModel> Scheduler<M> {
     /// every prompt bucket up to `max_prompt` and `prompt_piece` and every prefill group size
     /// (the powers of two up to `prefill_batch` and `slots`), the prefill and insert programs
     /// (and, for prompts fed in pieces, the continuing ones; riding with decode, the mixed
-    /// ones), without running them. After it,
-    /// requests compile nothing. Returns how many settings it prepared.
+    /// ones), without running them. After it, requests compile nothing. Returns how many
+    /// settings it prepared.
     pub fn warm_up(&mut self) -> Result<usize> {
         let o = &self.options;
         let mut buckets = Vec::new();
