@@ -167,6 +167,25 @@ fn insert_graph(
     Ok(g)
 }
 
+/// What a segment or mixed program returns, read: the tokens, the slots' logits and state
+/// (`1 + n_state` buffers), the keys (after `done`, not read), and the outputs after them.
+#[allow(clippy::type_complexity)]
+fn slot_outputs(
+    outs: Vec<ShardedBuffer>,
+    n_state: usize,
+) -> Result<(Vec<i32>, Vec<ShardedBuffer>, Vec<u32>, Vec<ShardedBuffer>)> {
+    let mut outs = outs.into_iter();
+    let missing = || Error::InvalidArgument("a slot program returned too little".into());
+    let tokens = outs.next().ok_or_else(missing)?.to_vec::<i32>()?;
+    let state: Vec<ShardedBuffer> = outs.by_ref().take(1 + n_state).collect();
+    let _done = outs.next().ok_or_else(missing)?;
+    let keys = outs.next().ok_or_else(missing)?.to_vec::<u32>()?;
+    if state.len() != 1 + n_state {
+        return Err(missing());
+    }
+    Ok((tokens, state, keys, outs.collect()))
+}
+
 /// The program that copies the rows the index (i32 `[rows]`) names out of slots of
 /// `slot_types` (named `names`; not donated).
 fn extract_graph(names: &[String], slot_types: &[TensorType], rows: usize) -> Result<Graph> {
@@ -229,6 +248,24 @@ trait Slots: SlotFamily {
         self.device().named(&key, &mut || {
             extract_graph(&self.slot_names(), &self.slot_types(slots, capacity)?, rows)
         })
+    }
+
+    /// Runs a segment or mixed program on the weights and `inputs`, its outputs read
+    /// ([`slot_outputs`]).
+    #[allow(clippy::type_complexity)]
+    fn run_slots(
+        &self,
+        program: &CompiledGraph,
+        inputs: Vec<Named>,
+        n_state: usize,
+    ) -> Result<(Vec<i32>, Vec<ShardedBuffer>, Vec<u32>, Vec<ShardedBuffer>)> {
+        let outs = call(
+            self.device().client(),
+            program,
+            &self.weight_buffers(),
+            inputs,
+        )?;
+        slot_outputs(outs, n_state)
     }
 
     /// The slots' logits and state as named inputs.
@@ -488,21 +525,7 @@ impl<F: SlotFamily + Send + Sync> SlotModel for F {
         if let Some(x) = &segment.extras {
             inputs.extend(extras_inputs(self.vocab_size(), x, like.1, width)?);
         }
-        let outs = call(
-            self.device().client(),
-            &program,
-            &self.weight_buffers(),
-            inputs,
-        )?;
-        let mut outs = outs.into_iter();
-        let missing = || Error::InvalidArgument("a slot segment returned too little".into());
-        let tokens = outs.next().ok_or_else(missing)?.to_vec::<i32>()?;
-        let state: Vec<ShardedBuffer> = outs.by_ref().take(1 + n_state).collect();
-        let _done = outs.next().ok_or_else(missing)?;
-        let new_keys = outs.next().ok_or_else(missing)?.to_vec::<u32>()?;
-        if state.len() != 1 + n_state {
-            return Err(missing());
-        }
+        let (tokens, state, new_keys, outs) = self.run_slots(&program, inputs, n_state)?;
         // Back to one entry per slot: rows not decoded hold max(eos, 0) and keep their key.
         let idle = segment.eos.unwrap_or(0);
         let mut out = SegmentOutput {
@@ -517,8 +540,7 @@ impl<F: SlotFamily + Send + Sync> SlotModel for F {
         }
         if extras {
             // After the history (tokens, matched, len): the log-probabilities.
-            let rest: Vec<ShardedBuffer> = outs.skip(3).collect();
-            out.logprobs = read_logprobs(&rest, segment)?;
+            out.logprobs = read_logprobs(outs.get(3..).unwrap_or_default(), segment)?;
         }
         Ok((self.slots_of(state, like)?, out))
     }
@@ -547,19 +569,11 @@ impl<F: SlotFamily + Send + Sync> SlotModel for F {
         let controls = segment_controls(self, segment, &all, None, sample)?;
         inputs.extend(controls.into_iter().filter(|(name, _)| name != "max_steps"));
         inputs.extend(piece_inputs(pieces, bucket)?);
-        let outs = call(
-            self.device().client(),
-            &program,
-            &self.weight_buffers(),
-            inputs,
-        )?;
-        let mut outs = outs.into_iter();
-        let missing = || Error::InvalidArgument("a mixed program returned too little".into());
-        let tokens = outs.next().ok_or_else(missing)?.to_vec::<i32>()?;
-        let state: Vec<ShardedBuffer> = outs.by_ref().take(1 + n_state).collect();
-        let new_keys = outs.next().ok_or_else(missing)?.to_vec::<u32>()?;
-        if state.len() != 1 + n_state || tokens.len() != n || new_keys.len() != 2 * n {
-            return Err(missing());
+        let (tokens, state, new_keys, _) = self.run_slots(&program, inputs, n_state)?;
+        if tokens.len() != n || new_keys.len() != 2 * n {
+            return Err(Error::InvalidArgument(
+                "a mixed program returned the wrong number of rows".into(),
+            ));
         }
         let idle = segment.eos.unwrap_or(0);
         let mut out = SegmentOutput {

@@ -118,7 +118,8 @@ impl Mamba2 {
     /// `[group]`: the piece starts an empty state, else it continues its slot's). Outputs: the
     /// tokens `[slots]` (`eos` for `done` rows), the logits and state of every slot (the
     /// decoded rows stepped, the pieces' rows after their pieces, the others as they were),
-    /// and the keys.
+    /// `done` (the rows that had stopped or emitted `eos`) and the keys, as a segment returns
+    /// them.
     pub(super) fn mixed_graph(
         &self,
         slots: usize,
@@ -172,9 +173,10 @@ impl Mamba2 {
             all.push(hold(&old.ssm, &new.ssm)?);
             pieces.extend([p.conv, p.ssm]);
         }
+        let done = done.or(&token.eq(&picker.eos)?)?;
         let mut outs = vec![token];
         outs.extend(scatter_rows(all, &pieces, &at)?);
-        outs.push(key);
+        outs.extend([done, key]);
         g.set_outputs(&outs.iter().collect::<Vec<_>>())?;
         self.placed(g, slots)
     }
