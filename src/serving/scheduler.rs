@@ -492,7 +492,7 @@ impl<M: SlotModel> Scheduler<M> {
             })
             .collect();
         let kind = |(slot, p): &(usize, Vec<u32>)| {
-            let fresh = self.table[*slot].as_ref().is_some_and(|r| r.fed == 0);
+            let fresh = self.table[*slot].as_ref().is_some_and(Running::unfed);
             (self.model.prompt_bucket(p.len()).ok(), fresh)
         };
         let first = kind(waiting.first()?);
@@ -516,7 +516,7 @@ impl<M: SlotModel> Scheduler<M> {
         let continued = rows
             .first()
             .and_then(|(slot, _)| self.table[*slot].as_ref())
-            .is_some_and(|r| r.fed > 0);
+            .is_some_and(|r| !r.unfed());
         let slots = self.take_slots()?;
         self.slots = Some(self.model.fill_slots(slots, &pieces, continued)?);
         self.fed(&pieces)
@@ -613,7 +613,7 @@ impl<M: SlotModel> Scheduler<M> {
         let keep: Vec<bool> = self
             .table
             .iter()
-            .map(|s| s.as_ref().is_some_and(|r| !r.ready() && r.fed > 0))
+            .map(|s| s.as_ref().is_some_and(Running::partly_fed))
             .collect();
         let segment = Segment {
             capacity: self.options.segment,
@@ -629,11 +629,11 @@ impl<M: SlotModel> Scheduler<M> {
                 context,
             }),
         };
-        let chunk = self.options.prompt_piece;
+        // Pieces come from `next_pieces`, already cut to the piece size.
         let fed: Vec<(usize, &[u32])> = pieces
             .unwrap_or_default()
             .iter()
-            .map(|(slot, p)| (*slot, &p[..p.len().min(chunk)]))
+            .map(|(slot, p)| (*slot, p.as_slice()))
             .collect();
         let slots = self.take_slots()?;
         let (slots, out) = match pieces {
@@ -643,7 +643,7 @@ impl<M: SlotModel> Scheduler<M> {
                     .map(|&(slot, tokens)| Piece {
                         slot,
                         tokens,
-                        fresh: self.table[slot].as_ref().is_some_and(|r| r.fed == 0),
+                        fresh: self.table[slot].as_ref().is_some_and(Running::unfed),
                     })
                     .collect();
                 self.model.run_mixed(slots, &pieces, &segment)?

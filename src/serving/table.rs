@@ -34,6 +34,16 @@ impl Running {
     pub(super) fn feeding(&self) -> bool {
         !self.ready() && self.copy_of.is_none()
     }
+
+    /// Nothing of its prompt is in its slot yet: its first piece starts from an empty state.
+    pub(super) fn unfed(&self) -> bool {
+        self.fed == 0
+    }
+
+    /// Part of its prompt is in its slot: the slot's state must be kept until the rest is.
+    pub(super) fn partly_fed(&self) -> bool {
+        !self.ready() && !self.unfed()
+    }
 }
 
 /// Queued requests: one prompt and the ids of its choices (one unless `n` was asked for), each
