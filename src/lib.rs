@@ -115,6 +115,7 @@ pub mod sampling;
 pub mod serving;
 pub mod sharding;
 pub mod target;
+pub mod transforms;
 pub mod tree;
 
 /// The README's and `docs/`'s Rust examples, compiled and run as doctests (`cargo test --doc`),

@@ -474,6 +474,7 @@ macro_rules! tuple_tree {
     };
 }
 
+tuple_tree!(A 0);
 tuple_tree!(A 0, B 1);
 tuple_tree!(A 0, B 1, C 2);
 tuple_tree!(A 0, B 1, C 2, D 3);

@@ -84,6 +84,7 @@ impl<T: Carry, const N: usize> Carry for [T; N] {
 
 macro_rules! tuple_carry {
     ($($name:ident $idx:tt),*) => {
+        #[allow(unused_variables)]
         impl<$($name: Carry),*> Carry for ($($name,)*) {
             fn flatten(&self, out: &mut Vec<Tensor>) {
                 $(self.$idx.flatten(out);)*
@@ -95,6 +96,8 @@ macro_rules! tuple_carry {
     };
 }
 
+tuple_carry!();
+tuple_carry!(A 0);
 tuple_carry!(A 0, B 1);
 tuple_carry!(A 0, B 1, C 2);
 tuple_carry!(A 0, B 1, C 2, D 3);

@@ -36,6 +36,8 @@ struct GraphData {
     sharding: super::sharding::GraphSharding,
     /// The checkpointed spans (see [`Graph::checkpoint`]).
     checkpoints: Vec<Checkpointed>,
+    /// The spans with a differentiation rule of their own (see [`Graph::custom_vjp`]).
+    customs: Vec<super::autodiff::CustomRule>,
     /// Where the program will run, when said (see [`Graph::with_target`]).
     target: Option<crate::target::Target>,
 }
@@ -109,6 +111,7 @@ impl Graph {
                 donated: Vec::new(),
                 sharding: Default::default(),
                 checkpoints: Vec::new(),
+                customs: Vec::new(),
                 target: None,
             })),
         }
@@ -314,6 +317,21 @@ impl Graph {
     pub(crate) fn checkpoints_in(&self, region: usize) -> Vec<Checkpointed> {
         let d = self.data.borrow();
         d.checkpoints
+            .iter()
+            .filter(|c| c.region == region)
+            .cloned()
+            .collect()
+    }
+
+    /// Records a span with a differentiation rule of its own.
+    pub(crate) fn add_custom(&self, rule: super::autodiff::CustomRule) {
+        self.data.borrow_mut().customs.push(rule);
+    }
+
+    /// The spans with rules of their own built in `region`.
+    pub(crate) fn customs_in(&self, region: usize) -> Vec<super::autodiff::CustomRule> {
+        let d = self.data.borrow();
+        d.customs
             .iter()
             .filter(|c| c.region == region)
             .cloned()

@@ -193,6 +193,16 @@ fn expand(input: &DeriveInput) -> syn::Result<Tokens> {
                 ::stablegraph::tree::carry_unflatten(template, values)
             }
         }
+
+        #[automatically_derived]
+        impl ::stablegraph::transforms::Args for #name<::stablegraph::ops::Tensor> {
+            type First = Self;
+            const FIRST: &'static str = "";
+
+            fn first(&self) -> &Self {
+                self
+            }
+        }
     })
 }
 

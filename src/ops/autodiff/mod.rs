@@ -25,6 +25,7 @@
 //! with constant bounds.
 
 mod cond;
+mod custom;
 mod forward;
 mod loops;
 mod remat;
@@ -32,7 +33,9 @@ mod remat;
 use std::collections::HashMap;
 use std::panic::Location;
 
-use super::graph::{graph_error, Graph};
+pub(crate) use custom::{CustomRule, SpanCopies};
+
+use super::graph::{graph_error, Checkpointed, Graph};
 use super::ir::{Node, Region, ValueId};
 use super::op::Op;
 use super::tensor::Tensor;
@@ -203,19 +206,9 @@ fn sweep(
             accumulate(&mut adjoints, o.id(), c.clone())?;
         }
     }
-    let spans = g.checkpoints_in(region);
-    let mut recomputed = vec![false; spans.len()];
+    let mut spans = Spans::new(g, region);
     for index in (0..=last).rev() {
-        // A checkpointed span is recomputed and pulled through as a whole, at the first of its
-        // nodes the sweep reaches.
-        if let Some(k) = spans
-            .iter()
-            .position(|c| (c.first..=c.last).contains(&index))
-        {
-            if !recomputed[k] {
-                recomputed[k] = true;
-                remat::recompute(g, nodes, regions, &spans[k], &mut adjoints, loc)?;
-            }
+        if spans.take(g, nodes, regions, index, &mut adjoints, loc)? {
             continue;
         }
         let node = &nodes[index];
@@ -280,6 +273,60 @@ fn sweep(
         }
     }
     Ok(adjoints)
+}
+
+/// The spans of a region differentiated as a whole: checkpointed ones and those with rules of
+/// their own, each taken once.
+struct Spans {
+    checkpoints: Vec<Checkpointed>,
+    recomputed: Vec<bool>,
+    customs: Vec<CustomRule>,
+    applied: Vec<bool>,
+}
+
+impl Spans {
+    fn new(g: &Graph, region: usize) -> Spans {
+        let (checkpoints, customs) = (g.checkpoints_in(region), g.customs_in(region));
+        Spans {
+            recomputed: vec![false; checkpoints.len()],
+            applied: vec![false; customs.len()],
+            checkpoints,
+            customs,
+        }
+    }
+
+    /// Whether node `index` lies in such a span. The span is pulled through as a whole at the
+    /// first of its nodes the sweep reaches: by its rule (the outermost where they nest), or
+    /// recomputed if checkpointed.
+    fn take(
+        &mut self,
+        g: &Graph,
+        nodes: &[Node],
+        regions: &[Region],
+        index: usize,
+        adjoints: &mut HashMap<ValueId, Tensor>,
+        loc: Loc,
+    ) -> Result<bool> {
+        if let Some(k) = custom::outermost(&self.customs, index) {
+            if !self.applied[k] {
+                self.applied[k] = true;
+                custom::apply(g, &self.customs[k], adjoints, loc)?;
+            }
+            return Ok(true);
+        }
+        let Some(k) = self
+            .checkpoints
+            .iter()
+            .position(|c| (c.first..=c.last).contains(&index))
+        else {
+            return Ok(false);
+        };
+        if !self.recomputed[k] {
+            self.recomputed[k] = true;
+            remat::recompute(g, nodes, regions, &self.checkpoints[k], adjoints, loc)?;
+        }
+        Ok(true)
+    }
 }
 
 /// The values of `region` up to node `last` that depend on `wrt`: only their cotangents are

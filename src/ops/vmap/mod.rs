@@ -20,6 +20,7 @@ mod control;
 use std::collections::HashMap;
 use std::panic::Location;
 
+use super::autodiff::SpanCopies;
 use super::control::RegionGuard;
 use super::graph::{graph_error, Graph};
 use super::ir::{Node, Region, ValueId};
@@ -33,7 +34,7 @@ use crate::error::Result;
 const OP: &str = "vmap";
 
 /// A value of the batched graph and whether it carries the batch (as axis 0).
-type Batched = (Tensor, bool);
+pub(crate) type Batched = (Tensor, bool);
 
 impl Graph {
     /// `f` applied to every example of a batch: `inputs[k]` is batched along `in_axes[k]`
@@ -74,6 +75,40 @@ impl Graph {
         f: impl FnOnce(&[Tensor]) -> Result<Vec<Tensor>>,
     ) -> Result<Vec<Tensor>> {
         let loc = Location::caller();
+        let (outs, b) = self.vmap_batched(inputs, in_axes, f, loc)?;
+        if !out_axes.is_empty() && out_axes.len() != outs.len() {
+            return Err(graph_error(
+                OP,
+                format!("{} out_axes for {} results", out_axes.len(), outs.len()),
+                loc,
+            ));
+        }
+        outs.into_iter()
+            .enumerate()
+            .map(|(k, (t, batched))| {
+                let t = if batched { t } else { batch_broadcast(&t, b)? };
+                let axis = out_axes.get(k).copied().unwrap_or(0);
+                if axis >= t.rank() {
+                    return Err(graph_error(
+                        OP,
+                        format!("out_axes[{k}] = {axis} is out of range for {}", t.ty()),
+                        loc,
+                    ));
+                }
+                move_axis(&t, 0, axis)
+            })
+            .collect()
+    }
+
+    /// [`Graph::vmap`]'s results before `out_axes`: each with the batch as axis 0 when it
+    /// carries one (`true`), as the one value for every example when not; and the batch size.
+    pub(crate) fn vmap_batched(
+        &self,
+        inputs: &[&Tensor],
+        in_axes: &[Option<usize>],
+        f: impl FnOnce(&[Tensor]) -> Result<Vec<Tensor>>,
+        loc: Loc,
+    ) -> Result<(Vec<Batched>, usize)> {
         same_graph(self, inputs, OP, loc)?;
         let b = batch_size(inputs, in_axes, loc)?;
         let (region, outs) = self.example_region(inputs, in_axes, f, loc)?;
@@ -100,29 +135,7 @@ impl Graph {
             batcher.region(region, &mut env)?;
             Ok::<_, crate::error::Error>(env)
         })?;
-        if !out_axes.is_empty() && out_axes.len() != outs.len() {
-            return Err(graph_error(
-                OP,
-                format!("{} out_axes for {} results", out_axes.len(), outs.len()),
-                loc,
-            ));
-        }
-        lookup(&env, &outs, loc)?
-            .into_iter()
-            .enumerate()
-            .map(|(k, (t, batched))| {
-                let t = if batched { t } else { batch_broadcast(&t, b)? };
-                let axis = out_axes.get(k).copied().unwrap_or(0);
-                if axis >= t.rank() {
-                    return Err(graph_error(
-                        OP,
-                        format!("out_axes[{k}] = {axis} is out of range for {}", t.ty()),
-                        loc,
-                    ));
-                }
-                move_axis(&t, 0, axis)
-            })
-            .collect()
+        Ok((lookup(&env, &outs, loc)?, b))
     }
 
     /// Builds `f` on per-example placeholders (block arguments of a region of its own; the
@@ -174,10 +187,12 @@ impl Batcher<'_> {
     /// Copies the nodes of `region` into the current one by their batching rules, reading and
     /// writing `env`.
     fn region(&self, region: usize, env: &mut HashMap<ValueId, Batched>) -> Result<()> {
+        let mut spans = SpanCopies::new(self.g, region, Some(self.b));
         for (index, node) in self.nodes.iter().enumerate() {
             if node.region != region || matches!(node.op, Op::BlockArg) {
                 continue;
             }
+            spans.step(self.g, index, &|v| env.get(&v).cloned())?;
             if matches!(node.op, Op::ShardMap { .. }) {
                 return Err(graph_error(
                     OP,
@@ -201,7 +216,7 @@ impl Batcher<'_> {
                 );
             }
         }
-        Ok(())
+        spans.finish(self.g, &|v| env.get(&v).cloned())
     }
 }
 
