@@ -304,3 +304,47 @@ fn transformation_errors_name_what_the_user_wrote() {
     let err = grad(|x: Tensor| x.mul(2.0))(x).err().unwrap().to_string();
     assert!(err.contains("rank-0 float"), "{err}");
 }
+
+#[test]
+fn transformed_functions_run_under_jit_and_checkpoint_keeps_the_gradient() {
+    use stablegraph::jit::jit;
+    use stablegraph::transforms::checkpoint;
+    let f = Fixture::load("per_example");
+    let client = common::client();
+    // The per-example gradients as one compiled function of host trees.
+    let per_example = jit(&client, vmap(grad(mlp_loss), (None, 0, 0), 0));
+    let p = Mlp {
+        fc1: Linear {
+            w: f.array("fc1_w", &[4, 5]),
+            b: f.array("fc1_b", &[5]),
+        },
+        fc2: Linear {
+            w: f.array("fc2_w", &[5, 3]),
+            b: f.array("fc2_b", &[3]),
+        },
+    };
+    let ys: Vec<i32> = f.values("ys").iter().map(|&y| y as i32).collect();
+    let args = (
+        p,
+        f.array("xs", &[6, 4]),
+        HostArray::from_vec(&[6], ys).unwrap(),
+    );
+    let args = stablegraph::tree::upload(&client, &args).unwrap();
+    let out = per_example.call(&args).unwrap();
+    let got = out.fc2.w.to_host_array().unwrap().to_f64_vec();
+    let want = f.values("g_fc2_w");
+    assert_eq!(got.len(), want.len());
+    assert!(got.iter().zip(&want).all(|(a, b)| (a - b).abs() <= 1e-10));
+    // checkpoint as a function: the same gradient, recomputed behind a barrier.
+    let g = Graph::new();
+    let x = g.parameter("x", F64, &[3]).unwrap();
+    let block = |x: Tensor| x.sin()?.mul(&x)?.exp();
+    let plain = grad(|x: Tensor| block(x)?.sum_all())(x.clone()).unwrap();
+    let remat = grad(|x: Tensor| checkpoint(block)(x)?.sum_all())(x).unwrap();
+    g.set_outputs(&[&plain, &remat]).unwrap();
+    assert!(g.to_stablehlo().unwrap().contains("optimization_barrier"));
+    let out = g
+        .evaluate(&[HostArray::from_vec(&[3], vec![0.3f64, -1.2, 2.0]).unwrap()])
+        .unwrap();
+    assert_eq!(out[0].to_f64_vec(), out[1].to_f64_vec());
+}
