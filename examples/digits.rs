@@ -18,6 +18,7 @@ use stablegraph::nn::{Conv2d, Linear};
 use stablegraph::ops::{ConvOptions, Padding, Tensor};
 use stablegraph::optim::{global_norm, AdamW, AdamWTree};
 use stablegraph::rng::SplitMix64;
+use stablegraph::transforms::{grad, vmap};
 use stablegraph::runtime::Client;
 use stablegraph::tree::{self, Tree};
 use stablegraph::HostArray;
@@ -161,15 +162,13 @@ fn predict((params, x): (Cnn<Tensor>, Tensor)) -> stablegraph::Result<Tensor> {
 }
 
 /// The norm of each image's own loss gradient (all parameters together): `vmap` of the
-/// gradient of one image's loss.
-fn grad_norms((params, x, y): (Cnn<Tensor>, Tensor, Tensor)) -> stablegraph::Result<Tensor> {
-    let g = x.graph();
-    let norms = g.vmap(&[&x, &y], &[Some(0), Some(0)], &[], |one| {
-        let image = one[0].reshape(&[1, 1, 8, 8])?;
-        let loss = params.loss(&image, &one[1].reshape(&[1])?)?;
-        Ok(vec![global_norm(&loss.grad_tree(&params)?.flatten())?])
-    })?;
-    Ok(norms[0].clone())
+/// gradient of one image's loss, as in JAX (`vmap(norm . grad(loss), (None, 0, 0))`).
+fn grad_norms(batch: (Cnn<Tensor>, Tensor, Tensor)) -> stablegraph::Result<Tensor> {
+    let one_loss = |(params, x, y): (Cnn<Tensor>, Tensor, Tensor)| {
+        params.loss(&x.reshape(&[1, 1, 8, 8])?, &y.reshape(&[1])?)
+    };
+    let norm = move |one| global_norm(&grad(one_loss)(one)?.flatten());
+    vmap(norm, (None, 0, 0), 0)(batch)
 }
 
 fn main() -> Result<()> {
