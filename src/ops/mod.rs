@@ -30,18 +30,19 @@
 //!
 //! The primitive set is [`Op`] (in `op`), the IR readers see ([`Node`], [`Region`],
 //! [`ValueId`]) is `ir`, the graph under construction is `graph` and the [`Tensor`] handle is
-//! `tensor`. Each primitive's type rule (which operands it accepts, what types it gives) and its
-//! VJP rule (its operands' cotangents) are written once, side by side, in `rules` (by family, as
-//! the interpreter and the lowering are split); the builders create nodes through the type rule
-//! and record its types on the node, and `autodiff` asks the VJP rule. `walk` is what every
-//! reader of a finished graph starts with: the live nodes per region, after checking the graph's
-//! structure and every live node against its rule, so that the lowering and the interpreter
-//! trust the recorded types.
+//! `tensor`. Each primitive's type rule (which operands it accepts, what types it gives), its
+//! VJP rule (its operands' cotangents) and its batching rule (its results under `vmap`) are
+//! written once, side by side, in `rules` (by family, as the interpreter and the lowering are
+//! split); the builders create nodes through the type rule and record its types on the node,
+//! `autodiff` asks the VJP rule and `vmap` the batching rule. `walk` is what every reader of a
+//! finished graph starts with: the live nodes per region, after checking the graph's structure
+//! and every live node against its rule, so that the lowering and the interpreter trust the
+//! recorded types.
 //!
-//! A new primitive takes: its [`Op`] variant and its `Op::name` arm (in `op`); its type rule and
-//! VJP rule (in `rules/<family>.rs`, each with an arm in `rules/mod.rs`); the builder that makes
-//! it; its emitter and dispatch arm in [`crate::lower`]; its evaluation and dispatch arm in
-//! [`crate::interp`]. ARCHITECTURE.md lists each place, with tests.
+//! A new primitive takes: its [`Op`] variant and its `Op::name` arm (in `op`); its type rule,
+//! VJP rule and batching rule (in `rules/<family>.rs`, each with an arm in `rules/mod.rs`); the
+//! builder that makes it; its emitter and dispatch arm in [`crate::lower`]; its evaluation and
+//! dispatch arm in [`crate::interp`]. ARCHITECTURE.md lists each place, with tests.
 
 mod assoc_scan;
 mod autodiff;

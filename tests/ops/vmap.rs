@@ -176,6 +176,28 @@ fn vmap_names_what_it_cannot_batch() -> Result<()> {
         e.contains("dynamic_update_slice of booleans at batched positions has no rule yet"),
         "{e}"
     );
+    let values = g.parameter("values", F32, &[4])?;
+    let e = msg(g.vmap(&[&x, &values], &[Some(0), Some(0)], &[], |a| {
+        Ok(vec![a[0].pad(&[1], &[1], &[0], &a[1])?])
+    }));
+    assert!(
+        e.contains("pad with a batched padding value has no batching rule yet"),
+        "{e}"
+    );
+    // A shard_map is refused even when nothing it reads carries the batch.
+    let sharded = Graph::new();
+    sharded.set_mesh(&stablegraph::Mesh::new(&[("d", 1)])?);
+    let xs = sharded.parameter("xs", F32, &[4, 3])?;
+    let w = sharded.parameter("w", F32, &[3])?;
+    let spec = [stablegraph::PartitionSpec::new([None])];
+    let e = msg(sharded.vmap(&[&xs, &w], &[Some(0), None], &[], |a| {
+        let y = sharded.shard_map(&[&a[1]], &spec, &spec, |b| Ok(vec![b[0].neg()?]))?;
+        Ok(vec![a[0].add(&y[0])?])
+    }));
+    assert!(
+        e.contains("shard_map inside vmap is not supported yet"),
+        "{e}"
+    );
     Ok(())
 }
 

@@ -1,8 +1,9 @@
 //! Rules of the primitives about devices: `ShardingConstraint` (a layout hint), the
 //! collectives (`AllReduce`, `AllGather`, `ReduceScatter`, `AllToAll`, `AxisIndex`) and the
 //! region op they live in, `ShardMap` ([`check_shard_map`]). Their type rules first, then
-//! their VJP rules.
+//! their VJP rules, then their batching rules.
 
+use super::batching::{BatchStep, Batched};
 use super::{arity, value_type, Rule};
 use crate::dtype::{DType, TensorType};
 use crate::error::Result;
@@ -326,4 +327,30 @@ pub(super) fn sharding_constraint_vjp(s: &Step) -> Result<Cotangents> {
 /// `ShardMap` and the collectives: not differentiable (yet), an error naming the op.
 pub(super) fn collective_vjp(s: &Step) -> Result<Cotangents> {
     Err(s.not_differentiable("a shard_map or collective"))
+}
+
+// Batching rules.
+
+/// `ShardingConstraint`: the same spec with the batch axis in front, not split.
+pub(super) fn sharding_constraint_batch(
+    s: &BatchStep,
+    spec: &PartitionSpec,
+) -> Result<Vec<Batched>> {
+    s.leading(Op::ShardingConstraint {
+        spec: spec.with_leading_axis(),
+    })
+}
+
+/// `ShardMap`: refused under `vmap` (even over unbatched operands), an error naming it.
+pub(super) fn shard_map_batch(s: &BatchStep) -> Result<Vec<Batched>> {
+    Err(s.error(format!(
+        "{} inside vmap is not supported yet",
+        s.node.op.name()
+    )))
+}
+
+/// The collectives over a batched operand: no rule yet, an error naming the op (over unbatched
+/// operands they are copied as they are, as every primitive is).
+pub(super) fn collective_batch(s: &BatchStep) -> Result<Vec<Batched>> {
+    Err(s.no_rule())
 }

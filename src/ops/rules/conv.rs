@@ -1,6 +1,7 @@
 //! The rules of `Convolution`: its type rule, then its VJP rule (both cotangents are
-//! convolutions again, JAX's transpose rules).
+//! convolutions again, JAX's transpose rules), then its batching rule.
 
+use super::batching::{BatchStep, Batched};
 use super::{arity, list, Rule};
 use crate::dtype::TensorType;
 use crate::error::Result;
@@ -178,4 +179,45 @@ fn kernel_cotangent(
         })
         .collect::<Result<Vec<_>>>()?;
     Tensor::concat(&parts.iter().collect::<Vec<_>>(), 0)
+}
+
+/// `Convolution` with a batched operand: a batched input alone folds the batch into `N`; a
+/// batched kernel makes each example's kernel a group of its own (the input's channels of all
+/// examples side by side, `B x groups` groups), as JAX batches `conv_general_dilated`.
+pub(super) fn convolution_batch(s: &BatchStep, w: &ConvWindow) -> Result<Vec<Batched>> {
+    let b = s.b;
+    let ((x, _), (k, kb)) = (&s.ins[0], &s.ins[1]);
+    let dims = |t: &Tensor| -> Vec<isize> { t.dims().iter().map(|&d| d as isize).collect() };
+    let conv = |x: &Tensor, k: &Tensor, w: ConvWindow| -> Result<Tensor> {
+        let made = s.make(Op::Convolution(w), &[x, k], true)?;
+        made.into_iter()
+            .next()
+            .map(|(y, _)| y)
+            .ok_or_else(|| s.error("internal: a convolution without a result"))
+    };
+    if !kb {
+        let mut folded = dims(x);
+        folded.splice(0..2, [-1]);
+        let y = conv(&x.reshape(&folded)?, k, w.clone())?;
+        let mut out = dims(&y);
+        out.splice(0..1, [b as isize, x.dims()[1] as isize]);
+        return Ok(vec![(y.reshape(&out)?, true)]);
+    }
+    let x = s.widened(0)?;
+    let d = x.rank() - 3;
+    // [B, N, C, *s] -> [N, B * C, *s]; kernel [B, O, C/G, *k] -> [B * O, C/G, *k].
+    let mut perm: Vec<isize> = vec![1, 0];
+    perm.extend(2..3 + d as isize);
+    let mut lhs = dims(&x.transpose(&perm)?);
+    lhs.splice(1..3, [-1]);
+    let mut rhs = dims(k);
+    rhs.splice(0..2, [-1]);
+    let wide = ConvWindow {
+        feature_groups: w.feature_groups * b,
+        ..w.clone()
+    };
+    let y = conv(&x.transpose(&perm)?.reshape(&lhs)?, &k.reshape(&rhs)?, wide)?;
+    let mut split = dims(&y);
+    split.splice(1..2, [b as isize, k.dims()[1] as isize]);
+    Ok(vec![(y.reshape(&split)?.transpose(&perm)?, true)])
 }

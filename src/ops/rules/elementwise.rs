@@ -1,7 +1,8 @@
 //! Rules of the elementwise primitives: `Unary`, `Binary`, `Compare`, `Select`, `Clamp`,
 //! `Convert`, `BitcastConvert`. Operands already have one shape (the builders broadcast).
-//! Their type rules first, then their VJP rules.
+//! Their type rules first, then their VJP rules, then their batching rule.
 
+use super::batching::{BatchStep, Batched};
 use super::{arity, list, Rule};
 use crate::dtype::{DType, TensorType};
 use crate::error::Result;
@@ -255,4 +256,12 @@ pub(super) fn bitcast_convert_vjp(s: &Step) -> Result<Cotangents> {
         return Err(s.not_differentiable("reinterpreting float bits"));
     }
     Ok(s.none())
+}
+
+// Batching rule.
+
+/// Every elementwise primitive: the same primitive on every operand batched (an unbatched one
+/// repeated over the batch), its requested dtype kept.
+pub(super) fn elementwise_batch(s: &BatchStep) -> Result<Vec<Batched>> {
+    s.leading(s.node.op.clone())
 }

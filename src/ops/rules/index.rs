@@ -1,11 +1,13 @@
 //! Rules of the primitives that index by runtime values: `DynamicSlice`,
-//! `DynamicUpdateSlice`, `Take`, `ScatterAdd`. Their type rules first, then their VJP rules.
+//! `DynamicUpdateSlice`, `Take`, `ScatterAdd`. Their type rules first, then their VJP rules,
+//! then their batching rules.
 
+use super::batching::{front, BatchStep, Batched};
 use super::{arity, list, Rule};
 use crate::dtype::{DType, TensorType};
 use crate::error::Result;
 use crate::ops::autodiff::{zeros_like, Cotangents, Step};
-use crate::ops::Tensor;
+use crate::ops::{Op, Tensor};
 
 /// The start indices of a dynamic slice of `x`: one rank-0 integer per dimension, all of one
 /// dtype.
@@ -138,4 +140,149 @@ pub(super) fn scatter_add_vjp(s: &Step) -> Result<Cotangents> {
     }
     out[0] = Some(ct);
     Ok(out)
+}
+
+// Batching rules: at unbatched positions the same primitive over the whole batch axis; at
+// batched positions (or with a batched table) flat indices into the batched operand, one
+// example's elements after another's.
+
+/// `DynamicSlice`: see [`dynamic_slices_batch`].
+pub(super) fn dynamic_slice_batch(s: &BatchStep, sizes: &[usize]) -> Result<Vec<Batched>> {
+    dynamic_slices_batch(s, 1, Some(sizes))
+}
+
+/// `DynamicUpdateSlice`: see [`dynamic_slices_batch`].
+pub(super) fn dynamic_update_slice_batch(s: &BatchStep) -> Result<Vec<Batched>> {
+    dynamic_slices_batch(s, 2, None)
+}
+
+/// `dynamic_slice` (`sizes` given) / `dynamic_update_slice` (the start indices from operand
+/// `first_index` on) of a batched operand or update: at unbatched positions, the same primitive
+/// over the whole batch axis, from 0; at batched ones, [`gathered_slices`].
+fn dynamic_slices_batch(
+    s: &BatchStep,
+    first_index: usize,
+    sizes: Option<&[usize]>,
+) -> Result<Vec<Batched>> {
+    if s.ins[first_index..].iter().any(|(_, batched)| *batched) {
+        return gathered_slices(s, first_index, sizes);
+    }
+    let zero = match s.ins.get(first_index) {
+        Some((i, _)) => s.g.scalar(0.0, i.dtype())?,
+        None => s.g.scalar(0.0, DType::I64)?,
+    };
+    let mut operands = (0..first_index)
+        .map(|k| s.widened(k))
+        .collect::<Result<Vec<_>>>()?;
+    operands.push(zero);
+    operands.extend(s.ins[first_index..].iter().map(|(t, _)| t.clone()));
+    let op = match sizes {
+        Some(sizes) => Op::DynamicSlice {
+            sizes: front(s.b, sizes),
+        },
+        None => Op::DynamicUpdateSlice,
+    };
+    s.make(op, &operands.iter().collect::<Vec<_>>(), true)
+}
+
+/// `dynamic_slice` / `dynamic_update_slice` at batched positions: each example's start
+/// indices clamped as the primitive clamps them (so the window fits), turned into flat indices
+/// of the batched operand, then a `take` of those elements (the slice) or, for an update, the
+/// update's elements placed there (`index_add` into zeros, picked by a mask of the positions).
+fn gathered_slices(
+    s: &BatchStep,
+    first_index: usize,
+    sizes: Option<&[usize]>,
+) -> Result<Vec<Batched>> {
+    let (g, b) = (s.g, s.b);
+    let x = s.widened(0)?;
+    let update = match sizes {
+        Some(_) => None,
+        None => Some(s.widened(1)?),
+    };
+    let window: Vec<usize> = match (sizes, &update) {
+        (Some(sizes), _) => sizes.to_vec(),
+        (None, Some(u)) => u.dims()[1..].to_vec(),
+        (None, None) => return Err(s.error("internal: not a dynamic slice")),
+    };
+    let dims = &x.dims()[1..];
+    // The flat index of every element of the window, per example: [B, window...].
+    let shape = front(b, &window);
+    let per_example: usize = dims.iter().product();
+    let mut idx = g.iota(DType::I64, &shape, 0)?.mul(per_example as f64)?;
+    let mut stride = per_example;
+    for (k, &d) in dims.iter().enumerate() {
+        stride /= d.max(1);
+        let first = s
+            .widened(first_index + k)?
+            .astype(DType::I64)?
+            .clamp(0.0, d.saturating_sub(window[k]) as f64)?;
+        let mut at = vec![1isize; shape.len()];
+        at[0] = b as isize;
+        let first = first.reshape(&at)?.broadcast_to(&shape)?;
+        let along = g.iota(DType::I64, &shape, k as isize + 1)?;
+        idx = idx.add(&first.add(&along)?.mul(stride as f64)?)?;
+    }
+    let flat = x.reshape(&[-1])?;
+    let out = match update {
+        None => flat.take(&idx)?,
+        Some(u) => {
+            if u.dtype() == DType::Pred {
+                return Err(s.error(
+                    "dynamic_update_slice of booleans at batched positions has no rule yet",
+                ));
+            }
+            let placed = g.zeros(flat.dtype(), flat.dims())?.index_add(&idx, &u)?;
+            let ones = g.ones(DType::I32, &shape)?;
+            let mask = g
+                .zeros(DType::I32, flat.dims())?
+                .index_add(&idx, &ones)?
+                .gt(0.0)?;
+            let full: Vec<isize> = x.dims().iter().map(|&d| d as isize).collect();
+            mask.select(&placed, &flat)?.reshape(&full)?
+        }
+    };
+    Ok(vec![(out, true)])
+}
+
+/// `Take`: rows of an unbatched table at batched indices are the same `take` (the batch is the
+/// indices' axis 0); a batched table is [`batched_table`]'s.
+pub(super) fn take_batch(s: &BatchStep) -> Result<Vec<Batched>> {
+    if !s.ins[0].1 {
+        return s.make(Op::Take, &[&s.ins[0].0, &s.ins[1].0], true);
+    }
+    batched_table(s)
+}
+
+/// `ScatterAdd`: [`batched_table`]'s.
+pub(super) fn scatter_add_batch(s: &BatchStep) -> Result<Vec<Batched>> {
+    batched_table(s)
+}
+
+/// `take` from, or `scatter_add` into, a batched table `[B, n, rest...]`: the batch folded into
+/// the rows (`[B * n, rest...]`) and each example's indices, clamped to its own `n` rows as the
+/// primitive clamps, offset by `example * n`.
+fn batched_table(s: &BatchStep) -> Result<Vec<Batched>> {
+    let all = (0..s.ins.len())
+        .map(|k| s.widened(k))
+        .collect::<Result<Vec<_>>>()?;
+    let (table, idx) = (&all[0], &all[1]);
+    let n = table.dims()[1];
+    if n == 0 {
+        return Err(s.error(format!("{} from an empty table", s.node.op.name())));
+    }
+    let mut flat_dims: Vec<isize> = vec![(s.b * n) as isize];
+    flat_dims.extend(table.dims()[2..].iter().map(|&d| d as isize));
+    let flat = table.reshape(&flat_dims)?;
+    let example = s.g.iota(idx.dtype(), idx.dims(), 0)?;
+    let rows = idx
+        .clamp(0.0, (n - 1) as f64)?
+        .add(&example.mul(n as f64)?)?;
+    let out = if matches!(s.node.op, Op::Take) {
+        flat.take(&rows)?
+    } else {
+        let table_dims: Vec<isize> = table.dims().iter().map(|&d| d as isize).collect();
+        flat.index_add(&rows, &all[2])?.reshape(&table_dims)?
+    };
+    Ok(vec![(out, true)])
 }

@@ -1,5 +1,6 @@
-//! The rules of `DotGeneral`: its type rule, then its VJP rule.
+//! The rules of `DotGeneral`: its type rule, then its VJP rule, then its batching rule.
 
+use super::batching::{move_axis, BatchStep, Batched};
 use super::{arity, list, Rule};
 use crate::dtype::{DType, TensorType};
 use crate::error::Result;
@@ -203,4 +204,38 @@ fn dot_operand(
         perm[d] = nb + mine_free.len() + pos;
     }
     g.transpose_at(&perm, s.loc)
+}
+
+/// `DotGeneral` with a batched operand: a batch dimension of both when both are batched, else
+/// a free dimension of the batched one, moved to the front of the result. `batch` and
+/// `contract` are `[lhs, rhs]` as in the type rule.
+pub(super) fn dot_general_batch(
+    s: &BatchStep,
+    batch: [&Vec<usize>; 2],
+    contract: [&Vec<usize>; 2],
+) -> Result<Vec<Batched>> {
+    let ((lhs, lb), (rhs, rb)) = (&s.ins[0], &s.ins[1]);
+    let shifted = |axes: &[usize], batched: bool| -> Vec<isize> {
+        axes.iter()
+            .map(|&a| (a + usize::from(batched)) as isize)
+            .collect()
+    };
+    let pair = |[l, r]: [&Vec<usize>; 2]| -> Vec<(isize, isize)> {
+        shifted(l, *lb).into_iter().zip(shifted(r, *rb)).collect()
+    };
+    let mut batch_pairs = pair(batch);
+    let contract_pairs = pair(contract);
+    if *lb && *rb {
+        batch_pairs.insert(0, (0, 0));
+    }
+    let dtype = s.node.outputs[0].dtype;
+    let out = lhs.dot_general_as(rhs, &batch_pairs, &contract_pairs, dtype)?;
+    // Where the batch landed: first when shared; after the batch dimensions (lhs free axis 0),
+    // or after the lhs's free dimensions (rhs free axis 0).
+    let at = match (*lb, *rb) {
+        (true, true) => 0,
+        (true, false) => batch[0].len(),
+        _ => lhs.rank() - contract[0].len(),
+    };
+    Ok(vec![(move_axis(&out, at, 0)?, true)])
 }

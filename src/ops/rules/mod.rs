@@ -1,10 +1,14 @@
-//! Two rules per primitive, side by side in the file of its family: its **type rule** (from an
-//! [`Op`] and its operands' types, the types of its results, or a message saying what does not
-//! fit), and its **VJP rule** (from the cotangents of its results, those of its operands, built
-//! with the ordinary builders; see `super::autodiff`). [`dispatch`] and [`vjp`] each match
-//! every primitive, so a new [`Op`] does not compile without both. `While` is the exception:
-//! its regions are checked by [`check_while`] (`super::regions`) and it is differentiated by
-//! `super::autodiff::loops`.
+//! Three rules per primitive, side by side in the file of its family: its **type rule** (from
+//! an [`Op`] and its operands' types, the types of its results, or a message saying what does
+//! not fit), its **VJP rule** (from the cotangents of its results, those of its operands, built
+//! with the ordinary builders; see `super::autodiff`) and its **batching rule** (from its
+//! operands with or without a leading batch axis, the batched results; see `super::vmap`,
+//! which drives them, and [`batching`], what the rules share). [`dispatch`], [`vjp`] and
+//! [`batch`] each match every primitive, with no wildcard arm, so a new [`Op`] does not compile
+//! without all three. `While` and `Case` are the exceptions, their arms saying so: their
+//! regions are checked by [`check_while`] and [`check_case`] (`super::regions`), they are
+//! differentiated by `super::autodiff::loops` and `super::autodiff::cond`, and batched by
+//! `super::vmap`'s driver (`vmap/control.rs`).
 //!
 //! The type rules are the only place that knows which operands a primitive accepts and what it
 //! gives. The builders call them through [`super::util::node`] and record the result in
@@ -21,6 +25,7 @@
 //! Messages do not name the op: each caller prefixes what the user called (a builder) or the
 //! node (the walk).
 
+pub(crate) mod batching;
 mod collectives;
 mod conv;
 mod elementwise;
@@ -35,6 +40,7 @@ use super::op::Op;
 use super::regions::{check_case, check_while};
 use crate::dtype::TensorType;
 use crate::error::Result;
+use batching::{BatchStep, Batched};
 pub(crate) use collectives::{block_type, check_shard_map, global_type};
 
 /// A rule's verdict: the result types, or why the operands do not fit.
@@ -215,6 +221,79 @@ pub(crate) fn vjp(s: &Step) -> Result<Cotangents> {
         | Op::ReduceScatter { .. }
         | Op::AllToAll { .. }
         | Op::AxisIndex { .. } => collectives::collective_vjp(s),
+    }
+}
+
+/// The batching rule of the node of `s`: its results with or without the batch (axis 0), one
+/// arm per primitive, calling its family's rule. A node none of whose operands carries the
+/// batch is copied as it was, whatever its primitive, but for those with regions: `While` and
+/// `Case` (and the `BlockArg`s of their regions) are batched by `vmap`'s driver
+/// (`vmap/control.rs`), which never hands them here, so their arms are internal errors, and
+/// `ShardMap` is refused.
+pub(crate) fn batch(s: &BatchStep) -> Result<Vec<Batched>> {
+    let op = &s.node.op;
+    // A primitive with regions, or a region's argument: never copied (see their arms).
+    let regional = matches!(
+        op,
+        Op::While { .. } | Op::Case { .. } | Op::ShardMap { .. } | Op::BlockArg
+    );
+    if !regional && !s.any_batched() {
+        return s.unbatched();
+    }
+    match op {
+        // No operands, so never batched: copied above.
+        Op::Parameter { .. } | Op::Constant { .. } | Op::Iota { .. } => s.unbatched(),
+        Op::Unary(_)
+        | Op::Binary(_)
+        | Op::Compare(_)
+        | Op::Select
+        | Op::Clamp
+        | Op::Convert
+        | Op::BitcastConvert => elementwise::elementwise_batch(s),
+        Op::BroadcastInDim { dims } => shape::broadcast_in_dim_batch(s, dims),
+        Op::Reshape => shape::reshape_batch(s),
+        Op::Transpose { perm } => shape::transpose_batch(s, perm),
+        Op::Slice {
+            start,
+            limit,
+            stride,
+        } => shape::slice_batch(s, start, limit, stride),
+        Op::DynamicSlice { sizes } => index::dynamic_slice_batch(s, sizes),
+        Op::DynamicUpdateSlice => index::dynamic_update_slice_batch(s),
+        Op::Concatenate { axis } => shape::concatenate_batch(s, *axis),
+        Op::Pad {
+            low,
+            high,
+            interior,
+        } => shape::pad_batch(s, low, high, interior),
+        Op::Reverse { axes } => shape::reverse_batch(s, axes),
+        Op::Reduce { kind, axes } => reduce::reduce_batch(s, *kind, axes),
+        Op::ArgReduce { kind, axis } => reduce::arg_reduce_batch(s, *kind, *axis),
+        Op::Cumsum { axis } => reduce::cumsum_batch(s, *axis),
+        Op::DotGeneral {
+            lhs_batch,
+            rhs_batch,
+            lhs_contract,
+            rhs_contract,
+        } => linalg::dot_general_batch(s, [lhs_batch, rhs_batch], [lhs_contract, rhs_contract]),
+        Op::Convolution(w) => conv::convolution_batch(s, w),
+        Op::Take => index::take_batch(s),
+        Op::ScatterAdd => index::scatter_add_batch(s),
+        Op::Sort { axis, descending } => reduce::sort_batch(s, *axis, *descending),
+        Op::OptimizationBarrier => shape::optimization_barrier_batch(s),
+        Op::ShardingConstraint { spec } => collectives::sharding_constraint_batch(s, spec),
+        Op::ShardMap { .. } => collectives::shard_map_batch(s),
+        Op::AllReduce { .. }
+        | Op::AllGather { .. }
+        | Op::ReduceScatter { .. }
+        | Op::AllToAll { .. }
+        | Op::AxisIndex { .. } => collectives::collective_batch(s),
+        // `vmap`'s driver batches loops and conditionals (`Batcher::while_loop`,
+        // `Batcher::case`) and binds region arguments itself.
+        Op::While { .. } | Op::Case { .. } | Op::BlockArg => Err(s.error(format!(
+            "internal: {} is batched by the vmap driver, not by a rule",
+            op.name()
+        ))),
     }
 }
 

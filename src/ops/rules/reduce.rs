@@ -1,13 +1,14 @@
 //! Rules of the reductions and scans along axes: `Reduce`, `ArgReduce`, `Cumsum`, `Sort`.
 //! None is defined for pred (convert to a number first). Their type rules first, then their
-//! VJP rules.
+//! VJP rules, then their batching rules.
 
+use super::batching::{shift, BatchStep, Batched};
 use super::{arity, list, Rule};
 use crate::dtype::{DType, TensorType};
 use crate::error::Result;
 use crate::ops::autodiff::{Cotangents, Step};
 use crate::ops::util::{node, nodes, scalar_bytes, typed_node};
-use crate::ops::{Op, ReduceKind, Tensor};
+use crate::ops::{ArgKind, Op, ReduceKind, Tensor};
 
 /// `axis` names a dimension of `x`.
 fn check_axis(axis: usize, x: &TensorType) -> Rule<()> {
@@ -211,4 +212,39 @@ pub(super) fn sort_vjp(s: &Step, axis: usize, descending: bool) -> Result<Cotang
         }
     }
     Ok(out)
+}
+
+// Batching rules: the same primitive along the axes shifted past the batch (axis 0).
+
+/// `Reduce`: over the shifted axes; the batch stays.
+pub(super) fn reduce_batch(
+    s: &BatchStep,
+    kind: ReduceKind,
+    axes: &[usize],
+) -> Result<Vec<Batched>> {
+    s.leading(Op::Reduce {
+        kind,
+        axes: shift(axes),
+    })
+}
+
+/// `ArgReduce`: along the shifted axis, in the node's index dtype.
+pub(super) fn arg_reduce_batch(s: &BatchStep, kind: ArgKind, axis: usize) -> Result<Vec<Batched>> {
+    s.leading(Op::ArgReduce {
+        kind,
+        axis: axis + 1,
+    })
+}
+
+/// `Cumsum`: along the shifted axis.
+pub(super) fn cumsum_batch(s: &BatchStep, axis: usize) -> Result<Vec<Batched>> {
+    s.leading(Op::Cumsum { axis: axis + 1 })
+}
+
+/// `Sort`: along the shifted axis, keys and the permuted operand both batched.
+pub(super) fn sort_batch(s: &BatchStep, axis: usize, descending: bool) -> Result<Vec<Batched>> {
+    s.leading(Op::Sort {
+        axis: axis + 1,
+        descending,
+    })
 }

@@ -1,7 +1,8 @@
 //! Rules of the data-movement primitives: `Constant`, `Iota`, `BroadcastInDim`, `Reshape`,
-//! `Transpose`, `Slice`, `Concatenate`, `Pad`, `Reverse`. Their type rules first, then their
-//! VJP rules.
+//! `Transpose`, `Slice`, `Concatenate`, `Pad`, `Reverse` (and `OptimizationBarrier`'s VJP and
+//! batching rules). Their type rules first, then their VJP rules, then their batching rules.
 
+use super::batching::{front, shift, BatchStep, Batched};
 use super::{arity, list, Rule};
 use crate::dtype::{DType, TensorType};
 use crate::error::Result;
@@ -316,4 +317,74 @@ pub(super) fn optimization_barrier_vjp(s: &Step) -> Result<Cotangents> {
         .collect::<Result<Vec<_>>>()?;
     let passed = Tensor::optimization_barrier(&cts.iter().collect::<Vec<_>>())?;
     Ok(passed.into_iter().map(Some).collect())
+}
+
+// Batching rules: the batch is one more leading axis, so each rule shifts the primitive's
+// axes past it. `Constant` and `Iota` have no operands, so are never batched.
+
+/// `BroadcastInDim`: the batch maps to the result's axis 0.
+pub(super) fn broadcast_in_dim_batch(s: &BatchStep, dims: &[usize]) -> Result<Vec<Batched>> {
+    s.leading(Op::BroadcastInDim {
+        dims: front(0, &shift(dims)),
+    })
+}
+
+/// `Reshape`: the same reshape to the node's type with the batch in front.
+pub(super) fn reshape_batch(s: &BatchStep) -> Result<Vec<Batched>> {
+    s.leading(Op::Reshape)
+}
+
+/// `Transpose`: the batch stays first.
+pub(super) fn transpose_batch(s: &BatchStep, perm: &[usize]) -> Result<Vec<Batched>> {
+    s.leading(Op::Transpose {
+        perm: front(0, &shift(perm)),
+    })
+}
+
+/// `Slice`: the whole batch axis, step 1.
+pub(super) fn slice_batch(
+    s: &BatchStep,
+    start: &[usize],
+    limit: &[usize],
+    stride: &[usize],
+) -> Result<Vec<Batched>> {
+    s.leading(Op::Slice {
+        start: front(0, start),
+        limit: front(s.b, limit),
+        stride: front(1, stride),
+    })
+}
+
+/// `Concatenate`: along the shifted axis, every operand batched.
+pub(super) fn concatenate_batch(s: &BatchStep, axis: usize) -> Result<Vec<Batched>> {
+    s.leading(Op::Concatenate { axis: axis + 1 })
+}
+
+/// `Pad`: no padding along the batch; the padding value stays a scalar, so a batched one has
+/// no rule yet.
+pub(super) fn pad_batch(
+    s: &BatchStep,
+    low: &[i64],
+    high: &[i64],
+    interior: &[usize],
+) -> Result<Vec<Batched>> {
+    if s.ins[1].1 {
+        return Err(s.error("pad with a batched padding value has no batching rule yet"));
+    }
+    let op = Op::Pad {
+        low: front(0, low),
+        high: front(0, high),
+        interior: front(0, interior),
+    };
+    s.make(op, &[&s.widened(0)?, &s.ins[1].0], true)
+}
+
+/// `Reverse`: the shifted axes.
+pub(super) fn reverse_batch(s: &BatchStep, axes: &[usize]) -> Result<Vec<Batched>> {
+    s.leading(Op::Reverse { axes: shift(axes) })
+}
+
+/// `OptimizationBarrier`: one barrier over every operand batched.
+pub(super) fn optimization_barrier_batch(s: &BatchStep) -> Result<Vec<Batched>> {
+    s.leading(Op::OptimizationBarrier)
 }

@@ -3,12 +3,13 @@
 
 use std::collections::HashMap;
 
-use super::{batch_broadcast, lookup, Batched, Batcher, OP};
+use super::{lookup, Batcher};
 use crate::error::Result;
 use crate::ops::cond::Branch;
 use crate::ops::graph::graph_error;
 use crate::ops::ir::ValueId;
 use crate::ops::op::Op;
+use crate::ops::rules::batching::{batch_broadcast, Batched, OP};
 use crate::ops::tensor::Tensor;
 
 impl Batcher<'_> {
