@@ -183,6 +183,19 @@ impl Graph {
         self.while_at(init, cond, body, LoopName::WHILE, Location::caller())
     }
 
+    /// [`Graph::while_loop`] for the crate's own loops (a loop replayed for a gradient): errors
+    /// name `op` at `loc`.
+    pub(crate) fn while_loop_at<C: Carry>(
+        &self,
+        init: &C,
+        cond: impl FnOnce(&C) -> Result<Tensor>,
+        body: impl FnOnce(&C) -> Result<C>,
+        op: &'static str,
+        loc: Loc,
+    ) -> Result<C> {
+        self.while_at(init, cond, body, LoopName { op, hidden: 0 }, loc)
+    }
+
     /// The loop for `while_loop` and `fori_loop`; errors name `name.op` and count the carry's
     /// components from after the first `name.hidden` (the builder's own, such as a counter).
     fn while_at<C: Carry>(

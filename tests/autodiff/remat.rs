@@ -1,7 +1,9 @@
 //! `checkpoint` (remat): gradients equal to those without it (interpreted and compiled), with
 //! captured weights, several results, an intermediate used after the span and a conditional
-//! inside, and inside a loop body reading a captured weight; the compiled program's temporaries
-//! smaller; its errors.
+//! inside, and inside a loop body reading a captured weight; over a `fori_loop` and a `cond`
+//! against JAX's; over `scan` and `fori_loop` stacks of layers (conditionals nested in the
+//! body), around the loop or inside its body; the compiled program's temporaries smaller; a
+//! loop without a VJP refused when a gradient reaches it, accepted when none does.
 
 use super::common;
 use stablegraph::ops::{Graph, Tensor};
@@ -99,18 +101,208 @@ fn checkpointing_shrinks_the_programs_temporaries() -> Result<()> {
     Ok(())
 }
 
+/// Outputs of `g` on `ins` (interpreted, then compiled for the CPU) against `want`, each
+/// element to `tol` relative to its size (at least 1).
+fn assert_close(g: &Graph, ins: &[HostArray], want: &[HostArray], tol: f64, what: &str) {
+    let got = g.evaluate(ins).unwrap();
+    let compiled = g.compile(&common::client()).unwrap().run(ins).unwrap();
+    assert_eq!(got.len(), want.len(), "{what}");
+    for (k, w) in want.iter().enumerate() {
+        for (run, g) in [("interpreter", &got[k]), ("compiled", &compiled[k])] {
+            assert_eq!(g.dims(), w.dims(), "{what}: output {k} ({run})");
+            for (a, b) in g.to_f64_vec().iter().zip(w.to_f64_vec()) {
+                assert!(
+                    (a - b).abs() <= tol * b.abs().max(1.0),
+                    "{what}: output {k} ({run}): {a} vs {b}"
+                );
+            }
+        }
+    }
+}
+
 #[test]
-fn a_loop_inside_a_checkpoint_is_an_error() {
+fn a_checkpointed_loop_and_cond_match_jax() -> Result<()> {
+    // Section `checkpoint_loop` of tests/fixtures/jax/make_functions.py: block(x, w) is
+    // h = fori_loop(0, 3, h -> tanh(w @ h) + x, x), then cond(sum(h) > 0, h * 2, sin(h));
+    // loss = sum(checkpoint(block)(x, w)^2).
+    let text = std::fs::read_to_string("tests/fixtures/jax/functions.json").unwrap();
+    let fixtures: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let c = &fixtures["checkpoint_loop"];
+    let get = |k: &str, dims: &[usize]| {
+        let v: Vec<f64> = c[k]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap())
+            .collect();
+        HostArray::from_vec(dims, v).unwrap()
+    };
     let g = Graph::new();
-    let x = g.parameter("x", DType::F32, &[3]).unwrap();
-    let e = g
-        .checkpoint(&x, |x| g.fori_loop(0, 3, x, |_, h| h.exp()))
-        .unwrap_err()
-        .to_string();
-    assert!(
-        e.contains("a loop inside a checkpointed function is not supported yet"),
-        "{e}"
-    );
+    let x = g.parameter("x", DType::F64, &[3])?;
+    let w = g.parameter("w", DType::F64, &[3, 3])?;
+    let out = g.checkpoint(&(x.clone(), w.clone()), |(x, w)| {
+        let h = g.fori_loop(0, 3, x, |_, h| w.matmul(h)?.tanh()?.add(x))?;
+        let pos = h.sum_all()?.gt(0.0)?;
+        g.cond(&pos, &h, |h| h.mul(2.0), |h| h.sin())
+    })?;
+    let loss = out.square()?.sum_all()?;
+    let grads = loss.grad(&[&x, &w])?;
+    g.set_outputs(&[&loss, &grads[0], &grads[1]])?;
+    assert!(g.to_stablehlo()?.contains("optimization_barrier"));
+    let ins = [get("x", &[3]), get("w", &[3, 3])];
+    let want = [get("y", &[]), get("gx", &[3]), get("gw", &[3, 3])];
+    assert_close(&g, &ins, &want, 1e-10, "checkpoint_loop");
+    Ok(())
+}
+
+/// The loop that runs the layers of [`layers`].
+#[derive(Clone, Copy, Debug)]
+enum Over {
+    /// `scan` over the stacked weights, the layer counter and the carry's every step stacked.
+    Scan,
+    /// `fori_loop` slicing the stacked weights, its upper bound a constant from outside the
+    /// checkpoint.
+    Fori,
+}
+
+/// Where [`layers`] puts `checkpoint`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Remat {
+    None,
+    /// Around the whole loop.
+    Loop,
+    /// Around each layer, inside the loop body.
+    Layer,
+}
+
+/// Four residual layers `h + switch(k % 3, cond(sum(a) > 0, a / 2, sin a))` with
+/// `a = tanh(h @ w_k + b)` over `x` `[2, 3]`, the weights `ws` `[4, 3, 3]` stacked and `b`
+/// captured; loss `sum(h^2)` (plus `sum(sin(hs))` over the scanned steps). Outputs: the loss
+/// and its gradients with respect to `x`, `ws` and `b`.
+fn layers(over: Over, remat: Remat) -> Result<Graph> {
+    let g = Graph::new();
+    let x = g.parameter("x", DType::F64, &[2, 3])?;
+    let ws = g.parameter("ws", DType::F64, &[4, 3, 3])?;
+    let b = g.parameter("b", DType::F64, &[3])?;
+    let hi = g.scalar_i64(4)?;
+    let layer = |(h, w, k): &(Tensor, Tensor, Tensor)| -> Result<Tensor> {
+        let a = h.matmul(w)?.add(&b)?.tanh()?;
+        let pos = a.sum_all()?.gt(0.0)?;
+        let a = g.cond(&pos, &a, |a| a.mul(0.5), |a| a.sin())?;
+        let a = g.switch(
+            &k.rem(3)?,
+            &a,
+            &[
+                &|a: &Tensor| Ok(a.clone()),
+                &|a: &Tensor| a.mul(2.0),
+                &|a: &Tensor| a.neg(),
+            ],
+        )?;
+        h.add(&a)
+    };
+    let step = |h: &Tensor, w: &Tensor, k: &Tensor| -> Result<Tensor> {
+        let args = (h.clone(), w.clone(), k.clone());
+        match remat {
+            Remat::Layer => g.checkpoint(&args, layer),
+            _ => layer(&args),
+        }
+    };
+    let run = |x: &Tensor| -> Result<Tensor> {
+        match over {
+            Over::Scan => {
+                let init = (x.clone(), g.scalar_i64(0)?);
+                let ((h, _), hs) = g.scan(&init, &ws, |(h, k), w| {
+                    let h = step(h, w, k)?;
+                    Ok(((h.clone(), k.add(1)?), h))
+                })?;
+                h.add(&hs.sin()?.sum(&[0])?)
+            }
+            Over::Fori => g.fori_loop(0, &hi, x, |i, h| {
+                let zero = g.scalar_i64(0)?;
+                let w = ws.dynamic_slice(&[i, &zero, &zero], &[1, 3, 3])?;
+                step(h, &w.reshape(&[3, 3])?, i)
+            }),
+        }
+    };
+    let h = match remat {
+        Remat::Loop => g.checkpoint(&x, run)?,
+        _ => run(&x)?,
+    };
+    let loss = h.square()?.sum_all()?;
+    let grads = loss.grad(&[&x, &ws, &b])?;
+    g.set_outputs(&[&loss, &grads[0], &grads[1], &grads[2]])?;
+    Ok(g)
+}
+
+#[test]
+fn checkpointed_layer_loops_have_the_plain_gradients() -> Result<()> {
+    let mut rng = common::Rng::new(81);
+    let ins = [
+        rng.array(DType::F64, &[2, 3], -1.0, 1.0),
+        rng.array(DType::F64, &[4, 3, 3], -0.9, 0.9),
+        rng.array(DType::F64, &[3], -0.5, 0.5),
+    ];
+    let whiles =
+        |g: &Graph| -> Result<usize> { Ok(g.to_stablehlo()?.matches("stablehlo.while").count()) };
+    for over in [Over::Scan, Over::Fori] {
+        let plain = layers(over, Remat::None)?;
+        let want = plain.evaluate(&ins)?;
+        for remat in [Remat::Loop, Remat::Layer] {
+            let g = layers(over, remat)?;
+            if remat == Remat::Loop {
+                assert!(g.to_stablehlo()?.contains("optimization_barrier"));
+            }
+            // Plain: the loop, its VJP's stacking run and its backward loop. Around the scan,
+            // its copy runs too (the stacked steps are read after it); the fori_loop's copy
+            // is dead (the VJP reruns the loop from its operands) and is not lowered.
+            let copy = usize::from(matches!((over, remat), (Over::Scan, Remat::Loop)));
+            assert_eq!(whiles(&g)?, whiles(&plain)? + copy, "{over:?} {remat:?}");
+            assert_close(&g, &ins, &want, 1e-12, &format!("{over:?} {remat:?}"));
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn a_while_loop_no_gradient_reaches_may_be_checkpointed() -> Result<()> {
+    // The loop counts (n = 4, the first n with n^2 >= 10); only its integer result is used.
+    let g = Graph::new();
+    let x = g.parameter("x", DType::F64, &[3])?;
+    let y = g.checkpoint(&x, |x| {
+        let n = g.while_loop(&g.scalar_i64(1)?, |n| n.mul(n)?.lt(10), |n| n.add(1))?;
+        x.mul(&n.convert(DType::F64)?)?.sin()
+    })?;
+    let dx = y.sum_all()?.grad(&[&x])?.remove(0);
+    g.set_outputs(&[&dx])?;
+    let x0 = [0.3, -1.2, 2.0];
+    let want: Vec<f64> = x0.iter().map(|x: &f64| 4.0 * (4.0 * x).cos()).collect();
+    let ins = [HostArray::from_vec(&[3], x0.to_vec())?];
+    let want = [HostArray::from_vec(&[3], want)?];
+    assert_close(&g, &ins, &want, 1e-12, "integer while_loop");
+    Ok(())
+}
+
+#[test]
+fn a_checkpointed_loop_without_a_vjp_is_an_error() {
+    // A data-dependent exit, and a fori_loop whose bound is not a constant.
+    let g = Graph::new();
+    let x = g.parameter("x", DType::F64, &[3]).unwrap();
+    let n = g.parameter("n", DType::I64, &[]).unwrap();
+    let exits = g
+        .checkpoint(&x, |x| {
+            g.while_loop(x, |h| h.sum_all()?.lt(10.0), |h| h.mul(2.0))
+        })
+        .unwrap();
+    let counted = g
+        .checkpoint(&x, |x| g.fori_loop(0, &n, x, |_, h| h.sin()))
+        .unwrap();
+    for y in [exits, counted] {
+        let e = y.sum_all().unwrap().grad(&[&x]).unwrap_err().to_string();
+        assert!(
+            e.contains("a while_loop is differentiable only as a fori_loop with constant bounds"),
+            "{e}"
+        );
+    }
 }
 
 #[test]

@@ -185,7 +185,8 @@ fn full_state(s: &Step, stored: &[usize], values: &[Tensor]) -> Vec<Tensor> {
 }
 
 /// Copies the nodes of region `body` into the current region with its arguments bound to
-/// `state` (a conditional among them rebuilt with its branches replayed); returns its results.
+/// `state` (a loop or a conditional among them rebuilt with its regions replayed); returns its
+/// results.
 pub(super) fn replay(
     g: &Graph,
     all: &[Node],
@@ -215,7 +216,7 @@ pub(super) fn replay(
 }
 
 /// Copies node `index` into the current region, its inputs read from `env` and its results
-/// written there (a conditional rebuilt with its branches replayed).
+/// written there (a loop or a conditional rebuilt with its regions replayed).
 pub(super) fn replay_node(
     g: &Graph,
     all: &[Node],
@@ -234,7 +235,17 @@ pub(super) fn replay_node(
                 .ok_or_else(|| graph_error(OP, "internal: a replayed value is missing", loc))
         })
         .collect::<Result<_>>()?;
+    if matches!(node.op, Op::ShardMap { .. }) {
+        return Err(graph_error(
+            OP,
+            "a shard_map cannot be replayed for a gradient (inside a checkpointed function, a \
+             differentiated loop body or a differentiated branch)",
+            loc,
+        ));
+    }
     let made = match &node.op {
+        // A loop: rebuilt over its replayed condition and body.
+        Op::While { cond, body } => replay_while(g, all, regions, *cond, *body, inputs, loc)?,
         // A conditional: rebuilt over its replayed branches.
         Op::Case { branches } => {
             let operands = inputs[1..].to_vec();
@@ -263,6 +274,33 @@ pub(super) fn replay_node(
         );
     }
     Ok(())
+}
+
+/// A `while` node over regions `cond` and `body` built again on `inputs` (its state, the
+/// captured values among it): a new loop whose condition and body are copies of the old ones.
+/// Its state is the old node's operands one for one, so a `fori_loop` stays one (the same
+/// counter, bounds and loop-invariant components) and [`while_vjp`] differentiates it.
+fn replay_while(
+    g: &Graph,
+    all: &[Node],
+    regions: &[Region],
+    cond: usize,
+    body: usize,
+    inputs: Vec<Tensor>,
+    loc: Loc,
+) -> Result<Vec<Tensor>> {
+    g.while_loop_at(
+        &inputs,
+        |state| {
+            replay(g, all, regions, cond, state, loc)?
+                .into_iter()
+                .next()
+                .ok_or_else(|| graph_error(OP, "internal: a loop condition has no result", loc))
+        },
+        |state| replay(g, all, regions, body, state, loc),
+        OP,
+        loc,
+    )
 }
 
 /// Whether `inner` is `outer` or nested inside it.

@@ -6,7 +6,13 @@
 //! (the function's inputs and anything it captured), passed together with the cotangents
 //! through one `optimization_barrier`: XLA can neither merge the copy with the forward
 //! computation (whose intermediates would then live on) nor move it ahead of the backward
-//! pass. The cotangents are then pulled through the copy. Compute: the span's forward twice.
+//! pass. Constants are read as they are (they hold nothing live, and a `fori_loop`'s bounds must
+//! stay constants for its VJP). A loop or a conditional in the span is copied whole, a new
+//! `while` or `case` over copies of its regions (`loops::replay_node`). The cotangents are then
+//! pulled through the copy by the ordinary sweep, so a copied `fori_loop` with constant bounds
+//! is differentiated as any (`loops.rs`: it runs once more stacking its carries, then backward)
+//! and any other loop is the same error there. Compute: the span's forward twice, plus what the
+//! VJPs of its loops run.
 
 use std::collections::HashMap;
 use std::panic::Location;
@@ -24,9 +30,12 @@ use crate::ops::util::{same_graph, Loc};
 impl Graph {
     /// `f(inputs)`, with what `f` computes recomputed in the backward pass instead of kept
     /// (JAX's `jax.checkpoint`): a gradient through it holds only the span's inputs and
-    /// results between the passes, at the price of running `f` twice. Values are the same as
-    /// without it. `f` may use values from outside (they are read again, not recomputed); a
-    /// loop inside `f` is an error for now (conditionals are fine).
+    /// results between the passes, at the price of running `f` twice. Values and gradients are
+    /// the same as without it. `f` may use values from outside (they are read again, not
+    /// recomputed) and hold loops (`fori_loop`, `scan`) and conditionals: they are recomputed
+    /// whole, and differentiated as they would be without `checkpoint` (a loop whose VJP does
+    /// not exist, a `while_loop` with a data-dependent exit, stays an error when a gradient
+    /// reaches it).
     ///
     /// ```
     /// use stablegraph::ops::Graph;
@@ -35,7 +44,8 @@ impl Graph {
     /// # fn main() -> stablegraph::Result<()> {
     /// let g = Graph::new();
     /// let x = g.parameter("x", DType::F64, &[3])?;
-    /// let y = g.checkpoint(&x, |x| x.sin()?.mul(x)?.exp())?;
+    /// // Loops and conditionals inside are recomputed too.
+    /// let y = g.checkpoint(&x, |x| g.fori_loop(0, 3, x, |_, h| h.sin()?.mul(x)))?;
     /// let dx = y.sum_all()?.grad(&[&x])?.remove(0);
     /// g.set_outputs(&[&dx])?;
     /// assert!(g.to_stablehlo()?.contains("optimization_barrier"));
@@ -59,18 +69,6 @@ impl Graph {
         let end = self.with_nodes(|n| n.len());
         if end == first {
             return Ok(out);
-        }
-        let looped = self.with_nodes(|n| {
-            n[first..end]
-                .iter()
-                .any(|n| matches!(n.op, Op::While { .. }))
-        });
-        if looped {
-            return Err(graph_error(
-                "checkpoint",
-                "a loop inside a checkpointed function is not supported yet",
-                loc,
-            ));
         }
         self.add_checkpoint(Checkpointed {
             region,
@@ -120,16 +118,9 @@ pub(super) fn recompute(
             }
         }
     }
+    let (read, cts) = behind_barrier(g, nodes, &outside, &seeds, loc)?;
     let lost = || graph_error(OP, "internal: lost a value", loc);
-    let mut tied: Vec<Tensor> = outside
-        .iter()
-        .map(|&v| g.tensor(v).ok_or_else(lost))
-        .collect::<Result<_>>()?;
-    tied.extend(seeds.iter().map(|(_, ct)| ct.clone()));
-    let refs: Vec<&Tensor> = tied.iter().collect();
-    let tied = Tensor::optimization_barrier(&refs)?;
-    let (read, cts) = tied.split_at(outside.len());
-    let mut env: HashMap<ValueId, Tensor> = outside.iter().copied().zip(read.to_vec()).collect();
+    let mut env: HashMap<ValueId, Tensor> = outside.iter().copied().zip(read.clone()).collect();
     for i in (span.first..=span.last).filter(|&i| in_span(i)) {
         replay_node(g, nodes, regions, i, &mut env, loc)?;
     }
@@ -139,16 +130,49 @@ pub(super) fn recompute(
         .collect::<Result<_>>()?;
     let wrt: Vec<(ValueId, Tensor)> = outside
         .iter()
-        .zip(read)
+        .zip(&read)
         .filter(|(_, t)| t.dtype().is_float())
         .map(|(v, t)| (*v, t.clone()))
         .collect();
     let wrt_values: Vec<Tensor> = wrt.iter().map(|(_, t)| t.clone()).collect();
-    let found = backprop(g, &again, cts, &wrt_values, loc)?;
+    let found = backprop(g, &again, &cts, &wrt_values, loc)?;
     for (v, t) in &wrt {
         if let Some(ct) = found.get(&t.id()) {
             accumulate(adjoints, *v, ct.clone())?;
         }
     }
     Ok(())
+}
+
+/// The values `outside` the span reads and the `seeds`' cotangents, as the replay uses them:
+/// all through one optimization barrier but the constants, which are read as they are.
+fn behind_barrier(
+    g: &Graph,
+    nodes: &[Node],
+    outside: &[ValueId],
+    seeds: &[(ValueId, Tensor)],
+    loc: Loc,
+) -> Result<(Vec<Tensor>, Vec<Tensor>)> {
+    let lost = || graph_error(OP, "internal: lost a value", loc);
+    let constant = |v: &ValueId| matches!(nodes[v.node].op, Op::Constant { .. });
+    let mut tied: Vec<Tensor> = outside
+        .iter()
+        .filter(|v| !constant(v))
+        .map(|&v| g.tensor(v).ok_or_else(lost))
+        .collect::<Result<_>>()?;
+    let n_tied = tied.len();
+    tied.extend(seeds.iter().map(|(_, ct)| ct.clone()));
+    let refs: Vec<&Tensor> = tied.iter().collect();
+    let mut tied = Tensor::optimization_barrier(&refs)?;
+    let cts = tied.split_off(n_tied);
+    let mut barred = tied.into_iter();
+    let read = outside
+        .iter()
+        .map(|v| match constant(v) {
+            true => g.tensor(*v),
+            false => barred.next(),
+        })
+        .map(|t| t.ok_or_else(lost))
+        .collect::<Result<_>>()?;
+    Ok((read, cts))
 }
