@@ -18,8 +18,8 @@ use stablegraph::nn::{Conv2d, Linear};
 use stablegraph::ops::{ConvOptions, Padding, Tensor};
 use stablegraph::optim::{global_norm, AdamW, AdamWTree};
 use stablegraph::rng::SplitMix64;
-use stablegraph::transforms::{grad, vmap};
 use stablegraph::runtime::Client;
+use stablegraph::transforms::{grad, vmap};
 use stablegraph::tree::{self, Tree};
 use stablegraph::HostArray;
 

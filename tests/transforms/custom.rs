@@ -90,3 +90,46 @@ fn custom_jvp_rules_under_grad_jvp_and_vmap() {
     c.expect("jvp_tangent", &jvp(&lse, &x, &t).unwrap().1);
     c.check(&f);
 }
+
+#[test]
+fn rules_hold_inside_loops_conditionals_and_checkpoints() {
+    use stablegraph::ops::Graph;
+    use stablegraph::transforms::checkpoint;
+    use stablegraph::{DType, HostArray};
+    // With the straight-through rule, round(h) * a has derivative a in h (0 without the rule):
+    // three loop steps give a^3, the conditional's taken branch a, a checkpointed span a.
+    let g = Graph::new();
+    let x = g.parameter("x", DType::F64, &[3]).unwrap();
+    let a = g.parameter("a", DType::F64, &[3]).unwrap();
+    let round = st_round();
+    let step = |h: &Tensor| round(h.clone())?.mul(&a);
+    let looped = |x: Tensor| g.fori_loop(0, 3, &x, |_, h| step(h))?.sum_all();
+    let branched = |x: Tensor| {
+        let pred = x.sum_all()?.gt(-100.0)?;
+        g.cond(&pred, &(), |_| step(&x), |_| x.mul(2.0))?.sum_all()
+    };
+    let remat = |x: Tensor| checkpoint(|x: Tensor| step(&x))(x)?.sum_all();
+    let outs = [
+        grad(looped)(x.clone()).unwrap(),
+        grad(branched)(x.clone()).unwrap(),
+        grad(remat)(x).unwrap(),
+    ];
+    g.set_outputs(&outs.iter().collect::<Vec<_>>()).unwrap();
+    let av = [0.5f64, -1.5, 2.0];
+    let ins = [
+        HostArray::from_vec(&[3], vec![0.7f64, -1.2, 2.4]).unwrap(),
+        HostArray::from_vec(&[3], av.to_vec()).unwrap(),
+    ];
+    let host = g.evaluate(&ins).unwrap();
+    let dev = g
+        .compile(&super::common::client())
+        .unwrap()
+        .run(&ins)
+        .unwrap();
+    let cubes: Vec<f64> = av.iter().map(|a| a * a * a).collect();
+    for (what, out) in [("interpreter", &host), ("compiled", &dev)] {
+        assert_eq!(out[0].to_f64_vec(), cubes, "loop ({what})");
+        assert_eq!(out[1].to_f64_vec(), av, "cond ({what})");
+        assert_eq!(out[2].to_f64_vec(), av, "checkpoint ({what})");
+    }
+}

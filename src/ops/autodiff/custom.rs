@@ -8,8 +8,9 @@
 //! `forward.rs`), so `jvp` respects the rule too. A `custom_jvp` rule is turned into a reverse
 //! rule by transposing its tangent map, which must therefore be linear in the tangents (as
 //! JAX requires). A span nested in another with a rule of its own is not looked at: the outer
-//! rule wins. Where a transformation copies a span (`vmap` batches it, `checkpoint` replays
-//! it), the copy keeps the rule ([`SpanCopies`]); under `vmap` the rule is applied per example.
+//! rule wins. Where a transformation copies a span (`vmap` batches it; `checkpoint` and the
+//! VJPs of loops and conditionals replay it), the copy keeps the rule ([`SpanCopies`]); under
+//! `vmap` the rule is applied per example.
 
 use std::panic::Location;
 use std::rc::Rc;

@@ -11,7 +11,7 @@
 
 use std::collections::HashMap;
 
-use super::{backprop, Step, OP};
+use super::{backprop, SpanCopies, Step, OP};
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::ops::graph::{graph_error, Graph};
@@ -199,11 +199,15 @@ pub(super) fn replay(
     for (arg, value) in regions[body].args.iter().zip(state) {
         env.insert(*arg, value.clone());
     }
+    // Spans with rules of their own in the body keep them in the copy.
+    let mut rules = SpanCopies::new(g, body, None);
     for (index, node) in all.iter().enumerate() {
         if node.region == body && !matches!(node.op, Op::BlockArg) {
+            rules.step(g, index, &|v| env.get(&v).map(|t| (t.clone(), false)))?;
             replay_node(g, all, regions, index, &mut env, loc)?;
         }
     }
+    rules.finish(g, &|v| env.get(&v).map(|t| (t.clone(), false)))?;
     regions[body]
         .results
         .iter()

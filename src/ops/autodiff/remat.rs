@@ -18,6 +18,7 @@ use std::collections::HashMap;
 use std::panic::Location;
 
 use super::loops::replay_node;
+use super::SpanCopies;
 use super::{accumulate, backprop, OP};
 use crate::error::Result;
 use crate::ops::control::Carry;
@@ -121,9 +122,13 @@ pub(super) fn recompute(
     let (read, cts) = behind_barrier(g, nodes, &outside, &seeds, loc)?;
     let lost = || graph_error(OP, "internal: lost a value", loc);
     let mut env: HashMap<ValueId, Tensor> = outside.iter().copied().zip(read.clone()).collect();
+    // Spans with rules of their own inside keep them in the copy.
+    let mut rules = SpanCopies::new(g, region, None);
     for i in (span.first..=span.last).filter(|&i| in_span(i)) {
+        rules.step(g, i, &|v| env.get(&v).map(|t| (t.clone(), false)))?;
         replay_node(g, nodes, regions, i, &mut env, loc)?;
     }
+    rules.finish(g, &|v| env.get(&v).map(|t| (t.clone(), false)))?;
     let again: Vec<Tensor> = seeds
         .iter()
         .map(|(v, _)| env.get(v).cloned().ok_or_else(lost))
