@@ -14,7 +14,7 @@ use std::panic::Location;
 use super::graph::graph_error;
 use super::op::{ConvWindow, Op};
 use super::tensor::Tensor;
-use super::util::{node, same_graph, Loc};
+use super::util::{same_graph, Call, Loc};
 use crate::error::Result;
 
 /// The most kernel taps (or pooling window positions) a convolution unrolls.
@@ -89,22 +89,32 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn conv_general_dilated(&self, kernel: &Tensor, options: &ConvOptions) -> Result<Tensor> {
-        let loc = Location::caller();
-        const OP: &str = "conv_general_dilated";
-        same_graph(self.graph(), &[kernel], OP, loc)?;
-        check_conv(self, kernel, options, loc)?;
+        let roles = [("input", self), ("kernel", kernel)];
+        let call = Call::on("conv_general_dilated", &roles, Location::caller());
+        self.conv_as(kernel, options, &call)
+    }
+
+    /// [`Tensor::conv_general_dilated`], its errors in the words of `call`.
+    fn conv_as(&self, kernel: &Tensor, options: &ConvOptions, call: &Call) -> Result<Tensor> {
+        let (op, loc) = (call.name, call.loc);
+        same_graph(self.graph(), &[kernel], op, loc)?;
+        if self.rank() < 3 || kernel.rank() != self.rank() {
+            return Err(call.error(
+                "input and kernel need one rank of at least 3: [N, C, *spatial] and [O, C / \
+                 groups, *window]",
+            ));
+        }
         let d = self.rank() - 2;
-        let groups = options.feature_group_count;
-        let strides = per_axis(OP, "strides", &options.strides, d, loc)?;
-        let lhs_dil = per_axis(OP, "lhs_dilation", &options.lhs_dilation, d, loc)?;
-        let rhs_dil = per_axis(OP, "rhs_dilation", &options.rhs_dilation, d, loc)?;
+        let strides = per_axis(op, "strides", &options.strides, d, loc)?;
+        let lhs_dil = per_axis(op, "lhs_dilation", &options.lhs_dilation, d, loc)?;
+        let rhs_dil = per_axis(op, "rhs_dilation", &options.rhs_dilation, d, loc)?;
         let window: Vec<usize> = kernel.dims()[2..]
             .iter()
             .zip(&rhs_dil)
-            .map(|(&k, &r)| (k - 1) * r + 1)
+            .map(|(&k, &r)| k.saturating_sub(1) * r + usize::from(k > 0))
             .collect();
         let pads = pads(
-            OP,
+            op,
             &self.dims()[2..],
             &window,
             &strides,
@@ -116,9 +126,9 @@ impl Tensor {
             padding: pads.iter().map(|&(l, h)| (l as i64, h as i64)).collect(),
             lhs_dilation: lhs_dil,
             rhs_dilation: rhs_dil,
-            feature_groups: groups,
+            feature_groups: options.feature_group_count,
         };
-        node(self.graph(), Op::Convolution(w), &[self, kernel], OP, loc)
+        call.node(Op::Convolution(w), &[self, kernel])
     }
 
     /// A 2-D convolution of `self` (`[N, C, H, W]`) with `weight` (`[O, C / groups, kh, kw]`)
@@ -131,30 +141,26 @@ impl Tensor {
         bias: Option<&Tensor>,
         options: &ConvOptions,
     ) -> Result<Tensor> {
-        let loc = Location::caller();
+        let call = Call::on(
+            "conv2d",
+            &[("input", self), ("kernel", weight)],
+            Location::caller(),
+        );
         if self.rank() != 4 {
-            return Err(graph_error(
-                "conv2d",
-                format!("takes an input [N, C, H, W], got {}", self.ty()),
-                loc,
-            ));
+            return Err(call.error("takes an input [N, C, H, W]"));
         }
-        let y = self.conv_general_dilated(weight, options)?;
+        let y = self.conv_as(weight, options, &call)?;
         match bias {
             None => Ok(y),
             Some(b) if b.dims() == [y.dims()[1]] && b.dtype() == y.dtype() => {
                 y.add(&b.reshape(&[1, -1, 1, 1])?)
             }
-            Some(b) => Err(graph_error(
-                "conv2d",
-                format!(
-                    "the bias must be {}[{}], got {}",
-                    y.dtype(),
-                    y.dims()[1],
-                    b.ty()
-                ),
-                loc,
-            )),
+            Some(b) => Err(call.error(&format!(
+                "the bias must be {}[{}], got {}",
+                y.dtype(),
+                y.dims()[1],
+                b.ty()
+            ))),
         }
     }
 
@@ -234,33 +240,6 @@ impl Tensor {
             false => acc.div(window.iter().product::<usize>() as f64),
         }
     }
-}
-
-/// Checks a convolution's operands.
-fn check_conv(x: &Tensor, k: &Tensor, o: &ConvOptions, loc: Loc) -> Result<()> {
-    let groups = o.feature_group_count;
-    let fits = x.rank() >= 3
-        && k.rank() == x.rank()
-        && x.dtype() == k.dtype()
-        && x.dtype().is_float()
-        && groups >= 1
-        && x.dims()[1].is_multiple_of(groups)
-        && k.dims()[0].is_multiple_of(groups)
-        && k.dims()[1] * groups == x.dims()[1]
-        && !k.dims()[2..].contains(&0);
-    if !fits {
-        return Err(graph_error(
-            "conv_general_dilated",
-            format!(
-                "needs an input [N, C, *spatial] and a kernel [O, C / groups, *window] of one \
-                 float dtype, O a multiple of the groups ({groups}), which divide C; got {} and {}",
-                x.ty(),
-                k.ty()
-            ),
-            loc,
-        ));
-    }
-    Ok(())
 }
 
 /// `values` as one entry per spatial axis (`d` of them; empty means all 1), each at least 1.
