@@ -4,7 +4,9 @@
 
 use super::assert_err;
 use stablegraph::nn::Linear;
-use stablegraph::ops::{ConvOptions, CumsumOptions, Graph, SortOrder, Tensor};
+use stablegraph::ops::{
+    ConvDimensionNumbers, ConvOptions, CumsumOptions, Graph, SortOrder, Tensor,
+};
 use stablegraph::optim::{global_norm, AdamW, AdamWState, ParamState};
 use stablegraph::{DType, Error, Result};
 
@@ -264,6 +266,73 @@ fn linalg_rules() {
         x.matmul(&f32s(&g, "y4", &[1, 2, 4, 2])),
         "matmul",
         "leading (batch) dimensions are not broadcast"
+    );
+}
+
+/// A convolution's layouts must name the same axes the operands have; the error names the
+/// strings.
+#[test]
+fn convolution_layouts_are_checked() {
+    let g = Graph::new();
+    let x = f32s(&g, "x", &[1, 5, 5, 4]);
+    let k = f32s(&g, "k", &[3, 3, 4, 2]);
+    let with = |lhs: &str, rhs: &str, out: &str| ConvOptions {
+        dimension_numbers: Some(ConvDimensionNumbers::new(lhs, rhs, out)),
+        ..ConvOptions::default()
+    };
+    assert!(x
+        .conv_general_dilated(&k, &with("NHWC", "HWIO", "NHWC"))
+        .is_ok());
+    expect_err!(
+        x.conv_general_dilated(&k, &with("NHXC", "HWIO", "NHWC")),
+        "conv_general_dilated",
+        "layouts \"NHXC\", \"HWIO\" -> \"NHWC\" where input is f32[1, 5, 5, 4] and kernel is \
+         f32[3, 3, 4, 2]: the layouts \"NHXC\", \"HWIO\" and \"NHWC\" name different spatial axes"
+    );
+    expect_err!(
+        x.conv_general_dilated(&k, &with("NHWX", "HWIO", "NHWC")),
+        "conv_general_dilated",
+        "the lhs layout \"NHWX\" needs one N, one C"
+    );
+    expect_err!(
+        x.conv_general_dilated(&k, &with("NDHWC", "HWIO", "NHWC")),
+        "conv_general_dilated",
+        "the lhs layout \"NDHWC\" has 5 axes, but the input's rank is 4"
+    );
+    expect_err!(
+        x.conv_general_dilated(&k, &with("NHWC", "HWII", "NHWC")),
+        "conv_general_dilated",
+        "the rhs layout \"HWII\" needs one O, one I and other letters for the spatial axes, \
+         each once"
+    );
+    expect_err!(
+        x.conv_general_dilated(&k, &with("NHWC", "HWIO", "NHHC")),
+        "conv_general_dilated",
+        "the out layout \"NHHC\" needs one N, one C"
+    );
+    // Whatever the strings, an error or a convolution; never a panic.
+    let odd = [
+        "", "N", "NC", "NCW", "CN", "NNHW", "ÑHWC", "NCHW", "HWIO", "OIHW", "IOWH",
+    ];
+    for lhs in odd {
+        for rhs in odd {
+            for out in odd {
+                let _ = x.conv_general_dilated(&k, &with(lhs, rhs, out));
+            }
+        }
+    }
+    // The rule's message after a layout's transposes speaks of features, not axes.
+    let k3 = f32s(&g, "k3", &[3, 3, 3, 2]);
+    expect_err!(
+        x.conv2d(&k3, None, &with("NHWC", "HWIO", "NHWC")),
+        "conv2d",
+        "the input has 4 features, but the kernel takes 3"
+    );
+    let b = f32s(&g, "b", &[5]);
+    expect_err!(
+        x.conv2d(&k, Some(&b), &with("NHWC", "HWIO", "NHWC")),
+        "conv2d",
+        "the bias must be f32[2], got f32[5]"
     );
 }
 

@@ -99,6 +99,7 @@ fn cases() -> Vec<Case> {
         lhs_dilation: ld.to_vec(),
         rhs_dilation: rd.to_vec(),
         feature_group_count: groups,
+        ..ConvOptions::default()
     };
     vec![
         Case {

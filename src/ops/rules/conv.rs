@@ -149,6 +149,7 @@ fn input_cotangent(
         lhs_dilation: w.strides.clone(),
         rhs_dilation: w.rhs_dilation.clone(),
         feature_groups: g,
+        precision: w.precision,
     };
     node(
         ct.graph(),
@@ -185,6 +186,7 @@ fn kernel_cotangent(
         lhs_dilation: w.lhs_dilation.clone(),
         rhs_dilation: w.strides.clone(),
         feature_groups: 1,
+        precision: w.precision,
     };
     let per_group = |xg: &Tensor, cg: &Tensor| -> Result<Tensor> {
         let lhs = xg.transpose(&swap)?;

@@ -638,6 +638,7 @@ fn convolution_rules() {
             lhs_dilation: lhs.to_vec(),
             rhs_dilation: rhs.to_vec(),
             feature_groups: g,
+            precision: crate::ops::Precision::Default,
         })
     };
     let x = t(DType::F32, &[2, 4, 7, 6]);
