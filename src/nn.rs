@@ -76,8 +76,13 @@ impl Linear<HostArray> {
 
 impl Linear<Tensor> {
     /// The layer applied to `x` (`[..., in_features]`), giving `[..., out_features]`.
+    #[track_caller]
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let y = x.matmul(&self.weight.t()?)?;
+        let y = x.linear_at(
+            &self.weight,
+            "Linear::forward",
+            std::panic::Location::caller(),
+        )?;
         match &self.bias {
             Some(b) => y.add(b),
             None => Ok(y),
@@ -193,7 +198,9 @@ impl Conv2d<HostArray> {
 }
 
 impl Conv2d<Tensor> {
-    /// The convolution of `x` (`[N, C, H, W]`).
+    /// The convolution of `x` (`[N, C, H, W]`); its errors are [`Tensor::conv2d`]'s, at the
+    /// caller's line.
+    #[track_caller]
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         x.conv2d(&self.weight, self.bias.as_ref(), &self.options)
     }

@@ -1,9 +1,17 @@
-//! General N-d convolution (JAX's `lax.conv_general_dilated` in its default NCHW / OIHW
-//! layouts: strides, padding, input and kernel dilation, feature groups), `conv2d`, and max
-//! and average pooling over the spatial axes.
+//! General N-d convolution (JAX's `lax.conv_general_dilated`: strides, padding, input and
+//! kernel dilation, feature groups, any layouts of the input, kernel and output as JAX's
+//! `dimension_numbers` strings, and a precision), `conv2d`, and max and average pooling over
+//! the spatial axes (NCHW).
 //!
 //! A convolution is one primitive ([`Op::Convolution`], `stablehlo.convolution`), so XLA runs
 //! it with its own convolution kernels on every backend; its gradients are convolutions too.
+//! The primitive has one layout, NCHW / OIHW / NCHW: other layouts are transposed to it and
+//! its result to the requested one around it (XLA folds those transposes into the
+//! convolution's own dimension numbers), so their gradients and batching are the primitive's.
+//! The precision is the primitive's (`precision_config` in the program, for both operands,
+//! and the same in its gradient's convolutions); the interpreter ignores it. Not supported:
+//! `batch_group_count` (always 1) and mixed-dtype operands (`preferred_element_type`).
+//!
 //! Pooling is a composite: the padded input is cut into one strided slice per window position
 //! and those are reduced, so it is lowered, interpreted and differentiated like any graph. At
 //! ties, `max_pool`'s gradient is shared evenly among the maxima (this crate's rule for
@@ -12,9 +20,9 @@
 use std::panic::Location;
 
 use super::graph::graph_error;
-use super::op::{ConvWindow, Op};
+use super::op::{ConvWindow, Op, Precision};
 use super::tensor::Tensor;
-use super::util::{node, same_graph, Loc};
+use super::util::{same_graph, Call, Loc};
 use crate::error::Result;
 
 /// The most kernel taps (or pooling window positions) a convolution unrolls.
@@ -34,7 +42,7 @@ pub enum Padding {
 }
 
 /// The options of [`Tensor::conv_general_dilated`]; an empty vector means 1 on every spatial
-/// axis.
+/// axis. Spatial axis `i` is the `i`-th spatial axis of the kernel's layout.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ConvOptions {
     /// The step between windows, per spatial axis.
@@ -48,6 +56,11 @@ pub struct ConvOptions {
     pub rhs_dilation: Vec<usize>,
     /// Input and output channels split into this many independent groups.
     pub feature_group_count: usize,
+    /// The layouts of the input, the kernel and the output (JAX's `dimension_numbers`);
+    /// `None` is NCHW / OIHW / NCHW for any number of spatial axes.
+    pub dimension_numbers: Option<ConvDimensionNumbers>,
+    /// How precisely XLA computes the products (JAX's `precision`).
+    pub precision: Precision,
 }
 
 impl Default for ConvOptions {
@@ -58,18 +71,49 @@ impl Default for ConvOptions {
             lhs_dilation: Vec::new(),
             rhs_dilation: Vec::new(),
             feature_group_count: 1,
+            dimension_numbers: None,
+            precision: Precision::Default,
+        }
+    }
+}
+
+/// The layouts of a convolution's input (`lhs`), kernel (`rhs`) and output (`out`), one letter
+/// per axis as JAX's `dimension_numbers` strings: `N` (batch) and `C` (features) in the input's
+/// and the output's, `O` (output features) and `I` (input features) in the kernel's, any
+/// order, and the same spatial axes in all three under any other letters (`"NHWC"`, `"HWIO"`,
+/// `"NHWC"`; `"NCDHW"`, `"OIDHW"`, `"NCDHW"`; `"NWC"`, `"WIO"`, `"NWC"`). As in JAX, the
+/// spatial axes are taken in the kernel's order, and the input's and output's are matched to
+/// them by letter.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConvDimensionNumbers {
+    /// The input's layout.
+    pub lhs: String,
+    /// The kernel's layout.
+    pub rhs: String,
+    /// The output's layout.
+    pub out: String,
+}
+
+impl ConvDimensionNumbers {
+    /// The layouts `lhs`, `rhs` and `out` (checked when the convolution is built).
+    pub fn new(lhs: &str, rhs: &str, out: &str) -> ConvDimensionNumbers {
+        ConvDimensionNumbers {
+            lhs: lhs.to_string(),
+            rhs: rhs.to_string(),
+            out: out.to_string(),
         }
     }
 }
 
 impl Tensor {
     /// The convolution of `self` (`[N, C, *spatial]`) with `kernel` (`[O, C / groups,
-    /// *window]`), `[N, O, *out]`: JAX's `lax.conv_general_dilated` with its default layouts
-    /// (a cross-correlation, as in every deep-learning library). Both of one float dtype; `O`
+    /// *window]`), `[N, O, *out]`: JAX's `lax.conv_general_dilated` (a cross-correlation, as
+    /// in every deep-learning library), in other layouts where `options.dimension_numbers`
+    /// says (NHWC / HWIO / NHWC, ...: [`ConvDimensionNumbers`]). Both of one float dtype; `O`
     /// a multiple of the group count, which divides `C`.
     ///
     /// ```
-    /// use stablegraph::ops::{ConvOptions, Graph, Padding};
+    /// use stablegraph::ops::{ConvDimensionNumbers, ConvOptions, Graph, Padding, Precision};
     /// use stablegraph::{DType, HostArray};
     ///
     /// # fn main() -> stablegraph::Result<()> {
@@ -78,33 +122,73 @@ impl Tensor {
     /// let k = g.parameter("k", DType::F32, &[1, 1, 2])?;
     /// let opts = ConvOptions { padding: Padding::Same, ..ConvOptions::default() };
     /// let y = x.conv_general_dilated(&k, &opts)?; // [1, 1, 4]
-    /// g.set_outputs(&[&y])?;
+    /// // The same in NWC / WIO / NWC, computed at the backend's highest precision.
+    /// let xt = g.parameter("xt", DType::F32, &[1, 4, 1])?;
+    /// let kt = g.parameter("kt", DType::F32, &[2, 1, 1])?;
+    /// let nwc = ConvOptions {
+    ///     dimension_numbers: Some(ConvDimensionNumbers::new("NWC", "WIO", "NWC")),
+    ///     precision: Precision::Highest,
+    ///     ..opts
+    /// };
+    /// let yt = xt.conv_general_dilated(&kt, &nwc)?; // [1, 4, 1]
+    /// g.set_outputs(&[&y, &yt])?;
     /// let out = g.evaluate(&[
     ///     HostArray::from_vec(&[1, 1, 4], vec![1.0f32, 2.0, 3.0, 4.0])?,
     ///     HostArray::from_vec(&[1, 1, 2], vec![1.0f32, 10.0])?,
+    ///     HostArray::from_vec(&[1, 4, 1], vec![1.0f32, 2.0, 3.0, 4.0])?,
+    ///     HostArray::from_vec(&[2, 1, 1], vec![1.0f32, 10.0])?,
     /// ])?;
     /// assert_eq!(out[0].to_f64_vec(), [21.0, 32.0, 43.0, 4.0]);
+    /// assert_eq!(out[1].to_f64_vec(), [21.0, 32.0, 43.0, 4.0]);
     /// # Ok(())
     /// # }
     /// ```
     #[track_caller]
     pub fn conv_general_dilated(&self, kernel: &Tensor, options: &ConvOptions) -> Result<Tensor> {
-        let loc = Location::caller();
-        const OP: &str = "conv_general_dilated";
-        same_graph(self.graph(), &[kernel], OP, loc)?;
-        check_conv(self, kernel, options, loc)?;
+        let call = conv_call("conv_general_dilated", self, kernel, options);
+        self.conv_as(kernel, options, &call)
+    }
+
+    /// [`Tensor::conv_general_dilated`], its errors in the words of `call`: its operands
+    /// transposed from their layouts to NCHW / OIHW, the convolution's result from NCHW to the
+    /// output's layout.
+    fn conv_as(&self, kernel: &Tensor, options: &ConvOptions, call: &Call) -> Result<Tensor> {
+        same_graph(self.graph(), &[kernel], call.name, call.loc)?;
+        let Some(dn) = &options.dimension_numbers else {
+            return self.conv_nchw(kernel, options, call);
+        };
+        let perms = layout_perms(dn, self.rank(), kernel.rank()).map_err(|m| call.error(&m))?;
+        let x = self.transpose_at(&perms[0], call.loc)?;
+        let k = kernel.transpose_at(&perms[1], call.loc)?;
+        let y = x.conv_nchw(&k, options, call)?;
+        let mut back = vec![0; perms[2].len()];
+        for (j, &a) in perms[2].iter().enumerate() {
+            back[a] = j;
+        }
+        y.transpose_at(&back, call.loc)
+    }
+
+    /// The convolution primitive on `self` (`[N, C, *spatial]`) and `kernel` (`[O, I,
+    /// *window]`), its errors in the words of `call`.
+    fn conv_nchw(&self, kernel: &Tensor, options: &ConvOptions, call: &Call) -> Result<Tensor> {
+        let (op, loc) = (call.name, call.loc);
+        if self.rank() < 3 || kernel.rank() != self.rank() {
+            return Err(call.error(
+                "input and kernel need one rank of at least 3: [N, C, *spatial] and [O, C / \
+                 groups, *window]",
+            ));
+        }
         let d = self.rank() - 2;
-        let groups = options.feature_group_count;
-        let strides = per_axis(OP, "strides", &options.strides, d, loc)?;
-        let lhs_dil = per_axis(OP, "lhs_dilation", &options.lhs_dilation, d, loc)?;
-        let rhs_dil = per_axis(OP, "rhs_dilation", &options.rhs_dilation, d, loc)?;
+        let strides = per_axis(op, "strides", &options.strides, d, loc)?;
+        let lhs_dil = per_axis(op, "lhs_dilation", &options.lhs_dilation, d, loc)?;
+        let rhs_dil = per_axis(op, "rhs_dilation", &options.rhs_dilation, d, loc)?;
         let window: Vec<usize> = kernel.dims()[2..]
             .iter()
             .zip(&rhs_dil)
-            .map(|(&k, &r)| (k - 1) * r + 1)
+            .map(|(&k, &r)| k.saturating_sub(1) * r + usize::from(k > 0))
             .collect();
         let pads = pads(
-            OP,
+            op,
             &self.dims()[2..],
             &window,
             &strides,
@@ -116,14 +200,16 @@ impl Tensor {
             padding: pads.iter().map(|&(l, h)| (l as i64, h as i64)).collect(),
             lhs_dilation: lhs_dil,
             rhs_dilation: rhs_dil,
-            feature_groups: groups,
+            feature_groups: options.feature_group_count,
+            precision: options.precision,
         };
-        node(self.graph(), Op::Convolution(w), &[self, kernel], OP, loc)
+        call.node(Op::Convolution(w), &[self, kernel])
     }
 
     /// A 2-D convolution of `self` (`[N, C, H, W]`) with `weight` (`[O, C / groups, kh, kw]`)
     /// and an optional `bias` (`[O]`), as [`Tensor::conv_general_dilated`] with `options`
-    /// (PyTorch's `conv2d`, whose `padding=k // 2` is `Padding::Explicit`).
+    /// (PyTorch's `conv2d`, whose `padding=k // 2` is `Padding::Explicit`). Other layouts
+    /// (`options.dimension_numbers`) place the bias on the output's `C` axis.
     #[track_caller]
     pub fn conv2d(
         &self,
@@ -131,30 +217,29 @@ impl Tensor {
         bias: Option<&Tensor>,
         options: &ConvOptions,
     ) -> Result<Tensor> {
-        let loc = Location::caller();
+        let call = conv_call("conv2d", self, weight, options);
         if self.rank() != 4 {
-            return Err(graph_error(
-                "conv2d",
-                format!("takes an input [N, C, H, W], got {}", self.ty()),
-                loc,
-            ));
+            return Err(call.error("takes an input of rank 4 ([N, C, H, W] or its layout's)"));
         }
-        let y = self.conv_general_dilated(weight, options)?;
+        let y = self.conv_as(weight, options, &call)?;
+        let c = options
+            .dimension_numbers
+            .as_ref()
+            .and_then(|dn| dn.out.chars().position(|l| l == 'C'))
+            .unwrap_or(1);
         match bias {
             None => Ok(y),
-            Some(b) if b.dims() == [y.dims()[1]] && b.dtype() == y.dtype() => {
-                y.add(&b.reshape(&[1, -1, 1, 1])?)
+            Some(b) if b.dims() == [y.dims()[c]] && b.dtype() == y.dtype() => {
+                let mut shape = [1isize; 4];
+                shape[c] = -1;
+                y.add(&b.reshape(&shape)?)
             }
-            Some(b) => Err(graph_error(
-                "conv2d",
-                format!(
-                    "the bias must be {}[{}], got {}",
-                    y.dtype(),
-                    y.dims()[1],
-                    b.ty()
-                ),
-                loc,
-            )),
+            Some(b) => Err(call.error(&format!(
+                "the bias must be {}[{}], got {}",
+                y.dtype(),
+                y.dims()[c],
+                b.ty()
+            ))),
         }
     }
 
@@ -236,31 +321,76 @@ impl Tensor {
     }
 }
 
-/// Checks a convolution's operands.
-fn check_conv(x: &Tensor, k: &Tensor, o: &ConvOptions, loc: Loc) -> Result<()> {
-    let groups = o.feature_group_count;
-    let fits = x.rank() >= 3
-        && k.rank() == x.rank()
-        && x.dtype() == k.dtype()
-        && x.dtype().is_float()
-        && groups >= 1
-        && x.dims()[1].is_multiple_of(groups)
-        && k.dims()[0].is_multiple_of(groups)
-        && k.dims()[1] * groups == x.dims()[1]
-        && !k.dims()[2..].contains(&0);
-    if !fits {
-        return Err(graph_error(
-            "conv_general_dilated",
-            format!(
-                "needs an input [N, C, *spatial] and a kernel [O, C / groups, *window] of one \
-                 float dtype, O a multiple of the groups ({groups}), which divide C; got {} and {}",
-                x.ty(),
-                k.ty()
-            ),
-            loc,
+/// The call of a convolution builder `name` on `x` and `k` at the caller's line, naming its
+/// layouts where `options` gives them.
+#[track_caller]
+fn conv_call<'a>(name: &'static str, x: &'a Tensor, k: &'a Tensor, o: &ConvOptions) -> Call<'a> {
+    let call = Call::on(name, &[("input", x), ("kernel", k)], Location::caller());
+    match &o.dimension_numbers {
+        None => call,
+        Some(dn) => call.detail(format!(
+            "layouts {:?}, {:?} -> {:?}",
+            dn.lhs, dn.rhs, dn.out
+        )),
+    }
+}
+
+/// The permutations that take the input, the kernel and the output from the layouts `dn` to
+/// NCHW / OIHW / NCHW (`perm[j]` is the axis that goes to `j`), the spatial axes in the
+/// kernel's order (JAX's `conv_general_permutations`); or why `dn` does not fit an input of
+/// rank `x_rank` and a kernel of rank `k_rank`.
+fn layout_perms(
+    dn: &ConvDimensionNumbers,
+    x_rank: usize,
+    k_rank: usize,
+) -> std::result::Result<[Vec<usize>; 3], String> {
+    let specs = [
+        ("lhs", &dn.lhs, ['N', 'C'], x_rank, "the input's rank"),
+        ("rhs", &dn.rhs, ['O', 'I'], k_rank, "the kernel's rank"),
+        ("out", &dn.out, ['N', 'C'], x_rank, "the input's rank"),
+    ];
+    let mut spatial: Vec<Vec<char>> = Vec::new();
+    for (role, spec, [a, b], rank, what) in specs {
+        let letters: Vec<char> = spec.chars().collect();
+        let count = |c: char| letters.iter().filter(|&&l| l == c).count();
+        if letters.iter().any(|&c| count(c) != 1) || count(a) != 1 || count(b) != 1 {
+            return Err(format!(
+                "the {role} layout {spec:?} needs one {a}, one {b} and other letters for the \
+                 spatial axes, each once"
+            ));
+        }
+        if letters.len() != rank {
+            return Err(format!(
+                "the {role} layout {spec:?} has {} axes, but {what} is {rank}",
+                letters.len()
+            ));
+        }
+        if rank < 3 {
+            return Err(format!("the {role} layout {spec:?} has no spatial axis"));
+        }
+        let mut own: Vec<char> = letters.into_iter().filter(|&c| c != a && c != b).collect();
+        own.sort_unstable();
+        spatial.push(own);
+    }
+    if spatial[0] != spatial[1] || spatial[2] != spatial[1] {
+        return Err(format!(
+            "the layouts {:?}, {:?} and {:?} name different spatial axes",
+            dn.lhs, dn.rhs, dn.out
         ));
     }
-    Ok(())
+    // The spatial letters in the kernel's order, and where each layout has them.
+    let order: Vec<char> = dn.rhs.chars().filter(|&c| c != 'O' && c != 'I').collect();
+    let perm = |spec: &str, a: char, b: char| -> Vec<usize> {
+        let at = |c: char| spec.chars().position(|l| l == c).unwrap_or(0);
+        let mut p = vec![at(a), at(b)];
+        p.extend(order.iter().map(|&c| at(c)));
+        p
+    };
+    Ok([
+        perm(&dn.lhs, 'N', 'C'),
+        perm(&dn.rhs, 'O', 'I'),
+        perm(&dn.out, 'N', 'C'),
+    ])
 }
 
 /// `values` as one entry per spatial axis (`d` of them; empty means all 1), each at least 1.

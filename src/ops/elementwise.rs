@@ -6,8 +6,9 @@ use std::panic::Location;
 
 use super::graph::{graph_error, Graph};
 use super::op::{BinaryOp, Comparison, Op, UnaryOp};
+use super::rules;
 use super::tensor::Tensor;
-use super::util::{int_scalar_bytes, node, same_graph, scalar_bytes, typed_node, types, Loc};
+use super::util::{int_scalar_bytes, node, same_graph, scalar_bytes, typed_node, types, Call, Loc};
 use crate::array::{HostArray, HostElement};
 use crate::dtype::{DType, TensorType};
 use crate::error::Result;
@@ -264,18 +265,19 @@ impl Tensor {
         )
     }
 
-    /// Brings `self` and `other` to one dtype (which must match) and one broadcast shape.
-    fn pair(&self, other: &dyn Operand, name: &'static str, loc: Loc) -> Result<(Tensor, Tensor)> {
+    /// Brings `self` and `other` to one dtype (which must match) and one broadcast shape;
+    /// `roles` are their names in a message.
+    fn pair(
+        &self,
+        other: &dyn Operand,
+        roles: [&str; 2],
+        name: &'static str,
+        loc: Loc,
+    ) -> Result<(Tensor, Tensor)> {
         let b = other.to_tensor(self, name, loc)?;
         if self.dtype() != b.dtype() {
-            return Err(graph_error(
-                name,
-                format!(
-                    "operands {} have different dtypes; convert one explicitly",
-                    types(&[self, &b])
-                ),
-                loc,
-            ));
+            let call = Call::on(name, &[(roles[0], self), (roles[1], &b)], loc);
+            return Err(call.error(rules::ONE_DTYPE));
         }
         let shape = broadcast_shape(self.dims(), b.dims()).ok_or_else(|| {
             graph_error(
@@ -297,7 +299,7 @@ impl Tensor {
         name: &'static str,
         loc: Loc,
     ) -> Result<Tensor> {
-        let (a, b) = self.pair(other, name, loc)?;
+        let (a, b) = self.pair(other, ["lhs", "rhs"], name, loc)?;
         node(self.graph(), Op::Binary(op), &[&a, &b], name, loc)
     }
 
@@ -308,7 +310,7 @@ impl Tensor {
         name: &'static str,
         loc: Loc,
     ) -> Result<Tensor> {
-        let (a, b) = self.pair(other, name, loc)?;
+        let (a, b) = self.pair(other, ["lhs", "rhs"], name, loc)?;
         node(self.graph(), Op::Compare(c), &[&a, &b], name, loc)
     }
 
@@ -392,7 +394,7 @@ impl Tensor {
     }
 
     fn select_at(&self, t: &Tensor, f: &Tensor, name: &'static str, loc: Loc) -> Result<Tensor> {
-        let (t, f) = t.pair(f, name, loc)?;
+        let (t, f) = t.pair(f, ["on_true", "on_false"], name, loc)?;
         let shape = broadcast_shape(self.dims(), t.dims()).ok_or_else(|| {
             graph_error(
                 name,

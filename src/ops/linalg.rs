@@ -10,7 +10,7 @@ use std::panic::Location;
 use super::graph::graph_error;
 use super::op::Op;
 use super::tensor::Tensor;
-use super::util::{axes, node, same_graph, typed_node, types, Loc};
+use super::util::{axes, same_graph, Call};
 use crate::dtype::{DType, TensorType};
 use crate::error::Result;
 
@@ -42,7 +42,8 @@ impl Tensor {
             norm(self, &lc)?,
             norm(rhs, &rc)?,
         );
-        self.dot_general_at(rhs, &lb, &rb, &lc, &rc, loc)
+        let call = Call::on("dot_general", &[("lhs", self), ("rhs", rhs)], loc);
+        self.dot_general_at(rhs, [&lb, &rb, &lc, &rc], &call)
     }
 
     /// [`Tensor::dot_general`] with a result dtype of its own: a widening product, `i8 x i8`
@@ -92,17 +93,17 @@ impl Tensor {
             rhs_contract: rc,
         };
         let ty = TensorType::new(out, &dims);
-        typed_node(self.graph(), op, &[self, rhs], ty, "dot_general_as", loc)
+        let call = Call::on("dot_general_as", &[("lhs", self), ("rhs", rhs)], loc);
+        call.typed_node(op, &[self, rhs], ty)
     }
 
+    /// The `dot_general` of `self` and `rhs` over normalised axes `[lhs batch, rhs batch, lhs
+    /// contracting, rhs contracting]`, its errors in the words of `call` (what the user called).
     pub(crate) fn dot_general_at(
         &self,
         rhs: &Tensor,
-        lb: &[usize],
-        rb: &[usize],
-        lc: &[usize],
-        rc: &[usize],
-        loc: Loc,
+        [lb, rb, lc, rc]: [&[usize]; 4],
+        call: &Call,
     ) -> Result<Tensor> {
         let op = Op::DotGeneral {
             lhs_batch: lb.to_vec(),
@@ -110,7 +111,7 @@ impl Tensor {
             lhs_contract: lc.to_vec(),
             rhs_contract: rc.to_vec(),
         };
-        node(self.graph(), op, &[self, rhs], "dot_general", loc)
+        call.node(op, &[self, rhs])
     }
 
     /// Matrix product over the last two dimensions: `[..., m, k] @ [..., k, n]` with equal
@@ -118,25 +119,47 @@ impl Tensor {
     /// and `[..., m, k] @ [k]`.
     #[track_caller]
     pub fn matmul(&self, rhs: &Tensor) -> Result<Tensor> {
-        let loc = Location::caller();
+        self.matmul_as(
+            rhs,
+            Call::on("matmul", &[("lhs", self), ("rhs", rhs)], Location::caller()),
+        )
+    }
+
+    /// [`Tensor::matmul`], its errors in the words of `call`.
+    fn matmul_as(&self, rhs: &Tensor, call: Call) -> Result<Tensor> {
         let (lr, rr) = (self.rank(), rhs.rank());
-        let bad = || {
-            graph_error(
-                "matmul",
-                format!("cannot multiply {}", types(&[self, rhs])),
-                loc,
-            )
-        };
         match (lr, rr) {
-            (0, _) | (_, 0) => Err(bad()),
-            (_, 1) | (_, 2) => self.dot_general_at(rhs, &[], &[], &[lr - 1], &[0], loc),
-            (1, _) => Err(bad()),
+            (0, _) | (_, 0) => Err(call.error("a scalar has no matrix product (use `mul`)")),
+            (_, 1) | (_, 2) => self.dot_general_at(rhs, [&[], &[], &[lr - 1], &[0]], &call),
+            (1, _) => Err(call.error(&format!(
+                "a vector lhs takes a rhs of rank 1 or 2, not {rr}"
+            ))),
             _ if lr == rr => {
                 let batch: Vec<usize> = (0..lr - 2).collect();
-                self.dot_general_at(rhs, &batch, &batch, &[lr - 1], &[rr - 2], loc)
+                self.dot_general_at(rhs, [&batch, &batch, &[lr - 1], &[rr - 2]], &call)
             }
-            _ => Err(bad()),
+            _ => Err(call.error(&format!(
+                "a rhs of rank {rr} needs a lhs of its rank ({lr} given): leading (batch) \
+                 dimensions are not broadcast"
+            ))),
         }
+    }
+
+    /// `self` (`[..., in]`) times `weight` (`[out, in]`) transposed, `[..., out]`: a linear
+    /// layer's product, its errors naming `name` and the operands `x` and `weight`.
+    pub(crate) fn linear_at(
+        &self,
+        weight: &Tensor,
+        name: &'static str,
+        loc: &'static Location<'static>,
+    ) -> Result<Tensor> {
+        let call = Call::on(name, &[("x", self), ("weight", weight)], loc);
+        if self.rank() == 0 || weight.rank() != 2 {
+            return Err(
+                call.error("takes x [..., in_features] and weight [out_features, in_features]")
+            );
+        }
+        self.dot_general_at(weight, [&[], &[], &[self.rank() - 1], &[1]], &call)
     }
 }
 
@@ -278,7 +301,7 @@ impl Term {
     /// where `later` (the indices of the terms still to come and of the output) needs them and
     /// contracted where it does not; then the indices of the product that `later` does not name
     /// are summed out.
-    fn contract(self, next: &Term, later: &[char], loc: Loc) -> Result<Term> {
+    fn contract(self, next: &Term, later: &[char], call: &Call) -> Result<Term> {
         let shared: Vec<char> = self
             .idx
             .iter()
@@ -300,7 +323,7 @@ impl Term {
         let rb: Vec<usize> = batch.iter().map(|&c| pos(&next.idx, c)).collect();
         let lc: Vec<usize> = contract.iter().map(|&c| pos(&self.idx, c)).collect();
         let rc: Vec<usize> = contract.iter().map(|&c| pos(&next.idx, c)).collect();
-        let t = self.t.dot_general_at(&next.t, &lb, &rb, &lc, &rc, loc)?;
+        let t = self.t.dot_general_at(&next.t, [&lb, &rb, &lc, &rc], call)?;
         let mut idx = batch.clone();
         idx.extend(self.idx.iter().filter(|c| !shared.contains(c)));
         idx.extend(next.idx.iter().filter(|c| !shared.contains(c)));
@@ -340,17 +363,21 @@ impl Tensor {
             .first()
             .ok_or_else(|| graph_error("einsum", format!("'{spec}' got no operands"), loc))?;
         same_graph(first.graph(), operands, "einsum", loc)?;
-        let bad = |why: String| {
-            graph_error(
-                "einsum",
-                format!("'{spec}' with operands [{}]: {why}", types(operands)),
-                loc,
-            )
-        };
+        let roles: Vec<String> = (0..operands.len())
+            .map(|i| format!("operand {i}"))
+            .collect();
+        let named: Vec<(&str, &Tensor)> = roles
+            .iter()
+            .map(String::as_str)
+            .zip(operands.iter().copied())
+            .collect();
+        let call = Call::on("einsum", &named, loc).detail(format!("'{spec}'"));
+        let bad = |why: String| call.error(&why);
         let s = parse_spec(spec, operands.len()).map_err(&bad)?;
         check_terms(operands, &s).map_err(&bad)?;
         let mut terms = sum_private(operands, &s)?;
-        // Contract left to right.
+        // Contract left to right; a product's error names the spec (its operands are partial).
+        let inner = Call::new("einsum", loc).detail(format!("'{spec}'"));
         let mut acc = terms.remove(0);
         for (k, next) in terms.iter().enumerate() {
             let later: Vec<char> = terms[k + 1..]
@@ -358,7 +385,7 @@ impl Tensor {
                 .flat_map(|t| t.idx.iter().copied())
                 .chain(s.output.iter().copied())
                 .collect();
-            acc = acc.contract(next, &later, loc)?;
+            acc = acc.contract(next, &later, &inner)?;
         }
 
         // Indices left that the output does not name (single-operand sum-outs were done above).

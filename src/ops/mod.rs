@@ -77,11 +77,11 @@ mod walk;
 
 pub use cond::Branch;
 pub use control::{Bound, Carry};
-pub use conv_general::{ConvOptions, Padding};
+pub use conv_general::{ConvDimensionNumbers, ConvOptions, Padding};
 pub use elementwise::{Number, Operand};
 pub use graph::Graph;
 pub use ir::{Node, Region, ValueId};
-pub use op::{ArgKind, BinaryOp, Comparison, ConvWindow, Op, ReduceKind, UnaryOp};
+pub use op::{ArgKind, BinaryOp, Comparison, ConvWindow, Op, Precision, ReduceKind, UnaryOp};
 pub use reduce::CumsumOptions;
 #[cfg(test)]
 pub(crate) use regions::malformed::cases as malformed_loops;

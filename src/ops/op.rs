@@ -448,6 +448,34 @@ pub struct ConvWindow {
     pub rhs_dilation: Vec<usize>,
     /// Channel groups (at least 1).
     pub feature_groups: usize,
+    /// How precisely XLA computes the products (the interpreter ignores it).
+    pub precision: Precision,
+}
+
+/// How precisely XLA computes a convolution's products (JAX's `lax.Precision`), written into
+/// the program as StableHLO's `precision_config` for both operands. On a GPU or TPU the
+/// default may compute f32 products in bf16 or tf32 passes; `Highest` asks for full f32. The
+/// interpreter ignores it: it always computes in the operands' own dtype.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum Precision {
+    /// The backend's choice (no `precision_config` is written).
+    #[default]
+    Default,
+    /// More precise than the default where the backend has a choice (`HIGH`).
+    High,
+    /// The most precise the backend has (`HIGHEST`).
+    Highest,
+}
+
+impl Precision {
+    /// StableHLO's name for it: `DEFAULT`, `HIGH`, `HIGHEST`.
+    pub fn stablehlo_name(self) -> &'static str {
+        match self {
+            Precision::Default => "DEFAULT",
+            Precision::High => "HIGH",
+            Precision::Highest => "HIGHEST",
+        }
+    }
 }
 
 impl Op {

@@ -76,10 +76,23 @@ pub(crate) fn nodes(
     name: &'static str,
     loc: Loc,
 ) -> Result<Vec<Tensor>> {
+    let call = Call::new(name, loc);
+    build(g, op, operands, target, &call)
+}
+
+/// [`nodes`] for `call`, whose [`Call::rule_error`] words a rule's message.
+fn build(
+    g: &Graph,
+    op: Op,
+    operands: &[&Tensor],
+    target: Option<TensorType>,
+    call: &Call,
+) -> Result<Vec<Tensor>> {
+    let (name, loc) = (call.name, call.loc);
     same_graph(g, operands, name, loc)?;
     let types: Vec<&TensorType> = operands.iter().map(|t| t.ty()).collect();
-    let outputs =
-        rules::infer(&op, &types, target.as_ref()).map_err(|m| graph_error(name, m, loc))?;
+    let outputs = rules::infer(&op, &types, target.as_ref())
+        .map_err(|m| call.rule_error(rules::operand_words(&op), &m))?;
     let inputs = operands
         .iter()
         .map(|t| g.resolve(t.id(), name, loc))
@@ -126,6 +139,197 @@ fn one(mut outputs: Vec<Tensor>, name: &'static str, loc: Loc) -> Result<Tensor>
             format!("internal: {n} results, expected 1"),
             loc,
         )),
+    }
+}
+
+/// A call as the user wrote it, for the errors of a builder that lowers to primitives of other
+/// names (`matmul` and `einsum` to `dot_general`, `conv2d` to `convolution`): the name it was
+/// called by, what else the message should repeat (an einsum's spec), and the user's operands
+/// with their roles in the builder's words (`lhs`, `kernel`, `operand 0`). Its errors read
+/// `name: [detail where] role is type and role is type: why`, the rule's operand words
+/// ([`rules::operand_words`]) replaced by the roles, and a dtype mismatch
+/// ([`rules::ONE_DTYPE`]) says which operand to convert to what.
+pub(crate) struct Call<'a> {
+    /// What the user called; its errors carry this name.
+    pub(crate) name: &'static str,
+    /// Repeated before the operands (an einsum's spec, a convolution's layouts).
+    pub(crate) detail: Option<String>,
+    /// The user's operands, each with its role.
+    pub(crate) operands: Vec<(&'a str, &'a Tensor)>,
+    /// Where the user called it.
+    pub(crate) loc: Loc,
+}
+
+impl<'a> Call<'a> {
+    /// A call of `name` at `loc` whose messages name no operands (a rule's message as it is).
+    pub(crate) fn new(name: &'static str, loc: Loc) -> Call<'a> {
+        Call {
+            name,
+            detail: None,
+            operands: Vec::new(),
+            loc,
+        }
+    }
+
+    /// A call of `name` at `loc` on `operands`, each with its role.
+    pub(crate) fn on(name: &'static str, operands: &[(&'a str, &'a Tensor)], loc: Loc) -> Self {
+        Call {
+            operands: operands.to_vec(),
+            ..Call::new(name, loc)
+        }
+    }
+
+    /// This call with `detail` repeated before the operands.
+    pub(crate) fn detail(self, detail: impl Into<String>) -> Self {
+        Call {
+            detail: Some(detail.into()),
+            ..self
+        }
+    }
+
+    /// [`node`] of `op` on `operands` (the user's or derived from them), its rule's message in
+    /// this call's words.
+    pub(crate) fn node(&self, op: Op, operands: &[&Tensor]) -> Result<Tensor> {
+        self.one_node(op, operands, None)
+    }
+
+    /// [`typed_node`] in this call's words.
+    pub(crate) fn typed_node(
+        &self,
+        op: Op,
+        operands: &[&Tensor],
+        ty: TensorType,
+    ) -> Result<Tensor> {
+        self.one_node(op, operands, Some(ty))
+    }
+
+    fn one_node(&self, op: Op, operands: &[&Tensor], ty: Option<TensorType>) -> Result<Tensor> {
+        let g = operands
+            .first()
+            .ok_or_else(|| self.error("internal: a node without operands"))?
+            .graph();
+        one(build(g, op, operands, ty, self)?, self.name, self.loc)
+    }
+
+    /// The error `why`, after the call's detail and its operands; a dtype mismatch
+    /// ([`rules::ONE_DTYPE`]) gets the conversion that fixes it.
+    pub(crate) fn error(&self, why: &str) -> crate::error::Error {
+        let mut m = self.detail.clone().unwrap_or_default();
+        if !self.operands.is_empty() {
+            if !m.is_empty() {
+                m.push_str(" where ");
+            }
+            let each: Vec<String> = self
+                .operands
+                .iter()
+                .map(|(role, t)| format!("{role} is {}", t.ty()))
+                .collect();
+            m.push_str(&and_list(&each));
+        }
+        if !m.is_empty() {
+            m.push_str(": ");
+        }
+        m.push_str(why);
+        if why.starts_with(rules::ONE_DTYPE) {
+            if let Some(fix) = self.dtype_fix() {
+                m.push_str("; ");
+                m.push_str(&fix);
+            }
+        }
+        graph_error(self.name, m, self.loc)
+    }
+
+    /// A rule's message `why`, whose operands it names by `words` (the primitive's), in this
+    /// call's words: when the call names as many operands, each word becomes its role.
+    pub(crate) fn rule_error(&self, words: &[&str], why: &str) -> crate::error::Error {
+        if words.len() != self.operands.len() {
+            return self.error(why);
+        }
+        let roles: Vec<&str> = self.operands.iter().map(|(r, _)| *r).collect();
+        self.error(&reword(why, words, &roles))
+    }
+
+    /// "convert lhs with `.astype(DType::F64)`": the operands whose dtype is not the one all
+    /// can be converted to without loss (as near as the dtypes allow), when they differ.
+    fn dtype_fix(&self) -> Option<String> {
+        let to = self
+            .operands
+            .iter()
+            .map(|(_, t)| t.dtype())
+            .reduce(join_dtypes)?;
+        let off: Vec<String> = self
+            .operands
+            .iter()
+            .filter(|(_, t)| t.dtype() != to)
+            .map(|(role, _)| role.to_string())
+            .collect();
+        let which = match off.len() {
+            0 => return None,
+            2 if self.operands.len() == 2 => "both".to_string(),
+            n if n == self.operands.len() => "each".to_string(),
+            _ => and_list(&off),
+        };
+        Some(format!("convert {which} with `.astype(DType::{to:?})`"))
+    }
+}
+
+/// `a`, `a and b`, `a, b and c`.
+fn and_list(items: &[String]) -> String {
+    match items {
+        [] => String::new(),
+        [one] => one.clone(),
+        [init @ .., last] => format!("{} and {last}", init.join(", ")),
+    }
+}
+
+/// `text` with every whole word of `words` replaced by the `roles` at its index.
+fn reword(text: &str, words: &[&str], roles: &[&str]) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut word = String::new();
+    let flush = |word: &mut String, out: &mut String| {
+        match words.iter().position(|w| w == word) {
+            Some(i) => out.push_str(roles[i]),
+            None => out.push_str(word),
+        }
+        word.clear();
+    };
+    for c in text.chars() {
+        if c.is_alphanumeric() || c == '_' {
+            word.push(c);
+        } else {
+            flush(&mut word, &mut out);
+            out.push(c);
+        }
+    }
+    flush(&mut word, &mut out);
+    out
+}
+
+/// The dtype that both `a` and `b` convert to with the least loss: a float over an integer or
+/// pred, the wider of two of one kind (`f32` for `f16` and `bf16`), a signed integer wide
+/// enough for both a signed and an unsigned one (`i64` at most).
+pub(crate) fn join_dtypes(a: DType, b: DType) -> DType {
+    let wider = |a: DType, b: DType| match a.size_in_bytes().cmp(&b.size_in_bytes()) {
+        std::cmp::Ordering::Less => b,
+        _ => a,
+    };
+    match (a, b) {
+        _ if a == b => a,
+        (DType::Pred, _) => b,
+        (_, DType::Pred) => a,
+        _ if a.is_float() != b.is_float() => match a.is_float() {
+            true => a,
+            false => b,
+        },
+        _ if a.is_float() && a.size_in_bytes() == b.size_in_bytes() => DType::F32,
+        _ if a.is_float() || a.is_unsigned() == b.is_unsigned() => wider(a, b),
+        _ => {
+            let (s, u) = if a.is_unsigned() { (b, a) } else { (a, b) };
+            match u {
+                DType::U8 => wider(s, DType::I32),
+                _ => DType::I64,
+            }
+        }
     }
 }
 
@@ -188,4 +392,42 @@ pub(crate) fn int_scalar_bytes(value: i128, dtype: DType) -> std::result::Result
         }
     };
     bytes.ok_or_else(|| format!("{value} is not a {dtype} value"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{join_dtypes, reword};
+    use crate::dtype::DType::*;
+
+    #[test]
+    fn dtypes_join_without_loss_where_one_exists() {
+        for (a, b, want) in [
+            (F32, F64, F64),
+            (I32, F16, F16),
+            (F16, BF16, F32),
+            (Pred, U8, U8),
+            (I8, I64, I64),
+            (U8, I8, I32),
+            (U32, I8, I64),
+            (U8, I64, I64),
+            (U64, I32, I64),
+        ] {
+            assert_eq!(join_dtypes(a, b), want, "{a} and {b}");
+            assert_eq!(join_dtypes(b, a), want, "{b} and {a}");
+        }
+    }
+
+    #[test]
+    fn reword_replaces_whole_words_only() {
+        let m = "the contracted lhs axis 1 and rhs axis 0 differ; lhs_dilation, rhs";
+        assert_eq!(
+            reword(m, &["lhs", "rhs"], &["x", "weight"]),
+            "the contracted x axis 1 and weight axis 0 differ; lhs_dilation, weight"
+        );
+        // Simultaneous: a role that is the other word is not replaced again.
+        assert_eq!(
+            reword("lhs rhs", &["lhs", "rhs"], &["rhs", "lhs"]),
+            "rhs lhs"
+        );
+    }
 }

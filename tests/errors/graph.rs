@@ -3,7 +3,10 @@
 //! take_along_axis, scan, ...), gradients and AdamW, whose errors say what was wrong.
 
 use super::assert_err;
-use stablegraph::ops::{CumsumOptions, Graph, SortOrder, Tensor};
+use stablegraph::nn::Linear;
+use stablegraph::ops::{
+    ConvDimensionNumbers, ConvOptions, CumsumOptions, Graph, SortOrder, Tensor,
+};
 use stablegraph::optim::{global_norm, AdamW, AdamWState, ParamState};
 use stablegraph::{DType, Error, Result};
 
@@ -41,7 +44,12 @@ fn elementwise_rules() {
     let p = g.parameter("p", DType::Pred, &[2, 3]).unwrap();
     expect_err!(a.add(&b), "add", "f32[2, 3]", "f32[4, 3]", "broadcast");
     expect_err!(&a + &b, "add", "f32[2, 3]", "f32[4, 3]");
-    expect_err!(a.mul(&i), "mul", "f32[2, 3]", "i32[2, 3]", "dtypes");
+    expect_err!(
+        a.mul(&i),
+        "mul",
+        "lhs is f32[2, 3] and rhs is i32[2, 3]: operands need one dtype; convert rhs with \
+         `.astype(DType::F32)`"
+    );
     expect_err!(i.exp(), "exp", "i32[2, 3]");
     expect_err!(i.softplus(), "softplus", "i32[2, 3]");
     expect_err!(p.neg(), "neg", "pred[2, 3]");
@@ -49,7 +57,11 @@ fn elementwise_rules() {
     expect_err!(a.shift_left(&a), "shift_left", "f32");
     expect_err!(i.add(2.5), "add", "2.5", "i32");
     expect_err!(a.select(&a, &a), "select", "pred", "f32[2, 3]");
-    expect_err!(p.select(&a, &i), "select", "dtypes");
+    expect_err!(
+        p.select(&a, &i),
+        "select",
+        "on_true is f32[2, 3] and on_false is i32[2, 3]: operands need one dtype"
+    );
     expect_err!(a.clamp(0.0, &i), "clamp", "i32");
     expect_err!(a.bitcast(DType::F64), "bitcast", "f32[2, 3]", "f64");
     expect_err!(
@@ -213,24 +225,193 @@ fn linalg_rules() {
     expect_err!(
         a.dot_general(&b, &[], &[(1, 0)]),
         "dot_general",
-        "size 3",
-        "size 4"
+        "lhs is f32[2, 3] and rhs is f32[4, 5]: the contracted lhs axis 1 (size 3) and rhs \
+         axis 0 (size 4) differ"
     );
     expect_err!(
         a.dot_general(&i, &[], &[(1, 0)]),
         "dot_general",
-        "one numeric dtype"
+        "operands need one dtype; convert rhs with `.astype(DType::F32)`"
     );
     expect_err!(
         a.dot_general(&a, &[(0, 0)], &[(0, 1)]),
         "dot_general",
-        "both batch and contracting"
+        "lhs axis 0 is both batch and contracting"
     );
-    expect_err!(a.matmul(&b), "dot_general", "f32[2, 3]", "f32[4, 5]");
+    expect_err!(
+        a.dot_general_as(&a, &[], &[(1, 1)], DType::I32),
+        "dot_general_as",
+        "no i32 product of f32 and f32 operands"
+    );
     let s = f32s(&g, "s", &[]);
-    expect_err!(s.matmul(&a), "matmul", "f32[]");
+    expect_err!(
+        s.matmul(&a),
+        "matmul",
+        "f32[]",
+        "a scalar has no matrix product"
+    );
+    let v = f32s(&g, "v", &[3]);
+    expect_err!(
+        v.matmul(&f32s(&g, "y3", &[2, 3, 4])),
+        "matmul",
+        "a vector lhs takes a rhs of rank 1 or 2, not 3"
+    );
     let x = f32s(&g, "x", &[2, 3, 4]);
-    expect_err!(x.matmul(&f32s(&g, "y", &[5, 4, 2])), "dot_general", "size");
+    expect_err!(
+        x.matmul(&f32s(&g, "y", &[5, 4, 2])),
+        "matmul",
+        "the batch lhs axis 0 (size 2) and rhs axis 0 (size 5) differ"
+    );
+    expect_err!(
+        x.matmul(&f32s(&g, "y4", &[1, 2, 4, 2])),
+        "matmul",
+        "leading (batch) dimensions are not broadcast"
+    );
+}
+
+/// A convolution's layouts must name the same axes the operands have; the error names the
+/// strings.
+#[test]
+fn convolution_layouts_are_checked() {
+    let g = Graph::new();
+    let x = f32s(&g, "x", &[1, 5, 5, 4]);
+    let k = f32s(&g, "k", &[3, 3, 4, 2]);
+    let with = |lhs: &str, rhs: &str, out: &str| ConvOptions {
+        dimension_numbers: Some(ConvDimensionNumbers::new(lhs, rhs, out)),
+        ..ConvOptions::default()
+    };
+    assert!(x
+        .conv_general_dilated(&k, &with("NHWC", "HWIO", "NHWC"))
+        .is_ok());
+    expect_err!(
+        x.conv_general_dilated(&k, &with("NHXC", "HWIO", "NHWC")),
+        "conv_general_dilated",
+        "layouts \"NHXC\", \"HWIO\" -> \"NHWC\" where input is f32[1, 5, 5, 4] and kernel is \
+         f32[3, 3, 4, 2]: the layouts \"NHXC\", \"HWIO\" and \"NHWC\" name different spatial axes"
+    );
+    expect_err!(
+        x.conv_general_dilated(&k, &with("NHWX", "HWIO", "NHWC")),
+        "conv_general_dilated",
+        "the lhs layout \"NHWX\" needs one N, one C"
+    );
+    expect_err!(
+        x.conv_general_dilated(&k, &with("NDHWC", "HWIO", "NHWC")),
+        "conv_general_dilated",
+        "the lhs layout \"NDHWC\" has 5 axes, but the input's rank is 4"
+    );
+    expect_err!(
+        x.conv_general_dilated(&k, &with("NHWC", "HWII", "NHWC")),
+        "conv_general_dilated",
+        "the rhs layout \"HWII\" needs one O, one I and other letters for the spatial axes, \
+         each once"
+    );
+    expect_err!(
+        x.conv_general_dilated(&k, &with("NHWC", "HWIO", "NHHC")),
+        "conv_general_dilated",
+        "the out layout \"NHHC\" needs one N, one C"
+    );
+    // Whatever the strings, an error or a convolution; never a panic.
+    let odd = [
+        "", "N", "NC", "NCW", "CN", "NNHW", "ÑHWC", "NCHW", "HWIO", "OIHW", "IOWH",
+    ];
+    for lhs in odd {
+        for rhs in odd {
+            for out in odd {
+                let _ = x.conv_general_dilated(&k, &with(lhs, rhs, out));
+            }
+        }
+    }
+    // The rule's message after a layout's transposes speaks of features, not axes.
+    let k3 = f32s(&g, "k3", &[3, 3, 3, 2]);
+    expect_err!(
+        x.conv2d(&k3, None, &with("NHWC", "HWIO", "NHWC")),
+        "conv2d",
+        "the input has 4 features, but the kernel takes 3"
+    );
+    let b = f32s(&g, "b", &[5]);
+    expect_err!(
+        x.conv2d(&k, Some(&b), &with("NHWC", "HWIO", "NHWC")),
+        "conv2d",
+        "the bias must be f32[2], got f32[5]"
+    );
+}
+
+/// A builder that lowers to a primitive of another name reports the call the user made, its
+/// operands by their roles, and how to fix a dtype mismatch.
+#[test]
+fn errors_name_the_call_the_user_made() {
+    let g = Graph::new();
+    let x = f32s(&g, "x", &[2, 3]);
+    let y = f32s(&g, "y", &[4, 5]);
+    let y64 = g.parameter("y64", F64, &[3, 4]).unwrap();
+    let here = |e: Result<Tensor>| match e {
+        Err(Error::Graph {
+            op,
+            message,
+            location,
+        }) => {
+            assert!(location.contains("errors/graph.rs"), "{location}");
+            format!("{op}: {message}")
+        }
+        other => panic!("expected a graph error, got {other:?}"),
+    };
+    assert_eq!(
+        here(x.matmul(&y)),
+        "matmul: lhs is f32[2, 3] and rhs is f32[4, 5]: the contracted lhs axis 1 (size 3) and \
+         rhs axis 0 (size 4) differ"
+    );
+    assert_eq!(
+        here(x.matmul(&y64)),
+        "matmul: lhs is f32[2, 3] and rhs is f64[3, 4]: operands need one dtype; convert lhs \
+         with `.astype(DType::F64)`"
+    );
+    assert_eq!(
+        here(Tensor::einsum("ij,jk->ik", &[&x, &y64])),
+        "einsum: 'ij,jk->ik' where operand 0 is f32[2, 3] and operand 1 is f64[3, 4]: operands \
+         need one dtype; convert operand 0 with `.astype(DType::F64)`"
+    );
+    assert_eq!(
+        here(Tensor::einsum("ij,jk->ik", &[&x, &y])),
+        "einsum: 'ij,jk->ik' where operand 0 is f32[2, 3] and operand 1 is f32[4, 5]: index \
+         'j' has sizes 3 and 4"
+    );
+    assert_eq!(
+        here(x.add(y64.t().unwrap())),
+        "add: lhs is f32[2, 3] and rhs is f64[4, 3]: operands need one dtype; convert lhs with \
+         `.astype(DType::F64)`"
+    );
+    // Neither converts to the other without loss: both go to the dtype that holds each.
+    let h = g.parameter("h", DType::F16, &[2]).unwrap();
+    let b = g.parameter("b", DType::BF16, &[2]).unwrap();
+    assert_eq!(
+        here(h.mul(&b)),
+        "mul: lhs is f16[2] and rhs is bf16[2]: operands need one dtype; convert both with \
+         `.astype(DType::F32)`"
+    );
+    // A linear layer names its own operands, in the rule's message too.
+    let layer = Linear {
+        weight: f32s(&g, "w", &[4, 5]),
+        bias: None,
+    };
+    assert_eq!(
+        here(layer.forward(&x)),
+        "Linear::forward: x is f32[2, 3] and weight is f32[4, 5]: the contracted x axis 1 \
+         (size 3) and weight axis 1 (size 5) differ"
+    );
+    // Convolutions: the functional forms name the input and the kernel.
+    let img = f32s(&g, "img", &[1, 4, 5, 5]);
+    let k64 = g.parameter("k64", F64, &[2, 4, 3, 3]).unwrap();
+    assert_eq!(
+        here(img.conv2d(&k64, None, &ConvOptions::default())),
+        "conv2d: input is f32[1, 4, 5, 5] and kernel is f64[2, 4, 3, 3]: operands need one \
+         dtype; convert input with `.astype(DType::F64)`"
+    );
+    let k = f32s(&g, "k", &[2, 3, 3, 3]);
+    assert_eq!(
+        here(img.conv_general_dilated(&k, &ConvOptions::default())),
+        "conv_general_dilated: input is f32[1, 4, 5, 5] and kernel is f32[2, 3, 3, 3]: the \
+         input has 4 features, but the kernel takes 3"
+    );
 }
 
 #[test]
@@ -501,9 +682,10 @@ fn select_family_names_the_op_called() {
     expect_err!(
         m.select(&a, &i),
         "select",
-        "dtypes",
+        "operands need one dtype",
         "f32[2, 3]",
-        "i32[2, 3]"
+        "i32[2, 3]",
+        "convert on_false with `.astype(DType::F32)`"
     );
     // Numbers take the tensor branch's dtype, on either side.
     assert_eq!(m.select(1, &i).unwrap().ty().to_string(), "i32[2, 3]");
@@ -560,7 +742,11 @@ fn operators_with_numbers() {
     expect_err!(&u + (&u + 300), "add", "300");
     expect_err!((&u + 300) + &u, "add", "300");
     // Different dtypes are still an error through the operators.
-    expect_err!(&u + &i, "add", "dtypes");
+    expect_err!(
+        &u + &i,
+        "add",
+        "operands need one dtype; convert lhs with `.astype(DType::I64)`"
+    );
     expect_err!(u.clone() % i.clone(), "rem", "u8[3]", "i64[3]");
 }
 

@@ -2,7 +2,7 @@
 //! convolutions again, JAX's transpose rules), then its batching rule.
 
 use super::batching::{BatchStep, Batched};
-use super::{arity, list, Rule};
+use super::{arity, Rule, ONE_DTYPE};
 use crate::dtype::TensorType;
 use crate::error::Result;
 use crate::ops::autodiff::{Cotangents, Step};
@@ -13,31 +13,18 @@ use crate::ops::{ConvWindow, Op, Tensor};
 /// float dtype and rank (at least 3), `O` a multiple of the groups, which divide `C`; one
 /// stride, padding and dilation (each stride and dilation at least 1) per spatial axis; every
 /// dilated kernel window fitting the dilated, padded input. The result: `[N, O, *out]`.
+/// Messages name the operands `input` and `kernel`, and their axes by role (features, spatial
+/// axis `i`), whatever layout a builder transposed them from.
 pub(super) fn convolution(operands: &[&TensorType], w: &ConvWindow) -> Rule<TensorType> {
     let [x, k] = arity(operands)?;
-    let bad = |why: String| format!("{why}; operands {}, {w:?}", list(operands.iter()));
-    let g = w.feature_groups;
-    let fits = x.rank() >= 3
-        && k.rank() == x.rank()
-        && x.dtype == k.dtype
-        && x.dtype.is_float()
-        && g >= 1
-        && x.dims[1].is_multiple_of(g)
-        && k.dims[0].is_multiple_of(g)
-        && k.dims[1] * g == x.dims[1];
-    if !fits {
-        return Err(bad(format!(
-            "needs an input [N, C, *spatial] and a kernel [O, C / groups, *window] of one float \
-             dtype, O a multiple of the groups ({g}), which divide C"
-        )));
-    }
+    check_conv_operands(x, k, w.feature_groups)?;
     let d = x.rank() - 2;
     let lists = [&w.strides, &w.lhs_dilation, &w.rhs_dilation];
     if lists.iter().any(|l| l.len() != d || l.contains(&0)) || w.padding.len() != d {
-        return Err(bad(format!(
+        return Err(format!(
             "needs one stride, padding and dilation per spatial axis ({d}), each stride and \
-             dilation at least 1"
-        )));
+             dilation at least 1; got {w:?}"
+        ));
     }
     let mut dims = vec![x.dims[0], k.dims[0]];
     for i in 0..d {
@@ -45,13 +32,51 @@ pub(super) fn convolution(operands: &[&TensorType], w: &ConvWindow) -> Rule<Tens
         let (lo, hi) = w.padding[i];
         let padded = dilated(x.dims[2 + i], w.lhs_dilation[i]) as i64 + lo + hi;
         if window == 0 || padded < window as i64 {
-            return Err(bad(format!(
+            return Err(format!(
                 "spatial axis {i}: a window of {window} does not fit the padded size {padded}"
-            )));
+            ));
         }
         dims.push((padded as usize - window) / w.strides[i] + 1);
     }
     Ok(TensorType::new(x.dtype, &dims))
+}
+
+/// The input `x` and kernel `k` of a convolution in `g` feature groups: one float dtype, one
+/// rank of at least 3, features that split into the groups.
+fn check_conv_operands(x: &TensorType, k: &TensorType, g: usize) -> Rule<()> {
+    if x.rank() < 3 || k.rank() != x.rank() {
+        return Err(format!(
+            "input (rank {}) and kernel (rank {}) need one rank of at least 3: a batch, a \
+             feature and a spatial axis",
+            x.rank(),
+            k.rank()
+        ));
+    }
+    if x.dtype != k.dtype {
+        return Err(ONE_DTYPE.to_string());
+    }
+    if !x.dtype.is_float() {
+        return Err(format!("needs float operands, not {}", x.dtype));
+    }
+    let (c, o, per_group) = (x.dims[1], k.dims[0], k.dims[1]);
+    if g == 0 || !o.is_multiple_of(g) {
+        return Err(format!(
+            "the kernel's {o} output features do not split into {g} feature groups"
+        ));
+    }
+    if per_group * g != c {
+        let takes = match g {
+            1 => format!("{per_group}"),
+            _ => format!(
+                "{per_group} per feature group ({} in {g} groups)",
+                per_group * g
+            ),
+        };
+        return Err(format!(
+            "the input has {c} features, but the kernel takes {takes}"
+        ));
+    }
+    Ok(())
 }
 
 /// The extent of `n` elements with `d - 1` gaps between neighbours (0 for none).
@@ -125,6 +150,7 @@ fn input_cotangent(
         lhs_dilation: w.strides.clone(),
         rhs_dilation: w.rhs_dilation.clone(),
         feature_groups: g,
+        precision: w.precision,
     };
     node(
         ct.graph(),
@@ -161,6 +187,7 @@ fn kernel_cotangent(
         lhs_dilation: w.lhs_dilation.clone(),
         rhs_dilation: w.strides.clone(),
         feature_groups: 1,
+        precision: w.precision,
     };
     let per_group = |xg: &Tensor, cg: &Tensor| -> Result<Tensor> {
         let lhs = xg.transpose(&swap)?;

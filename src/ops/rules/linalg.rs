@@ -1,7 +1,7 @@
 //! The rules of `DotGeneral`: its type rule, then its VJP rule, then its batching rule.
 
 use super::batching::{move_axis, BatchStep, Batched};
-use super::{arity, list, Rule};
+use super::{arity, Rule, ONE_DTYPE};
 use crate::dtype::{DType, TensorType};
 use crate::error::Result;
 use crate::ops::autodiff::{Cotangents, Step};
@@ -12,7 +12,7 @@ use crate::ops::{Op, Tensor};
 /// axis lists that pair up, every listed axis in range and used once per operand, paired axes
 /// of equal size. The result: batch dimensions, then the lhs's free ones, then the rhs's, in
 /// the operands' dtype, or in the `target`'s when given (a mixed-precision product: see
-/// [`mixed_dot_dtype`]).
+/// [`mixed_dot_dtype`]). Messages name the operands `lhs` and `rhs`.
 pub(super) fn dot_general(
     operands: &[&TensorType],
     batch: [&Vec<usize>; 2],
@@ -20,52 +20,21 @@ pub(super) fn dot_general(
     target: Option<&TensorType>,
 ) -> Rule<TensorType> {
     let [lhs, rhs] = arity(operands)?;
-    let bad = |why: String| {
-        format!(
-            "{why}; operands {}, batch {:?} x {:?}, contracting {:?} x {:?}",
-            list(operands.iter()),
-            batch[0],
-            batch[1],
-            contract[0],
-            contract[1]
-        )
-    };
     let out_dtype = match target {
         Some(t) => mixed_dot_dtype(lhs.dtype, rhs.dtype, t.dtype).ok_or_else(|| {
-            bad(format!(
+            format!(
                 "no {} product of {} and {} operands; products may widen i8 x i8 and u8 x i8 \
                  to i32 and bf16 x bf16 to f32",
                 t.dtype, lhs.dtype, rhs.dtype
-            ))
+            )
         })?,
-        None if lhs.dtype != rhs.dtype || lhs.dtype == DType::Pred => {
-            return Err(bad("operands need one numeric dtype".into()))
+        None if lhs.dtype != rhs.dtype => return Err(ONE_DTYPE.to_string()),
+        None if lhs.dtype == DType::Pred => {
+            return Err("pred operands have no product; convert them to a number type".into())
         }
         None => lhs.dtype,
     };
-    if batch[0].len() != batch[1].len() || contract[0].len() != contract[1].len() {
-        return Err(bad("batch and contracting dimensions must pair up".into()));
-    }
-    for (side, x) in [lhs, rhs].into_iter().enumerate() {
-        let (b, c) = (batch[side], contract[side]);
-        if b.iter().any(|a| c.contains(a)) {
-            return Err(bad("an axis is both batch and contracting".into()));
-        }
-        let used: Vec<usize> = b.iter().chain(c).copied().collect();
-        let distinct = used.iter().enumerate().all(|(i, a)| !used[..i].contains(a));
-        if !distinct || used.iter().any(|&a| a >= x.rank()) {
-            return Err(bad(format!("the axes of {x} are out of range or repeat")));
-        }
-    }
-    let pairs = batch[0].iter().zip(batch[1]);
-    for (&l, &r) in pairs.chain(contract[0].iter().zip(contract[1])) {
-        if lhs.dims[l] != rhs.dims[r] {
-            return Err(bad(format!(
-                "lhs axis {l} (size {}) and rhs axis {r} (size {}) differ",
-                lhs.dims[l], rhs.dims[r]
-            )));
-        }
-    }
+    check_dot_axes([lhs, rhs], batch, contract)?;
     let free = |x: &TensorType, side: usize| -> Vec<usize> {
         (0..x.rank())
             .filter(|a| !batch[side].contains(a) && !contract[side].contains(a))
@@ -77,9 +46,49 @@ pub(super) fn dot_general(
     dims.extend(free(rhs, 1));
     let ty = TensorType::new(out_dtype, &dims);
     match target {
-        Some(t) if t.dims != ty.dims => Err(bad(format!("the result is {ty}, not {t}"))),
+        Some(t) if t.dims != ty.dims => Err(format!("the result is {ty}, not {t}")),
         _ => Ok(ty),
     }
+}
+
+/// The batch and contracting axes of `lhs` and `rhs` pair up, each is in range and used once
+/// per operand, and paired axes have one size.
+fn check_dot_axes(
+    [lhs, rhs]: [&TensorType; 2],
+    batch: [&Vec<usize>; 2],
+    contract: [&Vec<usize>; 2],
+) -> Rule<()> {
+    if batch[0].len() != batch[1].len() || contract[0].len() != contract[1].len() {
+        return Err(format!(
+            "batch axes {:?} x {:?} and contracting axes {:?} x {:?} must pair up",
+            batch[0], batch[1], contract[0], contract[1]
+        ));
+    }
+    for (side, x) in [(0, lhs), (1, rhs)] {
+        let word = ["lhs", "rhs"][side];
+        let (b, c) = (batch[side], contract[side]);
+        if let Some(a) = b.iter().find(|a| c.contains(a)) {
+            return Err(format!("{word} axis {a} is both batch and contracting"));
+        }
+        let used: Vec<usize> = b.iter().chain(c).copied().collect();
+        let distinct = used.iter().enumerate().all(|(i, a)| !used[..i].contains(a));
+        if !distinct || used.iter().any(|&a| a >= x.rank()) {
+            return Err(format!(
+                "{word} axes {used:?} (batch, then contracting) are out of range or repeat for {x}"
+            ));
+        }
+    }
+    for (what, pairs) in [("batch", batch), ("contracted", contract)] {
+        for (&l, &r) in pairs[0].iter().zip(pairs[1]) {
+            if lhs.dims[l] != rhs.dims[r] {
+                return Err(format!(
+                    "the {what} lhs axis {l} (size {}) and rhs axis {r} (size {}) differ",
+                    lhs.dims[l], rhs.dims[r]
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The result dtype `out` of a product of `lhs` and `rhs` operands, when it is one XLA takes:

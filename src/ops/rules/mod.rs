@@ -23,7 +23,10 @@
 //! checked by [`check_while`].
 //!
 //! Messages do not name the op: each caller prefixes what the user called (a builder) or the
-//! node (the walk).
+//! node (the walk). A message names the operands by the primitive's words for them
+//! ([`operand_words`]), which a builder of another name replaces by its own roles
+//! ([`super::util::Call`]), and says [`ONE_DTYPE`] when operands that must share a dtype do
+//! not, so that the builder can say which to convert.
 
 pub(crate) mod batching;
 mod collectives;
@@ -45,6 +48,19 @@ pub(crate) use collectives::{block_type, check_shard_map, global_type};
 
 /// A rule's verdict: the result types, or why the operands do not fit.
 pub(crate) type Rule<T = Vec<TensorType>> = Result<T, String>;
+
+/// How a rule's message begins when operands that must share one dtype do not.
+pub(crate) const ONE_DTYPE: &str = "operands need one dtype";
+
+/// The words `op`'s rule names its operands by, in order, where its messages name them
+/// (`lhs` and `rhs` of a `dot_general`); empty where they do not.
+pub(crate) fn operand_words(op: &Op) -> &'static [&'static str] {
+    match op {
+        Op::DotGeneral { .. } => &["lhs", "rhs"],
+        Op::Convolution(_) => &["input", "kernel"],
+        _ => &[],
+    }
+}
 
 /// Whether `op`'s result type is given by its builder (and checked by its rule) rather than
 /// computed from its operands (for `DotGeneral`, optionally: a widening product's).

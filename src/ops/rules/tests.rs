@@ -638,6 +638,7 @@ fn convolution_rules() {
             lhs_dilation: lhs.to_vec(),
             rhs_dilation: rhs.to_vec(),
             feature_groups: g,
+            precision: crate::ops::Precision::Default,
         })
     };
     let x = t(DType::F32, &[2, 4, 7, 6]);
@@ -652,13 +653,31 @@ fn convolution_rules() {
         op.clone(),
         &[x.clone(), t(DType::F32, &[6, 4, 3, 2])],
         None,
-        "C / groups",
+        "the input has 4 features, but the kernel takes 4 per feature group (8 in 2 groups)",
     );
     rejects(
         op.clone(),
-        &[t(DType::I32, &[2, 4, 7, 6]), k.clone()],
+        &[x.clone(), t(DType::F32, &[5, 2, 3, 2])],
         None,
-        "float",
+        "the kernel's 5 output features do not split into 2 feature groups",
+    );
+    rejects(
+        op.clone(),
+        &[t(DType::I32, &[2, 4, 7, 6]), t(DType::I32, &[6, 2, 3, 2])],
+        None,
+        "needs float operands, not i32",
+    );
+    rejects(
+        op.clone(),
+        &[t(DType::F64, &[2, 4, 7, 6]), k.clone()],
+        None,
+        super::ONE_DTYPE,
+    );
+    rejects(
+        op.clone(),
+        &[t(DType::F32, &[2, 4, 7]), k.clone()],
+        None,
+        "input (rank 3) and kernel (rank 4) need one rank",
     );
     rejects(
         conv(&[2], &[(0, 0)], &[1], &[1], 2),
@@ -728,14 +747,14 @@ fn dot_general_rules() {
         dot(&[], &[], &[2], &[0]),
         &[l, t(DType::F64, &[4, 2, 5])],
         None,
-        "one numeric dtype",
+        super::ONE_DTYPE,
     );
     let p = t(DType::Pred, &[2]);
     rejects(
         dot(&[], &[], &[0], &[0]),
         &[p.clone(), p],
         None,
-        "one numeric dtype",
+        "pred operands have no product",
     );
 }
 
