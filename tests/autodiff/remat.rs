@@ -306,6 +306,34 @@ fn a_checkpointed_loop_without_a_vjp_is_an_error() {
 }
 
 #[test]
+fn checkpoints_reading_a_constant_have_the_plain_gradients() -> Result<()> {
+    // Six spans in a row read one float constant made before them (copied by each replay, not
+    // passed through its barrier); the gradient with respect to the constant itself still
+    // gathers every span's share.
+    let build = |remat: bool| -> Result<Graph> {
+        let g = Graph::new();
+        let x = g.parameter("x", DType::F64, &[3])?;
+        let c = g.scalar(0.7, DType::F64)?;
+        let block = |h: &Tensor| h.mul(&c)?.sin()?.add(h);
+        let mut h = x.clone();
+        for _ in 0..6 {
+            h = match remat {
+                true => g.checkpoint(&h, block)?,
+                false => block(&h)?,
+            };
+        }
+        let loss = h.square()?.sum_all()?;
+        let grads = loss.grad(&[&x, &c])?;
+        g.set_outputs(&[&loss, &grads[0], &grads[1]])?;
+        Ok(g)
+    };
+    let ins = [HostArray::from_vec(&[3], vec![0.4, -1.1, 2.3])?];
+    let want = build(false)?.evaluate(&ins)?;
+    assert_close(&build(true)?, &ins, &want, 1e-12, "constant");
+    Ok(())
+}
+
+#[test]
 fn a_checkpoint_inside_a_loop_body_reads_its_captures() -> Result<()> {
     // Gradients taken inside the body of a span that captures `w` from outside the loop (a
     // block argument made while the span is built): the replay reads it instead of copying it.

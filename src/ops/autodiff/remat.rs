@@ -6,7 +6,7 @@
 //! (the function's inputs and anything it captured), passed together with the cotangents
 //! through one `optimization_barrier`: XLA can neither merge the copy with the forward
 //! computation (whose intermediates would then live on) nor move it ahead of the backward
-//! pass. Constants are read as they are (they hold nothing live, and a `fori_loop`'s bounds must
+//! pass. Constants are copied instead (they hold nothing live, and a `fori_loop`'s bounds must
 //! stay constants for its VJP). A loop or a conditional in the span is copied whole, a new
 //! `while` or `case` over copies of its regions (`loops::replay_node`). The cotangents are then
 //! pulled through the copy by the ordinary sweep, so a copied `fori_loop` with constant bounds
@@ -25,8 +25,9 @@ use crate::ops::control::Carry;
 use crate::ops::graph::{graph_error, Checkpointed, Graph};
 use crate::ops::ir::{Node, Region, ValueId};
 use crate::ops::op::Op;
+use crate::ops::rules::takes_target;
 use crate::ops::tensor::Tensor;
-use crate::ops::util::{same_graph, Loc};
+use crate::ops::util::{nodes as make_nodes, same_graph, Loc};
 
 impl Graph {
     /// `f(inputs)`, with what `f` computes recomputed in the backward pass instead of kept
@@ -150,7 +151,8 @@ pub(super) fn recompute(
 }
 
 /// The values `outside` the span reads and the `seeds`' cotangents, as the replay uses them:
-/// all through one optimization barrier but the constants, which are read as they are.
+/// all through one optimization barrier but the constants, which are copied (a new node, so
+/// that the sweep through the replay stops there as it stops at the barrier).
 fn behind_barrier(
     g: &Graph,
     nodes: &[Node],
@@ -171,13 +173,20 @@ fn behind_barrier(
     let mut tied = Tensor::optimization_barrier(&refs)?;
     let cts = tied.split_off(n_tied);
     let mut barred = tied.into_iter();
+    let copy = |v: &ValueId| -> Result<Option<Tensor>> {
+        let node = &nodes[v.node];
+        let target = takes_target(&node.op).then(|| node.outputs[0].clone());
+        Ok(make_nodes(g, node.op.clone(), &[], target, OP, loc)?
+            .into_iter()
+            .nth(v.output))
+    };
     let read = outside
         .iter()
         .map(|v| match constant(v) {
-            true => g.tensor(*v),
-            false => barred.next(),
+            true => copy(v),
+            false => Ok(barred.next()),
         })
-        .map(|t| t.ok_or_else(lost))
+        .map(|t| t?.ok_or_else(lost))
         .collect::<Result<_>>()?;
     Ok((read, cts))
 }
