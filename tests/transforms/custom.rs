@@ -109,10 +109,19 @@ fn rules_hold_inside_loops_conditionals_and_checkpoints() {
         g.cond(&pred, &(), |_| step(&x), |_| x.mul(2.0))?.sum_all()
     };
     let remat = |x: Tensor| checkpoint(|x: Tensor| step(&x))(x)?.sum_all();
+    // A rule's result also read after the checkpointed span: pulled through once (a + 2).
+    let read_after = |x: Tensor| {
+        let (y, r) = checkpoint(|x: Tensor| {
+            let r = round(x)?;
+            Ok((r.mul(&a)?.sum_all()?, r))
+        })(x)?;
+        y.add(&r.mul(2.0)?.sum_all()?)
+    };
     let outs = [
         grad(looped)(x.clone()).unwrap(),
         grad(branched)(x.clone()).unwrap(),
-        grad(remat)(x).unwrap(),
+        grad(remat)(x.clone()).unwrap(),
+        grad(read_after)(x).unwrap(),
     ];
     g.set_outputs(&outs.iter().collect::<Vec<_>>()).unwrap();
     let av = [0.5f64, -1.5, 2.0];
@@ -131,5 +140,11 @@ fn rules_hold_inside_loops_conditionals_and_checkpoints() {
         assert_eq!(out[0].to_f64_vec(), cubes, "loop ({what})");
         assert_eq!(out[1].to_f64_vec(), av, "cond ({what})");
         assert_eq!(out[2].to_f64_vec(), av, "checkpoint ({what})");
+        let plus_two: Vec<f64> = av.iter().map(|a| a + 2.0).collect();
+        assert_eq!(
+            out[3].to_f64_vec(),
+            plus_two,
+            "read after the checkpoint ({what})"
+        );
     }
 }

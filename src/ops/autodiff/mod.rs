@@ -295,9 +295,9 @@ impl Spans {
         }
     }
 
-    /// Whether node `index` lies in such a span. The span is pulled through as a whole at the
-    /// first of its nodes the sweep reaches: by its rule (the outermost where they nest), or
-    /// recomputed if checkpointed.
+    /// Whether node `index` lies in such a span. The outermost span holding it is pulled
+    /// through as a whole at the first of its nodes the sweep reaches: by its rule, or
+    /// recomputed if checkpointed (a rule inside a checkpointed span is kept by the copy).
     fn take(
         &mut self,
         g: &Graph,
@@ -307,23 +307,31 @@ impl Spans {
         adjoints: &mut HashMap<ValueId, Tensor>,
         loc: Loc,
     ) -> Result<bool> {
-        if let Some(k) = custom::outermost(&self.customs, index) {
-            if !self.applied[k] {
+        let custom = custom::outermost(&self.customs, index);
+        let checkpoint = self
+            .checkpoints
+            .iter()
+            .position(|c| (c.first..=c.last).contains(&index));
+        // Where both hold the node, the one that starts first (or ends last) is the outer.
+        let outer_is_custom = match (custom, checkpoint) {
+            (None, None) => return Ok(false),
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
+            (Some(k), Some(c)) => {
+                let (r, s) = (&self.customs[k], &self.checkpoints[c]);
+                (r.first, std::cmp::Reverse(r.last)) <= (s.first, std::cmp::Reverse(s.last))
+            }
+        };
+        match (outer_is_custom, custom, checkpoint) {
+            (true, Some(k), _) if !self.applied[k] => {
                 self.applied[k] = true;
                 custom::apply(g, &self.customs[k], adjoints, loc)?;
             }
-            return Ok(true);
-        }
-        let Some(k) = self
-            .checkpoints
-            .iter()
-            .position(|c| (c.first..=c.last).contains(&index))
-        else {
-            return Ok(false);
-        };
-        if !self.recomputed[k] {
-            self.recomputed[k] = true;
-            remat::recompute(g, nodes, regions, &self.checkpoints[k], adjoints, loc)?;
+            (false, _, Some(c)) if !self.recomputed[c] => {
+                self.recomputed[c] = true;
+                remat::recompute(g, nodes, regions, &self.checkpoints[c], adjoints, loc)?;
+            }
+            _ => {}
         }
         Ok(true)
     }
