@@ -4,6 +4,7 @@
 //! differences; other layouts against the default one on transposed operands.
 
 use super::{check, common};
+use common::jax::JaxFixture;
 use stablegraph::ops::{ConvDimensionNumbers, ConvOptions, Graph, Padding, Precision, Tensor};
 use stablegraph::{DType, HostArray};
 
@@ -11,16 +12,8 @@ use DType::F64;
 
 #[test]
 fn convolution_and_pooling_match_jax_with_their_gradients() {
-    let text = std::fs::read_to_string("tests/fixtures/jax/transforms.json").unwrap();
-    let fixtures: serde_json::Value = serde_json::from_str(&text).unwrap();
-    let c = &fixtures["conv"];
-    let get = |k: &str| -> Vec<f64> {
-        c[k].as_array()
-            .unwrap()
-            .iter()
-            .map(|x| x.as_f64().unwrap())
-            .collect()
-    };
+    let c = JaxFixture::load("transforms.json", "conv");
+    let get = |k: &str| c.values(k);
     let g = Graph::new();
     let x = g.parameter("x", F64, &[2, 4, 6, 5]).unwrap();
     let w = g.parameter("w", F64, &[6, 2, 3, 2]).unwrap();
@@ -177,17 +170,10 @@ fn nhwc_options() -> ConvOptions {
 
 #[test]
 fn nhwc_convolution_at_highest_precision_matches_jax_with_its_gradients() {
-    let text = std::fs::read_to_string("tests/fixtures/jax/functions.json").unwrap();
-    let fixtures: serde_json::Value = serde_json::from_str(&text).unwrap();
-    let c = &fixtures["conv_nhwc"];
-    let get = |k: &str| -> Vec<f64> {
-        c[k].as_array()
-            .unwrap()
-            .iter()
-            .map(|x| x.as_f64().unwrap())
-            .collect()
-    };
-    let out_dims: Vec<usize> = fixtures["conv_nhwc_out_dims"]
+    let c = JaxFixture::load("functions.json", "conv_nhwc");
+    let get = |k: &str| c.values(k);
+    let out_dims: Vec<usize> = JaxFixture::load("functions.json", "conv_nhwc_out_dims")
+        .0
         .as_array()
         .unwrap()
         .iter()

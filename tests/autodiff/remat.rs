@@ -125,18 +125,8 @@ fn a_checkpointed_loop_and_cond_match_jax() -> Result<()> {
     // Section `checkpoint_loop` of tests/fixtures/jax/make_functions.py: block(x, w) is
     // h = fori_loop(0, 3, h -> tanh(w @ h) + x, x), then cond(sum(h) > 0, h * 2, sin(h));
     // loss = sum(checkpoint(block)(x, w)^2).
-    let text = std::fs::read_to_string("tests/fixtures/jax/functions.json").unwrap();
-    let fixtures: serde_json::Value = serde_json::from_str(&text).unwrap();
-    let c = &fixtures["checkpoint_loop"];
-    let get = |k: &str, dims: &[usize]| {
-        let v: Vec<f64> = c[k]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|x| x.as_f64().unwrap())
-            .collect();
-        HostArray::from_vec(dims, v).unwrap()
-    };
+    let c = common::jax::JaxFixture::load("functions.json", "checkpoint_loop");
+    let get = |k: &str, dims: &[usize]| c.array(k, dims);
     let g = Graph::new();
     let x = g.parameter("x", DType::F64, &[3])?;
     let w = g.parameter("w", DType::F64, &[3, 3])?;

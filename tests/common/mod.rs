@@ -10,6 +10,7 @@
 
 pub mod arrays;
 pub mod hybrid;
+pub mod jax;
 pub mod mamba1;
 pub mod mamba2;
 pub mod random;

@@ -7,7 +7,7 @@
 mod common;
 mod custom;
 
-use serde_json::Value;
+use common::jax::JaxFixture;
 use stablegraph::ops::{Graph, Tensor};
 use stablegraph::transforms::{
     grad, grad_wrt, hessian, jacfwd, jacrev, jvp, stop_gradient, value_and_grad_aux, vjp, vmap,
@@ -18,30 +18,14 @@ use stablegraph::{DType, HostArray, Result};
 
 use DType::F64;
 
-/// One section of `tests/fixtures/jax/functions.json`.
-pub struct Fixture(Value);
+/// One section of `tests/fixtures/jax/functions.json` (recorded with JAX 0.10.2).
+pub struct Fixture;
 
 impl Fixture {
-    pub fn load(section: &str) -> Fixture {
-        let text = std::fs::read_to_string("tests/fixtures/jax/functions.json").unwrap();
-        let all: Value = serde_json::from_str(&text).unwrap();
-        assert_eq!(all["jax"], "0.10.2");
-        Fixture(all[section].clone())
-    }
-
-    /// Field `key`'s values.
-    pub fn values(&self, key: &str) -> Vec<f64> {
-        self.0[key]
-            .as_array()
-            .unwrap_or_else(|| panic!("no field {key}"))
-            .iter()
-            .map(|x| x.as_f64().unwrap())
-            .collect()
-    }
-
-    /// Field `key` as an f64 array of `dims`.
-    pub fn array(&self, key: &str, dims: &[usize]) -> HostArray {
-        HostArray::from_vec(dims, self.values(key)).unwrap()
+    pub fn load(section: &str) -> JaxFixture {
+        let version = JaxFixture::load("functions.json", "jax");
+        assert_eq!(version.0, "0.10.2");
+        JaxFixture::load("functions.json", section)
     }
 }
 
@@ -77,7 +61,7 @@ impl Case {
 
     /// Runs the graph on the interpreter and compiled on the CPU, and checks every expected
     /// output against `f` to 1e-10 (relative above 1).
-    pub fn check(self, f: &Fixture) {
+    pub fn check(self, f: &JaxFixture) {
         let refs: Vec<&Tensor> = self.outputs.iter().map(|(_, t)| t).collect();
         self.g.set_outputs(&refs).unwrap();
         let host = self.g.evaluate(&self.inputs).unwrap();
