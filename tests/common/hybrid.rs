@@ -5,9 +5,7 @@ use std::path::PathBuf;
 /// The fixture `name` of `tests/fixtures/hybrid/` (`bamba`, `granite`, `granite_dense`,
 /// `nemotron`).
 pub fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/hybrid")
-        .join(name)
+    super::fixtures_dir().join("hybrid").join(name)
 }
 
 /// A copy of the fixture `name` in a fresh directory named for `case` (removed when dropped), with `edit` applied to

@@ -4,9 +4,7 @@ use std::path::PathBuf;
 
 /// The fixture `name` of `tests/fixtures/mamba1/` (`tiny`: `mamba`; `falcon`: `falcon_mamba`).
 pub fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/mamba1")
-        .join(name)
+    super::fixtures_dir().join("mamba1").join(name)
 }
 
 /// The tiny fixture in `mamba_ssm`'s layout: its config form and `backbone.embedding.weight`,

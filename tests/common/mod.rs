@@ -71,6 +71,15 @@ pub fn client() -> Client {
         .clone()
 }
 
+/// `tests/fixtures/` of the source tree, or `$STABLEGRAPH_FIXTURES` when set (a test binary run
+/// away from its source, as the GPU bundle runs them).
+pub fn fixtures_dir() -> std::path::PathBuf {
+    match std::env::var_os("STABLEGRAPH_FIXTURES") {
+        Some(dir) => dir.into(),
+        None => std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures"),
+    }
+}
+
 /// One 4-device CPU client per test binary, for programs over several devices.
 pub fn client4() -> Client {
     static CLIENT: OnceLock<Client> = OnceLock::new();
@@ -215,9 +224,7 @@ pub fn fixture_prompts(cases: &HashMap<String, Stored>, k: usize) -> Vec<Vec<u32
 /// One fixture of every family: Mamba-2, Mamba-1, Falcon-Mamba, Bamba, Granite 4.0-H and
 /// Nemotron-H.
 pub fn one_fixture_per_family() -> Vec<std::path::PathBuf> {
-    let mut dirs = vec![
-        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mamba2/tiny")
-    ];
+    let mut dirs = vec![fixtures_dir().join("mamba2/tiny")];
     dirs.extend(["tiny", "falcon"].map(mamba1::fixture));
     dirs.extend(["bamba", "granite", "nemotron"].map(hybrid::fixture));
     dirs

@@ -17,9 +17,7 @@ use stablegraph::DType;
 type Cases = HashMap<String, Stored>;
 
 fn fixture(name: &str) -> (Mamba2, Cases) {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/mamba2")
-        .join(name);
+    let dir = common::fixtures_dir().join("mamba2").join(name);
     let config = Mamba2Config::from_file(dir.join("config.json")).unwrap();
     let weights = Mamba2Weights::load(&dir, &config, DType::F32).unwrap();
     let model = Mamba2::new(&client(), config, &weights).unwrap();
