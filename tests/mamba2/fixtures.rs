@@ -7,7 +7,6 @@
 use crate::common;
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 
 use common::{client, max_abs, read_safetensors, Stored};
 use stablegraph::models::mamba2::{Mamba2, Mamba2Config, Mamba2Weights};
