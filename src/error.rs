@@ -68,6 +68,11 @@ pub enum Error {
     /// The CPU plugin could not be found or installed into the plugin cache.
     #[error("cannot provide the XLA CPU PJRT plugin: {0}")]
     PluginInstall(String),
+    /// No plugin of the kind asked for (`cuda`) is installed where it was looked for, or the
+    /// Python that says where to look could not be asked. The message is one line that names
+    /// what to install or set.
+    #[error("{0}")]
+    PluginSearch(String),
     /// A graph builder rejected its operands (wrong shapes or dtypes, operands of another graph).
     #[error("{op}: {message} (at {location})")]
     Graph {

@@ -1,13 +1,18 @@
 //! Plugin resolution and installation, exercised with a small fake wheel and a fake `python3`
 //! whose `pip download` copies that wheel (so these tests need no network and never touch the
-//! real cache). The wheel is built and hashed by Python's own zipfile and hashlib.
+//! real cache). The wheel is built and hashed by Python's own zipfile and hashlib. JAX's CUDA
+//! plugin is found in a fake site-packages named by a fake `python` (`common::cuda`).
 #![cfg(unix)]
+
+mod common;
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use common::cuda::fake_jax;
+use stablegraph::runtime::{cuda, Client, ClientOptions, Plugin};
 use stablegraph::runtime::{PluginResolver, PluginSource, PluginWheel};
 use stablegraph::Error;
 
@@ -324,4 +329,104 @@ fn no_cache_directory_is_an_error() {
     r.cache_dir = None;
     let err = r.resolve().unwrap_err().to_string();
     assert!(err.contains("STABLEGRAPH_PLUGIN_DIR"), "{err}");
+}
+
+#[test]
+fn the_cuda_plugin_and_its_library_folders_are_found_through_the_python() {
+    let jax = fake_jax("found", true);
+    assert_eq!(
+        cuda::site_packages(&jax.python).unwrap(),
+        vec![jax.site.clone()]
+    );
+    let found = cuda::locate(&jax.python).unwrap();
+    assert_eq!(found.plugin, jax.plugin());
+    assert_eq!(found.cuda_major, 13);
+    assert_eq!(found.library_dirs(), jax.library_dirs());
+    let names: Vec<_> = found
+        .libraries
+        .iter()
+        .map(|l| l.file_name().unwrap().to_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        ["libcudart.so.13", "libcublasLt.so.13", "libcublas.so.13"]
+    );
+    // `STABLEGRAPH_PJRT_PLUGIN=cuda` resolves to it; any other value stays a path.
+    let f = fixture("cuda-keyword");
+    let mut r = resolver(&f, jax.python.clone(), true);
+    r.env_plugin = Some("cuda".into());
+    assert_eq!(r.resolve().unwrap(), (jax.plugin(), PluginSource::Cuda));
+    r.env_plugin = Some("./cuda".into());
+    let path = PathBuf::from("./cuda");
+    assert_eq!(r.resolve().unwrap(), (path, PluginSource::Environment));
+}
+
+/// The fake plugin is an empty file: loading it (and preloading its empty libraries) fails with
+/// errors that name the files, and nothing panics.
+#[test]
+fn a_cuda_plugin_that_does_not_load_is_a_clear_error() {
+    let jax = fake_jax("unloadable", true);
+    let found = cuda::locate(&jax.python).unwrap();
+    let failed = found.preload_libraries();
+    assert_eq!(failed.len(), 3, "{failed:?}");
+    assert!(failed[0].starts_with("libcudart.so.13: "), "{failed:?}");
+    match found.load() {
+        Err(Error::PluginLoad { path, message }) => {
+            assert_eq!(path, jax.plugin().canonicalize().unwrap());
+            assert!(
+                message.contains("failed to preload: libcudart.so.13"),
+                "{message}"
+            );
+        }
+        other => panic!("expected PluginLoad, got {other:?}"),
+    }
+    let message = Plugin::load(jax.plugin()).unwrap_err().to_string();
+    assert!(message.starts_with("cannot load "), "{message}");
+    assert!(message.contains("xla_cuda_plugin.so"), "{message}");
+    assert!(!message.contains('\n'), "{message}");
+    let options = ClientOptions::new().preallocate(false);
+    let loaded = Plugin::load(jax.plugin()).and_then(|p| Client::with_options(&p, &options));
+    assert!(
+        matches!(loaded, Err(Error::PluginLoad { .. })),
+        "{loaded:?}"
+    );
+}
+
+#[test]
+fn no_cuda_plugin_installed_is_one_line_naming_what_to_install() {
+    let jax = fake_jax("missing", false);
+    let want = format!(
+        "no CUDA PJRT plugin found for {} (looked in {} for \
+         jax_plugins/xla_cuda13/xla_cuda_plugin.so and xla_cuda12): install jax[cuda13] (pip \
+         install \"jax[cuda13]\") into that Python, set STABLEGRAPH_PYTHON to the Python that has \
+         it, or set STABLEGRAPH_PJRT_PLUGIN to the plugin's .so",
+        jax.python.display(),
+        jax.site.display()
+    );
+    match cuda::locate(&jax.python) {
+        Err(e @ Error::PluginSearch(_)) => assert_eq!(e.to_string(), want),
+        other => panic!("expected PluginSearch, got {other:?}"),
+    }
+    let f = fixture("cuda-missing");
+    let mut r = resolver(&f, jax.python.clone(), true);
+    r.env_plugin = Some("cuda".into());
+    assert_eq!(r.resolve().unwrap_err().to_string(), want);
+    // A Python that cannot be run says which, and what to set instead.
+    let gone = cuda::locate("/nonexistent/bin/python3".as_ref())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        gone.starts_with("cannot run `/nonexistent/bin/python3`"),
+        "{gone}"
+    );
+    assert!(gone.contains("STABLEGRAPH_PYTHON"), "{gone}");
+}
+
+/// The question put to the Python runs on a real interpreter (the one these tests already use)
+/// and lists folders that exist.
+#[test]
+fn a_real_python_lists_its_package_directories() {
+    let dirs = cuda::site_packages("python3".as_ref()).unwrap();
+    assert!(!dirs.is_empty());
+    assert!(dirs.iter().any(|d| d.is_dir()), "{dirs:?}");
 }

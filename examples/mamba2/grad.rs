@@ -39,8 +39,10 @@ pub(crate) struct GradArgs {
     /// Also write {"loss_nats", "loss_bits", "predicted_tokens", "grad_norm"} to FILE.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
-    /// PJRT plugin shared object (default: the XLA CPU plugin).
-    #[arg(long, value_name = "PATH")]
+    /// PJRT plugin: a shared object's path, or `cuda` for the CUDA plugin of the JAX installed
+    /// in STABLEGRAPH_PYTHON (default python3). Default: the XLA CPU plugin, resolved as
+    /// docs/runtime.md says.
+    #[arg(long, value_name = "PATH|cuda")]
     plugin: Option<PathBuf>,
 }
 

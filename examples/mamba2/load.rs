@@ -44,8 +44,10 @@ pub(crate) struct ModelArgs {
     /// Seed of the random weights (with --shape, or when the 130M shape is the default).
     #[arg(long, default_value_t = 0)]
     pub(crate) weights_seed: u64,
-    /// PJRT plugin shared object (default: the XLA CPU plugin, resolved as docs/runtime.md says).
-    #[arg(long, value_name = "PATH")]
+    /// PJRT plugin: a shared object's path, or `cuda` for the CUDA plugin of the JAX installed
+    /// in STABLEGRAPH_PYTHON (default python3). Default: the XLA CPU plugin, resolved as
+    /// docs/runtime.md says.
+    #[arg(long, value_name = "PATH|cuda")]
     pub(crate) plugin: Option<PathBuf>,
     /// How bf16 matrices enter their products: `on` as bf16 dots, `off` converted to f32 in
     /// the program first, `auto` by platform and processor (see `Mamba2::bf16_dots`).

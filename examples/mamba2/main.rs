@@ -37,7 +37,7 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use stablegraph::models::family::CausalLm;
-use stablegraph::runtime::{self, Client, XlaLogLevel};
+use stablegraph::runtime::{self, Client, ClientOptions, XlaLogLevel};
 
 use bench::{BenchArgs, EmitArgs};
 use eval::EvalArgs;
@@ -164,13 +164,16 @@ pub(crate) fn speaker() -> String {
     }
 }
 
-/// A progress line on stderr.
 /// The PJRT client of `plugin` (default: the XLA CPU plugin with `devices` devices), saying so
-/// on stderr.
+/// on stderr. `cuda` is JAX's CUDA plugin of the Python `STABLEGRAPH_PYTHON` names, created with
+/// the options JAX's variables set (`XLA_PYTHON_CLIENT_PREALLOCATE`, ...); anything else is a
+/// path.
 pub(crate) fn client(plugin: Option<&std::path::Path>, devices: usize) -> anyhow::Result<Client> {
-    use anyhow::Context;
     progress("loading the PJRT plugin");
     match (plugin, devices) {
+        (Some(p), _) if p.as_os_str() == runtime::cuda::CUDA_KEYWORD => {
+            ClientOptions::from_env().and_then(|options| Client::cuda(&options))
+        }
         (Some(path), _) => Client::from_plugin_path(path),
         (None, 1) => Client::cpu(),
         (None, n) => Client::cpu_with_devices(n),
@@ -178,6 +181,7 @@ pub(crate) fn client(plugin: Option<&std::path::Path>, devices: usize) -> anyhow
     .context("creating the PJRT client")
 }
 
+/// A progress line on stderr.
 pub(crate) fn progress(what: &str) {
     eprintln!("{}: {what}...", speaker());
 }

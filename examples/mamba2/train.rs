@@ -134,8 +134,10 @@ pub(crate) struct TrainArgs {
     /// train and validation bits per byte, unigram entropy, tokens/s, compile seconds, peak RSS.
     #[arg(long)]
     pub(crate) json: bool,
-    /// PJRT plugin shared object (default: the XLA CPU plugin).
-    #[arg(long, value_name = "PATH")]
+    /// PJRT plugin: a shared object's path, or `cuda` for the CUDA plugin of the JAX installed
+    /// in STABLEGRAPH_PYTHON (default python3). Default: the XLA CPU plugin, resolved as
+    /// docs/runtime.md says.
+    #[arg(long, value_name = "PATH|cuda")]
     pub(crate) plugin: Option<PathBuf>,
 }
 

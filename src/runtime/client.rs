@@ -1,14 +1,14 @@
 //! A PJRT client: the devices of one plugin, and the entry point for compiling programs and moving
 //! data to devices.
 
-use std::ffi::c_char;
 use std::path::Path;
 use std::sync::Arc;
 
 use super::api::{pjrt_call, string_from, Api};
 use super::cache::ClientCache;
-use super::plugin::{Plugin, Value};
-use super::{ffi, install};
+use super::options::ClientOptions;
+use super::plugin::{to_named_value, Plugin, Value};
+use super::{cuda, ffi, install};
 use crate::error::{Error, Result};
 
 /// A PJRT client over one plugin. Cheap to clone (a reference count).
@@ -72,7 +72,8 @@ impl Drop for ClientHandle {
 
 impl Client {
     /// A client of the XLA CPU plugin, resolved as [`install::resolve_cpu_plugin`] describes
-    /// (`STABLEGRAPH_PJRT_PLUGIN`, then the per-user cache, then a one-time fetch).
+    /// (`STABLEGRAPH_PJRT_PLUGIN`, which may also name another plugin or be `cuda`, then the
+    /// per-user cache, then a one-time fetch).
     pub fn cpu() -> Result<Client> {
         let path = install::resolve_cpu_plugin()?;
         Client::new(&Plugin::load(path)?, &[])
@@ -99,6 +100,20 @@ impl Client {
         Client::new(&Plugin::load(path)?, &[])
     }
 
+    /// A client of JAX's CUDA plugin, found through the Python that `STABLEGRAPH_PYTHON` names
+    /// (default `python3`) as [`cuda::locate`] describes, its NVIDIA libraries loaded first,
+    /// created with `options` (see [`ClientOptions::from_env`] for JAX's environment variables).
+    pub fn cuda(options: &ClientOptions) -> Result<Client> {
+        let plugin = cuda::locate(&cuda::python_from_env())?.load()?;
+        Client::with_options(&plugin, options)
+    }
+
+    /// A client of `plugin` with typed create options, converted as
+    /// [`ClientOptions::to_named_values`] says.
+    pub fn with_options(plugin: &Plugin, options: &ClientOptions) -> Result<Client> {
+        Client::new(plugin, &options.to_named_values()?)
+    }
+
     /// Creates a client with plugin-specific create options, for example
     /// `("cpu_device_count", Value::Int64(4))` for the CPU plugin.
     pub fn new(plugin: &Plugin, options: &[(&str, Value)]) -> Result<Client> {
@@ -106,32 +121,7 @@ impl Client {
         // The named values point into `options`, which outlives the call.
         let named: Vec<ffi::PJRT_NamedValue> = options
             .iter()
-            .map(|(name, value)| {
-                let (type_, raw, size) = match value {
-                    Value::String(s) => (
-                        ffi::PJRT_NAMED_VALUE_STRING,
-                        s.as_ptr() as usize as u64,
-                        s.len(),
-                    ),
-                    Value::Int64(i) => (ffi::PJRT_NAMED_VALUE_INT64, *i as u64, 1),
-                    Value::Int64List(l) => (
-                        ffi::PJRT_NAMED_VALUE_INT64_LIST,
-                        l.as_ptr() as usize as u64,
-                        l.len(),
-                    ),
-                    Value::Float(f) => (ffi::PJRT_NAMED_VALUE_FLOAT, f.to_bits() as u64, 1),
-                    Value::Bool(b) => (ffi::PJRT_NAMED_VALUE_BOOL, *b as u64, 1),
-                };
-                ffi::PJRT_NamedValue {
-                    struct_size: ffi::PJRT_NamedValue::STRUCT_SIZE,
-                    extension_start: std::ptr::null_mut(),
-                    name: name.as_ptr().cast::<c_char>(),
-                    name_size: name.len(),
-                    type_,
-                    value: raw,
-                    value_size: size,
-                }
-            })
+            .map(|(name, value)| to_named_value(name, value))
             .collect();
         let mut args = ffi::PJRT_Client_Create_Args::new();
         args.create_options = named.as_ptr();

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use super::ffi::{self, PJRT_Api, PJRT_Error};
-use super::plugin::Plugin;
+use super::plugin::{named_values, Plugin, Value};
 
 /// What a handle is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -161,10 +161,33 @@ static OUTPUT_TYPES: [i32; 1] = [11];
 static OUTPUT_RANKS: [usize; 1] = [1];
 static OUTPUT_DIMS: [i64; 1] = [2];
 
+/// Named values as the plugin reads them.
+type Named = Vec<(String, Value)>;
+
+/// The create options each client was given, by client handle.
+static CREATE_OPTIONS: Mutex<Option<HashMap<usize, Named>>> = Mutex::new(None);
+
+/// The create options the client with handle `client` was created with, as the plugin read them.
+pub(crate) fn create_options_of(client: usize) -> Named {
+    let options = CREATE_OPTIONS.lock().unwrap_or_else(|p| p.into_inner());
+    options
+        .as_ref()
+        .and_then(|o| o.get(&client).cloned())
+        .unwrap_or_default()
+}
+
 unsafe extern "C" fn client_create(a: *mut c_void) -> Ret {
     // SAFETY: this slot's argument struct.
     let a = unsafe { args::<ffi::PJRT_Client_Create_Args>(a) };
-    a.client = ptr(create(Kind::Client, None));
+    // SAFETY: the runtime passes `num_options` values valid for the call.
+    let options = unsafe { named_values(a.create_options, a.num_options) };
+    let client = create(Kind::Client, None);
+    CREATE_OPTIONS
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get_or_insert_with(HashMap::new)
+        .insert(client, options);
+    a.client = ptr(client);
     OK
 }
 

@@ -1,7 +1,8 @@
 //! Finding the XLA CPU PJRT plugin, and installing it into a per-user cache on first use.
 //!
 //! Resolution order: an explicit path (given to [`PluginResolver::explicit`] or
-//! [`crate::runtime::Plugin::load`]); the `STABLEGRAPH_PJRT_PLUGIN` environment variable; the
+//! [`crate::runtime::Plugin::load`]); the `STABLEGRAPH_PJRT_PLUGIN` environment variable (a path,
+//! or `cuda` for JAX's CUDA plugin, found as [`super::cuda`] says); the
 //! per-user cache; and, when none is found, a one-time fetch of a pinned plugin wheel from the
 //! Python package index with `python3 -m pip download --no-deps`, verified by size and SHA-256,
 //! whose one shared object is unpacked into the cache.
@@ -93,6 +94,9 @@ pub enum PluginSource {
     Explicit,
     /// The `STABLEGRAPH_PJRT_PLUGIN` environment variable.
     Environment,
+    /// `STABLEGRAPH_PJRT_PLUGIN=cuda`: JAX's CUDA plugin, found through the Python
+    /// ([`super::cuda::locate`]).
+    Cuda,
     /// The per-user cache, already unpacked.
     Cache,
     /// A wheel already in the cache directory, unpacked without the network.
@@ -107,14 +111,16 @@ pub enum PluginSource {
 pub struct PluginResolver {
     /// A path chosen by the caller; wins over everything else.
     pub explicit: Option<PathBuf>,
-    /// The value of `STABLEGRAPH_PJRT_PLUGIN`.
+    /// The value of `STABLEGRAPH_PJRT_PLUGIN`: a path, or exactly `cuda` for JAX's CUDA plugin
+    /// of [`PluginResolver::python`].
     pub env_plugin: Option<PathBuf>,
     /// The per-user plugin cache: `STABLEGRAPH_PLUGIN_DIR`, else
     /// `$XDG_CACHE_HOME/stablegraph/plugins`, else `$HOME/.cache/stablegraph/plugins`.
     pub cache_dir: Option<PathBuf>,
     /// `STABLEGRAPH_OFFLINE=1`: never run pip.
     pub offline: bool,
-    /// The Python interpreter that runs pip (`STABLEGRAPH_PYTHON`, default `python3`).
+    /// The Python interpreter that runs pip, and whose packages hold the CUDA plugin
+    /// (`STABLEGRAPH_PYTHON`, default `python3`).
     pub python: PathBuf,
     /// Which pinned wheel to use (`STABLEGRAPH_CPU_PLUGIN` names one of [`CPU_PLUGINS`] by package).
     pub wheel: PluginWheel,
@@ -182,6 +188,10 @@ impl PluginResolver {
             return Ok((p.clone(), PluginSource::Explicit));
         }
         if let Some(p) = &self.env_plugin {
+            if p.as_os_str() == super::cuda::CUDA_KEYWORD {
+                let found = super::cuda::locate(&self.python)?;
+                return Ok((found.plugin, PluginSource::Cuda));
+            }
             return Ok((p.clone(), PluginSource::Environment));
         }
         let cache = self.cache_dir.clone().ok_or_else(|| {

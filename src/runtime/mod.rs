@@ -16,6 +16,7 @@ mod buffer;
 mod cache;
 mod client;
 mod compile_options;
+pub mod cuda;
 mod executable;
 #[cfg(test)]
 mod fake;
@@ -24,6 +25,7 @@ mod heap;
 mod hlo;
 pub mod install;
 mod logging;
+mod options;
 mod plugin;
 mod proto;
 mod sharded;
@@ -34,10 +36,12 @@ pub use buffer::Buffer;
 pub use cache::{CacheStats, CompileCache};
 pub use client::{Client, Device};
 pub use compile_options::CompileOptions;
+pub use cuda::CudaPlugin;
 pub use executable::{Executable, ExecuteOptions, MemoryStats};
 pub use hlo::Collective;
 pub use install::{resolve_cpu_plugin, PluginResolver, PluginSource, PluginWheel};
 pub use logging::{set_xla_log_level, XlaLogLevel};
+pub use options::{ClientOptions, GpuAllocator};
 pub use plugin::{Plugin, Value};
 pub use sharded::ShardedBuffer;
 

@@ -53,7 +53,9 @@ impl Plugin {
     /// The first call in a process first sets XLA's log level (`TF_CPP_MIN_LOG_LEVEL`, which
     /// XLA reads while its shared object loads): errors only, unless `STABLEGRAPH_LOG`,
     /// [`super::set_xla_log_level`] or a `TF_CPP_MIN_LOG_LEVEL` of the user's says otherwise
-    /// (see [`super::XlaLogLevel`]).
+    /// (see [`super::XlaLogLevel`]). A plugin file in a `jax_plugins/xla_cudaNN/` folder (JAX's
+    /// CUDA plugin) first has the NVIDIA libraries of its site-packages loaded, as JAX loads them
+    /// ([`super::CudaPlugin::beside`]).
     ///
     /// Errors distinguish a missing file ([`Error::PluginNotFound`]), a file the dynamic loader
     /// refuses ([`Error::PluginLoad`]), a library without `GetPjrtApi` ([`Error::NotAPlugin`]) and
@@ -81,11 +83,22 @@ impl Plugin {
     }
 
     fn open(path: &Path) -> Result<Plugin> {
+        // JAX's CUDA plugin finds its NVIDIA libraries only once they are loaded (see `cuda`).
+        let not_preloaded = super::cuda::prepare_to_load(path);
         // SAFETY: loading a shared object runs its initialisers; that is what loading a plugin
         // means, and the caller chose the file.
-        let library = unsafe { libloading::Library::new(path) }.map_err(|e| Error::PluginLoad {
-            path: path.into(),
-            message: e.to_string(),
+        let library = unsafe { libloading::Library::new(path) }.map_err(|e| {
+            let mut message = e.to_string();
+            if !not_preloaded.is_empty() {
+                message += &format!(
+                    " (the CUDA libraries that failed to preload: {})",
+                    not_preloaded.join("; ")
+                );
+            }
+            Error::PluginLoad {
+                path: path.into(),
+                message,
+            }
         })?;
         // SAFETY: `GetPjrtApi` has this signature in every PJRT plugin.
         let get_api = unsafe { library.get::<ffi::GetPjrtApiFn>(b"GetPjrtApi\0") }
@@ -200,6 +213,41 @@ fn read_attributes(api: &Api) -> Result<Vec<(String, Value)>> {
     Ok(unsafe { named_values(args.attributes, args.num_attributes) })
 }
 
+/// `value` as the `PJRT_NamedValue` named `name`, which points into both: they must outlive every
+/// use of it. The value union is written at its start, as C lays out a union: a float's four
+/// bytes or a bool's one byte first, whatever the byte order.
+pub(crate) fn to_named_value(name: &str, value: &Value) -> ffi::PJRT_NamedValue {
+    let start = |bytes: &[u8]| {
+        let mut union = [0u8; 8];
+        union[..bytes.len()].copy_from_slice(bytes);
+        u64::from_ne_bytes(union)
+    };
+    let (type_, raw, size) = match value {
+        Value::String(s) => (
+            ffi::PJRT_NAMED_VALUE_STRING,
+            s.as_ptr() as usize as u64,
+            s.len(),
+        ),
+        Value::Int64(i) => (ffi::PJRT_NAMED_VALUE_INT64, *i as u64, 1),
+        Value::Int64List(l) => (
+            ffi::PJRT_NAMED_VALUE_INT64_LIST,
+            l.as_ptr() as usize as u64,
+            l.len(),
+        ),
+        Value::Float(f) => (ffi::PJRT_NAMED_VALUE_FLOAT, start(&f.to_ne_bytes()), 1),
+        Value::Bool(b) => (ffi::PJRT_NAMED_VALUE_BOOL, start(&[u8::from(*b)]), 1),
+    };
+    ffi::PJRT_NamedValue {
+        struct_size: ffi::PJRT_NamedValue::STRUCT_SIZE,
+        extension_start: std::ptr::null_mut(),
+        name: name.as_ptr().cast::<std::ffi::c_char>(),
+        name_size: name.len(),
+        type_,
+        value: raw,
+        value_size: size,
+    }
+}
+
 /// Copies a plugin-owned array of `PJRT_NamedValue`.
 ///
 /// # Safety
@@ -239,8 +287,11 @@ pub(crate) unsafe fn named_values(
                         })
                     }
                 }
-                ffi::PJRT_NAMED_VALUE_FLOAT => Value::Float(f32::from_bits(v.value as u32)),
-                ffi::PJRT_NAMED_VALUE_BOOL => Value::Bool(v.value as u8 != 0),
+                ffi::PJRT_NAMED_VALUE_FLOAT => {
+                    let [a, b, c, d, ..] = v.value.to_ne_bytes();
+                    Value::Float(f32::from_ne_bytes([a, b, c, d]))
+                }
+                ffi::PJRT_NAMED_VALUE_BOOL => Value::Bool(v.value.to_ne_bytes()[0] != 0),
                 _ => return None,
             };
             Some((name, value))

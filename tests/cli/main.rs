@@ -4,7 +4,8 @@
 //! devices, `emit`, `bench`, `train` and `grad`), the sampling and penalty settings
 //! ([`generation_config`]), Mamba-1 checkpoints ([`mamba1`]), the quiet stderr ([`quiet`]), and
 //! the HTTP server ([`serve`]), its chat completions ([`chat`]) and two of its replicas behind
-//! nginx, one killed under load ([`nginx`]); and the `digits` example ([`digits`]).
+//! nginx, one killed under load ([`nginx`]); `--plugin cuda` over a fake JAX install
+//! ([`plugin`]); and the `digits` example ([`digits`]).
 //!
 //! An example binary is built first with `cargo build --example NAME` (a no-op when fresh),
 //! in the profile and target directory of this test binary.
@@ -18,6 +19,7 @@ mod eval;
 mod families;
 mod generation_config;
 mod nginx;
+mod plugin;
 mod quiet;
 mod serve;
 mod subcommands;

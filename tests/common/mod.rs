@@ -1,14 +1,15 @@
 //! The one harness of the integration tests: the shared clients (one or four devices, with or
 //! without the on-disk compile cache), seeded random inputs ([`random`]), host arrays
 //! ([`arrays`]), the tolerance table and the comparison with a report ([`tol`]), the one-graph
-//! checker [`Suite`] ([`suite`]), the tiny Mamba-2 shapes and models ([`mamba2`]), and a
-//! safetensors reader for fixtures.
+//! checker [`Suite`] ([`suite`]), the tiny Mamba-2 shapes and models ([`mamba2`]), a
+//! safetensors reader for fixtures, and a fake JAX CUDA install ([`cuda`]).
 //!
 //! A test file uses it with `mod common;` (a binary in a folder, `tests/NAME/main.rs`, with
 //! `#[path = "../common/mod.rs"] mod common;`). Every binary compiles all of it and uses a part.
 #![allow(dead_code, unused_imports)]
 
 pub mod arrays;
+pub mod cuda;
 pub mod hybrid;
 pub mod jax;
 pub mod mamba1;
