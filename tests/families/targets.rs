@@ -164,3 +164,41 @@ fn a_gpu_targets_hybrid_programs_have_no_barrier_and_compute_the_same_tokens() {
         gpu.greedy(&prompts, 5).unwrap()
     );
 }
+
+/// The dtype of the first operand of each `stablehlo.dot_general` of `text` (`f32`, `bf16`,
+/// ...), and whether the line has the HIGHEST precision.
+fn dot_precisions(text: &str) -> Vec<(String, bool)> {
+    text.lines()
+        .filter(|l| l.contains("stablehlo.dot_general"))
+        .map(|l| {
+            let operands = l.rsplit_once(": (").map_or("", |(_, o)| o);
+            let first = operands.split_once('>').map_or("", |(t, _)| t);
+            let dtype = first.rsplit_once('x').map_or(first, |(_, d)| d);
+            (
+                dtype.to_string(),
+                l.contains("#stablehlo<precision HIGHEST>"),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn f32_dots_of_a_mamba2_program_are_highest_precision_and_bf16_dots_default() {
+    for target in [CPU, GPU] {
+        for (dtype, bf16_dots) in [(DType::F32, None), (DType::BF16, Some(true))] {
+            let m = tiny_model(dtype)
+                .with_target(target)
+                .with_bf16_dots(bf16_dots);
+            let [prefill, _, generate] = programs(&m, 2);
+            for (name, text) in [("prefill", prefill), ("generate", generate)] {
+                let dots = dot_precisions(&text);
+                let what = format!("{dtype} {name} for {target:?}: {dots:?}");
+                assert!(dots.iter().any(|(d, _)| d == "f32"), "{what}");
+                assert_eq!(dots.iter().any(|(d, _)| d == "bf16"), dtype == DType::BF16);
+                for (d, highest) in &dots {
+                    assert_eq!(*highest, d == "f32", "{what}");
+                }
+            }
+        }
+    }
+}
