@@ -108,6 +108,47 @@ module @stablegraph {
     assert_eq!(to_stablehlo(&g).unwrap(), want);
 }
 
+/// f32 dots are lowered at HIGHEST precision (no TF32 passes on a GPU); bf16 dots, a bf16 dot
+/// into f32 and integer dots carry no precision.
+#[test]
+fn golden_dot_precision() {
+    let g = Graph::new();
+    let a = param(&g, "a", DType::F32, &[2, 3]);
+    let b = param(&g, "b", DType::BF16, &[2, 3]);
+    let c = param(&g, "c", DType::I32, &[2, 3]);
+    let f32_dot = a.dot_general(&a, &[], &[(1, 1)]).unwrap();
+    let bf16_dot = b.dot_general(&b, &[], &[(1, 1)]).unwrap();
+    let widened = b.dot_general_as(&b, &[], &[(1, 1)], DType::F32).unwrap();
+    let int_dot = c.dot_general(&c, &[], &[(1, 1)]).unwrap();
+    g.set_outputs(&[&f32_dot, &bf16_dot, &widened, &int_dot])
+        .unwrap();
+    let want = "\
+module @stablegraph {
+  func.func public @main(%p0_a: tensor<2x3xf32>, %p1_b: tensor<2x3xbf16>, %p2_c: tensor<2x3xi32>) -> (tensor<2x2xf32>, tensor<2x2xbf16>, tensor<2x2xf32>, tensor<2x2xi32>) {
+    %v3 = stablehlo.dot_general %p0_a, %p0_a, contracting_dims = [1] x [1] {precision_config = [#stablehlo<precision HIGHEST>, #stablehlo<precision HIGHEST>]} : (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<2x2xf32>
+    %v4 = stablehlo.dot_general %p1_b, %p1_b, contracting_dims = [1] x [1] : (tensor<2x3xbf16>, tensor<2x3xbf16>) -> tensor<2x2xbf16>
+    %v5 = stablehlo.dot_general %p1_b, %p1_b, contracting_dims = [1] x [1] : (tensor<2x3xbf16>, tensor<2x3xbf16>) -> tensor<2x2xf32>
+    %v6 = stablehlo.dot_general %p2_c, %p2_c, contracting_dims = [1] x [1] : (tensor<2x3xi32>, tensor<2x3xi32>) -> tensor<2x2xi32>
+    return %v3, %v4, %v5, %v6 : tensor<2x2xf32>, tensor<2x2xbf16>, tensor<2x2xf32>, tensor<2x2xi32>
+  }
+}
+";
+    assert_eq!(to_stablehlo(&g).unwrap(), want);
+    // The CPU plugin takes the attribute; the products are exact here.
+    let out = run(
+        &g,
+        &[&f32_dot, &bf16_dot, &widened, &int_dot],
+        &[
+            &buf(&[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3]),
+            &buf(&[bf16::ONE; 6], &[2, 3]),
+            &buf(&[1i32; 6], &[2, 3]),
+        ],
+    );
+    assert_eq!(v::<f32>(&out[0]), vec![14.0, 32.0, 32.0, 77.0]);
+    assert_eq!(v::<f32>(&out[2]), vec![3.0; 4]);
+    assert_eq!(v::<i32>(&out[3]), vec![3; 4]);
+}
+
 /// `x.in`, an unused parameter, a dead node, and outputs `(sum(x, 1) * [1, -2], x)`.
 fn reduce_dead_code_graph() -> (Graph, Tensor, Tensor) {
     let g = Graph::new();

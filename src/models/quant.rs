@@ -3,8 +3,8 @@
 //!
 //! On the device a quantized matrix is a `u8` tensor holding `q + 128` (`q` in -127..=127) and
 //! an f32 scale per row. A decode step's product is an integer dot of those bytes, unconverted,
-//! against the activation row quantized to int8 (`u8 x i8 -> i32`, one of the forms XLA's CPU
-//! backend hands to YNNPACK); the offset comes off exactly in i32. Per row rather than per block
+//! against the activation row quantized to int8 (`u8 x i8 -> i32`, on the CPU one of the forms
+//! XLA's CPU backend hands to YNNPACK); the offset comes off exactly in i32. Per row rather than per block
 //! of 32 inputs (llama.cpp's Q8_0): one scale per output multiplies the dot's result, where block
 //! scales would need a dot per block; as fused multiply-reduce forms on this backend, block
 //! scales ran 4x and a scale per element 30x slower than per-row ones (`docs/performance.md`,
@@ -128,16 +128,21 @@ pub fn quantize_matrix(name: &str, a: &HostArray) -> Result<(HostArray, HostArra
 }
 
 /// `x @ w^T` in f32 for an 8-bit `w` (`[out, in]`, see [`QUANTIZED`]) with per-row `scale`
-/// (`[out]`). Each row of `x` is quantized to int8 as the weights are (its largest magnitude /
-/// 127), and the rows' products are one integer dot, `u8 [out, in] x i8 [in, rows] -> i32`,
-/// which XLA's CPU backend hands to YNNPACK (see [`columns_8bit`] for the form it needs), so
-/// that the matrix is read once for all the rows.
+/// (`[out]`). Up to 16 rows (a decode step), each row of `x` is quantized to int8 as the
+/// weights are (its largest magnitude / 127), and the rows' products are one integer dot,
+/// `u8 [out, in] x i8 [in, rows] -> i32`, so that the matrix is read once for all the rows.
 /// The stored offset comes off exactly in i32: `sum((w - 128) q) = sum(w q) - 128 sum(q)`;
 /// then `y = scale * x_scale * that`. The dot reads the matrix's bytes as they are, so nothing
 /// converts the matrix inside a decode loop (where XLA would hoist a conversion out as an f32
 /// copy). Above 16 rows (a prefill), `x` stays f32 and the matrix is converted in the program
-/// for an f32 dot.
+/// ([`linear_converted`]).
+///
+/// Every platform computes these numbers; the CPU's are the layouts: on a graph whose
+/// [`crate::Target`] is the CPU, the integer dot's right-hand side takes the forms XLA's CPU
+/// backend hands to YNNPACK ([`columns_8bit`]) and the conversion waits behind a barrier;
+/// elsewhere the right-hand side is the plain transpose of the rows, and no barrier.
 pub(crate) fn linear_8bit(x: &Tensor, w: &Tensor, scale: &Tensor) -> Result<Tensor> {
+    let cpu = x.graph().target().is_cpu();
     let rows: usize = x.dims()[..x.rank().saturating_sub(1)].iter().product();
     let n_in = w.dims()[1] as isize;
     let mut out: Vec<isize> = x.dims()[..x.rank().saturating_sub(1)]
@@ -146,26 +151,7 @@ pub(crate) fn linear_8bit(x: &Tensor, w: &Tensor, scale: &Tensor) -> Result<Tens
         .collect();
     out.push(w.dims()[0] as isize);
     if rows > MAX_INTEGER_ROWS {
-        // XLA's CPU backend runs an integer dot of many rows in its own loop, widened to i32:
-        // converting the matrix is several times faster there. To bf16 where the processor
-        // has bf16 dot instructions (exact: the stored bytes 0..=255 and q in -127..=127 fit
-        // bf16's 8 significant bits; a bf16 x bf16 -> f32 dot is YNNPACK's, and the converted
-        // temporary is half f32's), else to f32.
-        let wide = if x.graph().target().bf16_dot {
-            DType::BF16
-        } else {
-            DType::F32
-        };
-        let last = x.rank() as isize - 1;
-        // The barrier ties the conversion to `x`: without it XLA converts every layer's
-        // matrix at the start of the program and holds all the copies at once.
-        let [x, w] = <[Tensor; 2]>::try_from(Tensor::optimization_barrier(&[x, w])?)
-            .map_err(|_| Error::InvalidArgument("optimization_barrier: two values".into()))?;
-        let values = w.astype(wide)?.sub(OFFSET)?;
-        return x
-            .astype(wide)?
-            .dot_general_as(&values, &[], &[(last, 1)], DType::F32)?
-            .mul(scale);
+        return linear_converted(x, w, scale);
     }
     let flat = x.reshape(&[rows as isize, n_in])?;
     let x_scale = flat.abs()?.max(&[1])?.div(127.0)?;
@@ -175,9 +161,15 @@ pub(crate) fn linear_8bit(x: &Tensor, w: &Tensor, scale: &Tensor) -> Result<Tens
         .add(0.5)?
         .floor()?
         .clamp(-127.0, 127.0)?;
-    let acc = w.dot_general_as(&columns_8bit(&q)?, &[], &[(1, 0)], DType::I32)?;
-    // [out, rows] (one or two columns for one row): the rows' sums times the offset come off.
-    let acc = acc.narrow(1, 0, rows)?;
+    let acc = if cpu {
+        // [out, rows] (one or two columns for one row).
+        w.dot_general_as(&columns_8bit(&q)?, &[], &[(1, 0)], DType::I32)?
+            .narrow(1, 0, rows)?
+    } else {
+        let columns = q.astype(DType::I8)?.t()?;
+        w.dot_general_as(&columns, &[], &[(1, 0)], DType::I32)?
+    };
+    // The rows' sums times the offset come off.
     let offset = q.astype(DType::I32)?.sum(&[1])?.mul(OFFSET as i64)?;
     let exact = acc.sub(&offset.expand_dims(0)?)?.astype(DType::F32)?;
     let y = exact
@@ -186,10 +178,39 @@ pub(crate) fn linear_8bit(x: &Tensor, w: &Tensor, scale: &Tensor) -> Result<Tens
     y.transpose(&[1, 0])?.reshape(&out)
 }
 
+/// [`linear_8bit`] of many rows: `x` against the matrix converted in the program, to bf16
+/// where the [`crate::Target`] has bf16 dots (exact: the stored bytes 0..=255 and q in
+/// -127..=127 fit bf16's 8 significant bits; a bf16 x bf16 -> f32 dot is YNNPACK's, and the
+/// converted temporary is half f32's), else to f32. (XLA's CPU backend runs an integer dot of
+/// many rows in its own loop, widened to i32: converting the matrix is several times faster
+/// there.) On the CPU an optimization barrier ties the conversion to `x`: without it XLA
+/// converts every layer's matrix at the start of the program and holds all the copies at once.
+fn linear_converted(x: &Tensor, w: &Tensor, scale: &Tensor) -> Result<Tensor> {
+    let target = x.graph().target();
+    let wide = if target.bf16_dot {
+        DType::BF16
+    } else {
+        DType::F32
+    };
+    let last = x.rank() as isize - 1;
+    let (x, w) = if target.is_cpu() {
+        let [x, w] = <[Tensor; 2]>::try_from(Tensor::optimization_barrier(&[x, w])?)
+            .map_err(|_| Error::InvalidArgument("optimization_barrier: two values".into()))?;
+        (x, w)
+    } else {
+        (x.clone(), w.clone())
+    };
+    let values = w.astype(wide)?.sub(OFFSET)?;
+    x.astype(wide)?
+        .dot_general_as(&values, &[], &[(last, 1)], DType::F32)?
+        .mul(scale)
+}
+
 /// The quantized rows `q` (`[rows, in]`, integer values in f32) as the integer dot's right-hand
-/// side, i8 `[in, max(rows, 2)]`, in the forms XLA hands to YNNPACK: one row repeated to two
-/// columns (YNNPACK takes no single-column dot), or [`rows_as_columns`] (not a transpose,
-/// which ran in XLA's own loop, widened to i32: `[50288, 768]` by 8 rows 61 ms against 1.2).
+/// side on the CPU, i8 `[in, max(rows, 2)]`, in the forms XLA hands to YNNPACK: one row
+/// repeated to two columns (YNNPACK takes no single-column dot), or [`rows_as_columns`] (not a
+/// transpose, which ran in XLA's own loop, widened to i32: `[50288, 768]` by 8 rows 61 ms
+/// against 1.2).
 fn columns_8bit(q: &Tensor) -> Result<Tensor> {
     let (rows, n_in) = (q.dims()[0], q.dims()[1]);
     let q = q.astype(DType::I8)?;

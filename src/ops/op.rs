@@ -295,7 +295,8 @@ pub enum Op {
     /// `dot_general(inputs[0], inputs[1])`: batch dimensions pair up, contracting dimensions are
     /// summed over; output dimensions are the batch dimensions (in `lhs_batch` order), then the
     /// lhs's remaining dimensions, then the rhs's remaining dimensions, each in operand order.
-    /// Both operands and the output have one dtype.
+    /// Both operands have one dtype (the output too, or a wider one: `dot_general_as`). Lowered
+    /// at `HIGHEST` precision for f32 and f64 operands (the lowering's rule, not a field).
     DotGeneral {
         /// Batch dimensions of the lhs.
         lhs_batch: Vec<usize>,

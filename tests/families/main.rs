@@ -2,7 +2,8 @@
 //! Mamba-1, Falcon-Mamba, Bamba, Granite 4.0-H and Nemotron-H, each on its HF fixtures:
 //! one-program generation against transformers' greedy tokens, the sampling options, streams
 //! and state files ([`generate`]); the face a service holds ([`face`]); 8-bit matrices
-//! ([`quant`]); several devices ([`devices`]).
+//! ([`quant`]); several devices ([`devices`]); programs built for another platform's
+//! [`stablegraph::Target`] ([`targets`]).
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -11,6 +12,7 @@ mod devices;
 mod face;
 mod generate;
 mod quant;
+mod targets;
 
 /// Token ids of prompts, one row each.
 type Rows = Vec<Vec<u32>>;

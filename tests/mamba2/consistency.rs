@@ -249,17 +249,6 @@ fn bf16_logits_stay_close_to_f32() {
     assert!(drift[1] <= drift[0], "{drift:?}");
 }
 
-/// Whether this processor lists a bf16 dot instruction (AVX512-BF16 or AMX-BF16) in
-/// `/proc/cpuinfo`.
-fn cpu_has_bf16_dot() -> bool {
-    std::fs::read_to_string("/proc/cpuinfo").map_or(true, |info| {
-        info.lines().filter(|l| l.starts_with("flags")).any(|l| {
-            l.split_whitespace()
-                .any(|f| f == "avx512_bf16" || f == "amx_bf16")
-        })
-    })
-}
-
 #[test]
 fn a_one_row_bf16_step_reads_the_bf16_matrices_without_a_copy() {
     // The reference: an f32 model whose matrices are the bf16 values (a dot program).
@@ -283,7 +272,7 @@ fn a_one_row_bf16_step_reads_the_bf16_matrices_without_a_copy() {
     let program = |m: &Mamba2, batch: usize| m.stablehlo(batch, 16, &options).unwrap()[1].clone();
     let dots =
         |m: &Mamba2, batch: usize| program(m, batch).matches("stablehlo.dot_general").count();
-    let two_rows = cpu_has_bf16_dot();
+    let two_rows = b.target().bf16_dot;
     let products = 2 * f.config().num_layers + 1;
     let one_row_dots = if two_rows { products } else { 0 };
     assert_eq!(dots(&b, 1) + products, dots(&f, 1) + one_row_dots);

@@ -112,7 +112,7 @@ module @stablegraph {
       stablehlo.return %v43, %v40, %v41, %v45, %v33 : tensor<i64>, tensor<2xf32>, tensor<4x3xf32>, tensor<i64>, tensor<2x3xf32>
     }) : (tensor<i64>, tensor<2xf32>, tensor<4x3xf32>, tensor<i64>, tensor<2x3xf32>) -> (tensor<i64>, tensor<2xf32>, tensor<4x3xf32>, tensor<i64>, tensor<2x3xf32>)
     %v47 = stablehlo.transpose %v46#2, dims = [1, 0] : (tensor<4x3xf32>) -> tensor<3x4xf32>
-    %v48 = stablehlo.dot_general %p0_x, %v47, contracting_dims = [1] x [0] : (tensor<2x3xf32>, tensor<3x4xf32>) -> tensor<2x4xf32>
+    %v48 = stablehlo.dot_general %p0_x, %v47, contracting_dims = [1] x [0] {precision_config = [#stablehlo<precision HIGHEST>, #stablehlo<precision HIGHEST>]} : (tensor<2x3xf32>, tensor<3x4xf32>) -> tensor<2x4xf32>
     return %v4, %v6, %v21, %v12, %v14#0, %v14#1, %v15, %v48 : tensor<2xf32>, tensor<2x1xi64>, tensor<2x3xf32>, tensor<20xi64>, tensor<2x3xf32>, tensor<2x3xi64>, tensor<4x2xbf16>, tensor<2x4xf32>
   }
 }

@@ -194,6 +194,12 @@ impl<K: std::hash::Hash + Eq> Programs<K> {
         self.cache = Mutex::new(HashMap::new());
     }
 
+    /// Builds the programs for `target` from now on (forgetting those compiled).
+    pub(crate) fn set_target(&mut self, target: Target) {
+        self.target = target;
+        self.clear();
+    }
+
     /// The program `key` of `batch` rows, compiled from the graph `build` returns (its
     /// outputs set) on first use, placed on the model's devices.
     pub(crate) fn get(

@@ -17,6 +17,7 @@ use crate::models::common::{LayerState, LoadOptions};
 use crate::models::engine::{self, host_input, Named, Placement, Programs, Variant};
 use crate::ops::{Graph, Tensor};
 use crate::runtime::Client;
+use crate::target::Target;
 
 /// The attention caches grow in steps of this many columns (at least).
 pub(super) const CAPACITY_STEP: usize = 64;
@@ -147,6 +148,14 @@ impl Hybrid {
     pub fn with_gathered_experts(mut self, gather: bool) -> Self {
         self.gather = gather;
         self.programs.clear();
+        self
+    }
+
+    /// Builds the model's programs for `target` instead of its client's: to read or check
+    /// (say, with [`Hybrid::stablehlo`]) the programs of another platform. They still compile
+    /// and run on the client, in that platform's forms.
+    pub fn with_target(mut self, target: Target) -> Self {
+        self.programs.set_target(target);
         self
     }
 

@@ -218,10 +218,10 @@ impl Mamba2 {
     /// Sets how bf16 matrices enter their products (see [`Mamba2::bf16_dots`]); `None`
     /// restores the automatic choice. Converting keeps the bf16 bytes on the device (the
     /// conversion is in the program; `generate` hoists it out of its loop) and computes in f32,
-    /// which is also more precise. No effect on f32 weights, nor on the products of one row
-    /// in a program that reads the bf16 matrices as they are (a batch-1 [`Mamba2::step`]):
-    /// those are bf16 dots wherever the processor has bf16 dot instructions (see
-    /// `block::linear`).
+    /// which is also more precise. No effect on f32 weights, nor, on the CPU platform, on the
+    /// products of one row in a program that reads the bf16 matrices as they are (a batch-1
+    /// [`Mamba2::step`]): those are bf16 dots wherever the processor has bf16 dot instructions
+    /// (see `block::linear`).
     pub fn with_bf16_dots(mut self, choice: Option<bool>) -> Mamba2 {
         self.bf16_dots = choice;
         self.programs
@@ -242,15 +242,17 @@ impl Mamba2 {
     }
 
     /// The weights as the products of a program read them: bf16 matrices converted to f32
-    /// unless [`Mamba2::bf16_dots`] or `one_row` (products of one row, which read bf16
-    /// matrices without a converted copy; see `block::linear`). Programs with a loop convert:
-    /// XLA hoists the conversion out of the loop, and the loop's one-row products over the
-    /// f32 copy are slower as multiply-reduce than as dots (see `docs/performance.md`).
+    /// unless [`Mamba2::bf16_dots`] or `one_row` on the CPU platform (products of one row,
+    /// which there read bf16 matrices without a converted copy; see `block::linear`). Programs
+    /// with a loop convert: XLA hoists the conversion out of the loop, and the loop's one-row
+    /// products over the f32 copy are slower as multiply-reduce than as dots (see
+    /// `docs/performance.md`).
     pub(super) fn for_products(
         &self,
         w: &Mamba2Weights<Tensor>,
         one_row: bool,
     ) -> Result<Mamba2Weights<Tensor>> {
+        let one_row = one_row && self.target.is_cpu();
         if self.bf16_dots() || one_row || self.matmul_dtype() != DType::BF16 {
             return Ok(w.clone());
         }
@@ -268,6 +270,18 @@ impl Mamba2 {
     /// Where the model's programs run, decided once from its client.
     pub fn target(&self) -> Target {
         self.target
+    }
+
+    /// Builds the model's programs for `target` instead of its client's: to read or check
+    /// (say, with [`Mamba2::stablehlo`]) the programs of another platform. They still compile
+    /// and run on the client, in that platform's forms.
+    pub fn with_target(mut self, target: Target) -> Mamba2 {
+        self.target = target;
+        self.programs
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+        self
     }
 
     /// An empty graph for one of the model's programs (built for its [`Target`]).

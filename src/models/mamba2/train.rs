@@ -23,6 +23,7 @@ use crate::models::training::{next_token_loss, pack, Packed};
 use crate::ops::{Graph, Tensor};
 use crate::optim::{AdamW, AdamWTree};
 use crate::runtime::{Buffer, Client};
+use crate::target::Target;
 
 /// An error of `op` about its argument `arg`.
 fn bad_arg(op: &str, arg: &str, why: impl std::fmt::Display) -> Error {
@@ -351,7 +352,7 @@ impl Trainer {
         }
         let start = Instant::now();
         let shape = [batch, seq_len, micro_steps];
-        let graph = step_graph(cfg, &opt, &types, shape, remat)?;
+        let graph = step_graph(Target::of(client), cfg, &opt, &types, shape, remat)?;
         let step_program = graph.compile(client)?;
         let compile_seconds = start.elapsed().as_secs_f64();
         let state = tree::upload(client, &opt.init(&weights)?)?;
@@ -385,7 +386,8 @@ impl Trainer {
         }
         let start = Instant::now();
         let shape = [self.batch, self.seq_len, self.micro_steps];
-        let graph = step_graph(&self.cfg, &self.opt, &self.types, shape, remat)?;
+        let target = Target::of(&self.client);
+        let graph = step_graph(target, &self.cfg, &self.opt, &self.types, shape, remat)?;
         self.step_program = graph.compile(&self.client)?;
         self.remat = remat;
         *self
@@ -498,7 +500,7 @@ impl Trainer {
             return Ok(p.clone());
         }
         let start = Instant::now();
-        let g = Graph::new();
+        let g = Graph::with_target(Target::of(&self.client));
         let w = block::weight_parameters(&g, &self.types)?;
         let dims = [self.batch, self.seq_len + 1];
         let tokens = g.parameter("tokens", DType::I32, &dims)?;
@@ -621,15 +623,17 @@ impl Trainer {
     }
 }
 
-/// The training-step graph of [`Trainer`] (see [`Trainer::step_program`]).
+/// The training-step graph of [`Trainer`] (see [`Trainer::step_program`]), for programs that
+/// run on `target`.
 fn step_graph(
+    target: Target,
     cfg: &Mamba2Config,
     opt: &AdamW,
     types: &Mamba2Weights<TensorType>,
     [batch, seq_len, micro_steps]: [usize; 3],
     remat: Remat,
 ) -> Result<Graph> {
-    let g = Graph::new();
+    let g = Graph::with_target(target);
     let params = |prefix: &str| -> Result<Mamba2Weights<Tensor>> {
         types.try_map(|name, ty| {
             let t = g.parameter(&format!("{prefix}.{name}"), ty.dtype, &ty.dims)?;
@@ -720,7 +724,7 @@ pub fn loss_and_grads(
         mask,
         weights: lw,
     } = pack(op, prompts, len)?;
-    let g = Graph::new();
+    let g = Graph::with_target(Target::of(client));
     let w = block::weight_parameters(&g, &types)?;
     let dims = [b, len];
     let t_ids = g.parameter("tokens", DType::I32, &dims)?;
