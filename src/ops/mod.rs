@@ -85,6 +85,7 @@ pub use op::{ArgKind, BinaryOp, Comparison, ConvWindow, Op, Precision, ReduceKin
 pub use reduce::CumsumOptions;
 #[cfg(test)]
 pub(crate) use regions::malformed::cases as malformed_loops;
+pub(crate) use rules::batching::{batch_broadcast, move_axis};
 pub use sharding::GraphShardings;
 pub use sort::SortOrder;
 pub use stats::VarOptions;

@@ -15,7 +15,7 @@ where
     I: Args,
     F: Fn(I) -> Result<Tensor>,
 {
-    move |x| Ok(value_and_grad_at(&f, x)?.1)
+    move |x| Ok(value_and_grad_at(&|x| Ok((f(x)?, ())), x)?.1)
 }
 
 /// `f`'s value and its gradient with respect to its first argument (JAX's
@@ -25,7 +25,10 @@ where
     I: Args,
     F: Fn(I) -> Result<Tensor>,
 {
-    move |x| value_and_grad_at(&f, x)
+    move |x| {
+        let ((value, ()), grads) = value_and_grad_at(&|x| Ok((f(x)?, ())), x)?;
+        Ok((value, grads))
+    }
 }
 
 /// [`value_and_grad`] of a function that returns its value and auxiliary data (any tree, not
@@ -35,12 +38,7 @@ where
     I: Args,
     F: Fn(I) -> Result<(Tensor, A)>,
 {
-    move |x| {
-        let (x, wrt, template) = fresh_first(x)?;
-        let (value, aux) = f(x)?;
-        let grads = value.grad(&wrt.iter().collect::<Vec<_>>())?;
-        Ok(((value, aux), template.rebuild(grads)?))
-    }
+    move |x| value_and_grad_at(&f, x)
 }
 
 /// The gradient of `f` with respect to the leaves under the path prefixes `wrt` (`"0"`: the
@@ -236,15 +234,15 @@ fn fresh_first<I: Args>(x: I) -> Result<(I, Vec<Tensor>, I::First)> {
     Ok((x, wrt, template))
 }
 
-/// [`value_and_grad`] of one input.
-fn value_and_grad_at<I: Args, F: Fn(I) -> Result<Tensor>>(
+/// [`value_and_grad_aux`] of one input.
+fn value_and_grad_at<I: Args, A, F: Fn(I) -> Result<(Tensor, A)>>(
     f: &F,
     x: I,
-) -> Result<(Tensor, I::First)> {
+) -> Result<((Tensor, A), I::First)> {
     let (x, wrt, template) = fresh_first(x)?;
-    let value = f(x)?;
-    let grads = value.grad(&wrt.iter().collect::<Vec<_>>())?;
-    Ok((value, template.rebuild(grads)?))
+    let (value, aux) = f(x)?;
+    let grads = value.grad(&refs(&wrt))?;
+    Ok(((value, aux), template.rebuild(grads)?))
 }
 
 /// The Jacobian of `f` with respect to the first argument, by forward or reverse products.

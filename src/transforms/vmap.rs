@@ -5,7 +5,7 @@ use std::panic::Location;
 
 use super::{graph_of, under};
 use crate::error::{Error, Result};
-use crate::ops::Tensor;
+use crate::ops::{batch_broadcast, move_axis, Tensor};
 use crate::tree::Tree;
 
 /// Where the batch axis of each leaf of a tree is, as a prefix of the tree (JAX's `in_axes`
@@ -211,19 +211,7 @@ fn place(t: Tensor, batched: bool, b: usize, axis: Option<isize>, path: &str) ->
             ))),
         };
     };
-    let t = match batched {
-        true => t,
-        false => {
-            let mut dims = vec![b];
-            dims.extend_from_slice(t.dims());
-            t.expand_dims(0)?.broadcast_to(&dims)?
-        }
-    };
+    let t = if batched { t } else { batch_broadcast(&t, b)? };
     let to = axis_of(axis, t.rank(), path, "out_axes")?;
-    if to == 0 {
-        return Ok(t);
-    }
-    let mut perm: Vec<isize> = (1..t.rank() as isize).collect();
-    perm.insert(to, 0);
-    t.transpose(&perm)
+    move_axis(&t, 0, to)
 }

@@ -17,6 +17,7 @@ use std::rc::Rc;
 
 use super::{accumulate, vjp_at, OP};
 use crate::error::Result;
+use crate::ops::batch_broadcast;
 use crate::ops::graph::{graph_error, Graph};
 use crate::ops::ir::ValueId;
 use crate::ops::op::Op;
@@ -453,11 +454,7 @@ fn per_example(
                 .iter()
                 .zip(in_batched)
                 .map(|(t, &batched)| match batched {
-                    true => {
-                        let mut dims = vec![b];
-                        dims.extend_from_slice(t.dims());
-                        t.expand_dims(0)?.broadcast_to(&dims)
-                    }
+                    true => batch_broadcast(t, b),
                     false => Ok(t.clone()),
                 })
                 .collect();
