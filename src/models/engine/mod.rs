@@ -4,6 +4,7 @@
 //! side every family shares ([`host`]: generate, stream, continue, greedy); and the programs
 //! and weights of a model on the device ([`programs`]).
 
+pub(crate) mod attention;
 pub(crate) mod host;
 mod placement;
 mod programs;

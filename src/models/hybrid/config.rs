@@ -11,6 +11,9 @@ use crate::error::{Error, Result};
 use crate::models::common::json::{number, strict_json, time_step_limit};
 use crate::models::mamba2::Mamba2Config;
 
+use crate::models::engine::attention::rope_from_config;
+pub use crate::models::engine::attention::{AttentionConfig, RopeScaling};
+
 /// The `model_type`s a [`HybridConfig`] reads.
 pub const MODEL_TYPES: [&str; 3] = ["bamba", "granitemoehybrid", "nemotron_h"];
 
@@ -27,6 +30,16 @@ pub enum HybridFamily {
     /// NVIDIA's Nemotron-H: one mixer per layer (Mamba-2, attention, squared-ReLU MLP or
     /// mixture of experts) after the pattern of `layers_block_type`; no rotary.
     NemotronH,
+    /// Llama ([`crate::models::llama`]): attention then a SwiGLU MLP per layer.
+    Llama,
+    /// Qwen 2: Llama with biases on the query, key and value projections.
+    Qwen2,
+    /// Qwen 3: Llama with per-head query and key norms.
+    Qwen3,
+    /// Mistral: Llama with a sliding window.
+    Mistral,
+    /// Gemma 2 ([`crate::models::gemma2`]).
+    Gemma2,
 }
 
 impl HybridFamily {
@@ -36,7 +49,35 @@ impl HybridFamily {
             HybridFamily::Bamba => "bamba",
             HybridFamily::Granite => "granitemoehybrid",
             HybridFamily::NemotronH => "nemotron_h",
+            HybridFamily::Llama => "llama",
+            HybridFamily::Qwen2 => "qwen2",
+            HybridFamily::Qwen3 => "qwen3",
+            HybridFamily::Mistral => "mistral",
+            HybridFamily::Gemma2 => "gemma2",
         }
+    }
+
+    /// The family's name as people write it.
+    pub fn name(self) -> &'static str {
+        match self {
+            HybridFamily::Bamba => "Bamba",
+            HybridFamily::Granite => "Granite 4.0-H",
+            HybridFamily::NemotronH => "Nemotron-H",
+            HybridFamily::Llama => "Llama",
+            HybridFamily::Qwen2 => "Qwen2",
+            HybridFamily::Qwen3 => "Qwen3",
+            HybridFamily::Mistral => "Mistral",
+            HybridFamily::Gemma2 => "Gemma 2",
+        }
+    }
+
+    /// Whether the family is a transformer of the Llama or Gemma 2 layout (attention then an
+    /// MLP per layer, named as transformers' `LlamaForCausalLM` names them).
+    pub fn is_transformer(self) -> bool {
+        !matches!(
+            self,
+            HybridFamily::Bamba | HybridFamily::Granite | HybridFamily::NemotronH
+        )
     }
 }
 
@@ -60,6 +101,9 @@ pub enum Activation {
     SwiGlu,
     /// `relu(up)^2`, no gate.
     Relu2,
+    /// `gelu_tanh(gate) * up` (Gemma's GeGLU, GELU's tanh approximation), laid out as
+    /// [`Activation::SwiGlu`].
+    GeluTanhGlu,
 }
 
 /// How a mixture of experts picks and weighs its experts.
@@ -80,25 +124,6 @@ pub enum Routing {
         /// The factor on the weights (`routed_scaling_factor`).
         scale: f64,
     },
-}
-
-/// The attention sublayers' shape.
-#[derive(Debug, Clone, PartialEq)]
-pub struct AttentionConfig {
-    /// Query heads.
-    pub num_heads: usize,
-    /// Key and value heads (grouped-query attention when fewer than `num_heads`).
-    pub num_kv_heads: usize,
-    /// Channels per head.
-    pub head_dim: usize,
-    /// Leading channels of each head that rotary embeddings turn (0: no rotary).
-    pub rotary_dim: usize,
-    /// Rotary base `theta`.
-    pub rope_theta: f64,
-    /// The factor on `q . k` (`head_dim^-0.5`, or Granite's `attention_multiplier`).
-    pub scale: f64,
-    /// Biases on the four projections.
-    pub bias: bool,
 }
 
 /// An MLP's shape.
@@ -162,16 +187,28 @@ pub struct HybridConfig {
     pub logits_scaling: f64,
     /// Whether the head is the embedding.
     pub tie_word_embeddings: bool,
+    /// Per sublayer: whether it is an attention sublayer that attends only within
+    /// `attention.sliding_window`.
+    pub sliding: Vec<bool>,
+    /// Whether each sublayer's output is normed again before the residual (Gemma 2).
+    pub post_norms: bool,
+    /// Added to every RMS norm's weight: 1 for Gemma's `(1 + w)`, else 0.
+    pub norm_offset: f64,
+    /// The logits soft-capped to `cap * tanh(logits / cap)` (Gemma 2).
+    pub final_softcap: Option<f64>,
 }
 
 /// Reads sizes, numbers and flags of a config object, collecting what is missing.
-struct Fields<'a> {
-    v: &'a Value,
-    missing: Vec<String>,
+pub(crate) struct Fields<'a> {
+    /// The config.
+    pub(crate) v: &'a Value,
+    /// The required fields it lacks.
+    pub(crate) missing: Vec<String>,
 }
 
 impl Fields<'_> {
-    fn size(&mut self, name: &str) -> usize {
+    /// A required size (0 and noted as missing when absent).
+    pub(crate) fn size(&mut self, name: &str) -> usize {
         match self.v.get(name).and_then(Value::as_u64) {
             Some(n) => n as usize,
             None => {
@@ -180,16 +217,19 @@ impl Fields<'_> {
             }
         }
     }
-    fn size_or(&self, name: &str, default: usize) -> usize {
+    /// A size, or `default` when absent.
+    pub(crate) fn size_or(&self, name: &str, default: usize) -> usize {
         self.v
             .get(name)
             .and_then(Value::as_u64)
             .map_or(default, |n| n as usize)
     }
-    fn float_or(&self, name: &str, default: f64) -> f64 {
+    /// A number, or `default` when absent.
+    pub(crate) fn float_or(&self, name: &str, default: f64) -> f64 {
         self.v.get(name).and_then(number).unwrap_or(default)
     }
-    fn flag_or(&self, name: &str, default: bool) -> bool {
+    /// A flag, or `default` when absent.
+    pub(crate) fn flag_or(&self, name: &str, default: bool) -> bool {
         self.v.get(name).and_then(Value::as_bool).unwrap_or(default)
     }
 }
@@ -227,6 +267,7 @@ impl HybridConfig {
         };
         let config = match family {
             HybridFamily::NemotronH => nemotron_h(&mut f)?,
+            HybridFamily::Bamba | HybridFamily::Granite => bamba_or_granite(&mut f, family)?,
             _ => bamba_or_granite(&mut f, family)?,
         };
         if !f.missing.is_empty() {
@@ -275,6 +316,13 @@ impl HybridConfig {
             }
         }
         problems.extend(self.moe_problems());
+        if self.sliding.len() != self.sublayers.len() {
+            problems.push(format!(
+                "{} sliding flags for {} sublayers",
+                self.sliding.len(),
+                self.sublayers.len()
+            ));
+        }
         for (name, v) in [
             ("hidden_size", self.hidden_size),
             ("vocab_size", self.vocab_size),
@@ -333,6 +381,9 @@ impl HybridConfig {
                     "num_attention_heads ({}) is not a multiple of num_key_value_heads ({})",
                     a.num_heads, a.num_kv_heads
                 ));
+            }
+            if a.sliding_window == Some(0) {
+                problems.push("sliding_window is 0".into());
             }
             if a.rotary_dim > a.head_dim || !a.rotary_dim.is_multiple_of(2) {
                 problems.push(format!(
@@ -442,13 +493,30 @@ fn mamba_config(
     })
 }
 
-/// `rope_theta` from `rope_parameters` (transformers 5) or the top level.
-fn rope_theta(v: &Value) -> f64 {
-    v.get("rope_parameters")
-        .and_then(|p| p.get("rope_theta"))
-        .or_else(|| v.get("rope_theta"))
-        .and_then(number)
-        .unwrap_or(10000.0)
+/// The Mamba-2 config of a stack without Mamba-2 mixers (attention and MLPs only): unused but
+/// for its chunk, which pads prompts to a multiple of 64 positions (or of the power of two
+/// above a shorter prompt).
+pub(crate) fn no_mamba(hidden_size: usize, vocab_size: usize) -> Mamba2Config {
+    Mamba2Config {
+        hidden_size,
+        num_layers: 0,
+        state_size: 16,
+        head_dim: 64,
+        num_heads: 1,
+        n_groups: 1,
+        conv_kernel: 4,
+        chunk_size: 64,
+        vocab_size,
+        time_step_limit: (0.0, f64::INFINITY),
+        norm_eps: 1e-5,
+        residual_in_fp32: true,
+        tie_word_embeddings: false,
+        use_bias: false,
+        use_conv_bias: true,
+        norm_before_gate: false,
+        time_step_init: (1e-3, 1e-1, 1e-4),
+        scan_dtype: DType::F32,
+    }
 }
 
 /// Bamba's `partial_rotary_factor`: from `rope_parameters` (transformers 5) or the top level,
@@ -459,20 +527,6 @@ fn partial_rotary_factor(v: &Value) -> f64 {
         .or_else(|| v.get("partial_rotary_factor"))
         .and_then(number)
         .unwrap_or(0.5)
-}
-
-/// Refuses rotary scalings other than the default.
-fn check_rope_type(v: &Value) -> Result<()> {
-    let rope = v.get("rope_parameters").or_else(|| v.get("rope_scaling"));
-    match rope
-        .and_then(|p| p.get("rope_type").or_else(|| p.get("type")))
-        .and_then(Value::as_str)
-    {
-        None | Some("default") => Ok(()),
-        Some(t) => Err(Error::InvalidArgument(format!(
-            "rope_type {t:?} is not supported (only the default rotary embedding)"
-        ))),
-    }
 }
 
 /// Refuses an activation other than `want`.
@@ -575,7 +629,7 @@ fn feed_forward(
 fn bamba_or_granite(f: &mut Fields<'_>, family: HybridFamily) -> Result<HybridConfig> {
     let granite = family == HybridFamily::Granite;
     check_act(f, "hidden_act", &["silu", "swish"])?;
-    check_rope_type(f.v)?;
+    let (rope_theta, rope_scaling) = rope_from_config(f.v)?;
     refuse_mlp_bias(f)?;
     let hidden_size = f.size("hidden_size");
     let vocab_size = f.size("vocab_size");
@@ -631,6 +685,7 @@ fn bamba_or_granite(f: &mut Fields<'_>, family: HybridFamily) -> Result<HybridCo
         1.0 / (head_dim as f64).sqrt()
     };
     let multiplier = |name: &str| if granite { f.float_or(name, 1.0) } else { 1.0 };
+    let n = sublayers.len();
     Ok(HybridConfig {
         family,
         sublayers,
@@ -641,9 +696,14 @@ fn bamba_or_granite(f: &mut Fields<'_>, family: HybridFamily) -> Result<HybridCo
             num_kv_heads: kv_heads,
             head_dim,
             rotary_dim,
-            rope_theta: rope_theta(f.v),
+            rope_theta,
+            rope_scaling,
             scale,
-            bias: f.flag_or("attention_bias", false),
+            qkv_bias: f.flag_or("attention_bias", false),
+            o_bias: f.flag_or("attention_bias", false),
+            qk_norm: None,
+            softcap: None,
+            sliding_window: None,
         },
         mlp,
         moe,
@@ -654,6 +714,10 @@ fn bamba_or_granite(f: &mut Fields<'_>, family: HybridFamily) -> Result<HybridCo
         residual_multiplier: multiplier("residual_multiplier"),
         logits_scaling: multiplier("logits_scaling"),
         tie_word_embeddings: f.flag_or("tie_word_embeddings", false),
+        sliding: vec![false; n],
+        post_norms: false,
+        norm_offset: 0.0,
+        final_softcap: None,
     })
 }
 
@@ -768,6 +832,7 @@ fn nemotron_h(f: &mut Fields<'_>) -> Result<HybridConfig> {
     } else {
         None
     };
+    let n = kinds.len();
     Ok(HybridConfig {
         family: HybridFamily::NemotronH,
         layer_of: (0..kinds.len()).collect(),
@@ -779,9 +844,14 @@ fn nemotron_h(f: &mut Fields<'_>) -> Result<HybridConfig> {
             head_dim,
             rotary_dim: 0,
             rope_theta: 10000.0,
+            rope_scaling: RopeScaling::None,
             scale: 1.0 / (head_dim.max(1) as f64).sqrt(),
             // Nemotron-H's projections have no bias, whatever attention_bias says.
-            bias: false,
+            qkv_bias: false,
+            o_bias: false,
+            qk_norm: None,
+            softcap: None,
+            sliding_window: None,
         },
         mlp,
         moe,
@@ -794,5 +864,9 @@ fn nemotron_h(f: &mut Fields<'_>) -> Result<HybridConfig> {
         // transformers' NemotronHForCausalLM never ties its head (no tied weights keys): it
         // reads `lm_head.weight` whatever `tie_word_embeddings` says.
         tie_word_embeddings: false,
+        sliding: vec![false; n],
+        post_norms: false,
+        norm_offset: 0.0,
+        final_softcap: None,
     })
 }

@@ -2,7 +2,7 @@
 //! generate with them, and their state (Mamba-2 rows, attention caches and their positions)
 //! as a [`ModelState`].
 
-use super::config::{HybridFamily, SublayerKind};
+use super::config::SublayerKind;
 use super::generate::unflatten_state;
 use super::graph::SublayerState;
 use super::model::{Hybrid, HybridState};
@@ -18,11 +18,7 @@ impl Family for Hybrid {
     type State = HybridState;
 
     fn family(&self) -> &'static str {
-        match self.config().family {
-            HybridFamily::Bamba => "Bamba",
-            HybridFamily::Granite => "Granite 4.0-H",
-            HybridFamily::NemotronH => "Nemotron-H",
-        }
+        self.config().family.name()
     }
 
     fn describe(&self) -> String {

@@ -4,7 +4,6 @@
 //! place at its column) carried on the device.
 
 use super::graph::{forward, Step, SublayerState};
-use super::layers::Positions;
 use super::model::{Hybrid, HybridState, Kind};
 use super::weights::HybridWeights;
 use super::HybridConfig;
@@ -13,6 +12,7 @@ use crate::compiled::CompiledGraph;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::models::common::{generate_capacity, GenerateOptions, LayerState};
+use crate::models::engine::attention::{mark_valid, Positions};
 use crate::models::engine::{
     self, decode_loop, host_input, rows, Decoding, Named, Prepared, SegmentShape, Stepper, Variant,
 };
@@ -80,7 +80,7 @@ impl Stepper for Steps<'_> {
         let tokens = token.reshape(&[b as isize, 1])?;
         let mask = g.ones(DType::F32, &[b, 1])?;
         let rotary = state.positions.reshape(&[b as isize, 1])?;
-        let valid = mark_valid(&state.valid, &state.column)?;
+        let valid = mark_valid(&state.valid, &state.column, &state.positions)?;
         let step = Step {
             tokens: &tokens,
             mask: &mask,
@@ -378,22 +378,6 @@ impl Hybrid {
             .map(|(i, a)| host_input(format!("state.{}", i + 1), a))
             .collect())
     }
-}
-
-/// `valid` (`[b, C]` f32) with the column of one new token per row marked: `column` a scalar
-/// (the same for every row) or `[b]` (one per row).
-fn mark_valid(valid: &Tensor, column: &Tensor) -> Result<Tensor> {
-    let g = valid.graph();
-    let (b, cap) = (valid.dims()[0], valid.dims()[1]);
-    if column.rank() == 0 {
-        let zero = g.scalar(0.0, DType::I32)?;
-        return valid.dynamic_update_slice(&g.ones(DType::F32, &[b, 1])?, &[&zero, column]);
-    }
-    let hot = g
-        .iota(DType::I32, &[b, cap], 1)?
-        .eq(&column.reshape(&[b as isize, 1])?)?
-        .astype(DType::F32)?;
-    valid.maximum(&hot)
 }
 
 /// A [`Carried`] of parameters shaped like `template`'s sublayer states, with `b` rows and

@@ -3,11 +3,12 @@
 //! row, continuing from the state of what came before.
 
 use super::config::HybridConfig;
-use super::layers::{attention, mlp, moe, Positions};
+use super::layers::{mlp, moe};
 use super::weights::{HybridWeights, Sublayer};
 use crate::error::{Error, Result};
 use crate::models::common::layers::rms;
 use crate::models::common::LayerState;
+use crate::models::engine::attention::{attention, Positions};
 use crate::models::mamba2::block::{mixer_prefill, mixer_step};
 use crate::models::mamba2::Mamba2Config;
 use crate::ops::Tensor;
@@ -132,7 +133,7 @@ pub(crate) fn forward_all(
     }
     let mut next = Vec::with_capacity(states.len());
     let mut router_logits = Vec::new();
-    for (layer, state) in w.sublayers.iter().zip(states) {
+    for (layer, state) in w.sublayers.iter().enumerate().zip(states) {
         let run = |h: &Tensor| sublayer(h, s, layer, state, &mamba, cfg);
         let out = if s.remat {
             let (out, routed) = h.graph().checkpoint(&h, |h| {
@@ -150,7 +151,7 @@ pub(crate) fn forward_all(
         };
         h = h.add(&out.mul(cfg.residual_multiplier)?)?;
     }
-    let normed = rms(&h, cfg.norm_eps)?.mul(&w.norm_f)?;
+    let normed = rms(&h, cfg.norm_eps)?.mul(&w.norm_f.add(cfg.norm_offset)?)?;
     let mut logits = w
         .lm_head
         .as_ref()
@@ -159,8 +160,12 @@ pub(crate) fn forward_all(
     if s.decode {
         logits = logits.expand_dims(1)?;
     }
+    let mut logits = logits.div(cfg.logits_scaling)?;
+    if let Some(cap) = cfg.final_softcap {
+        logits = logits.div(cap)?.tanh()?.mul(cap)?;
+    }
     Ok(Forwarded {
-        logits: logits.div(cfg.logits_scaling)?,
+        logits,
         states: next,
         router_logits,
     })
@@ -171,12 +176,17 @@ pub(crate) fn forward_all(
 fn sublayer(
     h: &Tensor,
     s: &Step<'_>,
-    layer: &Sublayer<Tensor>,
+    (i, layer): (usize, &Sublayer<Tensor>),
     state: &SublayerState<Tensor>,
     mamba: &Mamba2Config,
     cfg: &HybridConfig,
 ) -> Result<(Tensor, SublayerState<Tensor>, Option<Tensor>)> {
-    let norm = |n: &Tensor| rms(h, cfg.norm_eps)?.mul(n);
+    let norm_of = |x: &Tensor, n: &Tensor| rms(x, cfg.norm_eps)?.mul(&n.add(cfg.norm_offset)?);
+    let norm = |n: &Tensor| norm_of(h, n);
+    let post = |out: Tensor, n: &Option<Tensor>| match n {
+        Some(n) => norm_of(&out, n),
+        None => Ok(out),
+    };
     let mismatch = || Error::InvalidArgument("hybrid forward: a state of the wrong kind".into());
     let (out, state) = match (layer, state) {
         (Sublayer::Mamba(w), SublayerState::Mamba(init)) => {
@@ -187,21 +197,36 @@ fn sublayer(
             };
             (out, SublayerState::Mamba(st))
         }
-        (Sublayer::Attention { norm: n, attn }, SublayerState::Attention { k, v }) => {
+        (
+            Sublayer::Attention {
+                norm: n,
+                attn,
+                post_norm,
+            },
+            SublayerState::Attention { k, v },
+        ) => {
             let x = if s.decode {
                 norm(n)?.expand_dims(1)?
             } else {
                 norm(n)?
             };
-            let (mut out, k, v) = attention(&x, &s.at, k, v, attn, &cfg.attention)?;
+            let window = cfg.attention.sliding_window.filter(|_| cfg.sliding[i]);
+            let (mut out, k, v) = attention(&x, &s.at, k, v, attn, &cfg.attention, window)?;
             if s.decode {
                 out = out.squeeze(&[1])?;
             }
-            (out, SublayerState::Attention { k, v })
+            (post(out, post_norm)?, SublayerState::Attention { k, v })
         }
-        (Sublayer::Mlp { norm: n, mlp: m }, SublayerState::None) => {
+        (
+            Sublayer::Mlp {
+                norm: n,
+                mlp: m,
+                post_norm,
+            },
+            SublayerState::None,
+        ) => {
             let c = cfg.mlp.ok_or_else(mismatch)?;
-            (mlp(&norm(n)?, m, c)?, SublayerState::None)
+            (post(mlp(&norm(n)?, m, c)?, post_norm)?, SublayerState::None)
         }
         (Sublayer::Moe { norm: n, moe: m }, SublayerState::None) => {
             let c = cfg.moe.as_ref().ok_or_else(mismatch)?;

@@ -6,7 +6,7 @@
 //! from the public graph API; checked against HF transformers' pure-torch models. See
 //! `docs/hybrid.md`.
 
-mod config;
+pub(crate) mod config;
 mod family;
 mod generate;
 mod graph;

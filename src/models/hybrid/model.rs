@@ -6,7 +6,6 @@ use std::path::Path;
 
 use super::config::{HybridConfig, SublayerKind};
 use super::graph::{forward, Step, SublayerState};
-use super::layers::Positions;
 use super::weights::HybridWeights;
 use crate::array::HostArray;
 use crate::compiled::CompiledGraph;
@@ -14,6 +13,7 @@ use crate::dtype::{DType, TensorType};
 use crate::error::{Error, Result};
 use crate::models::common::Parallel;
 use crate::models::common::{LayerState, LoadOptions};
+use crate::models::engine::attention::Positions;
 use crate::models::engine::{self, host_input, Named, Placement, Programs, Variant};
 use crate::ops::{Graph, Tensor};
 use crate::runtime::Client;
@@ -27,7 +27,8 @@ pub(super) const CAPACITY_STEP: usize = 64;
 pub struct HybridState {
     /// One state per sublayer (Mamba-2 mixers and attention caches; nothing for MLPs).
     pub sublayers: Vec<SublayerState<HostArray>>,
-    /// `[b, capacity]` f32: 1 where an attention cache column holds a real token.
+    /// `[b, capacity]` f32: 0 where an attention cache column holds no real token, else that
+    /// token's position plus one.
     pub valid: HostArray,
     /// Cache columns used so far (the same for every row; padding takes columns too).
     pub column: usize,
@@ -466,7 +467,7 @@ impl Hybrid {
                     ids[r * len + i] = self.token(t)?;
                     mask[r * len + i] = 1.0;
                     rotary[r * len + i] = positions[r];
-                    valid[r * cap + state.column + i] = 1.0;
+                    valid[r * cap + state.column + i] = positions[r] as f32 + 1.0;
                     positions[r] += 1;
                 }
             }

@@ -4,11 +4,11 @@
 //! checkpoint.
 
 use super::graph::{forward_all, Step};
-use super::layers::Positions;
 use super::weights::checkpoint_pieces;
 use super::Hybrid;
 use crate::dtype::{DType, TensorType};
 use crate::error::Result;
+use crate::models::engine::attention::Positions;
 use crate::models::mamba2::Remat;
 use crate::models::training::{named_types, router_balance_loss, Forward, Pieces, Trainable};
 use crate::ops::Tensor;
@@ -42,6 +42,8 @@ impl Trainable for Hybrid {
         // Each row's real tokens take rotary positions 0, 1, ...; the padding 0.
         let rotary = mask.cumsum(1)?.sub(1.0)?.mul(mask)?.convert(DType::I32)?;
         let column = g.scalar(0.0, DType::I32)?;
+        // Each real column holds its position plus one, as the caches' `valid` does.
+        let valid = rotary.astype(DType::F32)?.add(1.0)?.mul(mask)?;
         let states = self
             .empty_state(b, len)?
             .sublayers
@@ -57,7 +59,7 @@ impl Trainable for Hybrid {
             at: Positions {
                 rotary: &rotary,
                 column: &column,
-                valid: mask,
+                valid: &valid,
             },
             decode: false,
             gather: false,

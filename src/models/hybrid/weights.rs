@@ -13,49 +13,11 @@ use crate::error::{Error, Result};
 use crate::models::common::checkpoint::{random_tensor, Expected, Loader, Rng};
 use crate::models::common::{by_name, check_matrix_dtype, quantized_like, LoadOptions, Matrix};
 use crate::models::mamba2::LayerWeights;
+
+pub use crate::models::engine::attention::{AttentionBiases, AttentionWeights};
 use crate::models::quant;
 use crate::models::training::Pieces;
 use crate::runtime::{Buffer, Client};
-
-/// An attention sublayer's projections, `[out, in]`.
-#[derive(Tree, Debug, Clone)]
-pub struct AttentionWeights<T> {
-    /// Queries, `[heads * head_dim, hidden]`.
-    pub q: Matrix<T>,
-    /// Keys, `[kv_heads * head_dim, hidden]`.
-    pub k: Matrix<T>,
-    /// Values, `[kv_heads * head_dim, hidden]`.
-    pub v: Matrix<T>,
-    /// Output, `[hidden, heads * head_dim]`.
-    pub o: Matrix<T>,
-    /// The four biases, when the config has `attention_bias`.
-    #[tree(rename = "")]
-    pub biases: Option<AttentionBiases<T>>,
-}
-
-/// An attention sublayer's biases (named `q_bias`, ... in the tree).
-#[derive(Tree, Debug, Clone)]
-pub struct AttentionBiases<T> {
-    /// `[heads * head_dim]`.
-    #[tree(rename = "q_bias")]
-    pub q: T,
-    /// `[kv_heads * head_dim]`.
-    #[tree(rename = "k_bias")]
-    pub k: T,
-    /// `[kv_heads * head_dim]`.
-    #[tree(rename = "v_bias")]
-    pub v: T,
-    /// `[hidden]`.
-    #[tree(rename = "o_bias")]
-    pub o: T,
-}
-
-impl<T> AttentionBiases<T> {
-    /// The biases of q, k, v and o, in that order.
-    pub fn as_array(&self) -> [&T; 4] {
-        [&self.q, &self.k, &self.v, &self.o]
-    }
-}
 
 /// An MLP (or, with a leading experts axis, every expert of a mixture).
 #[derive(Tree, Debug, Clone)]
@@ -93,6 +55,8 @@ pub enum Sublayer<T> {
         /// Projections.
         #[tree(rename = "")]
         attn: AttentionWeights<T>,
+        /// The RMS norm of the output, `[hidden]` (Gemma 2's post norms).
+        post_norm: Option<T>,
     },
     /// A dense MLP.
     Mlp {
@@ -101,6 +65,8 @@ pub enum Sublayer<T> {
         /// The MLP.
         #[tree(rename = "")]
         mlp: MlpWeights<T>,
+        /// The RMS norm of the output, `[hidden]` (Gemma 2's post norms).
+        post_norm: Option<T>,
     },
     /// A mixture of experts.
     Moe {
@@ -241,12 +207,18 @@ impl Layout<'_> {
             k: self.matrix(name("k", "weight"), &[kv, h]),
             v: self.matrix(name("v", "weight"), &[kv, h]),
             o: self.matrix(name("o", "weight"), &[h, q]),
-            biases: a.bias.then(|| AttentionBiases {
+            biases: a.qkv_bias.then(|| AttentionBiases {
                 q: self.vector(name("q", "bias"), q),
                 k: self.vector(name("k", "bias"), kv),
                 v: self.vector(name("v", "bias"), kv),
-                o: self.vector(name("o", "bias"), h),
+                o: a.o_bias.then(|| self.vector(name("o", "bias"), h)),
             }),
+            q_norm: a
+                .qk_norm
+                .map(|_| self.vector(format!("{p}q_norm.weight"), a.head_dim)),
+            k_norm: a
+                .qk_norm
+                .map(|_| self.vector(format!("{p}k_norm.weight"), a.head_dim)),
         }
     }
 
@@ -255,7 +227,7 @@ impl Layout<'_> {
     fn mlp(&self, up: Vec<String>, down: String, m: MlpConfig) -> MlpWeights<Source> {
         let (h, i) = (self.c.hidden_size, m.intermediate);
         let rows = match m.activation {
-            Activation::SwiGlu => 2 * i,
+            Activation::SwiGlu | Activation::GeluTanhGlu => 2 * i,
             Activation::Relu2 => i,
         };
         let up = if up.len() == 1 {
@@ -275,7 +247,7 @@ impl Layout<'_> {
         let h = self.c.hidden_size;
         let (e, i) = (m.num_experts, m.expert.intermediate);
         let rows = match m.expert.activation {
-            Activation::SwiGlu => 2 * i,
+            Activation::SwiGlu | Activation::GeluTanhGlu => 2 * i,
             Activation::Relu2 => i,
         };
         if self.c.family == HybridFamily::NemotronH {
@@ -345,7 +317,20 @@ impl Layout<'_> {
                 format!("model.layers.{l}.post_attention_layernorm.weight"),
                 format!("model.layers.{l}."),
             ),
+            (HybridFamily::Gemma2, _) => (
+                format!("model.layers.{l}.pre_feedforward_layernorm.weight"),
+                format!("model.layers.{l}.mlp."),
+            ),
+            _ => (
+                format!("model.layers.{l}.post_attention_layernorm.weight"),
+                format!("model.layers.{l}.mlp."),
+            ),
         };
+        // Gemma 2 norms each sublayer's output too.
+        let post = c.post_norms.then(|| match kind {
+            SublayerKind::Attention => format!("model.layers.{l}.post_attention_layernorm.weight"),
+            _ => format!("model.layers.{l}.post_feedforward_layernorm.weight"),
+        });
         let missing = |what: &str| {
             Error::InvalidArgument(format!(
                 "the config has {what} sublayers but no {what} shape"
@@ -356,15 +341,11 @@ impl Layout<'_> {
             SublayerKind::Attention => Sublayer::Attention {
                 norm: self.vector(norm, h),
                 attn: self.attention(&p),
+                post_norm: post.map(|n| self.vector(n, h)),
             },
             SublayerKind::Mlp => {
                 let m = c.mlp.ok_or_else(|| missing("MLP"))?;
                 let mlp = match c.family {
-                    HybridFamily::Bamba => self.mlp(
-                        vec![format!("{p}gate_proj.weight"), format!("{p}up_proj.weight")],
-                        format!("{p}down_proj.weight"),
-                        m,
-                    ),
                     HybridFamily::Granite => self.mlp(
                         vec![format!("{p}shared_mlp.input_linear.weight")],
                         format!("{p}shared_mlp.output_linear.weight"),
@@ -375,10 +356,17 @@ impl Layout<'_> {
                         format!("{p}down_proj.weight"),
                         m,
                     ),
+                    // Bamba and the transformers: a gate and an up projection, joined.
+                    _ => self.mlp(
+                        vec![format!("{p}gate_proj.weight"), format!("{p}up_proj.weight")],
+                        format!("{p}down_proj.weight"),
+                        m,
+                    ),
                 };
                 Sublayer::Mlp {
                     norm: self.vector(norm, h),
                     mlp,
+                    post_norm: post.map(|n| self.vector(n, h)),
                 }
             }
             SublayerKind::Moe => {
@@ -397,6 +385,7 @@ impl Layout<'_> {
             HybridFamily::Bamba => ("model.embed_tokens.weight", "model.final_layernorm.weight"),
             HybridFamily::Granite => ("model.embed_tokens.weight", "model.norm.weight"),
             HybridFamily::NemotronH => ("backbone.embeddings.weight", "backbone.norm_f.weight"),
+            _ => ("model.embed_tokens.weight", "model.norm.weight"),
         };
         let (v, h) = (c.vocab_size, c.hidden_size);
         Ok(HybridWeights {
@@ -477,11 +466,7 @@ impl HybridWeights<HostArray> {
         let tied = config
             .tie_word_embeddings
             .then(|| vec![config.vocab_size, config.hidden_size]);
-        let family = match config.family {
-            HybridFamily::Bamba => "Bamba",
-            HybridFamily::Granite => "Granite 4.0-H",
-            HybridFamily::NemotronH => "Nemotron-H",
-        };
+        let family = config.family.name();
         let mut loader = Loader::expecting(family, expected, tied, options);
         let index = loader.read_dir(dir)?;
         let mut values: HashMap<String, HostArray> = loader.finish_values(dir, index.as_ref())?;

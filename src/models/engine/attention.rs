@@ -1,0 +1,706 @@
+//! The engine's attention and its key/value cache: causal grouped-query self-attention whose
+//! keys and values are written in place into caches preallocated to the program's capacity, at
+//! each row's column; left padding and unwritten columns are never attended. Rotary embeddings
+//! (with `linear` and `llama3` frequency scaling), biases, per-head query and key RMS norms,
+//! logit soft-capping and sliding windows are options of the config; a decode step of a
+//! sliding layer reads only the window's columns. A prompt over a long cache attends in blocks
+//! of [`KEY_BLOCK`] keys with a running softmax, so its memory grows with the cache, not with
+//! the cache times the prompt.
+
+use crate::tree::Tree;
+
+use serde_json::Value;
+
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::models::common::json::number;
+use crate::models::common::layers::rms;
+use crate::models::common::Matrix;
+use crate::ops::Tensor;
+
+/// The score of a position a query may not see: finite, so a row that sees nothing (a padded
+/// position) gets a uniform softmax rather than NaN.
+const HIDDEN: f64 = -1e30;
+
+/// A prompt over a cache of more columns than this attends in blocks of this many keys.
+pub(crate) const KEY_BLOCK: usize = 512;
+
+/// How rotary frequencies are scaled for contexts beyond the trained one (transformers'
+/// `rope_scaling` / `rope_parameters`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum RopeScaling {
+    /// `theta^(-2i / rotary_dim)` as they are.
+    None,
+    /// Every frequency divided by `factor` (positions interpolated).
+    Linear {
+        /// The divisor.
+        factor: f64,
+    },
+    /// Llama 3.1's: low frequencies divided by `factor`, high ones kept, the band between
+    /// interpolated smoothly.
+    Llama3 {
+        /// The divisor of the low frequencies.
+        factor: f64,
+        /// Wavelengths above `original / low_freq_factor` are divided.
+        low_freq_factor: f64,
+        /// Wavelengths below `original / high_freq_factor` are kept.
+        high_freq_factor: f64,
+        /// The trained context (`original_max_position_embeddings`).
+        original: f64,
+    },
+}
+
+/// The attention sublayers' shape and numerics.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AttentionConfig {
+    /// Query heads.
+    pub num_heads: usize,
+    /// Key and value heads (grouped-query attention when fewer than `num_heads`).
+    pub num_kv_heads: usize,
+    /// Channels per head.
+    pub head_dim: usize,
+    /// Leading channels of each head that rotary embeddings turn (0: no rotary).
+    pub rotary_dim: usize,
+    /// Rotary base `theta`.
+    pub rope_theta: f64,
+    /// How the rotary frequencies are scaled.
+    pub rope_scaling: RopeScaling,
+    /// The factor on `q . k` (`head_dim^-0.5`, Granite's `attention_multiplier`, Gemma 2's
+    /// `query_pre_attn_scalar^-0.5`).
+    pub scale: f64,
+    /// Biases on the query, key and value projections.
+    pub qkv_bias: bool,
+    /// A bias on the output projection.
+    pub o_bias: bool,
+    /// Per-head RMS norms of the queries and keys before the rotary embedding, with this
+    /// epsilon (Qwen 3).
+    pub qk_norm: Option<f64>,
+    /// Scores soft-capped to `cap * tanh(score / cap)` before the mask (Gemma 2).
+    pub softcap: Option<f64>,
+    /// The window of the sliding layers: a query sees the keys less than this many positions
+    /// before it (which layers slide is the family's to say).
+    pub sliding_window: Option<usize>,
+}
+
+impl AttentionConfig {
+    /// The inverse frequencies of the rotary channel pairs, scaled as the config says.
+    pub fn inv_freq(&self) -> Vec<f64> {
+        let r = self.rotary_dim;
+        let base = (0..r / 2).map(|i| 1.0 / self.rope_theta.powf((2 * i) as f64 / r as f64));
+        match self.rope_scaling {
+            RopeScaling::None => base.collect(),
+            RopeScaling::Linear { factor } => base.map(|f| f / factor).collect(),
+            RopeScaling::Llama3 {
+                factor,
+                low_freq_factor: lo,
+                high_freq_factor: hi,
+                original,
+            } => base
+                .map(|f| {
+                    let wavelen = 2.0 * std::f64::consts::PI / f;
+                    if wavelen < original / hi {
+                        f
+                    } else if wavelen > original / lo {
+                        f / factor
+                    } else {
+                        let smooth = (original / wavelen - lo) / (hi - lo);
+                        (1.0 - smooth) * f / factor + smooth * f
+                    }
+                })
+                .collect(),
+        }
+    }
+}
+
+/// The rotary base and scaling of a transformers `config.json`: from `rope_parameters`
+/// (transformers 5) or from `rope_theta` and `rope_scaling` (older and published configs).
+/// A scaling other than `default`, `linear` or `llama3`, or one that lacks a number it needs,
+/// is an error naming the field.
+pub(crate) fn rope_from_config(v: &Value) -> Result<(f64, RopeScaling)> {
+    let (section, name) = match v.get("rope_parameters").filter(|p| p.is_object()) {
+        Some(p) => (Some(p), "rope_parameters"),
+        None => (
+            v.get("rope_scaling").filter(|p| p.is_object()),
+            "rope_scaling",
+        ),
+    };
+    let theta = section
+        .and_then(|p| p.get("rope_theta"))
+        .or_else(|| v.get("rope_theta"))
+        .and_then(number)
+        .unwrap_or(10000.0);
+    let kind = section
+        .and_then(|p| p.get("rope_type").or_else(|| p.get("type")))
+        .and_then(Value::as_str)
+        .unwrap_or("default");
+    let need = |field: &str| {
+        section
+            .and_then(|p| p.get(field))
+            .or_else(|| v.get(field))
+            .and_then(number)
+            .filter(|x| x.is_finite() && *x > 0.0)
+            .ok_or_else(|| {
+                Error::InvalidArgument(format!(
+                    "{name}.{field} is missing or not a positive number (rope_type {kind:?} needs it)"
+                ))
+            })
+    };
+    let scaling = match kind {
+        "default" => RopeScaling::None,
+        "linear" => RopeScaling::Linear {
+            factor: need("factor")?,
+        },
+        "llama3" => RopeScaling::Llama3 {
+            factor: need("factor")?,
+            low_freq_factor: need("low_freq_factor")?,
+            high_freq_factor: need("high_freq_factor")?,
+            original: need("original_max_position_embeddings")?,
+        },
+        other => {
+            return Err(Error::InvalidArgument(format!(
+                "{name}.rope_type {other:?} is not supported (supported: default, linear, llama3)"
+            )))
+        }
+    };
+    Ok((theta, scaling))
+}
+
+/// Which of `layers` layers attend within a sliding window: as `layer_types` says
+/// (`sliding_attention` or `full_attention`, transformers 5) when the config has it, else
+/// `default(layer)`. A list of another length or with another entry is an error naming it.
+pub(crate) fn sliding_layers(
+    v: &Value,
+    layers: usize,
+    default: impl Fn(usize) -> bool,
+) -> Result<Vec<bool>> {
+    let Some(types) = v.get("layer_types").and_then(Value::as_array) else {
+        return Ok((0..layers).map(default).collect());
+    };
+    if types.len() != layers {
+        return Err(Error::InvalidArgument(format!(
+            "layer_types has {} entries for {layers} layers",
+            types.len()
+        )));
+    }
+    types
+        .iter()
+        .enumerate()
+        .map(|(i, t)| match t.as_str() {
+            Some("sliding_attention") => Ok(true),
+            Some("full_attention") => Ok(false),
+            _ => Err(Error::InvalidArgument(format!(
+                "layer_types[{i}] is {t}: expected \"sliding_attention\" or \"full_attention\""
+            ))),
+        })
+        .collect()
+}
+
+/// An attention sublayer's projections, `[out, in]`, and its optional parts.
+#[derive(Tree, Debug, Clone)]
+pub struct AttentionWeights<T> {
+    /// Queries, `[heads * head_dim, hidden]`.
+    pub q: Matrix<T>,
+    /// Keys, `[kv_heads * head_dim, hidden]`.
+    pub k: Matrix<T>,
+    /// Values, `[kv_heads * head_dim, hidden]`.
+    pub v: Matrix<T>,
+    /// Output, `[hidden, heads * head_dim]`.
+    pub o: Matrix<T>,
+    /// The biases, when the config has them.
+    #[tree(rename = "")]
+    pub biases: Option<AttentionBiases<T>>,
+    /// The per-head query norm's weight, `[head_dim]` (Qwen 3).
+    pub q_norm: Option<T>,
+    /// The per-head key norm's weight, `[head_dim]` (Qwen 3).
+    pub k_norm: Option<T>,
+}
+
+/// An attention sublayer's biases (named `q_bias`, ... in the tree).
+#[derive(Tree, Debug, Clone)]
+pub struct AttentionBiases<T> {
+    /// `[heads * head_dim]`.
+    #[tree(rename = "q_bias")]
+    pub q: T,
+    /// `[kv_heads * head_dim]`.
+    #[tree(rename = "k_bias")]
+    pub k: T,
+    /// `[kv_heads * head_dim]`.
+    #[tree(rename = "v_bias")]
+    pub v: T,
+    /// `[hidden]`, when the output projection has one.
+    #[tree(rename = "o_bias")]
+    pub o: Option<T>,
+}
+
+/// Rotary embedding of the first `cfg.rotary_dim` channels of each head of `x` (`[b, L, heads,
+/// head_dim]`) at `positions` (`[b, L]` integers): HF's `rotate_half` convention, at the
+/// frequencies of [`AttentionConfig::inv_freq`]; the other channels pass unchanged.
+pub(crate) fn rotary(x: &Tensor, positions: &Tensor, cfg: &AttentionConfig) -> Result<Tensor> {
+    let r = cfg.rotary_dim;
+    if r == 0 {
+        return Ok(x.clone());
+    }
+    let g = x.graph();
+    let half = r / 2;
+    let inv: Vec<f32> = cfg.inv_freq().iter().map(|&f| f as f32).collect();
+    let inv = g.constant(&crate::array::HostArray::from_vec(&[half], inv)?)?;
+    let angles = positions.astype(DType::F32)?.expand_dims(-1)?.mul(&inv)?; // [b, L, half]
+    let both = Tensor::concat(&[&angles, &angles], -1)?.expand_dims(2)?; // [b, L, 1, r]
+    let (cos, sin) = (both.cos()?, both.sin()?);
+    let turned = x.narrow(-1, 0, r)?;
+    let rotated = Tensor::concat(
+        &[
+            &turned.narrow(-1, half, half)?.neg()?,
+            &turned.narrow(-1, 0, half)?,
+        ],
+        -1,
+    )?;
+    let out = turned.mul(&cos)?.add(&rotated.mul(&sin)?)?;
+    if r == cfg.head_dim {
+        return Ok(out);
+    }
+    Tensor::concat(&[&out, &x.narrow(-1, r, cfg.head_dim - r)?], -1)
+}
+
+/// What attention reads besides its input: where the new positions go in the cache and
+/// which cache columns hold real tokens.
+pub(crate) struct Positions<'a> {
+    /// Rotary positions of the new tokens, `[b, L]` integers.
+    pub rotary: &'a Tensor,
+    /// The cache column of the first new token: a scalar `i32` (the same for every row), or
+    /// one per row (`[b]` `i32`: served slots, each at its own point).
+    pub column: &'a Tensor,
+    /// `[b, C]` f32: 0 where a cache column holds no real token, else that token's position
+    /// plus one (the new ones included).
+    pub valid: &'a Tensor,
+}
+
+/// Causal self-attention of `x` (`[b, L, hidden]` f32, normalised) whose keys and values are
+/// written into the caches `k` and `v` (`[b, C, kv_heads, head_dim]` f32) at `at.column`: new
+/// token `i` sees the cache columns up to its own that `at.valid` marks, and with `window` only
+/// those less than `window` positions before it. Returns the output `[b, L, hidden]` and the
+/// updated caches.
+pub(crate) fn attention(
+    x: &Tensor,
+    at: &Positions<'_>,
+    k: &Tensor,
+    v: &Tensor,
+    w: &AttentionWeights<Tensor>,
+    cfg: &AttentionConfig,
+    window: Option<usize>,
+) -> Result<(Tensor, Tensor, Tensor)> {
+    let (b, len) = (x.dims()[0], x.dims()[1]);
+    let (h, kvh, hd) = (cfg.num_heads, cfg.num_kv_heads, cfg.head_dim);
+    let cap = k.dims()[1];
+    let biases = w.biases.as_ref();
+    let split = |t: Tensor, heads: usize, norm: Option<&Tensor>| -> Result<Tensor> {
+        let t = t.reshape(&[b as isize, len as isize, heads as isize, hd as isize])?;
+        match (norm, cfg.qk_norm) {
+            (Some(n), Some(eps)) => rms(&t, eps)?.mul(n),
+            _ => Ok(t),
+        }
+    };
+    let q = w.q.apply(x, biases.map(|bs| &bs.q))?;
+    let q = rotary(&split(q, h, w.q_norm.as_ref())?, at.rotary, cfg)?;
+    let kn = w.k.apply(x, biases.map(|bs| &bs.k))?;
+    let kn = rotary(&split(kn, kvh, w.k_norm.as_ref())?, at.rotary, cfg)?;
+    let vn = split(w.v.apply(x, biases.map(|bs| &bs.v))?, kvh, None)?;
+    let (k, v) = write_cache(k, v, &kn, &vn, at.column)?;
+    let rep = h / kvh;
+    let q = q.reshape(&[
+        b as isize,
+        len as isize,
+        kvh as isize,
+        rep as isize,
+        hd as isize,
+    ])?;
+    let read = Read {
+        q: &q,
+        at,
+        cfg,
+        window,
+    };
+    let out = match window {
+        Some(wn) if len == 1 && at.column.rank() == 0 && wn < cap => read.window(&k, &v, wn)?,
+        _ if len > 1 && cap > KEY_BLOCK => read.blocked(&k, &v, KEY_BLOCK)?,
+        _ => read.whole(&k, &v)?,
+    };
+    let out = out.reshape(&[b as isize, len as isize, (h * hd) as isize])?;
+    let o_bias = biases.and_then(|bs| bs.o.as_ref());
+    Ok((w.o.apply(&out, o_bias)?, k, v))
+}
+
+/// The queries and what decides which keys they see.
+struct Read<'a> {
+    /// `[b, L, kv_heads, rep, head_dim]`.
+    q: &'a Tensor,
+    at: &'a Positions<'a>,
+    cfg: &'a AttentionConfig,
+    window: Option<usize>,
+}
+
+impl Read<'_> {
+    /// The scores `[b, g, r, L, n]` of the queries against `n` cache columns from `first` (a
+    /// rank-0 i32): `keys` `[b, n, g, d]`, `valid` `[b, n]`; capped, and hidden where a query
+    /// may not look.
+    fn scores(&self, keys: &Tensor, valid: &Tensor, first: &Tensor) -> Result<Tensor> {
+        let g = keys.graph();
+        let (len, n) = (self.q.dims()[1], keys.dims()[1]);
+        let mut s = Tensor::einsum("blgrd,bcgd->bgrlc", &[self.q, keys])?.mul(self.cfg.scale)?;
+        if let Some(cap) = self.cfg.softcap {
+            s = s.div(cap)?.tanh()?.mul(cap)?;
+        }
+        // Query i (cache column `column + i`) sees the valid columns up to its own.
+        let dims = [1, len, n];
+        let col = g.iota(DType::I32, &dims, 2)?.add(first)?;
+        let own = g
+            .iota(DType::I32, &dims, 1)?
+            .add(&per_row(self.at.column, 3)?)?;
+        let mut visible = col.le(&own)?.and(&valid.expand_dims(1)?.gt(0.5)?)?; // [b, L, n]
+        if let Some(w) = self.window {
+            // Key position + 1 is what `valid` holds; the query's is its rotary position.
+            let key = valid.sub(1.0)?.expand_dims(1)?;
+            let query = self.at.rotary.astype(DType::F32)?.expand_dims(-1)?;
+            visible = visible.and(&query.sub(&key)?.lt(w as f64)?)?;
+        }
+        let visible = visible
+            .expand_dims(1)?
+            .expand_dims(1)?
+            .broadcast_to(s.dims())?;
+        visible.select(&s, HIDDEN)
+    }
+
+    /// Attention over every cache column at once: `[b, L, g, r, d]`.
+    fn whole(&self, k: &Tensor, v: &Tensor) -> Result<Tensor> {
+        let zero = k.graph().scalar(0.0, DType::I32)?;
+        let p = self.scores(k, self.at.valid, &zero)?.softmax(-1)?;
+        Tensor::einsum("bgrlc,bcgd->blgrd", &[&p, v])
+    }
+
+    /// One decode step (a shared column) over the `window` columns that end at its own.
+    fn window(&self, k: &Tensor, v: &Tensor, window: usize) -> Result<Tensor> {
+        let g = k.graph();
+        let zero = g.scalar(0.0, DType::I32)?;
+        let cap = k.dims()[1];
+        let first = self
+            .at
+            .column
+            .add(1.0 - window as f64)?
+            .clamp(0.0, (cap - window) as f64)?;
+        let cut = |t: &Tensor| {
+            let mut sizes = t.dims().to_vec();
+            sizes[1] = window;
+            t.dynamic_slice(&[&zero, &first, &zero, &zero], &sizes)
+        };
+        let (kw, vw) = (cut(k)?, cut(v)?);
+        let valid = self
+            .at
+            .valid
+            .dynamic_slice(&[&zero, &first], &[k.dims()[0], window])?;
+        let p = self.scores(&kw, &valid, &first)?.softmax(-1)?;
+        Tensor::einsum("bgrlc,bcgd->blgrd", &[&p, &vw])
+    }
+
+    /// Attention over the cache in blocks of `block` columns with a running softmax (the
+    /// largest score so far, the sum of the exponentials and the weighted values, rescaled as
+    /// the largest grows): `[b, L, g, r, d]`, the same as [`Read::whole`] up to rounding.
+    fn blocked(&self, k: &Tensor, v: &Tensor, block: usize) -> Result<Tensor> {
+        let g = k.graph();
+        let [b, len, kvh, rep, hd] = [0, 1, 2, 3, 4].map(|i| self.q.dims()[i]);
+        let cap = k.dims()[1];
+        let run = Running {
+            max: g.full(HIDDEN, DType::F32, &[b, kvh, rep, len])?,
+            sum: g.zeros(DType::F32, &[b, kvh, rep, len])?,
+            acc: g.zeros(DType::F32, &[b, kvh, rep, len, hd])?,
+        };
+        let zero = g.scalar(0.0, DType::I32)?;
+        let whole = cap / block;
+        let (max, sum, acc) = g.fori_loop(0, whole as i64, &run.carry(), |j, state| {
+            let first = j.astype(DType::I32)?.mul(block as f64)?;
+            let cut = |t: &Tensor| {
+                let mut sizes = t.dims().to_vec();
+                sizes[1] = block;
+                let starts: Vec<&Tensor> = std::iter::once(&zero)
+                    .chain(std::iter::once(&first))
+                    .chain(std::iter::repeat_n(&zero, t.rank() - 2))
+                    .collect();
+                t.dynamic_slice(&starts, &sizes)
+            };
+            let s = self.scores(&cut(k)?, &cut(self.at.valid)?, &first)?;
+            Ok(Running::from(state).update(&s, &cut(v)?)?.carry())
+        })?;
+        let mut run = Running { max, sum, acc };
+        let tail = cap % block;
+        if tail > 0 {
+            let at = cap - tail;
+            let first = g.scalar(at as f64, DType::I32)?;
+            let s = self.scores(
+                &k.narrow(1, at, tail)?,
+                &self.at.valid.narrow(1, at, tail)?,
+                &first,
+            )?;
+            run = run.update(&s, &v.narrow(1, at, tail)?)?;
+        }
+        let out = run.acc.div(&run.sum.expand_dims(-1)?)?; // [b, g, r, L, d]
+        out.transpose(&[0, 3, 1, 2, 4])
+    }
+}
+
+/// A running softmax over key blocks: per query, the largest score so far, the sum of the
+/// exponentials relative to it, and the values weighted by them.
+struct Running {
+    /// `[b, g, r, L]`.
+    max: Tensor,
+    /// `[b, g, r, L]`.
+    sum: Tensor,
+    /// `[b, g, r, L, d]`.
+    acc: Tensor,
+}
+
+impl Running {
+    fn carry(&self) -> (Tensor, Tensor, Tensor) {
+        (self.max.clone(), self.sum.clone(), self.acc.clone())
+    }
+
+    fn from((max, sum, acc): &(Tensor, Tensor, Tensor)) -> Running {
+        Running {
+            max: max.clone(),
+            sum: sum.clone(),
+            acc: acc.clone(),
+        }
+    }
+
+    /// With one more block's scores `s` (`[b, g, r, L, n]`) and values (`[b, n, g, d]`).
+    fn update(&self, s: &Tensor, values: &Tensor) -> Result<Running> {
+        let max = self.max.maximum(&s.max(&[-1])?)?;
+        let p = s.sub(&max.expand_dims(-1)?)?.exp()?;
+        let fade = self.max.sub(&max)?.exp()?;
+        let sum = self.sum.mul(&fade)?.add(&p.sum(&[-1])?)?;
+        let acc = self
+            .acc
+            .mul(&fade.expand_dims(-1)?)?
+            .add(&Tensor::einsum("bgrlc,bcgd->bgrld", &[&p, values])?)?;
+        Ok(Running { max, sum, acc })
+    }
+}
+
+/// `column` (a scalar, or `[b]` one per row) shaped to broadcast over `rank` axes, rows first.
+fn per_row(column: &Tensor, rank: usize) -> Result<Tensor> {
+    if column.rank() == 0 {
+        return Ok(column.clone());
+    }
+    let mut dims = vec![1isize; rank];
+    dims[0] = column.dims()[0] as isize;
+    column.reshape(&dims)
+}
+
+/// The caches `k` and `v` (`[b, C, kv_heads, head_dim]`) with the new keys and values (`[b, L,
+/// kv_heads, head_dim]`) written from `column` on: in place at a scalar column; at one column
+/// per row (one new position each, a served decode step) by selecting that column's row.
+fn write_cache(
+    k: &Tensor,
+    v: &Tensor,
+    kn: &Tensor,
+    vn: &Tensor,
+    column: &Tensor,
+) -> Result<(Tensor, Tensor)> {
+    let g = k.graph();
+    if column.rank() == 0 {
+        let zero = g.scalar(0.0, DType::I32)?;
+        let starts = [&zero, column, &zero, &zero];
+        return Ok((
+            k.dynamic_update_slice(kn, &starts)?,
+            v.dynamic_update_slice(vn, &starts)?,
+        ));
+    }
+    let (b, cap) = (k.dims()[0], k.dims()[1]);
+    let hot = g
+        .iota(DType::I32, &[b, cap, 1, 1], 1)?
+        .eq(&per_row(column, 4)?)?
+        .broadcast_to(k.dims())?;
+    Ok((
+        hot.select(&kn.broadcast_to(k.dims())?, k)?,
+        hot.select(&vn.broadcast_to(v.dims())?, v)?,
+    ))
+}
+
+/// `valid` (`[b, C]` f32) with the column of one new token per row marked with its position
+/// plus one (`positions`, `[b]` i32): `column` a scalar (the same for every row) or `[b]` (one
+/// per row).
+pub(crate) fn mark_valid(valid: &Tensor, column: &Tensor, positions: &Tensor) -> Result<Tensor> {
+    let g = valid.graph();
+    let (b, cap) = (valid.dims()[0], valid.dims()[1]);
+    let mark = positions
+        .astype(DType::F32)?
+        .add(1.0)?
+        .reshape(&[b as isize, 1])?;
+    if column.rank() == 0 {
+        let zero = g.scalar(0.0, DType::I32)?;
+        return valid.dynamic_update_slice(&mark, &[&zero, column]);
+    }
+    let hot = g
+        .iota(DType::I32, &[b, cap], 1)?
+        .eq(&column.reshape(&[b as isize, 1])?)?;
+    hot.select(&mark.broadcast_to(&[b, cap])?, valid)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::array::HostArray;
+    use crate::ops::Graph;
+    use crate::rng::SplitMix64;
+
+    fn config(window: Option<usize>, softcap: Option<f64>) -> AttentionConfig {
+        AttentionConfig {
+            num_heads: 4,
+            num_kv_heads: 2,
+            head_dim: 4,
+            rotary_dim: 4,
+            rope_theta: 10000.0,
+            rope_scaling: RopeScaling::None,
+            scale: 0.5,
+            qkv_bias: false,
+            o_bias: false,
+            qk_norm: None,
+            softcap,
+            sliding_window: window,
+        }
+    }
+
+    fn uniform(dims: &[usize], seed: u64) -> HostArray {
+        let mut rng = SplitMix64::new(seed);
+        let n = dims.iter().product();
+        let v: Vec<f32> = (0..n).map(|_| rng.uniform(-2.0, 2.0) as f32).collect();
+        HostArray::from_vec(dims, v).unwrap()
+    }
+
+    /// Two rows over a cache of `cap` columns whose last `len` are the new tokens at `column`:
+    /// row 0 left-padded by 3 columns, row 1 by none; `valid` holds position + 1.
+    fn inputs(len: usize, cap: usize) -> (HostArray, HostArray, usize) {
+        let column = cap - len - 2;
+        let (mut valid, mut rotary) = (vec![0f32; 2 * cap], vec![0i32; 2 * len]);
+        for r in 0..2 {
+            let pad = if r == 0 { 3 } else { 0 };
+            for c in pad..column + len {
+                valid[r * cap + c] = (c - pad) as f32 + 1.0;
+            }
+            for i in 0..len {
+                rotary[r * len + i] = (column + i - pad) as i32;
+            }
+        }
+        let valid = HostArray::from_vec(&[2, cap], valid).unwrap();
+        (
+            valid,
+            HostArray::from_vec(&[2, len], rotary).unwrap(),
+            column,
+        )
+    }
+
+    /// The largest difference between `whole` and each of `others` of the same graph.
+    fn worst(
+        len: usize,
+        cap: usize,
+        cfg: &AttentionConfig,
+        others: impl Fn(&Read<'_>, &Tensor, &Tensor) -> Vec<Tensor>,
+    ) -> f64 {
+        let g = Graph::new();
+        let q = g.parameter("q", DType::F32, &[2, len, 2, 2, 4]).unwrap();
+        let k = g.parameter("k", DType::F32, &[2, cap, 2, 4]).unwrap();
+        let v = g.parameter("v", DType::F32, &[2, cap, 2, 4]).unwrap();
+        let valid = g.parameter("valid", DType::F32, &[2, cap]).unwrap();
+        let rotary = g.parameter("rotary", DType::I32, &[2, len]).unwrap();
+        let (valid_in, rotary_in, column) = inputs(len, cap);
+        let column = g.scalar(column as f64, DType::I32).unwrap();
+        let at = Positions {
+            rotary: &rotary,
+            column: &column,
+            valid: &valid,
+        };
+        let read = Read {
+            q: &q,
+            at: &at,
+            cfg,
+            window: cfg.sliding_window,
+        };
+        let mut outs = vec![read.whole(&k, &v).unwrap()];
+        outs.extend(others(&read, &k, &v));
+        g.set_outputs(&outs.iter().collect::<Vec<_>>()).unwrap();
+        let got = crate::interp::evaluate(
+            &g,
+            &[
+                uniform(&[2, len, 2, 2, 4], 1),
+                uniform(&[2, cap, 2, 4], 2),
+                uniform(&[2, cap, 2, 4], 3),
+                valid_in,
+                rotary_in,
+            ],
+        )
+        .unwrap();
+        let want = got[0].to_f64_vec();
+        got[1..]
+            .iter()
+            .flat_map(|o| {
+                assert_eq!(o.dims(), got[0].dims());
+                o.to_f64_vec()
+                    .iter()
+                    .zip(&want)
+                    .map(|(a, b)| (a - b).abs())
+                    .collect::<Vec<_>>()
+            })
+            .fold(0.0, f64::max)
+    }
+
+    #[test]
+    fn blocks_with_a_running_softmax_equal_the_whole_cache() {
+        for (window, softcap) in [(None, None), (Some(3), None), (None, Some(1.5))] {
+            let cfg = config(window, softcap);
+            let d = worst(6, 23, &cfg, |read, k, v| {
+                // 4 divides nothing (a tail of 3); 23 is one block; 5 leaves a tail of 3.
+                [4, 23, 5, 1]
+                    .map(|b| read.blocked(k, v, b).unwrap())
+                    .to_vec()
+            });
+            assert!(d < 1e-5, "{window:?} {softcap:?}: blocked differs by {d}");
+        }
+    }
+
+    #[test]
+    fn a_sliding_step_reads_only_its_window() {
+        for window in [1, 2, 5, 9] {
+            let cfg = config(Some(window), None);
+            let d = worst(1, 12, &cfg, |read, k, v| {
+                vec![read.window(k, v, window).unwrap()]
+            });
+            assert!(d < 1e-6, "window {window}: differs by {d}");
+        }
+    }
+
+    #[test]
+    fn llama3_scaling_keeps_high_and_divides_low_frequencies() {
+        let mut cfg = config(None, None);
+        cfg.rotary_dim = 64;
+        cfg.head_dim = 64;
+        cfg.rope_theta = 500000.0;
+        let plain = cfg.inv_freq();
+        cfg.rope_scaling = RopeScaling::Llama3 {
+            factor: 8.0,
+            low_freq_factor: 1.0,
+            high_freq_factor: 4.0,
+            original: 8192.0,
+        };
+        let scaled = cfg.inv_freq();
+        // Wavelength 2 pi / f: below 8192 / 4 kept, above 8192 divided by 8, smooth between.
+        for (p, s) in plain.iter().zip(&scaled) {
+            let wavelen = 2.0 * std::f64::consts::PI / p;
+            if wavelen < 2048.0 {
+                assert_eq!(p, s);
+            } else if wavelen > 8192.0 {
+                assert!((s - p / 8.0).abs() < 1e-15);
+            } else {
+                assert!(*s < *p && *s > p / 8.0);
+            }
+        }
+        assert!(plain.iter().zip(&scaled).any(|(p, s)| p != s));
+    }
+}
