@@ -106,6 +106,27 @@ fn the_same_text_compiles_once_per_client() {
 }
 
 #[test]
+fn memory_keeps_the_recent_programs_and_those_still_held() {
+    // 64 programs stay in memory beyond those held: after 300 others, the first (dropped by
+    // its caller) compiles again, the one still held and the most recent are memory hits.
+    let client = fresh_client(CompileCache::memory_only());
+    let first = program("first");
+    drop(client.compile(&first).unwrap());
+    let held = client.compile(&program("held")).unwrap();
+    for i in 0..300 {
+        drop(client.compile(&program(&format!("other {i}"))).unwrap());
+    }
+    let before = client.cache_stats();
+    assert_eq!((before.compiles, before.memory_hits), (302, 0));
+    check_runs(&client.compile(&program("held")).unwrap());
+    check_runs(&client.compile(&program("other 299")).unwrap());
+    assert_eq!(client.cache_stats().memory_hits, 2);
+    check_runs(&client.compile(&first).unwrap());
+    assert_eq!(client.cache_stats().compiles, 303);
+    drop(held);
+}
+
+#[test]
 fn a_fresh_client_loads_from_disk_without_compiling() {
     let dir = empty_dir("fresh");
     let text = program("fresh");

@@ -50,6 +50,15 @@ const ENTRY_EXTENSION: &str = "pjrt";
 /// A cache key: SHA-256 of what determines the compiled program.
 type Key = [u8; 32];
 
+/// The programs a client keeps in memory beyond those its callers still hold: past this, the
+/// least recently used ones that nobody holds are dropped (their machine code unmapped; the
+/// disk cache still has them). Without a bound, a process that builds many programs over its
+/// life (a test binary, a server meeting new shapes) runs out of memory mappings: XLA's CPU
+/// code takes from two (a tiny program) to hundreds (a model's) per program, and Linux allows
+/// 65,530 by default. A model keeps the programs it uses itself, so this bounds only what a
+/// new model of the same shapes would find already compiled.
+const MEMORY_PROGRAMS: usize = 64;
+
 /// How a client caches compiled programs. [`Client`] starts from [`CompileCache::from_env`];
 /// [`Client::set_compile_cache`] changes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -158,7 +167,10 @@ fn bump(counter: &AtomicU64) {
 /// A client's cache state: its configuration, its compiled programs and its counters.
 pub(crate) struct ClientCache {
     config: Mutex<CompileCache>,
-    programs: Mutex<HashMap<Key, Arc<LoadedProgram>>>,
+    /// Each program with the tick of its last use.
+    programs: Mutex<HashMap<Key, (Arc<LoadedProgram>, u64)>>,
+    /// Counts uses, for the ticks.
+    ticks: AtomicU64,
     identity: OnceLock<Key>,
     counters: Counters,
 }
@@ -173,6 +185,7 @@ impl ClientCache {
         ClientCache {
             config: Mutex::new(CompileCache::from_env()),
             programs: Mutex::new(HashMap::new()),
+            ticks: AtomicU64::new(0),
             identity: OnceLock::new(),
             counters: Counters::default(),
         }
@@ -246,8 +259,9 @@ pub(crate) fn compile_cached(
     }
     let identity = cache.identity.get_or_init(|| client_identity(client));
     let key = key(identity, mlir, options);
-    if let Some(program) = lock(&cache.programs).get(&key) {
+    if let Some((program, used)) = lock(&cache.programs).get_mut(&key) {
         bump(&counters.memory_hits);
+        *used = cache.ticks.fetch_add(1, Ordering::Relaxed);
         return Ok(program.clone());
     }
     let entry = config.dir.as_ref().map(|dir| entry_path(dir, &key));
@@ -288,9 +302,28 @@ pub(crate) fn compile_cached(
 }
 
 /// Keeps `program` in memory under `key`, unless another thread got there first, and returns the
-/// kept one.
+/// kept one; past [`MEMORY_PROGRAMS`], drops the least recently used programs nobody holds.
 fn remember(cache: &ClientCache, key: Key, program: Arc<LoadedProgram>) -> Arc<LoadedProgram> {
-    lock(&cache.programs).entry(key).or_insert(program).clone()
+    let tick = cache.ticks.fetch_add(1, Ordering::Relaxed);
+    let mut programs = lock(&cache.programs);
+    let kept = programs.entry(key).or_insert((program, tick)).0.clone();
+    let mut dropped = Vec::new();
+    if programs.len() > MEMORY_PROGRAMS {
+        let mut idle: Vec<(u64, Key)> = programs
+            .iter()
+            .filter(|(_, (p, _))| Arc::strong_count(p) == 1)
+            .map(|(k, (_, used))| (*used, *k))
+            .collect();
+        idle.sort_unstable();
+        let excess = programs.len() - MEMORY_PROGRAMS;
+        for (_, k) in idle.into_iter().take(excess) {
+            dropped.extend(programs.remove(&k));
+        }
+    }
+    drop(programs);
+    // Destroyed without holding the lock.
+    drop(dropped);
+    kept
 }
 
 /// Why a disk entry was not used.

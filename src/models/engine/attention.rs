@@ -2,10 +2,10 @@
 //! keys and values are written in place into caches preallocated to the program's capacity, at
 //! each row's column; left padding and unwritten columns are never attended. Rotary embeddings
 //! (with `linear` and `llama3` frequency scaling), biases, per-head query and key RMS norms,
-//! logit soft-capping and sliding windows are options of the config; a decode step of a
-//! sliding layer reads only the window's columns. A prompt over a long cache attends in blocks
-//! of [`KEY_BLOCK`] keys with a running softmax, so its memory grows with the cache, not with
-//! the cache times the prompt.
+//! logit soft-capping and sliding windows (masked by position, so padding between the pieces
+//! of a prompt does not narrow them) are options of the config. A prompt over a long cache
+//! attends in blocks of [`KEY_BLOCK`] keys with a running softmax, so its memory grows with the
+//! cache, not with the cache times the prompt.
 
 use crate::tree::Tree;
 
@@ -320,10 +320,9 @@ pub(crate) fn attention(
         cfg,
         window,
     };
-    let out = match window {
-        Some(wn) if len == 1 && at.column.rank() == 0 && wn < cap => read.window(&k, &v, wn)?,
-        _ if len > 1 && cap > KEY_BLOCK => read.blocked(&k, &v, KEY_BLOCK)?,
-        _ => read.whole(&k, &v)?,
+    let out = match len > 1 && cap > KEY_BLOCK {
+        true => read.blocked(&k, &v, KEY_BLOCK)?,
+        false => read.whole(&k, &v)?,
     };
     let out = out.reshape(&[b as isize, len as isize, (h * hd) as isize])?;
     let o_bias = biases.and_then(|bs| bs.o.as_ref());
@@ -375,30 +374,6 @@ impl Read<'_> {
         let zero = k.graph().scalar(0.0, DType::I32)?;
         let p = self.scores(k, self.at.valid, &zero)?.softmax(-1)?;
         Tensor::einsum("bgrlc,bcgd->blgrd", &[&p, v])
-    }
-
-    /// One decode step (a shared column) over the `window` columns that end at its own.
-    fn window(&self, k: &Tensor, v: &Tensor, window: usize) -> Result<Tensor> {
-        let g = k.graph();
-        let zero = g.scalar(0.0, DType::I32)?;
-        let cap = k.dims()[1];
-        let first = self
-            .at
-            .column
-            .add(1.0 - window as f64)?
-            .clamp(0.0, (cap - window) as f64)?;
-        let cut = |t: &Tensor| {
-            let mut sizes = t.dims().to_vec();
-            sizes[1] = window;
-            t.dynamic_slice(&[&zero, &first, &zero, &zero], &sizes)
-        };
-        let (kw, vw) = (cut(k)?, cut(v)?);
-        let valid = self
-            .at
-            .valid
-            .dynamic_slice(&[&zero, &first], &[k.dims()[0], window])?;
-        let p = self.scores(&kw, &valid, &first)?.softmax(-1)?;
-        Tensor::einsum("bgrlc,bcgd->blgrd", &[&p, &vw])
     }
 
     /// Attention over the cache in blocks of `block` columns with a running softmax (the
@@ -662,17 +637,6 @@ mod tests {
                     .to_vec()
             });
             assert!(d < 1e-5, "{window:?} {softcap:?}: blocked differs by {d}");
-        }
-    }
-
-    #[test]
-    fn a_sliding_step_reads_only_its_window() {
-        for window in [1, 2, 5, 9] {
-            let cfg = config(Some(window), None);
-            let d = worst(1, 12, &cfg, |read, k, v| {
-                vec![read.window(k, v, window).unwrap()]
-            });
-            assert!(d < 1e-6, "window {window}: differs by {d}");
         }
     }
 

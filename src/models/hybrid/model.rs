@@ -108,7 +108,7 @@ impl Hybrid {
     /// [`Hybrid::new`] over devices `0..devices` of `client`, split as `parallel` says: every
     /// program runs as one SPMD program over them, with one device's results. With heads, an
     /// error unless the devices divide the Mamba-2 heads and the attention and key/value
-    /// heads.
+    /// heads (of the kinds of sublayer the model has).
     pub fn new_parallel(
         client: &Client,
         config: HybridConfig,
@@ -117,11 +117,16 @@ impl Hybrid {
         devices: usize,
     ) -> Result<Self> {
         let a = &config.attention;
-        let heads = [
-            ("Mamba-2 heads", config.mamba.num_heads),
-            ("attention heads", a.num_heads),
-            ("key/value heads", a.num_kv_heads),
-        ];
+        let mut heads = Vec::new();
+        if config.count(SublayerKind::Mamba) > 0 {
+            heads.push(("Mamba-2 heads", config.mamba.num_heads));
+        }
+        if config.count(SublayerKind::Attention) > 0 {
+            heads.extend([
+                ("attention heads", a.num_heads),
+                ("key/value heads", a.num_kv_heads),
+            ]);
+        }
         let placement = Placement::new(parallel, devices, &heads)?;
         Hybrid::place(client, config, weights, (devices > 1).then_some(placement))
     }
