@@ -9,6 +9,8 @@ fine-tuning any family: Mamba-2, Mamba-1, Falcon-Mamba, Bamba, Granite 4.0-H, Ne
   3. compares HF's logits at every prompt position (full forward, use_cache=False) with ours,
      and HF's greedy continuation with our generated tokens.
 It prints the largest logit difference and exits 1 if it exceeds --tol or the tokens differ.
+It also takes any checkpoint HF writes itself, e.g. the tiny byte-level Llama / Qwen2 / Qwen3 /
+Mistral / Gemma-2 ones of scripts/make_tiny_transformers.py (vocab 256, so --prompt works).
 
 Needs torch and transformers (the virtualenv of tests/fixtures/mamba2/make_fixtures.py):
 

@@ -132,6 +132,8 @@ mod doc_pages {
     struct Mamba1;
     #[doc = include_str!("../docs/hybrid.md")]
     struct Hybrid;
+    #[doc = include_str!("../docs/transformers.md")]
+    struct Transformers;
     #[doc = include_str!("../docs/training.md")]
     struct Training;
     #[doc = include_str!("../docs/devices.md")]

@@ -12,6 +12,7 @@ use super::hybrid::{self, Hybrid};
 use super::mamba1::{self, Mamba1};
 use super::mamba2::{Mamba2, Mamba2Config, Mamba2Weights, TrainOptions};
 use super::training::{self, FineTuner, Gradients, Trainable};
+use super::{gemma2, llama};
 use crate::array::HostArray;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -265,7 +266,16 @@ pub fn model_types() -> Vec<&'static str> {
     let mut v = vec!["mamba2"];
     v.extend(mamba1::MODEL_TYPES);
     v.extend(hybrid::MODEL_TYPES);
+    v.extend(llama::MODEL_TYPES);
+    v.push(gemma2::MODEL_TYPE);
     v
+}
+
+/// Whether the layer stack ([`Hybrid`]) runs `model_type`: the hybrids and the transformers.
+fn on_the_stack(model_type: &str) -> bool {
+    hybrid::MODEL_TYPES.contains(&model_type)
+        || llama::MODEL_TYPES.contains(&model_type)
+        || model_type == gemma2::MODEL_TYPE
 }
 
 /// Loads the checkpoint in `dir`, its family chosen by its config.json's `model_type` (a
@@ -320,7 +330,7 @@ pub fn load_parallel(
         {
             mamba1()
         }
-        Some(t) if hybrid::MODEL_TYPES.contains(&t) => {
+        Some(t) if on_the_stack(t) => {
             let config = hybrid::HybridConfig::load(dir).map_err(checkpoint)?;
             let w = hybrid::HybridWeights::load(dir, &config, matmul_dtype, &options)
                 .map_err(checkpoint)?;

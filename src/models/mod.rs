@@ -5,7 +5,9 @@
 pub mod common;
 pub(crate) mod engine;
 pub mod family;
+pub mod gemma2;
 pub mod hybrid;
+pub mod llama;
 mod loaded;
 pub mod mamba1;
 pub mod mamba2;

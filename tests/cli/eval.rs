@@ -110,6 +110,11 @@ fn eval_scores_every_family_as_transformers_logits_do() {
         "tests/fixtures/hybrid/bamba",
         "tests/fixtures/hybrid/granite",
         "tests/fixtures/hybrid/nemotron",
+        "tests/fixtures/transformers/llama",
+        "tests/fixtures/transformers/qwen2",
+        "tests/fixtures/transformers/qwen3",
+        "tests/fixtures/transformers/mistral",
+        "tests/fixtures/transformers/gemma2",
     ];
     for fixture in fixtures {
         let name = fixture.replace('/', "-");

@@ -1,4 +1,5 @@
-//! The hybrid fixtures' directories, and copies of them with a config or checkpoint edited.
+//! The layer stack's fixtures' directories (the hybrids' and the transformers'), and copies of
+//! them with a config or checkpoint edited.
 
 use std::path::PathBuf;
 
@@ -6,6 +7,21 @@ use std::path::PathBuf;
 /// `nemotron`).
 pub fn fixture(name: &str) -> PathBuf {
     super::fixtures_dir().join("hybrid").join(name)
+}
+
+/// The fixture `name` of `tests/fixtures/transformers/` (`llama`, `llama_linear`, `qwen2`,
+/// `qwen3`, `mistral`, `gemma2`).
+pub fn transformer(name: &str) -> PathBuf {
+    super::fixtures_dir().join("transformers").join(name)
+}
+
+/// The layer stack's fixture `name`: a hybrid's, else a transformer's.
+pub fn stack_fixture(name: &str) -> PathBuf {
+    let hybrid = fixture(name);
+    match hybrid.exists() {
+        true => hybrid,
+        false => transformer(name),
+    }
 }
 
 /// A copy of the fixture `name` in a fresh directory named for `case` (removed when dropped), with `edit` applied to
@@ -18,7 +34,7 @@ pub fn copy_with(
     keep: impl Fn(&str) -> bool,
 ) -> super::TempDir {
     let dir = super::TempDir::new(&format!("hybrid-{case}"));
-    let from = fixture(name);
+    let from = stack_fixture(name);
     let config = std::fs::read_to_string(from.join("config.json")).unwrap();
     std::fs::write(dir.join("config.json"), edit(&config)).unwrap();
     let bytes = std::fs::read(from.join("model.safetensors")).unwrap();

@@ -222,20 +222,24 @@ pub fn fixture_prompts(cases: &HashMap<String, Stored>, k: usize) -> Vec<Vec<u32
         .collect()
 }
 
-/// One fixture of every family: Mamba-2, Mamba-1, Falcon-Mamba, Bamba, Granite 4.0-H and
-/// Nemotron-H.
+/// One fixture of every family: Mamba-2, Mamba-1, Falcon-Mamba, Bamba, Granite 4.0-H,
+/// Nemotron-H, and of the transformers Llama (llama3 rotary scaling, biases), Mistral (a
+/// sliding window shorter than the prompts) and Gemma 2.
 pub fn one_fixture_per_family() -> Vec<std::path::PathBuf> {
     let mut dirs = vec![fixtures_dir().join("mamba2/tiny")];
     dirs.extend(["tiny", "falcon"].map(mamba1::fixture));
     dirs.extend(["bamba", "granite", "nemotron"].map(hybrid::fixture));
+    dirs.extend(["llama", "mistral", "gemma2"].map(hybrid::transformer));
     dirs
 }
 
-/// Every fixture of the families other than Mamba-2: the hybrids', then Mamba-1's.
+/// Every fixture of the families other than Mamba-2: the hybrids', Mamba-1's, then the
+/// transformers' (one per `model_type`).
 pub fn other_family_fixtures() -> Vec<std::path::PathBuf> {
     let mut dirs: Vec<_> = ["bamba", "granite", "granite_dense", "nemotron"]
         .map(hybrid::fixture)
         .into();
     dirs.extend(["tiny", "falcon"].map(mamba1::fixture));
+    dirs.extend(["llama", "qwen2", "qwen3", "mistral", "gemma2"].map(hybrid::transformer));
     dirs
 }

@@ -190,3 +190,88 @@ fn bamba_rotary_width_and_nemotron_head_follow_transformers() {
     assert_ne!(tied, nemotron);
     assert!(!HybridConfig::from_json(&tied).unwrap().tie_word_embeddings);
 }
+
+#[test]
+fn a_transformers_bad_checkpoint_names_the_field_or_tensor() {
+    // A wrong head count: the projections' shapes are named (every misfit, one per line).
+    let dir = copy_with(
+        "qwen3",
+        "qwen3-heads",
+        |c| c.replace("\"num_key_value_heads\": 2", "\"num_key_value_heads\": 1"),
+        |_| true,
+    );
+    let e = load_error(&dir);
+    assert!(
+        e.contains("model.layers.0.self_attn.k_proj.weight: shape [32, 32], expected [16, 32]"),
+        "{e}"
+    );
+    // A rotary scaling this crate does not compute: the field and what is supported.
+    let dir = copy_with(
+        "llama",
+        "llama-yarn",
+        |c| c.replace("\"rope_type\": \"llama3\"", "\"rope_type\": \"yarn\""),
+        |_| true,
+    );
+    let e = load_error(&dir);
+    assert!(
+        e.contains("rope_parameters.rope_type \"yarn\" is not supported")
+            && e.contains("default, linear, llama3"),
+        "{e}"
+    );
+    // llama3 scaling without its original context: named.
+    let dir = copy_with(
+        "llama",
+        "llama-no-original",
+        |c| c.replace("\"original_max_position_embeddings\": 400,", ""),
+        |_| true,
+    );
+    let e = load_error(&dir);
+    assert!(
+        e.contains("rope_parameters.original_max_position_embeddings is missing"),
+        "{e}"
+    );
+    // A missing tensor of Gemma 2's post norms.
+    let dir = copy_with("gemma2", "gemma2-post-norm", str::to_string, |n| {
+        n != "model.layers.1.post_feedforward_layernorm.weight"
+    });
+    let e = load_error(&dir);
+    assert!(
+        e.contains("model.layers.1.post_feedforward_layernorm.weight: missing"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_missing_shard_is_named() {
+    // The Mistral fixture split into two shards with an index; the second shard left out.
+    let from = common::hybrid::transformer("mistral");
+    let dir = common::TempDir::new("mistral-shards");
+    std::fs::copy(from.join("config.json"), dir.join("config.json")).unwrap();
+    let bytes = std::fs::read(from.join("model.safetensors")).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let (first, second) = (
+        "model-00001-of-00002.safetensors",
+        "model-00002-of-00002.safetensors",
+    );
+    let mut map = serde_json::Map::new();
+    let mut kept = Vec::new();
+    for (name, view) in st.tensors() {
+        let shard = if name.contains("layers.1.") {
+            second
+        } else {
+            first
+        };
+        map.insert(name.clone(), serde_json::Value::from(shard));
+        if shard == first {
+            kept.push((name, view));
+        }
+    }
+    safetensors::serialize_to_file(kept, None, &dir.join(first)).unwrap();
+    let index = serde_json::json!({"metadata": {}, "weight_map": map});
+    std::fs::write(dir.join("model.safetensors.index.json"), index.to_string()).unwrap();
+    let e = match family::load(&client(), &dir, DType::F32) {
+        Ok(_) => panic!("loaded without its second shard"),
+        Err(e) => e.to_string(),
+    };
+    assert!(e.contains(second) && !e.contains('\n'), "{e}");
+}

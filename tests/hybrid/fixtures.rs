@@ -1,8 +1,10 @@
-//! The hybrids against HF transformers' pure-torch BambaForCausalLM,
-//! GraniteMoeHybridForCausalLM and NemotronHForCausalLM (fixtures made by
-//! `tests/fixtures/hybrid/make_fixtures.py`; its header says how): prompt logits at every real
-//! position within 1e-4, the logits of the first decode steps, and 16 greedy tokens identical,
-//! for prompts of 5 and 19 tokens, a batch of two and a left-padded batch.
+//! The layer stack's families against HF transformers' pure-torch models: the hybrids
+//! (BambaForCausalLM, GraniteMoeHybridForCausalLM, NemotronHForCausalLM; fixtures made by
+//! `tests/fixtures/hybrid/make_fixtures.py`) and the transformers (Llama with llama3 and linear
+//! rotary scaling, Qwen2, Qwen3, Mistral with a sliding window, Gemma 2; fixtures made by
+//! `tests/fixtures/transformers/make_fixtures.py`; each header says how): prompt logits at
+//! every real position within 1e-4, the logits of the first decode steps, and 16 greedy tokens
+//! identical, for prompts of 5 and 19 tokens, a batch of two and a left-padded batch.
 
 use crate::common;
 
@@ -19,7 +21,7 @@ type Cases = HashMap<String, Stored>;
 const TOL: f64 = 1e-4;
 
 fn fixture(name: &str) -> (Hybrid, Cases) {
-    let dir = common::hybrid::fixture(name);
+    let dir = common::hybrid::stack_fixture(name);
     let model = Hybrid::load(&client(), &dir, DType::F32).unwrap();
     (model, read_safetensors(&dir.join("cases.safetensors")))
 }
@@ -123,4 +125,34 @@ fn granite_dense_matches_transformers() {
 #[test]
 fn nemotron_h_matches_transformers() {
     check("nemotron");
+}
+
+#[test]
+fn llama_with_llama3_scaling_and_biases_matches_transformers() {
+    check("llama");
+}
+
+#[test]
+fn llama_with_linear_scaling_and_a_tied_head_matches_transformers() {
+    check("llama_linear");
+}
+
+#[test]
+fn qwen2_matches_transformers() {
+    check("qwen2");
+}
+
+#[test]
+fn qwen3_matches_transformers() {
+    check("qwen3");
+}
+
+#[test]
+fn mistral_with_a_sliding_window_matches_transformers() {
+    check("mistral");
+}
+
+#[test]
+fn gemma2_matches_transformers() {
+    check("gemma2");
 }

@@ -42,6 +42,10 @@ fn cases() -> Vec<(PathBuf, PathBuf)> {
         let grads = root.join(format!("grads/{case}/grads.safetensors"));
         out.push((root.join(dir), grads));
     }
+    for case in ["llama", "qwen3", "mistral", "gemma2"] {
+        let grads = root.join(format!("grads/{case}/grads.safetensors"));
+        out.push((root.join(format!("transformers/{case}")), grads));
+    }
     out
 }
 

@@ -255,9 +255,17 @@ impl HybridConfig {
             "bamba" => HybridFamily::Bamba,
             "granitemoehybrid" => HybridFamily::Granite,
             "nemotron_h" => HybridFamily::NemotronH,
+            "llama" => HybridFamily::Llama,
+            "qwen2" => HybridFamily::Qwen2,
+            "qwen3" => HybridFamily::Qwen3,
+            "mistral" => HybridFamily::Mistral,
+            "gemma2" => HybridFamily::Gemma2,
             other => {
                 return Err(Error::InvalidArgument(format!(
-                    "model_type {other:?} is not a hybrid model (expected one of {MODEL_TYPES:?})"
+                    "model_type {other:?} is not a model of the layer stack (expected one of \
+                     {MODEL_TYPES:?}, {:?} or {:?})",
+                    crate::models::llama::MODEL_TYPES,
+                    crate::models::gemma2::MODEL_TYPE
                 )))
             }
         };
@@ -268,7 +276,8 @@ impl HybridConfig {
         let config = match family {
             HybridFamily::NemotronH => nemotron_h(&mut f)?,
             HybridFamily::Bamba | HybridFamily::Granite => bamba_or_granite(&mut f, family)?,
-            _ => bamba_or_granite(&mut f, family)?,
+            HybridFamily::Gemma2 => crate::models::gemma2::read(&mut f)?,
+            llama => crate::models::llama::read(&mut f, llama)?,
         };
         if !f.missing.is_empty() {
             return Err(Error::InvalidArgument(format!(
