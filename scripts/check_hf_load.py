@@ -95,6 +95,11 @@ def main():
     print(f"prompt    {len(ids)} tokens; logits [{ours.shape[0]}, {ours.shape[1]}], "
           f"largest |logit| {scale:.3f}")
     print(f"logits    max |ours - HF| = {diff:.3e} (tolerance {args.tol:g})")
+    # How far float32 itself is from the float64 forward, HF's and ours: the noise floor.
+    with torch.no_grad():
+        exact = model.double()(x, use_cache=False).logits[0].numpy()
+    print(f"float64   max |HF f32 - HF f64| = {float(np.abs(theirs - exact).max()):.3e}, "
+          f"max |ours - HF f64| = {float(np.abs(ours - exact).max()):.3e}")
     same = hf_tokens == our_tokens
     print(f"greedy    {len(hf_tokens)} new tokens: {'identical' if same else 'DIFFERENT'}")
     if not same:

@@ -53,6 +53,11 @@ fn family_name(dir: &Path) -> &'static str {
         Some("bamba") => "Bamba",
         Some("granitemoehybrid") => "Granite 4.0-H",
         Some("nemotron_h") => "Nemotron-H",
+        Some("llama") => "Llama",
+        Some("qwen2") => "Qwen2",
+        Some("qwen3") => "Qwen3",
+        Some("mistral") => "Mistral",
+        Some("gemma2") => "Gemma 2",
         _ => "Mamba-1",
     }
 }

@@ -24,6 +24,22 @@ impl Family for Hybrid {
     fn describe(&self) -> String {
         use SublayerKind as K;
         let c = self.config();
+        if c.count(K::Mamba) == 0 {
+            let a = &c.attention;
+            let window = match (a.sliding_window, c.sliding.iter().filter(|&&s| s).count()) {
+                (Some(w), n) if n > 0 => format!(", a window of {w} in {n} layers"),
+                _ => String::new(),
+            };
+            return format!(
+                "{} layers, {} wide, {} heads ({} key/value) of {}{window}, vocab {}",
+                c.count(K::Attention),
+                c.hidden_size,
+                a.num_heads,
+                a.num_kv_heads,
+                a.head_dim,
+                c.vocab_size
+            );
+        }
         let pattern: String = c
             .sublayers
             .iter()
