@@ -142,7 +142,7 @@ where
     }
     fn prefill_last(&self, prompts: &[Vec<u32>]) -> Result<HostArray> {
         engine::check_prompts(Family::family(self), "prefill", prompts)?;
-        engine::last_position(&self.prefill_reserving(prompts, None, 0, 0)?.logits)
+        Family::prefill_last(self, prompts)
     }
     fn padded_len(&self, longest: usize) -> usize {
         self.prompt_padding(longest)

@@ -15,6 +15,7 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::models::common::json::number;
 use crate::models::common::layers::rms;
+use crate::models::common::materialize::materialized;
 use crate::models::common::Matrix;
 use crate::ops::Tensor;
 
@@ -276,7 +277,9 @@ pub(crate) struct Positions<'a> {
 }
 
 /// Causal self-attention of `x` (`[b, L, hidden]` f32, normalised) whose keys and values are
-/// written into the caches `k` and `v` (`[b, C, kv_heads, head_dim]` f32) at `at.column`: new
+/// written into the caches `k` (`[b, kv_heads, head_dim, C]` f32) and `v` (`[b, kv_heads, C,
+/// head_dim]`) at `at.column` (the layouts the score and value products read without a
+/// transpose): new
 /// token `i` sees the cache columns up to its own that `at.valid` marks, and with `window` only
 /// those less than `window` positions before it. Returns the output `[b, L, hidden]` and the
 /// updated caches.
@@ -291,7 +294,7 @@ pub(crate) fn attention(
 ) -> Result<(Tensor, Tensor, Tensor)> {
     let (b, len) = (x.dims()[0], x.dims()[1]);
     let (h, kvh, hd) = (cfg.num_heads, cfg.num_kv_heads, cfg.head_dim);
-    let cap = k.dims()[1];
+    let cap = v.dims()[2];
     let biases = w.biases.as_ref();
     let split = |t: Tensor, heads: usize, norm: Option<&Tensor>| -> Result<Tensor> {
         let t = t.reshape(&[b as isize, len as isize, heads as isize, hd as isize])?;
@@ -305,7 +308,14 @@ pub(crate) fn attention(
     let kn = w.k.apply(x, biases.map(|bs| &bs.k))?;
     let kn = rotary(&split(kn, kvh, w.k_norm.as_ref())?, at.rotary, cfg)?;
     let vn = split(w.v.apply(x, biases.map(|bs| &bs.v))?, kvh, None)?;
-    let (k, v) = write_cache(k, v, &kn, &vn, at.column)?;
+    let (mut k, mut v) = write_cache(k, v, &kn, &vn, at.column)?;
+    if len == 1 {
+        // A decode step's updated caches, materialized once: otherwise XLA's CPU backend fuses
+        // the in-place update into the products that read it too, and copies each cache twice
+        // per step to do both (measured: the step's cost grew with the cache three times as
+        // fast).
+        (k, v) = (materialized(&k)?, materialized(&v)?);
+    }
     let rep = h / kvh;
     let q = q.reshape(&[
         b as isize,
@@ -340,12 +350,12 @@ struct Read<'a> {
 
 impl Read<'_> {
     /// The scores `[b, g, r, L, n]` of the queries against `n` cache columns from `first` (a
-    /// rank-0 i32): `keys` `[b, n, g, d]`, `valid` `[b, n]`; capped, and hidden where a query
+    /// rank-0 i32): `keys` `[b, g, d, n]`, `valid` `[b, n]`; capped, and hidden where a query
     /// may not look.
     fn scores(&self, keys: &Tensor, valid: &Tensor, first: &Tensor) -> Result<Tensor> {
         let g = keys.graph();
-        let (len, n) = (self.q.dims()[1], keys.dims()[1]);
-        let mut s = Tensor::einsum("blgrd,bcgd->bgrlc", &[self.q, keys])?.mul(self.cfg.scale)?;
+        let (len, n) = (self.q.dims()[1], keys.dims()[3]);
+        let mut s = Tensor::einsum("blgrd,bgdc->bgrlc", &[self.q, keys])?.mul(self.cfg.scale)?;
         if let Some(cap) = self.cfg.softcap {
             s = s.div(cap)?.tanh()?.mul(cap)?;
         }
@@ -373,7 +383,7 @@ impl Read<'_> {
     fn whole(&self, k: &Tensor, v: &Tensor) -> Result<Tensor> {
         let zero = k.graph().scalar(0.0, DType::I32)?;
         let p = self.scores(k, self.at.valid, &zero)?.softmax(-1)?;
-        Tensor::einsum("bgrlc,bcgd->blgrd", &[&p, v])
+        Tensor::einsum("bgrlc,bgcd->blgrd", &[&p, v])
     }
 
     /// Attention over the cache in blocks of `block` columns with a running softmax (the
@@ -382,7 +392,7 @@ impl Read<'_> {
     fn blocked(&self, k: &Tensor, v: &Tensor, block: usize) -> Result<Tensor> {
         let g = k.graph();
         let [b, len, kvh, rep, hd] = [0, 1, 2, 3, 4].map(|i| self.q.dims()[i]);
-        let cap = k.dims()[1];
+        let cap = v.dims()[2];
         let run = Running {
             max: g.full(HIDDEN, DType::F32, &[b, kvh, rep, len])?,
             sum: g.zeros(DType::F32, &[b, kvh, rep, len])?,
@@ -392,17 +402,16 @@ impl Read<'_> {
         let whole = cap / block;
         let (max, sum, acc) = g.fori_loop(0, whole as i64, &run.carry(), |j, state| {
             let first = j.astype(DType::I32)?.mul(block as f64)?;
-            let cut = |t: &Tensor| {
+            // The block's columns of the keys (axis 3), the values (axis 2) or `valid` (1).
+            let cut = |t: &Tensor, axis: usize| {
                 let mut sizes = t.dims().to_vec();
-                sizes[1] = block;
-                let starts: Vec<&Tensor> = std::iter::once(&zero)
-                    .chain(std::iter::once(&first))
-                    .chain(std::iter::repeat_n(&zero, t.rank() - 2))
-                    .collect();
+                sizes[axis] = block;
+                let mut starts = vec![&zero; t.rank()];
+                starts[axis] = &first;
                 t.dynamic_slice(&starts, &sizes)
             };
-            let s = self.scores(&cut(k)?, &cut(self.at.valid)?, &first)?;
-            Ok(Running::from(state).update(&s, &cut(v)?)?.carry())
+            let s = self.scores(&cut(k, 3)?, &cut(self.at.valid, 1)?, &first)?;
+            Ok(Running::from(state).update(&s, &cut(v, 2)?)?.carry())
         })?;
         let mut run = Running { max, sum, acc };
         let tail = cap % block;
@@ -410,11 +419,11 @@ impl Read<'_> {
             let at = cap - tail;
             let first = g.scalar(at as f64, DType::I32)?;
             let s = self.scores(
-                &k.narrow(1, at, tail)?,
+                &k.narrow(3, at, tail)?,
                 &self.at.valid.narrow(1, at, tail)?,
                 &first,
             )?;
-            run = run.update(&s, &v.narrow(1, at, tail)?)?;
+            run = run.update(&s, &v.narrow(2, at, tail)?)?;
         }
         let out = run.acc.div(&run.sum.expand_dims(-1)?)?; // [b, g, r, L, d]
         out.transpose(&[0, 3, 1, 2, 4])
@@ -445,7 +454,7 @@ impl Running {
         }
     }
 
-    /// With one more block's scores `s` (`[b, g, r, L, n]`) and values (`[b, n, g, d]`).
+    /// With one more block's scores `s` (`[b, g, r, L, n]`) and values (`[b, g, n, d]`).
     fn update(&self, s: &Tensor, values: &Tensor) -> Result<Running> {
         let max = self.max.maximum(&s.max(&[-1])?)?;
         let p = s.sub(&max.expand_dims(-1)?)?.exp()?;
@@ -454,7 +463,7 @@ impl Running {
         let acc = self
             .acc
             .mul(&fade.expand_dims(-1)?)?
-            .add(&Tensor::einsum("bgrlc,bcgd->bgrld", &[&p, values])?)?;
+            .add(&Tensor::einsum("bgrlc,bgcd->bgrld", &[&p, values])?)?;
         Ok(Running { max, sum, acc })
     }
 }
@@ -469,9 +478,10 @@ fn per_row(column: &Tensor, rank: usize) -> Result<Tensor> {
     column.reshape(&dims)
 }
 
-/// The caches `k` and `v` (`[b, C, kv_heads, head_dim]`) with the new keys and values (`[b, L,
-/// kv_heads, head_dim]`) written from `column` on: in place at a scalar column; at one column
-/// per row (one new position each, a served decode step) by selecting that column's row.
+/// The caches `k` (`[b, kv_heads, head_dim, C]`) and `v` (`[b, kv_heads, C, head_dim]`) with the
+/// new keys and values (`[b, L, kv_heads, head_dim]`) written from `column` on: in place at a
+/// scalar column; at one column per row (one new position each, a served decode step) by
+/// selecting that column.
 fn write_cache(
     k: &Tensor,
     v: &Tensor,
@@ -480,22 +490,29 @@ fn write_cache(
     column: &Tensor,
 ) -> Result<(Tensor, Tensor)> {
     let g = k.graph();
+    let (kn, vn) = (kn.transpose(&[0, 2, 3, 1])?, vn.transpose(&[0, 2, 1, 3])?);
     if column.rank() == 0 {
         let zero = g.scalar(0.0, DType::I32)?;
-        let starts = [&zero, column, &zero, &zero];
         return Ok((
-            k.dynamic_update_slice(kn, &starts)?,
-            v.dynamic_update_slice(vn, &starts)?,
+            k.dynamic_update_slice(&kn, &[&zero, &zero, &zero, column])?,
+            v.dynamic_update_slice(&vn, &[&zero, &zero, column, &zero])?,
         ));
     }
-    let (b, cap) = (k.dims()[0], k.dims()[1]);
-    let hot = g
-        .iota(DType::I32, &[b, cap, 1, 1], 1)?
-        .eq(&per_row(column, 4)?)?
-        .broadcast_to(k.dims())?;
+    let (b, cap) = (v.dims()[0], v.dims()[2]);
+    let at = |dims: [usize; 4], axis: isize| -> Result<Tensor> {
+        let mut shape = [1isize; 4];
+        shape[0] = b as isize;
+        g.iota(DType::I32, &dims, axis)?
+            .eq(&column.reshape(&shape)?)
+    };
+    let (hot_k, hot_v) = (at([b, 1, 1, cap], 3)?, at([b, 1, cap, 1], 2)?);
     Ok((
-        hot.select(&kn.broadcast_to(k.dims())?, k)?,
-        hot.select(&vn.broadcast_to(v.dims())?, v)?,
+        hot_k
+            .broadcast_to(k.dims())?
+            .select(&kn.broadcast_to(k.dims())?, k)?,
+        hot_v
+            .broadcast_to(v.dims())?
+            .select(&vn.broadcast_to(v.dims())?, v)?,
     ))
 }
 
@@ -581,8 +598,8 @@ mod tests {
     ) -> f64 {
         let g = Graph::new();
         let q = g.parameter("q", DType::F32, &[2, len, 2, 2, 4]).unwrap();
-        let k = g.parameter("k", DType::F32, &[2, cap, 2, 4]).unwrap();
-        let v = g.parameter("v", DType::F32, &[2, cap, 2, 4]).unwrap();
+        let k = g.parameter("k", DType::F32, &[2, 2, 4, cap]).unwrap();
+        let v = g.parameter("v", DType::F32, &[2, 2, cap, 4]).unwrap();
         let valid = g.parameter("valid", DType::F32, &[2, cap]).unwrap();
         let rotary = g.parameter("rotary", DType::I32, &[2, len]).unwrap();
         let (valid_in, rotary_in, column) = inputs(len, cap);
@@ -605,8 +622,8 @@ mod tests {
             &g,
             &[
                 uniform(&[2, len, 2, 2, 4], 1),
-                uniform(&[2, cap, 2, 4], 2),
-                uniform(&[2, cap, 2, 4], 3),
+                uniform(&[2, 2, 4, cap], 2),
+                uniform(&[2, 2, cap, 4], 3),
                 valid_in,
                 rotary_in,
             ],

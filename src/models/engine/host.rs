@@ -47,6 +47,12 @@ pub(crate) trait Family {
     fn logits_at_every_position(&self, prompts: &[Vec<u32>]) -> Result<HostArray> {
         Ok(self.prefill_reserving(prompts, None, 0, 0)?.logits)
     }
+    /// The logits after each prompt's last token (`[b, vocab]`, the prompts left-padded): by
+    /// default the last position of [`Family::prefill_reserving`]'s; a family with a program
+    /// that computes only those overrides it.
+    fn prefill_last(&self, prompts: &[Vec<u32>]) -> Result<HostArray> {
+        last_position(&self.prefill_reserving(prompts, None, 0, 0)?.logits)
+    }
     /// The positions prompts of up to `longest` tokens are padded to by a prefill (by default
     /// `longest` itself).
     fn prompt_padding(&self, longest: usize) -> usize {

@@ -87,6 +87,10 @@ impl Family for Hybrid {
         })
     }
 
+    fn prefill_last(&self, prompts: &[Vec<u32>]) -> Result<HostArray> {
+        Hybrid::prefill_last(self, prompts)
+    }
+
     fn prompt_padding(&self, longest: usize) -> usize {
         self.padding(longest).0
     }

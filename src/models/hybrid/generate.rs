@@ -65,6 +65,15 @@ impl Carry for Carried {
     }
 }
 
+/// What the prompts leave: the logits after the last position (`[b, vocab]`), the states, and
+/// the `mask` and `valid` parameters.
+struct Prompted {
+    logits: Tensor,
+    sublayers: Vec<SublayerState<Tensor>>,
+    mask: Tensor,
+    valid: Tensor,
+}
+
 /// A hybrid's step inside the decode loop.
 struct Steps<'a> {
     w: &'a HybridWeights<Tensor>,
@@ -93,6 +102,7 @@ impl Stepper for Steps<'_> {
             gather: self.gather,
             chunk: 1,
             remat: false,
+            last_only: false,
         };
         let (logits, sublayers) = forward(&step, &state.sublayers, self.w, self.cfg)?;
         let logits = logits.reshape(&[b as isize, self.cfg.vocab_size as isize])?;
@@ -204,21 +214,50 @@ impl Hybrid {
         empty: &HybridState,
     ) -> Result<Vec<Tensor>> {
         let cfg = self.config();
+        let c = engine::control_parameters(g, b, len + capacity, v)?;
+        let p = self.prompt_pass(g, w, (b, len, cap, chunk), empty)?;
+        let start = Decoding {
+            logits: p.logits,
+            states: Carried {
+                sublayers: p.sublayers,
+                valid: p.valid,
+                column: g.scalar(len as f64, DType::I32)?,
+                positions: p.mask.sum(&[1])?.astype(DType::I32)?,
+            },
+            done: g.full(0.0, DType::Pred, &[b])?,
+            key: c.key,
+            history: c.history,
+        };
+        let steps = Steps {
+            w,
+            cfg,
+            gather: self.gathers(),
+        };
+        let (out, _, _) = decode_loop(&steps, start, &c.max_new, &c.picker, capacity, v)?;
+        Ok(vec![out])
+    }
+
+    /// The prompts (parameters `tokens`, `mask`, `positions`, `valid`, for `(b, len, cap,
+    /// chunk)` as in [`Hybrid::generate_program`]) through the model from the state `empty`:
+    /// the logits after the last position only, and the states after the prompts.
+    fn prompt_pass(
+        &self,
+        g: &crate::ops::Graph,
+        w: &HybridWeights<Tensor>,
+        (b, len, cap, chunk): (usize, usize, usize, usize),
+        empty: &HybridState,
+    ) -> Result<Prompted> {
+        let cfg = self.config();
         let tokens = g.parameter("tokens", DType::I32, &[b, len])?;
         let mask = g.parameter("mask", DType::F32, &[b, len])?;
         let rotary = g.parameter("positions", DType::I32, &[b, len])?;
         let valid = g.parameter("valid", DType::F32, &[b, cap])?;
-        let c = engine::control_parameters(g, b, len + capacity, v)?;
-        let zeros = |dims: &[usize]| g.zeros(DType::F32, dims);
         let states = empty
             .sublayers
             .iter()
             .map(|s| {
                 let mut dims = s.tensors().into_iter().map(|t| t.dims().to_vec());
-                s.rebuild(&mut || {
-                    let d = dims.next().unwrap_or_default();
-                    zeros(&d)
-                })
+                s.rebuild(&mut || g.zeros(DType::F32, &dims.next().unwrap_or_default()))
             })
             .collect::<Result<Vec<_>>>()?;
         let column = g.scalar(0.0, DType::I32)?;
@@ -234,30 +273,41 @@ impl Hybrid {
             gather: false,
             chunk,
             remat: false,
+            last_only: true,
         };
         let (logits, sublayers) = forward(&step, &states, w, cfg)?;
-        let vocab = cfg.vocab_size as isize;
-        let start = Decoding {
-            logits: logits
-                .narrow(1, len - 1, 1)?
-                .reshape(&[b as isize, vocab])?,
-            states: Carried {
-                sublayers,
-                valid,
-                column: g.scalar(len as f64, DType::I32)?,
-                positions: mask.sum(&[1])?.astype(DType::I32)?,
-            },
-            done: g.full(0.0, DType::Pred, &[b])?,
-            key: c.key,
-            history: c.history,
-        };
-        let steps = Steps {
-            w,
-            cfg,
-            gather: self.gathers(),
-        };
-        let (out, _, _) = decode_loop(&steps, start, &c.max_new, &c.picker, capacity, v)?;
-        Ok(vec![out])
+        Ok(Prompted {
+            logits: logits.reshape(&[b as isize, cfg.vocab_size as isize])?,
+            sublayers,
+            mask,
+            valid,
+        })
+    }
+
+    /// The logits after each prompt's last token (`[b, vocab]`, the prompts left-padded), from
+    /// a program that computes nothing else (the head on the last position only, no state
+    /// returned): what a generation's prefill costs.
+    pub(super) fn prefill_last(&self, prompts: &[Vec<u32>]) -> Result<HostArray> {
+        let b = prompts.len();
+        let (rows_in, chunk) = self.padded_rows(prompts, 0);
+        let len = rows_in[0].len();
+        let empty = self.empty_state(b, len)?;
+        let fed = self.feed(&rows_in, &empty)?;
+        let program = self.program((Kind::PrefillLast, b, len, len, chunk), |g, w| {
+            Ok(vec![
+                self.prompt_pass(g, w, (b, len, len, chunk), &empty)?.logits,
+            ])
+        })?;
+        let inputs = vec![
+            host_input("tokens", fed.ids),
+            host_input("mask", fed.mask),
+            host_input("positions", fed.rotary),
+            host_input("valid", fed.valid),
+        ];
+        self.run(&program, inputs)?
+            .into_iter()
+            .next()
+            .ok_or_else(|| Error::InvalidArgument("no logits".into()))
     }
 
     /// The StableHLO text of the prefill, step and generate programs for `prompts` (left-padded

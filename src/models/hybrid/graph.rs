@@ -18,7 +18,8 @@ use crate::ops::Tensor;
 pub enum SublayerState<T> {
     /// A Mamba-2 mixer's convolution inputs and SSM state (as Mamba-2's layers).
     Mamba(LayerState<T>),
-    /// An attention sublayer's keys and values, `[b, capacity, kv_heads, head_dim]` f32.
+    /// An attention sublayer's keys (`[b, kv_heads, head_dim, capacity]` f32) and values
+    /// (`[b, kv_heads, capacity, head_dim]`).
     Attention {
         /// Keys (rotated).
         k: T,
@@ -76,6 +77,9 @@ pub(crate) struct Step<'a> {
     /// Whether each sublayer is recomputed in the backward pass (training, with no state
     /// wanted after it: the states returned are then the ones given).
     pub remat: bool,
+    /// Whether only the last position's logits are wanted (`[b, 1, vocab]`): the head, the
+    /// largest product of a long prompt, then runs on one position.
+    pub last_only: bool,
 }
 
 /// What [`forward`] returns: the logits `[b, L, vocab]` f32, the states after the tokens, and
@@ -150,6 +154,10 @@ pub(crate) fn forward_all(
             out
         };
         h = h.add(&out.mul(cfg.residual_multiplier)?)?;
+    }
+    if s.last_only && !s.decode {
+        let len = h.dims()[1];
+        h = h.narrow(1, len - 1, 1)?;
     }
     let normed = rms(&h, cfg.norm_eps)?.mul(&w.norm_f.add(cfg.norm_offset)?)?;
     let mut logits = w

@@ -76,6 +76,8 @@ pub(super) type ProgramKey = (Kind, usize, usize, usize, usize);
 pub(super) enum Kind {
     /// Prompts after a state.
     Prefill,
+    /// Prompts from the start, the logits after the last position only.
+    PrefillLast,
     /// One token per row after a state.
     Step,
     /// Generation in one program, up to this many tokens.
@@ -218,8 +220,8 @@ impl Hybrid {
                         ssm: zeros(&[rows, m.num_heads, m.head_dim, m.state_size])?,
                     }),
                     SublayerKind::Attention => SublayerState::Attention {
-                        k: zeros(&[rows, capacity, a.num_kv_heads, a.head_dim])?,
-                        v: zeros(&[rows, capacity, a.num_kv_heads, a.head_dim])?,
+                        k: zeros(&[rows, a.num_kv_heads, a.head_dim, capacity])?,
+                        v: zeros(&[rows, a.num_kv_heads, capacity, a.head_dim])?,
                     },
                     _ => SublayerState::None,
                 })
@@ -450,6 +452,7 @@ impl Hybrid {
             gather: decode && self.gather,
             chunk,
             remat: false,
+            last_only: false,
         };
         let (logits, next) = forward(&step, &states, w, &self.config)?;
         let mut outs = vec![logits];
@@ -585,18 +588,19 @@ impl Hybrid {
 
 /// `state` with its attention caches and `valid` widened to `capacity` columns (zeros).
 pub(super) fn grow(state: HybridState, capacity: usize) -> Result<HybridState> {
-    let widen = |a: &HostArray| -> Result<HostArray> {
+    // The columns are axis 1 of `valid`, 3 of the keys and 2 of the values.
+    let widen = |a: &HostArray, axis: usize| -> Result<HostArray> {
         let dims = a.dims().to_vec();
-        let (b, old) = (dims[0], dims[1]);
-        let inner: usize = dims[2..].iter().product::<usize>() * 4;
+        let (outer, old): (usize, usize) = (dims[..axis].iter().product(), dims[axis]);
+        let inner: usize = dims[axis + 1..].iter().product::<usize>() * 4;
         let bytes = a.to_bytes();
-        let mut out = vec![0u8; b * capacity * inner];
-        for r in 0..b {
+        let mut out = vec![0u8; outer * capacity * inner];
+        for r in 0..outer {
             let src = &bytes[r * old * inner..(r + 1) * old * inner];
             out[r * capacity * inner..r * capacity * inner + old * inner].copy_from_slice(src);
         }
         let mut new_dims = dims;
-        new_dims[1] = capacity;
+        new_dims[axis] = capacity;
         HostArray::from_bytes(&TensorType::new(a.dtype(), &new_dims), &out)
     };
     let sublayers = state
@@ -604,15 +608,15 @@ pub(super) fn grow(state: HybridState, capacity: usize) -> Result<HybridState> {
         .iter()
         .map(|s| match s {
             SublayerState::Attention { k, v } => Ok(SublayerState::Attention {
-                k: widen(k)?,
-                v: widen(v)?,
+                k: widen(k, 3)?,
+                v: widen(v, 2)?,
             }),
             other => Ok(other.clone()),
         })
         .collect::<Result<_>>()?;
     Ok(HybridState {
         sublayers,
-        valid: widen(&state.valid)?,
+        valid: widen(&state.valid, 1)?,
         column: state.column,
         positions: state.positions,
     })

@@ -88,10 +88,10 @@ impl SlotFamily for Hybrid {
                     f(&[rows, m.conv_dim(), m.conv_kernel]),
                     f(&[rows, m.num_heads, m.head_dim, m.state_size]),
                 ]),
-                SublayerKind::Attention => {
-                    let kv = [rows, capacity, a.num_kv_heads, a.head_dim];
-                    types.extend([f(&kv), f(&kv)]);
-                }
+                SublayerKind::Attention => types.extend([
+                    f(&[rows, a.num_kv_heads, a.head_dim, capacity]),
+                    f(&[rows, a.num_kv_heads, capacity, a.head_dim]),
+                ]),
                 _ => {}
             }
         }

@@ -65,6 +65,7 @@ impl Trainable for Hybrid {
             gather: false,
             chunk,
             remat: remat == Remat::PerLayer,
+            last_only: false,
         };
         let out = forward_all(&step, &states, &w, cfg)?;
         let aux = match cfg.moe.and_then(|m| Some((m, m.router_aux_loss?))) {
