@@ -94,7 +94,7 @@ pub(crate) fn bench(a: BenchArgs) -> Result<()> {
     ensure!(a.repeat > 0, "--repeat must be at least 1");
     let l = load(&a.model, &a.prompt, &a.sampling, true)?;
     let options = l.options.clone();
-    let (first_s, cached) = warm_up(&l, &options)?;
+    let (first_s, cached) = warm_up(&l, &options, true)?;
     let prompt_tokens = l.prompt_tokens();
     let runs = timed_runs(&l, &options, a.repeat)?;
     println!("model     {}", l.description);
@@ -161,7 +161,7 @@ fn timed_runs(l: &Loaded, options: &GenerateOptions, repeat: usize) -> Result<Ve
         if bar.is_hidden() {
             progress(&format!("timed run {}/{}", i + 1, repeat));
         }
-        let run = Timed::run(l, options)?;
+        let run = Timed::run(l, options, true)?;
         bar.inc(1);
         bar.set_message(match run.decode_tps() {
             Some(tps) => format!("decode {tps:.1} tok/s"),
@@ -230,6 +230,7 @@ fn run_json(r: &Timed, prompt_tokens: usize) -> serde_json::Value {
     json!({
         "prefill_s": r.prefill_s,
         "generate_s": r.generate_s,
+        "streamed_decode": r.streamed.map(|(s, steps)| json!({"seconds": s, "steps": steps})),
         "prefill_tokens_per_s": r.prefill_tps(prompt_tokens),
         "decode_tokens_per_s": r.decode_tps(),
         "ms_per_token": r.ms_per_token(),

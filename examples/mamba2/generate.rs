@@ -68,25 +68,35 @@ pub(crate) fn cut_at_eos(rows: Vec<Vec<u32>>, eos: Option<u32>) -> Vec<Vec<u32>>
         .collect()
 }
 
-/// One timed prefill and one timed generate, both already compiled.
+/// One timed prefill and one timed generate, both already compiled; with `streamed`, the
+/// seconds and the steps of a stream's segments after its first (decode steps alone).
 pub(crate) struct Timed {
     pub(crate) prefill_s: f64,
     pub(crate) generate_s: f64,
+    pub(crate) streamed: Option<(f64, usize)>,
     pub(crate) tokens: Vec<Vec<u32>>,
 }
 
 impl Timed {
-    /// Times one prefill and one generate.
-    pub(crate) fn run(l: &Loaded, options: &GenerateOptions) -> Result<Timed> {
+    /// Times one prefill and one generate; with `stream_too`, also a stream of the same
+    /// tokens timed from its first segment's end to its last's: the decode steps alone (a
+    /// generate less a separate prefill mixes two programs, and past a few thousand tokens of
+    /// prompt their difference is noise).
+    pub(crate) fn run(l: &Loaded, options: &GenerateOptions, stream_too: bool) -> Result<Timed> {
         let t = Instant::now();
         drop(l.model.prefill_last(&l.prompts).context("prefill")?);
         let prefill_s = seconds(t);
         let t = Instant::now();
         let tokens = l.model.generate(&l.prompts, options).context("generate")?;
         let generate_s = seconds(t);
+        let streamed = match stream_too {
+            true => streamed_steps(l, options)?,
+            false => None,
+        };
         Ok(Timed {
             prefill_s,
             generate_s,
+            streamed,
             tokens: cut_at_eos(tokens, options.eos),
         })
     }
@@ -95,8 +105,22 @@ impl Timed {
         self.tokens.iter().map(Vec::len).sum()
     }
 
+    /// The seconds of the decode steps: the stream's after its first segment, else the
+    /// generate's less the prefill's.
     pub(crate) fn decode_s(&self) -> Option<f64> {
-        Some(self.generate_s - self.prefill_s).filter(|&d| d > 0.0)
+        match self.streamed {
+            Some((s, _)) => Some(s),
+            None => Some(self.generate_s - self.prefill_s),
+        }
+        .filter(|&d| d > 0.0)
+    }
+
+    /// The tokens of the steps [`Timed::decode_s`] times (all rows).
+    fn decoded(&self) -> usize {
+        match self.streamed {
+            Some((_, steps)) => steps * self.tokens.len(),
+            None => self.generated(),
+        }
     }
 
     pub(crate) fn prefill_tps(&self, prompt_tokens: usize) -> f64 {
@@ -104,19 +128,57 @@ impl Timed {
     }
 
     pub(crate) fn decode_tps(&self) -> Option<f64> {
-        self.decode_s().map(|d| self.generated() as f64 / d)
+        let n = self.decoded();
+        self.decode_s().filter(|_| n > 0).map(|d| n as f64 / d)
     }
 
     /// Milliseconds per decode step (the longest row's steps).
     pub(crate) fn ms_per_token(&self) -> Option<f64> {
-        let steps = self.tokens.iter().map(Vec::len).max().unwrap_or(0).max(1);
-        self.decode_s().map(|d| 1e3 * d / steps as f64)
+        let longest = self.tokens.iter().map(Vec::len).max().unwrap_or(0);
+        let steps = match self.streamed {
+            Some((_, steps)) => steps,
+            None => longest,
+        };
+        self.decode_s()
+            .filter(|_| steps > 0)
+            .map(|d| 1e3 * d / steps as f64)
     }
 }
 
-/// Runs generate and prefill once each (compiling them); returns the first generate's time and
-/// whether its program came from the disk cache.
-pub(crate) fn warm_up(l: &Loaded, options: &GenerateOptions) -> Result<(f64, bool)> {
+/// The segment of the timed streams: the first holds the prefill, the rest decode steps only.
+const TIMED_SEGMENT: usize = 16;
+
+/// A stream of `options` in segments of [`TIMED_SEGMENT`] steps, timed from the end of its
+/// first segment to its last: the seconds and the steps between (`None` when the generation
+/// is one segment long, or a row stopped early).
+fn streamed_steps(l: &Loaded, options: &GenerateOptions) -> Result<Option<(f64, usize)>> {
+    let mut first: Option<(Instant, usize)> = None;
+    let mut on_tokens = |rows: &[Vec<u32>]| {
+        if first.is_none() {
+            first = Some((Instant::now(), rows.iter().map(Vec::len).max().unwrap_or(0)));
+        }
+        true
+    };
+    let tokens = l
+        .model
+        .generate_stream(&l.prompts, options, TIMED_SEGMENT, &mut on_tokens)
+        .context("generate (streamed)")?;
+    let end = Instant::now();
+    let longest = tokens.iter().map(Vec::len).max().unwrap_or(0);
+    let full = tokens.iter().all(|r| r.len() == longest);
+    Ok(first
+        .filter(|&(_, n)| full && longest > n)
+        .map(|(t, n)| ((end - t).as_secs_f64(), longest - n)))
+}
+
+/// Runs generate and prefill once each (compiling them; with `stream_too`, a timed stream's
+/// programs too); returns the first generate's time and whether its program came from the
+/// disk cache.
+pub(crate) fn warm_up(
+    l: &Loaded,
+    options: &GenerateOptions,
+    stream_too: bool,
+) -> Result<(f64, bool)> {
     let (batch, bucket) = l.shape();
     progress(&format!(
         "compiling and running generate ({batch} x {bucket} prompt positions, {} new tokens)",
@@ -129,6 +191,9 @@ pub(crate) fn warm_up(l: &Loaded, options: &GenerateOptions) -> Result<(f64, boo
     let cached = l.client.cache_stats().disk_hits > before.disk_hits;
     progress("compiling and running prefill");
     drop(l.model.prefill_last(&l.prompts).context("prefill")?);
+    if stream_too {
+        streamed_steps(l, options)?;
+    }
     Ok((first_s, cached))
 }
 
@@ -148,14 +213,14 @@ pub(crate) fn generate(a: GenerateArgs) -> Result<()> {
     if a.stream || (terminal && !a.no_stream && l.prompts.len() == 1) {
         return generate_streamed(&l, &options);
     }
-    let (first_s, cached) = warm_up(&l, &options)?;
+    let (first_s, cached) = warm_up(&l, &options, false)?;
     if let Some(path) = &a.dump_logits {
         progress("prefill with the logits at every position");
         let all = l.model.prefill_logits(&l.prompts).context("prefill")?;
         let lens: Vec<usize> = l.prompts.iter().map(Vec::len).collect();
         dump_logits(path, &all, &lens)?;
     }
-    let run = Timed::run(&l, &options)?;
+    let run = Timed::run(&l, &options, false)?;
     let compile_s = first_s - run.generate_s;
     let prompt_tokens = l.prompt_tokens();
     let peak = peak_rss_mb();

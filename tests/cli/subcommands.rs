@@ -245,7 +245,7 @@ fn bench_writes_every_run() {
         "--batch",
         "2",
         "--max-new-tokens",
-        "4",
+        "20",
         "--repeat",
         "2",
         "--json",
@@ -256,6 +256,11 @@ fn bench_writes_every_run() {
     assert_eq!(json["runs"].as_array().unwrap().len(), 2);
     assert_eq!(json["prompt_len"], serde_json::json!([3, 3]));
     assert!(json["median"]["prefill_tokens_per_s"].as_f64().unwrap() > 0.0);
+    // Decode is timed on a stream after its first segment of 16 steps: 4 steps here.
+    for run in json["runs"].as_array().unwrap() {
+        assert_eq!(run["streamed_decode"]["steps"], 4, "{run}");
+        assert!(run["decode_tokens_per_s"].as_f64().unwrap() > 0.0, "{run}");
+    }
 }
 
 /// Copies the tiny fixture to a scratch directory and overwrites every value of the f32 tensor
