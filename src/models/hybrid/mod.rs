@@ -14,6 +14,7 @@ mod layers;
 mod model;
 mod slots;
 mod tune;
+mod validate;
 mod weights;
 
 pub use config::{
