@@ -498,10 +498,7 @@ fn write_cache(
     }
     let (b, cap) = (v.dims()[0], v.dims()[2]);
     let at = |dims: [usize; 4], axis: isize| -> Result<Tensor> {
-        let mut shape = [1isize; 4];
-        shape[0] = b as isize;
-        g.iota(DType::I32, &dims, axis)?
-            .eq(&column.reshape(&shape)?)
+        g.iota(DType::I32, &dims, axis)?.eq(&per_row(column, 4)?)
     };
     let (hot_k, hot_v) = (at([b, 1, 1, cap], 3)?, at([b, 1, cap, 1], 2)?);
     Ok((

@@ -4,8 +4,8 @@ use serde_json::Value;
 
 use crate::error::{Error, Result};
 use crate::models::engine::attention::{rope_from_config, sliding_layers, AttentionConfig};
-use crate::models::hybrid::config::{no_mamba, Fields};
-use crate::models::hybrid::{Activation, HybridConfig, HybridFamily, MlpConfig, SublayerKind};
+use crate::models::hybrid::config::{attention_then_mlp, Fields};
+use crate::models::hybrid::{Activation, HybridConfig, HybridFamily, MlpConfig};
 
 /// The config from its fields. A size that is missing is noted in `f.missing`; a setting
 /// Gemma 2 cannot have here is an error naming the field.
@@ -54,29 +54,18 @@ pub(crate) fn read(f: &mut Fields<'_>) -> Result<HybridConfig> {
         softcap: cap("attn_logit_softcapping"),
         sliding_window: window,
     };
+    let mlp = MlpConfig {
+        intermediate,
+        activation: Activation::GeluTanhGlu,
+    };
+    let sizes = (hidden_size, vocab_size);
+    let stack = attention_then_mlp(f, HybridFamily::Gemma2, sizes, attention, mlp, &sliding);
     Ok(HybridConfig {
-        family: HybridFamily::Gemma2,
-        sublayers: (0..layers)
-            .flat_map(|_| [SublayerKind::Attention, SublayerKind::Mlp])
-            .collect(),
-        layer_of: (0..layers).flat_map(|l| [l, l]).collect(),
-        mamba: no_mamba(hidden_size, vocab_size),
-        attention,
-        mlp: Some(MlpConfig {
-            intermediate,
-            activation: Activation::GeluTanhGlu,
-        }),
-        moe: None,
-        hidden_size,
-        vocab_size,
-        norm_eps: f.float_or("rms_norm_eps", 1e-6),
         embedding_multiplier: (hidden_size as f64).sqrt(),
-        residual_multiplier: 1.0,
-        logits_scaling: 1.0,
         tie_word_embeddings: f.flag_or("tie_word_embeddings", true),
-        sliding: sliding.iter().flat_map(|&s| [s, false]).collect(),
         post_norms: true,
         norm_offset: 1.0,
         final_softcap: cap("final_logit_softcapping"),
+        ..stack
     })
 }

@@ -349,7 +349,7 @@ fn mamba_config(
 /// The Mamba-2 config of a stack without Mamba-2 mixers (attention and MLPs only): unused but
 /// for its chunk, which pads prompts to a multiple of 64 positions (or of the power of two
 /// above a shorter prompt).
-pub(crate) fn no_mamba(hidden_size: usize, vocab_size: usize) -> Mamba2Config {
+fn no_mamba(hidden_size: usize, vocab_size: usize) -> Mamba2Config {
     Mamba2Config {
         hidden_size,
         num_layers: 0,
@@ -369,6 +369,43 @@ pub(crate) fn no_mamba(hidden_size: usize, vocab_size: usize) -> Mamba2Config {
         norm_before_gate: false,
         time_step_init: (1e-3, 1e-1, 1e-4),
         scan_dtype: DType::F32,
+    }
+}
+
+/// A transformer's stack: `layers` layers of `attention` then an MLP of `mlp`, the layers
+/// marked in `sliding` attending within the window; plain RMS norms (`rms_norm_eps`), no
+/// multipliers, no post norms or final cap (the family sets those it has). The sizes come
+/// from `f`.
+pub(crate) fn attention_then_mlp(
+    f: &Fields<'_>,
+    family: HybridFamily,
+    (hidden_size, vocab_size): (usize, usize),
+    attention: AttentionConfig,
+    mlp: MlpConfig,
+    sliding: &[bool],
+) -> HybridConfig {
+    let layers = sliding.len();
+    HybridConfig {
+        family,
+        sublayers: (0..layers)
+            .flat_map(|_| [SublayerKind::Attention, SublayerKind::Mlp])
+            .collect(),
+        layer_of: (0..layers).flat_map(|l| [l, l]).collect(),
+        mamba: no_mamba(hidden_size, vocab_size),
+        attention,
+        mlp: Some(mlp),
+        moe: None,
+        hidden_size,
+        vocab_size,
+        norm_eps: f.float_or("rms_norm_eps", 1e-6),
+        embedding_multiplier: 1.0,
+        residual_multiplier: 1.0,
+        logits_scaling: 1.0,
+        tie_word_embeddings: f.flag_or("tie_word_embeddings", false),
+        sliding: sliding.iter().flat_map(|&s| [s, false]).collect(),
+        post_norms: false,
+        norm_offset: 0.0,
+        final_softcap: None,
     }
 }
 

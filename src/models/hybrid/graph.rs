@@ -159,7 +159,7 @@ pub(crate) fn forward_all(
         let len = h.dims()[1];
         h = h.narrow(1, len - 1, 1)?;
     }
-    let normed = rms(&h, cfg.norm_eps)?.mul(&w.norm_f.add(cfg.norm_offset)?)?;
+    let normed = rms(&h, cfg.norm_eps)?.mul(&norm_weight(&w.norm_f, cfg)?)?;
     let mut logits = w
         .lm_head
         .as_ref()
@@ -189,7 +189,7 @@ fn sublayer(
     mamba: &Mamba2Config,
     cfg: &HybridConfig,
 ) -> Result<(Tensor, SublayerState<Tensor>, Option<Tensor>)> {
-    let norm_of = |x: &Tensor, n: &Tensor| rms(x, cfg.norm_eps)?.mul(&n.add(cfg.norm_offset)?);
+    let norm_of = |x: &Tensor, n: &Tensor| rms(x, cfg.norm_eps)?.mul(&norm_weight(n, cfg)?);
     let norm = |n: &Tensor| norm_of(h, n);
     let post = |out: Tensor, n: &Option<Tensor>| match n {
         Some(n) => norm_of(&out, n),
@@ -244,4 +244,12 @@ fn sublayer(
         _ => return Err(mismatch()),
     };
     Ok((out, state, None))
+}
+
+/// An RMS norm's weight with the config's offset added (Gemma's `1 + w`), `w` itself when none.
+fn norm_weight(w: &Tensor, cfg: &HybridConfig) -> Result<Tensor> {
+    match cfg.norm_offset {
+        0.0 => Ok(w.clone()),
+        offset => w.add(offset),
+    }
 }

@@ -5,8 +5,8 @@ use serde_json::Value;
 
 use crate::error::{Error, Result};
 use crate::models::engine::attention::{rope_from_config, sliding_layers, AttentionConfig};
-use crate::models::hybrid::config::{no_mamba, Fields};
-use crate::models::hybrid::{Activation, HybridConfig, HybridFamily, MlpConfig, SublayerKind};
+use crate::models::hybrid::config::{attention_then_mlp, Fields};
+use crate::models::hybrid::{Activation, HybridConfig, HybridFamily, MlpConfig};
 
 /// The `model_type`s of the Llama architecture.
 pub const MODEL_TYPES: [&str; 4] = ["llama", "qwen2", "qwen3", "mistral"];
@@ -70,29 +70,12 @@ pub(crate) fn read(f: &mut Fields<'_>, family: HybridFamily) -> Result<HybridCon
         softcap: None,
         sliding_window: window,
     };
-    Ok(HybridConfig {
-        family,
-        sublayers: (0..layers)
-            .flat_map(|_| [SublayerKind::Attention, SublayerKind::Mlp])
-            .collect(),
-        layer_of: (0..layers).flat_map(|l| [l, l]).collect(),
-        mamba: no_mamba(hidden_size, vocab_size),
-        attention,
-        mlp: Some(MlpConfig {
-            intermediate,
-            activation: Activation::SwiGlu,
-        }),
-        moe: None,
-        hidden_size,
-        vocab_size,
-        norm_eps: f.float_or("rms_norm_eps", 1e-6),
-        embedding_multiplier: 1.0,
-        residual_multiplier: 1.0,
-        logits_scaling: 1.0,
-        tie_word_embeddings: f.flag_or("tie_word_embeddings", false),
-        sliding: sliding.iter().flat_map(|&s| [s, false]).collect(),
-        post_norms: false,
-        norm_offset: 0.0,
-        final_softcap: None,
-    })
+    let mlp = MlpConfig {
+        intermediate,
+        activation: Activation::SwiGlu,
+    };
+    let sizes = (hidden_size, vocab_size);
+    Ok(attention_then_mlp(
+        f, family, sizes, attention, mlp, &sliding,
+    ))
 }
