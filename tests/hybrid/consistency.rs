@@ -1,8 +1,9 @@
 //! Continuation: a ragged batch fed in two pieces (the second through `prefill_from`, the
-//! Mamba-2 states and the attention caches carried over) gives the whole prompt's logits and
-//! next step, for every family; decoding past the caches' first capacity (which then grow)
-//! gives the same tokens as caches sized for the whole run; gathered and dense experts agree;
-//! bf16 matrices stay near f32.
+//! Mamba-2 states and the attention caches carried over, padding between the pieces) gives the
+//! whole prompt's logits and next step, for every hybrid and the sliding-window transformers
+//! (whose rings wrap); decoding past the caches' first capacity (which then grow, rings
+//! included) gives the same tokens as caches sized for the whole run; gathered and dense
+//! experts agree; bf16 matrices stay near f32.
 
 use crate::common;
 
@@ -12,8 +13,11 @@ use stablegraph::DType;
 
 const NAMES: [&str; 4] = ["bamba", "granite", "granite_dense", "nemotron"];
 
+/// The layer stack's transformers whose fixtures slide (window 4, shorter than the prompts).
+const SLIDING: [&str; 2] = ["mistral", "gemma2"];
+
 fn model(name: &str) -> Hybrid {
-    Hybrid::load(&client(), &common::hybrid::fixture(name), DType::F32).unwrap()
+    Hybrid::load(&client(), &common::hybrid::stack_fixture(name), DType::F32).unwrap()
 }
 
 /// Two rows of different lengths with ids in the fixtures' range.
@@ -28,7 +32,7 @@ fn rows() -> Vec<Vec<u32>> {
 fn two_pieces_equal_the_whole_prompt() {
     let rows = rows();
     let cuts = [5, 3];
-    for name in NAMES {
+    for name in NAMES.into_iter().chain(SLIDING) {
         let m = model(name);
         let vocab = m.config().vocab_size;
         let whole = m.prefill(&rows).unwrap();
@@ -67,9 +71,25 @@ fn two_pieces_equal_the_whole_prompt() {
 
 #[test]
 fn caches_grow_past_their_capacity() {
+    // Mistral's window widened to 80: its rings start at the prefill's 64 columns (no position
+    // wrapped), grow to 80 and then wrap; caches sized for the whole run are rings of 80 from
+    // the start.
+    let wide = common::hybrid::copy_with(
+        "mistral",
+        "ring-grows",
+        |c| c.replace("\"sliding_window\": 4", "\"sliding_window\": 80"),
+        |_| true,
+    );
+    let models = [
+        ("bamba", model("bamba")),
+        ("nemotron", model("nemotron")),
+        (
+            "mistral window 80",
+            Hybrid::load(&client(), &wide, DType::F32).unwrap(),
+        ),
+    ];
     let rows = rows();
-    for name in ["bamba", "nemotron"] {
-        let m = model(name);
+    for (name, m) in models {
         let sized = m.greedy(&rows, 70).unwrap();
         let pre = m.prefill(&rows).unwrap();
         assert!(pre.state.capacity() < 12 + 70, "{name}: no growth to test");
@@ -97,6 +117,14 @@ fn caches_grow_past_their_capacity() {
             state.capacity() >= 12 + 70,
             "{name}: the caches did not grow"
         );
+        if let Some(w) = m.config().attention.sliding_window {
+            // Memory flat past the window: every layer of Mistral slides.
+            for s in &state.sublayers {
+                if let Some(k) = s.tensors().first() {
+                    assert_eq!(k.dims()[3], w, "{name}: a ring of the wrong width");
+                }
+            }
+        }
         assert_eq!(grown, sized, "{name}: grown caches decode differently");
     }
 }

@@ -3,9 +3,12 @@
 //! each row's column; left padding and unwritten columns are never attended. Rotary embeddings
 //! (with `linear` and `llama3` frequency scaling), biases, per-head query and key RMS norms,
 //! logit soft-capping and sliding windows (masked by position, so padding between the pieces
-//! of a prompt does not narrow them) are options of the config. A prompt over a long cache
+//! of a prompt does not narrow them; their caches are rings of the window, [`ring`]) are
+//! options of the config. A prompt over a long cache
 //! attends in blocks of [`KEY_BLOCK`] keys with a running softmax, so its memory grows with the
 //! cache, not with the cache times the prompt.
+
+mod ring;
 
 use crate::tree::Tree;
 
@@ -279,9 +282,10 @@ pub(crate) struct Positions<'a> {
 /// Causal self-attention of `x` (`[b, L, hidden]` f32, normalised) whose keys and values are
 /// written into the caches `k` (`[b, kv_heads, head_dim, C]` f32) and `v` (`[b, kv_heads, C,
 /// head_dim]`) at `at.column` (the layouts the score and value products read without a
-/// transpose): new token `i` sees the cache columns up to its own that `at.valid` marks, and
-/// with `window` only those less than `window` positions before it. Returns the output
-/// `[b, L, hidden]` and the updated caches.
+/// transpose): new token `i` sees the cache columns `at.valid` marks whose positions are not
+/// after its own. With `window`, a query sees only the keys less than `window` positions before
+/// it, and `k` and `v` are rings (see [`ring`]): position `p` at column `p mod R`. Returns the
+/// output `[b, L, hidden]` and the updated caches.
 pub(crate) fn attention(
     x: &Tensor,
     at: &Positions<'_>,
@@ -293,7 +297,6 @@ pub(crate) fn attention(
 ) -> Result<(Tensor, Tensor, Tensor)> {
     let (b, len) = (x.dims()[0], x.dims()[1]);
     let (h, kvh, hd) = (cfg.num_heads, cfg.num_kv_heads, cfg.head_dim);
-    let cap = v.dims()[2];
     let biases = w.biases.as_ref();
     let split = |t: Tensor, heads: usize, norm: Option<&Tensor>| -> Result<Tensor> {
         let t = t.reshape(&[b as isize, len as isize, heads as isize, hd as isize])?;
@@ -307,13 +310,8 @@ pub(crate) fn attention(
     let kn = w.k.apply(x, biases.map(|bs| &bs.k))?;
     let kn = rotary(&split(kn, kvh, w.k_norm.as_ref())?, at.rotary, cfg)?;
     let vn = split(w.v.apply(x, biases.map(|bs| &bs.v))?, kvh, None)?;
-    let (mut k, mut v) = write_cache(k, v, &kn, &vn, at.column)?;
-    if len == 1 {
-        // A decode step's updated caches, materialized once: otherwise XLA's CPU backend fuses
-        // the in-place update into the products that read it too, and copies each cache twice
-        // per step to do both (decode after 2,048 tokens ran at half the speed).
-        (k, v) = (materialized(&k)?, materialized(&v)?);
-    }
+    // The new keys and values in the caches' layouts: [b, g, d, L] and [b, g, L, d].
+    let (kn, vn) = (kn.transpose(&[0, 2, 3, 1])?, vn.transpose(&[0, 2, 1, 3])?);
     let rep = h / kvh;
     let q = q.reshape(&[
         b as isize,
@@ -324,13 +322,23 @@ pub(crate) fn attention(
     ])?;
     let read = Read {
         q: &q,
-        at,
+        rotary: at.rotary,
         cfg,
         window,
     };
-    let out = match len > 1 && cap > KEY_BLOCK {
-        true => read.blocked(&k, &v, KEY_BLOCK)?,
-        false => read.whole(&k, &v)?,
+    let (out, k, v) = match window {
+        Some(_) => ring::attend(&read, at, k, v, &kn, &vn)?,
+        None => {
+            let (mut k, mut v) = write_cache(k, v, &kn, &vn, at.column)?;
+            if len == 1 {
+                // A decode step's updated caches, materialized once: otherwise XLA's CPU
+                // backend fuses the in-place update into the products that read it too, and
+                // copies each cache twice per step to do both (decode after 2,048 tokens ran
+                // at half the speed).
+                (k, v) = (materialized(&k)?, materialized(&v)?);
+            }
+            (read.attend(&k, &v, at.valid)?, k, v)
+        }
     };
     let out = out.reshape(&[b as isize, len as isize, (h * hd) as isize])?;
     let o_bias = biases.and_then(|bs| bs.o.as_ref());
@@ -341,33 +349,35 @@ pub(crate) fn attention(
 struct Read<'a> {
     /// `[b, L, kv_heads, rep, head_dim]`.
     q: &'a Tensor,
-    at: &'a Positions<'a>,
+    /// The queries' positions, `[b, L]` integers.
+    rotary: &'a Tensor,
     cfg: &'a AttentionConfig,
     window: Option<usize>,
 }
 
 impl Read<'_> {
-    /// The scores `[b, g, r, L, n]` of the queries against `n` cache columns from `first` (a
-    /// rank-0 i32): `keys` `[b, g, d, n]`, `valid` `[b, n]`; capped, and hidden where a query
-    /// may not look.
-    fn scores(&self, keys: &Tensor, valid: &Tensor, first: &Tensor) -> Result<Tensor> {
-        let g = keys.graph();
-        let (len, n) = (self.q.dims()[1], keys.dims()[3]);
+    /// Attention over the keys `k` (`[b, g, d, n]`) and values `v` (`[b, g, n, d]`) that `valid`
+    /// (`[b, n]`, position + 1, 0 for none) marks: `[b, L, g, r, d]`; a prompt over more than
+    /// [`KEY_BLOCK`] keys in blocks.
+    fn attend(&self, k: &Tensor, v: &Tensor, valid: &Tensor) -> Result<Tensor> {
+        match self.q.dims()[1] > 1 && v.dims()[2] > KEY_BLOCK {
+            true => self.blocked(k, v, valid, KEY_BLOCK),
+            false => self.whole(k, v, valid),
+        }
+    }
+
+    /// The scores `[b, g, r, L, n]` of the queries against `n` keys (`[b, g, d, n]`) whose
+    /// positions plus one `valid` (`[b, n]`) holds; capped, and hidden where a query may not
+    /// look: a key of no token, after the query's position or (with a window) too far before.
+    fn scores(&self, keys: &Tensor, valid: &Tensor) -> Result<Tensor> {
         let mut s = Tensor::einsum("blgrd,bgdc->bgrlc", &[self.q, keys])?.mul(self.cfg.scale)?;
         if let Some(cap) = self.cfg.softcap {
             s = s.div(cap)?.tanh()?.mul(cap)?;
         }
-        // Query i (cache column `column + i`) sees the valid columns up to its own.
-        let dims = [1, len, n];
-        let col = g.iota(DType::I32, &dims, 2)?.add(first)?;
-        let own = g
-            .iota(DType::I32, &dims, 1)?
-            .add(&per_row(self.at.column, 3)?)?;
-        let mut visible = col.le(&own)?.and(&valid.expand_dims(1)?.gt(0.5)?)?; // [b, L, n]
+        let key = valid.sub(1.0)?.expand_dims(1)?; // [b, 1, n]
+        let query = self.rotary.astype(DType::F32)?.expand_dims(-1)?; // [b, L, 1]
+        let mut visible = valid.expand_dims(1)?.gt(0.5)?.and(&key.le(&query)?)?; // [b, L, n]
         if let Some(w) = self.window {
-            // Key position + 1 is what `valid` holds; the query's is its rotary position.
-            let key = valid.sub(1.0)?.expand_dims(1)?;
-            let query = self.at.rotary.astype(DType::F32)?.expand_dims(-1)?;
             visible = visible.and(&query.sub(&key)?.lt(w as f64)?)?;
         }
         let visible = visible
@@ -377,17 +387,16 @@ impl Read<'_> {
         visible.select(&s, HIDDEN)
     }
 
-    /// Attention over every cache column at once: `[b, L, g, r, d]`.
-    fn whole(&self, k: &Tensor, v: &Tensor) -> Result<Tensor> {
-        let zero = k.graph().scalar(0.0, DType::I32)?;
-        let p = self.scores(k, self.at.valid, &zero)?.softmax(-1)?;
+    /// Attention over every key at once: `[b, L, g, r, d]`.
+    fn whole(&self, k: &Tensor, v: &Tensor, valid: &Tensor) -> Result<Tensor> {
+        let p = self.scores(k, valid)?.softmax(-1)?;
         Tensor::einsum("bgrlc,bgcd->blgrd", &[&p, v])
     }
 
-    /// Attention over the cache in blocks of `block` columns with a running softmax (the
-    /// largest score so far, the sum of the exponentials and the weighted values, rescaled as
-    /// the largest grows): `[b, L, g, r, d]`, the same as [`Read::whole`] up to rounding.
-    fn blocked(&self, k: &Tensor, v: &Tensor, block: usize) -> Result<Tensor> {
+    /// Attention over the keys in blocks of `block` with a running softmax (the largest score
+    /// so far, the sum of the exponentials and the weighted values, rescaled as the largest
+    /// grows): `[b, L, g, r, d]`, the same as [`Read::whole`] up to rounding.
+    fn blocked(&self, k: &Tensor, v: &Tensor, valid: &Tensor, block: usize) -> Result<Tensor> {
         let g = k.graph();
         let [b, len, kvh, rep, hd] = [0, 1, 2, 3, 4].map(|i| self.q.dims()[i]);
         let cap = v.dims()[2];
@@ -408,19 +417,14 @@ impl Read<'_> {
                 starts[axis] = &first;
                 t.dynamic_slice(&starts, &sizes)
             };
-            let s = self.scores(&cut(k, 3)?, &cut(self.at.valid, 1)?, &first)?;
+            let s = self.scores(&cut(k, 3)?, &cut(valid, 1)?)?;
             Ok(Running::from(state).update(&s, &cut(v, 2)?)?.carry())
         })?;
         let mut run = Running { max, sum, acc };
         let tail = cap % block;
         if tail > 0 {
             let at = cap - tail;
-            let first = g.scalar(at as f64, DType::I32)?;
-            let s = self.scores(
-                &k.narrow(3, at, tail)?,
-                &self.at.valid.narrow(1, at, tail)?,
-                &first,
-            )?;
+            let s = self.scores(&k.narrow(3, at, tail)?, &valid.narrow(1, at, tail)?)?;
             run = run.update(&s, &v.narrow(2, at, tail)?)?;
         }
         let out = run.acc.div(&run.sum.expand_dims(-1)?)?; // [b, g, r, L, d]
@@ -477,9 +481,9 @@ fn per_row(column: &Tensor, rank: usize) -> Result<Tensor> {
 }
 
 /// The caches `k` (`[b, kv_heads, head_dim, C]`) and `v` (`[b, kv_heads, C, head_dim]`) with the
-/// new keys and values (`[b, L, kv_heads, head_dim]`) written from `column` on: in place at a
-/// scalar column; at one column per row (one new position each, a served decode step) by
-/// selecting that column.
+/// new keys (`[b, kv_heads, head_dim, L]`) and values (`[b, kv_heads, L, head_dim]`) written
+/// from `column` on: in place at a scalar column; at one column per row (one new position
+/// each, a served decode step) by selecting that column.
 fn write_cache(
     k: &Tensor,
     v: &Tensor,
@@ -488,12 +492,11 @@ fn write_cache(
     column: &Tensor,
 ) -> Result<(Tensor, Tensor)> {
     let g = k.graph();
-    let (kn, vn) = (kn.transpose(&[0, 2, 3, 1])?, vn.transpose(&[0, 2, 1, 3])?);
     if column.rank() == 0 {
         let zero = g.scalar(0.0, DType::I32)?;
         return Ok((
-            k.dynamic_update_slice(&kn, &[&zero, &zero, &zero, column])?,
-            v.dynamic_update_slice(&vn, &[&zero, &zero, column, &zero])?,
+            k.dynamic_update_slice(kn, &[&zero, &zero, &zero, column])?,
+            v.dynamic_update_slice(vn, &[&zero, &zero, column, &zero])?,
         ));
     }
     let (b, cap) = (v.dims()[0], v.dims()[2]);
@@ -589,7 +592,7 @@ mod tests {
         len: usize,
         cap: usize,
         cfg: &AttentionConfig,
-        others: impl Fn(&Read<'_>, &Tensor, &Tensor) -> Vec<Tensor>,
+        others: impl Fn(&Read<'_>, &Tensor, &Tensor, &Tensor) -> Vec<Tensor>,
     ) -> f64 {
         let g = Graph::new();
         let q = g.parameter("q", DType::F32, &[2, len, 2, 2, 4]).unwrap();
@@ -597,21 +600,15 @@ mod tests {
         let v = g.parameter("v", DType::F32, &[2, 2, cap, 4]).unwrap();
         let valid = g.parameter("valid", DType::F32, &[2, cap]).unwrap();
         let rotary = g.parameter("rotary", DType::I32, &[2, len]).unwrap();
-        let (valid_in, rotary_in, column) = inputs(len, cap);
-        let column = g.scalar(column as f64, DType::I32).unwrap();
-        let at = Positions {
-            rotary: &rotary,
-            column: &column,
-            valid: &valid,
-        };
+        let (valid_in, rotary_in, _) = inputs(len, cap);
         let read = Read {
             q: &q,
-            at: &at,
+            rotary: &rotary,
             cfg,
             window: cfg.sliding_window,
         };
-        let mut outs = vec![read.whole(&k, &v).unwrap()];
-        outs.extend(others(&read, &k, &v));
+        let mut outs = vec![read.whole(&k, &v, &valid).unwrap()];
+        outs.extend(others(&read, &k, &v, &valid));
         g.set_outputs(&outs.iter().collect::<Vec<_>>()).unwrap();
         let got = crate::interp::evaluate(
             &g,
@@ -642,10 +639,10 @@ mod tests {
     fn blocks_with_a_running_softmax_equal_the_whole_cache() {
         for (window, softcap) in [(None, None), (Some(3), None), (None, Some(1.5))] {
             let cfg = config(window, softcap);
-            let d = worst(6, 23, &cfg, |read, k, v| {
+            let d = worst(6, 23, &cfg, |read, k, v, valid| {
                 // 4 divides nothing (a tail of 3); 23 is one block; 5 leaves a tail of 3.
                 [4, 23, 5, 1]
-                    .map(|b| read.blocked(k, v, b).unwrap())
+                    .map(|b| read.blocked(k, v, valid, b).unwrap())
                     .to_vec()
             });
             assert!(d < 1e-5, "{window:?} {softcap:?}: blocked differs by {d}");

@@ -235,6 +235,19 @@ impl Fields<'_> {
 }
 
 impl HybridConfig {
+    /// The window sublayer `i` attends within, if it slides.
+    pub fn window(&self, i: usize) -> Option<usize> {
+        self.attention
+            .sliding_window
+            .filter(|_| self.sliding.get(i) == Some(&true))
+    }
+
+    /// The columns of sublayer `i`'s key/value cache in a state of `capacity` columns: a
+    /// sliding sublayer's cache is a ring of its window (or of `capacity`, when smaller).
+    pub fn cache_columns(&self, i: usize, capacity: usize) -> usize {
+        self.window(i).map_or(capacity, |w| w.min(capacity))
+    }
+
     /// Reads `config.json` from the checkpoint directory `dir`.
     pub fn load(dir: &Path) -> Result<HybridConfig> {
         let path = dir.join("config.json");

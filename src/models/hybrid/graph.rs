@@ -18,8 +18,9 @@ use crate::ops::Tensor;
 pub enum SublayerState<T> {
     /// A Mamba-2 mixer's convolution inputs and SSM state (as Mamba-2's layers).
     Mamba(LayerState<T>),
-    /// An attention sublayer's keys (`[b, kv_heads, head_dim, capacity]` f32) and values
-    /// (`[b, kv_heads, capacity, head_dim]`).
+    /// An attention sublayer's keys (`[b, kv_heads, head_dim, columns]` f32) and values
+    /// (`[b, kv_heads, columns, head_dim]`): the state's capacity, or a sliding sublayer's
+    /// ring ([`HybridConfig::cache_columns`]).
     Attention {
         /// Keys (rotated).
         k: T,
@@ -218,7 +219,7 @@ fn sublayer(
             } else {
                 norm(n)?
             };
-            let window = cfg.attention.sliding_window.filter(|_| cfg.sliding[i]);
+            let window = cfg.window(i);
             let (mut out, k, v) = attention(&x, &s.at, k, v, attn, &cfg.attention, window)?;
             if s.decode {
                 out = out.squeeze(&[1])?;

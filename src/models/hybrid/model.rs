@@ -213,15 +213,17 @@ impl Hybrid {
         let sublayers = c
             .sublayers
             .iter()
-            .map(|k| {
+            .enumerate()
+            .map(|(i, k)| {
+                let cols = c.cache_columns(i, capacity);
                 Ok(match k {
                     SublayerKind::Mamba => SublayerState::Mamba(LayerState {
                         conv: zeros(&[rows, m.conv_dim(), m.conv_kernel])?,
                         ssm: zeros(&[rows, m.num_heads, m.head_dim, m.state_size])?,
                     }),
                     SublayerKind::Attention => SublayerState::Attention {
-                        k: zeros(&[rows, a.num_kv_heads, a.head_dim, capacity])?,
-                        v: zeros(&[rows, a.num_kv_heads, capacity, a.head_dim])?,
+                        k: zeros(&[rows, a.num_kv_heads, a.head_dim, cols])?,
+                        v: zeros(&[rows, a.num_kv_heads, cols, a.head_dim])?,
                     },
                     _ => SublayerState::None,
                 })
@@ -362,7 +364,7 @@ impl Hybrid {
         let need = state.column + len + reserve;
         let state = if need > state.capacity() {
             let grown = need.max(2 * state.capacity());
-            grow(state, grown.next_multiple_of(CAPACITY_STEP))?
+            grow(state, grown.next_multiple_of(CAPACITY_STEP), &self.config)?
         } else {
             state
         };
@@ -586,10 +588,12 @@ impl Hybrid {
     }
 }
 
-/// `state` with its attention caches and `valid` widened to `capacity` columns (zeros).
-pub(super) fn grow(state: HybridState, capacity: usize) -> Result<HybridState> {
+/// `state` with its attention caches and `valid` widened to `capacity` columns (zeros); a
+/// sliding sublayer's ring to as many as `cfg` gives it (no position has wrapped in a ring
+/// narrower than its window, so its columns stay where they are).
+pub(super) fn grow(state: HybridState, capacity: usize, cfg: &HybridConfig) -> Result<HybridState> {
     // The columns are axis 1 of `valid`, 3 of the keys and 2 of the values.
-    let widen = |a: &HostArray, axis: usize| -> Result<HostArray> {
+    let widen = |a: &HostArray, axis: usize, capacity: usize| -> Result<HostArray> {
         let dims = a.dims().to_vec();
         let (outer, old): (usize, usize) = (dims[..axis].iter().product(), dims[axis]);
         let inner: usize = dims[axis + 1..].iter().product::<usize>() * 4;
@@ -606,17 +610,18 @@ pub(super) fn grow(state: HybridState, capacity: usize) -> Result<HybridState> {
     let sublayers = state
         .sublayers
         .iter()
-        .map(|s| match s {
+        .enumerate()
+        .map(|(i, s)| match s {
             SublayerState::Attention { k, v } => Ok(SublayerState::Attention {
-                k: widen(k, 3)?,
-                v: widen(v, 2)?,
+                k: widen(k, 3, cfg.cache_columns(i, capacity))?,
+                v: widen(v, 2, cfg.cache_columns(i, capacity))?,
             }),
             other => Ok(other.clone()),
         })
         .collect::<Result<_>>()?;
     Ok(HybridState {
         sublayers,
-        valid: widen(&state.valid, 1)?,
+        valid: widen(&state.valid, 1, capacity)?,
         column: state.column,
         positions: state.positions,
     })

@@ -22,7 +22,7 @@ impl SlotFamily for Hybrid {
                 state.column
             )));
         }
-        let state = grow(state, capacity)?;
+        let state = grow(state, capacity, self.config())?;
         let rows = state.rows();
         let mut flat: Vec<HostArray> = Vec::new();
         for s in state.sublayers {
@@ -82,15 +82,16 @@ impl SlotFamily for Hybrid {
         let (m, a) = (&c.mamba, &c.attention);
         let f = |dims: &[usize]| TensorType::new(DType::F32, dims);
         let mut types = Vec::new();
-        for kind in &c.sublayers {
+        for (i, kind) in c.sublayers.iter().enumerate() {
+            let cols = c.cache_columns(i, capacity);
             match kind {
                 SublayerKind::Mamba => types.extend([
                     f(&[rows, m.conv_dim(), m.conv_kernel]),
                     f(&[rows, m.num_heads, m.head_dim, m.state_size]),
                 ]),
                 SublayerKind::Attention => types.extend([
-                    f(&[rows, a.num_kv_heads, a.head_dim, capacity]),
-                    f(&[rows, a.num_kv_heads, capacity, a.head_dim]),
+                    f(&[rows, a.num_kv_heads, a.head_dim, cols]),
+                    f(&[rows, a.num_kv_heads, cols, a.head_dim]),
                 ]),
                 _ => {}
             }
