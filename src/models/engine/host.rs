@@ -34,7 +34,8 @@ pub(crate) trait Family {
     fn stablehlo(&self, prompts: &[Vec<u32>], options: &GenerateOptions) -> Result<[String; 3]>;
     /// The prompts (checked: at least one, none empty), left-padded to at least `pad_to`
     /// positions, fed after `init` (a fresh state when `None`) with room for `reserve` more
-    /// tokens: the logits at each prompt position.
+    /// tokens: the logits at each prompt position, or at the last only (`[b, 1, vocab]`;
+    /// every caller reads the last).
     fn prefill_reserving(
         &self,
         prompts: &[Vec<u32>],

@@ -87,6 +87,10 @@ impl Family for Hybrid {
         })
     }
 
+    fn logits_at_every_position(&self, prompts: &[Vec<u32>]) -> Result<HostArray> {
+        Ok(Hybrid::prefill(self, prompts)?.logits)
+    }
+
     fn prefill_last(&self, prompts: &[Vec<u32>]) -> Result<HostArray> {
         Hybrid::prefill_last(self, prompts)
     }

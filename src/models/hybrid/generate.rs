@@ -333,8 +333,10 @@ impl Hybrid {
         let v = engine::variant(options);
         let sublayers = &empty.sublayers;
         Ok([
-            text(&|g, w| self.forward_outputs(g, w, (b, len, cap, chunk), false, sublayers))?,
-            text(&|g, w| self.forward_outputs(g, w, (b, 1, cap, 1), true, sublayers))?,
+            text(&|g, w| {
+                self.forward_outputs(g, w, (b, len, cap, chunk), (false, false), sublayers)
+            })?,
+            text(&|g, w| self.forward_outputs(g, w, (b, 1, cap, 1), (true, false), sublayers))?,
             text(&|g, w| self.generate_outputs(g, w, (b, len, cap, chunk), capacity, v, &empty))?,
         ])
     }

@@ -78,6 +78,9 @@ pub(super) enum Kind {
     Prefill,
     /// Prompts from the start, the logits after the last position only.
     PrefillLast,
+    /// Prompts after a state, the logits after the last position only (what a generation, a
+    /// stream and a served slot start from).
+    PrefillLastFrom,
     /// One token per row after a state.
     Step,
     /// Generation in one program, up to this many tokens.
@@ -241,7 +244,7 @@ impl Hybrid {
     /// padded to the longest: the logits at every position and the state after the prompts.
     pub fn prefill(&self, prompts: &[Vec<u32>]) -> Result<HybridPrefill> {
         let state = self.empty_state(prompts.len(), 0)?;
-        self.run_prefill(prompts, state, 0, 0)
+        self.run_prefill(prompts, state, (0, 0), false)
     }
 
     /// [`Hybrid::prefill`] continuing from `state` (one row per prompt, as a prefill or step
@@ -250,11 +253,12 @@ impl Hybrid {
     /// what is wrong.
     pub fn prefill_from(&self, prompts: &[Vec<u32>], state: HybridState) -> Result<HybridPrefill> {
         self.check_state("prefill_from", &state, prompts.len())?;
-        self.run_prefill(prompts, state, 0, 0)
+        self.run_prefill(prompts, state, (0, 0), false)
     }
 
     /// [`Hybrid::prefill`] (or, after `state`, [`Hybrid::prefill_from`]) with caches that
-    /// have room for `reserve` more tokens, the prompts padded to at least `pad_to` positions.
+    /// have room for `reserve` more tokens, the prompts padded to at least `pad_to` positions:
+    /// the logits after the last position only (`[b, 1, vocab]`; the head runs on it alone).
     pub(super) fn prefill_reserving(
         &self,
         prompts: &[Vec<u32>],
@@ -269,17 +273,18 @@ impl Hybrid {
             }
             None => self.empty_state(prompts.len(), 0)?,
         };
-        self.run_prefill(prompts, state, reserve, pad_to)
+        self.run_prefill(prompts, state, (reserve, pad_to), true)
     }
 
     /// The prefill, with room for `reserve` more columns after the prompts (padded to at least
-    /// `pad_to` positions).
+    /// `pad_to` positions): the logits at every prompt position, or with `last_only` after the
+    /// last.
     fn run_prefill(
         &self,
         prompts: &[Vec<u32>],
         state: HybridState,
-        reserve: usize,
-        pad_to: usize,
+        (reserve, pad_to): (usize, usize),
+        last_only: bool,
     ) -> Result<HybridPrefill> {
         if prompts.is_empty() || prompts.iter().any(Vec::is_empty) {
             return Err(Error::InvalidArgument(
@@ -288,7 +293,7 @@ impl Hybrid {
         }
         let longest = prompts.iter().map(Vec::len).max().unwrap_or(0);
         let (rows, chunk) = self.padded_rows(prompts, pad_to);
-        let (logits, state) = self.forward(&rows, state, chunk, reserve)?;
+        let (logits, state) = self.forward(&rows, state, (chunk, reserve), last_only)?;
         Ok(HybridPrefill {
             logits: engine::last_positions(&logits, longest)?,
             state,
@@ -338,7 +343,7 @@ impl Hybrid {
     pub fn step(&self, tokens: &[u32], state: HybridState) -> Result<(HostArray, HybridState)> {
         self.check_state("step", &state, tokens.len())?;
         let rows: Vec<Vec<Option<u32>>> = tokens.iter().map(|&t| vec![Some(t)]).collect();
-        let (logits, state) = self.forward(&rows, state, 1, 0)?;
+        let (logits, state) = self.forward(&rows, state, (1, 0), false)?;
         let (b, v) = (tokens.len(), self.config.vocab_size);
         let logits =
             HostArray::from_bytes(&TensorType::new(DType::F32, &[b, v]), &logits.to_bytes())?;
@@ -352,13 +357,14 @@ impl Hybrid {
     }
 
     /// Feeds `rows` (equal lengths, `None` = padding) after `state`, growing the caches to hold
-    /// them and `reserve` more columns: the logits `[b, L, vocab]` and the next state.
+    /// them and `reserve` more columns: the logits `[b, L, vocab]` (`[b, 1, vocab]` with
+    /// `last_only`) and the next state.
     fn forward(
         &self,
         rows: &[Vec<Option<u32>>],
         state: HybridState,
-        chunk: usize,
-        reserve: usize,
+        (chunk, reserve): (usize, usize),
+        last_only: bool,
     ) -> Result<(HostArray, HybridState)> {
         let (b, len) = (rows.len(), rows[0].len());
         let need = state.column + len + reserve;
@@ -372,9 +378,14 @@ impl Hybrid {
         let fed = self.feed(rows, &state)?;
         let decode = len == 1;
         let template = state.sublayers.clone();
-        let kind = if decode { Kind::Step } else { Kind::Prefill };
+        let kind = match (decode, last_only) {
+            (true, _) => Kind::Step,
+            (false, true) => Kind::PrefillLastFrom,
+            (false, false) => Kind::Prefill,
+        };
         let program = self.program((kind, b, len, cap, chunk), |g, w| {
-            self.forward_outputs(g, w, (b, len, cap, chunk), decode, &template)
+            let last = last_only && !decode;
+            self.forward_outputs(g, w, (b, len, cap, chunk), (decode, last), &template)
         })?;
         let mut inputs = vec![
             host_input("tokens", fed.ids),
@@ -412,15 +423,16 @@ impl Hybrid {
     }
 
     /// The outputs of a forward program for `(b, len, cap, chunk)` (rows, positions, cache
-    /// columns, Mamba-2 chunk) after states shaped like `template`: the logits `[b, len,
-    /// vocab]`, then the states' tensors. Parameters after the weights: `tokens`, `mask`,
-    /// `positions` (rotary), `column`, `valid`, the states.
+    /// columns, Mamba-2 chunk) after states shaped like `template`, a decode step or not and
+    /// the last position's logits only or not: the logits `[b, len, vocab]` (`[b, 1, vocab]`),
+    /// then the states' tensors. Parameters after the weights: `tokens`, `mask`, `positions`
+    /// (rotary), `column`, `valid`, the states.
     pub(super) fn forward_outputs(
         &self,
         g: &Graph,
         w: &HybridWeights<Tensor>,
         (b, len, cap, chunk): (usize, usize, usize, usize),
-        decode: bool,
+        (decode, last_only): (bool, bool),
         template: &[SublayerState<HostArray>],
     ) -> Result<Vec<Tensor>> {
         let tokens = g.parameter("tokens", DType::I32, &[b, len])?;
@@ -454,7 +466,7 @@ impl Hybrid {
             gather: decode && self.gather,
             chunk,
             remat: false,
-            last_only: false,
+            last_only,
         };
         let (logits, next) = forward(&step, &states, w, &self.config)?;
         let mut outs = vec![logits];

@@ -134,8 +134,9 @@ impl SlotFamily for Hybrid {
             false => padded.next_multiple_of(CAPACITY_STEP),
         };
         let template = self.empty_state(rows, cap)?.sublayers;
-        self.program((Kind::Prefill, rows, padded, cap, chunk), |g, w| {
-            self.forward_outputs(g, w, (rows, padded, cap, chunk), false, &template)
+        self.program((Kind::PrefillLastFrom, rows, padded, cap, chunk), |g, w| {
+            let last = (false, true);
+            self.forward_outputs(g, w, (rows, padded, cap, chunk), last, &template)
         })?;
         Ok(())
     }
