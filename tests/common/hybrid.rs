@@ -9,8 +9,8 @@ pub fn fixture(name: &str) -> PathBuf {
     super::fixtures_dir().join("hybrid").join(name)
 }
 
-/// The fixture `name` of `tests/fixtures/transformers/` (`llama`, `llama_linear`, `qwen2`,
-/// `qwen3`, `mistral`, `gemma2`).
+/// The fixture `name` of `tests/fixtures/transformers/` (`llama`, `llama_linear`,
+/// `llama_mlp_bias`, `qwen2`, `qwen3`, `mistral`, `gemma2`).
 pub fn transformer(name: &str) -> PathBuf {
     super::fixtures_dir().join("transformers").join(name)
 }

@@ -138,6 +138,11 @@ fn llama_with_linear_scaling_and_a_tied_head_matches_transformers() {
 }
 
 #[test]
+fn llama_with_mlp_biases_matches_transformers() {
+    check("llama_mlp_bias");
+}
+
+#[test]
 fn qwen2_matches_transformers() {
     check("qwen2");
 }

@@ -57,6 +57,7 @@ pub(crate) fn read(f: &mut Fields<'_>) -> Result<HybridConfig> {
     let mlp = MlpConfig {
         intermediate,
         activation: Activation::GeluTanhGlu,
+        bias: false,
     };
     let sizes = (hidden_size, vocab_size);
     let stack = attention_then_mlp(f, HybridFamily::Gemma2, sizes, attention, mlp, &sliding);

@@ -133,6 +133,8 @@ pub struct MlpConfig {
     pub intermediate: usize,
     /// Activation.
     pub activation: Activation,
+    /// Biases on the projections (Llama's `mlp_bias`).
+    pub bias: bool,
 }
 
 /// A mixture of experts' shape.
@@ -503,6 +505,7 @@ fn feed_forward(
     let gated = |intermediate| MlpConfig {
         intermediate,
         activation: Activation::SwiGlu,
+        bias: false,
     };
     if experts > 0 {
         let moe = MoeConfig {
@@ -709,6 +712,7 @@ fn nemotron_h(f: &mut Fields<'_>) -> Result<HybridConfig> {
     let relu2 = |intermediate| MlpConfig {
         intermediate,
         activation: Activation::Relu2,
+        bias: false,
     };
     let has = |k| kinds.contains(&k);
     let mlp = has(SublayerKind::Mlp).then(|| relu2(f.size("intermediate_size")));

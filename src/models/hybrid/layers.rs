@@ -32,9 +32,10 @@ fn activate(u: &Tensor, act: Activation, intermediate: usize) -> Result<Tensor> 
 
 /// An MLP on `x` (`[..., hidden]` f32).
 pub(crate) fn mlp(x: &Tensor, w: &MlpWeights<Tensor>, cfg: MlpConfig) -> Result<Tensor> {
-    let u = w.up.apply(x, None)?;
-    w.down
-        .apply(&activate(&u, cfg.activation, cfg.intermediate)?, None)
+    let biases = w.biases.as_ref();
+    let u = w.up.apply(x, biases.map(|b| &b.up))?;
+    let a = activate(&u, cfg.activation, cfg.intermediate)?;
+    w.down.apply(&a, biases.map(|b| &b.down))
 }
 
 /// The chosen experts (`[T, k]` integers) and their weights (`[T, k]` f32) for the router

@@ -26,6 +26,19 @@ pub struct MlpWeights<T> {
     pub up: Matrix<T>,
     /// `[hidden, intermediate]`.
     pub down: Matrix<T>,
+    /// The projections' biases, when the config has them (never for experts).
+    pub biases: Option<MlpBiases<T>>,
+}
+
+/// An MLP's biases (named `up_bias` and `down_bias` in the tree).
+#[derive(Tree, Debug, Clone)]
+pub struct MlpBiases<T> {
+    /// `[(2 *) intermediate]`, in the order of `up`'s rows.
+    #[tree(rename = "up_bias")]
+    pub up: T,
+    /// `[hidden]`.
+    #[tree(rename = "down_bias")]
+    pub down: T,
 }
 
 /// A mixture of experts.
@@ -230,6 +243,17 @@ impl Layout<'_> {
             Activation::SwiGlu | Activation::GeluTanhGlu => 2 * i,
             Activation::Relu2 => i,
         };
+        // A bias is named as its matrix with `.bias` for `.weight`.
+        let bias = |name: &String| name.replace(".weight", ".bias");
+        let biases = m.bias.then(|| MlpBiases {
+            up: self.joined(
+                up.iter().map(bias).collect(),
+                DType::F32,
+                &[rows / up.len()],
+                false,
+            ),
+            down: self.vector(bias(&down), h),
+        });
         let up = if up.len() == 1 {
             self.matrix(up.into_iter().next().unwrap_or_default(), &[rows, h])
         } else {
@@ -238,6 +262,7 @@ impl Layout<'_> {
         MlpWeights {
             up,
             down: self.matrix(down, &[h, i]),
+            biases,
         }
     }
 
@@ -262,6 +287,7 @@ impl Layout<'_> {
                 experts: MlpWeights {
                     up: self.matrix_of(self.joined(each("up_proj"), self.m, &[rows, h], true)),
                     down: self.matrix_of(self.joined(each("down_proj"), self.m, &[h, i], true)),
+                    biases: None,
                 },
                 shared: m.shared.map(|s| {
                     self.mlp(
@@ -279,6 +305,7 @@ impl Layout<'_> {
                 experts: MlpWeights {
                     up: self.matrix(format!("{b}input_linear.weight"), &[e, rows, h]),
                     down: self.matrix(format!("{b}output_linear.weight"), &[e, h, i]),
+                    biases: None,
                 },
                 shared: m.shared.map(|s| {
                     self.mlp(

@@ -25,11 +25,6 @@ pub(crate) fn read(f: &mut Fields<'_>, family: HybridFamily) -> Result<HybridCon
         Some(d) => d as usize,
         None => hidden_size / heads.max(1),
     };
-    if f.flag_or("mlp_bias", false) {
-        return Err(Error::InvalidArgument(
-            "mlp_bias true is not supported (MLP projections without biases only)".into(),
-        ));
-    }
     if let Some(act) = v.get("hidden_act").and_then(Value::as_str) {
         if act != "silu" {
             return Err(Error::InvalidArgument(format!(
@@ -73,6 +68,7 @@ pub(crate) fn read(f: &mut Fields<'_>, family: HybridFamily) -> Result<HybridCon
     let mlp = MlpConfig {
         intermediate,
         activation: Activation::SwiGlu,
+        bias: f.flag_or("mlp_bias", false),
     };
     let sizes = (hidden_size, vocab_size);
     Ok(attention_then_mlp(
