@@ -4,9 +4,9 @@
 //! (with `linear` and `llama3` frequency scaling), biases, per-head query and key RMS norms,
 //! logit soft-capping and sliding windows (masked by position, so padding between the pieces
 //! of a prompt does not narrow them; their caches are rings of the window, [`ring`]) are
-//! options of the config. A prompt over a long cache
-//! attends in blocks of [`KEY_BLOCK`] keys with a running softmax, so its memory grows with the
-//! cache, not with the cache times the prompt.
+//! options of the config. A prompt over a long cache attends in blocks of [`KEY_BLOCK`] keys
+//! with a running softmax, so its memory grows with the cache, not with the cache times the
+//! prompt.
 
 mod ring;
 
