@@ -25,9 +25,9 @@ pub(crate) const SHIPPED_MODEL: &str = "models/mamba2-bytes";
 #[derive(Args)]
 pub(crate) struct ModelArgs {
     /// Checkpoint directory (HF or mamba_ssm): config.json, *.safetensors, and tokenizer.json
-    /// when present. Its config.json's model_type picks the family: mamba2, mamba,
-    /// falcon_mamba, bamba, granitemoehybrid and nemotron_h for generate, emit, bench, eval and
-    /// serve; grad and train take mamba2 only so far. Default: the byte-level Mamba-2 shipped
+    /// when present. Its config.json's model_type picks the family (mamba2, mamba,
+    /// falcon_mamba, bamba, granitemoehybrid, nemotron_h, llama, qwen2, qwen3, mistral, gemma2)
+    /// for every subcommand that takes it. Default: the byte-level Mamba-2 shipped
     /// in models/mamba2-bytes/ (for `bench`: the 130M shape); without that directory, the 130M
     /// shape.
     #[arg(long, value_name = "DIR", conflicts_with = "shape")]
