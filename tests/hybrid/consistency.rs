@@ -118,6 +118,7 @@ fn caches_grow_past_their_capacity() {
             "{name}: the caches did not grow"
         );
         if let Some(w) = m.config().attention.sliding_window {
+            assert_eq!(w, 80, "{name}: the config edit did not take");
             // Memory flat past the window: every layer of Mistral slides.
             for s in &state.sublayers {
                 if let Some(k) = s.tensors().first() {
