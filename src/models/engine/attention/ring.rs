@@ -38,7 +38,7 @@ pub(super) fn attend(
     let values = Tensor::concat(&[v, vn], 2)?;
     let valid = Tensor::concat(&[&held(&before, width)?, &fresh], 1)?;
     let out = read.attend(&keys, &values, &valid)?;
-    let (k, v) = write_prompt(k, v, kn, vn, &fresh, &after)?;
+    let (k, v) = write_prompt(k, v, (kn, vn), &fresh, (&before, &after))?;
     Ok((out, k, v))
 }
 
@@ -123,15 +123,14 @@ fn write_step(
 }
 
 /// The rings with a prompt's tokens written: each column takes the prompt's token of the
-/// newest position that maps to it, if the prompt has one (its last `R` positions); the other
-/// columns keep what they held.
+/// newest position that maps to it, if the prompt has one (its last `R` positions: those after
+/// `before`); the other columns keep what they held.
 fn write_prompt(
     k: &Tensor,
     v: &Tensor,
-    kn: &Tensor,
-    vn: &Tensor,
+    (kn, vn): (&Tensor, &Tensor),
     fresh: &Tensor,
-    after: &Tensor,
+    (before, after): (&Tensor, &Tensor),
 ) -> Result<(Tensor, Tensor)> {
     let g = k.graph();
     let (b, width, len) = (k.dims()[0], v.dims()[2], vn.dims()[2]);
@@ -145,10 +144,12 @@ fn write_prompt(
     let dims = [b, len, width];
     let t = g.iota(DType::I32, &dims, 1)?;
     let from = hot.select(&t, 0.0)?.sum(&[1])?; // [b, R]
-    let taken = hot
-        .select(&g.ones(DType::I32, &dims)?, 0.0)?
-        .sum(&[1])?
-        .gt(0.0)?;
+                                                // A column is the prompt's when the position it ends up holding came after `before`.
+    let newest = before
+        .astype(DType::F32)?
+        .add(1.0)?
+        .reshape(&[b as isize, 1])?;
+    let taken = held(after, width)?.gt(&newest)?; // [b, R]
     let (b, width) = (b as isize, width as isize);
     let keys = kn.take_along_axis(&from.reshape(&[b, 1, 1, width])?, 3)?;
     let values = vn.take_along_axis(&from.reshape(&[b, 1, width, 1])?, 2)?;
