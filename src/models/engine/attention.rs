@@ -4,10 +4,12 @@
 //! (with `linear` and `llama3` frequency scaling), biases, per-head query and key RMS norms,
 //! logit soft-capping and sliding windows (masked by position, so padding between the pieces
 //! of a prompt does not narrow them; their caches are rings of the window, [`ring`]) are
-//! options of the config. A prompt over a long cache attends in blocks of [`KEY_BLOCK`] keys
-//! with a running softmax, so its memory grows with the cache, not with the cache times the
+//! options of the config. A prompt over a long cache attends in blocks ([`QUERY_BLOCK`] of its
+//! queries by [`KEY_BLOCK`] keys) with a running softmax, skipping the key blocks a query block
+//! cannot see ([`blocks`]), so its memory grows with the cache, not with the cache times the
 //! prompt.
 
+mod blocks;
 mod ring;
 
 use crate::tree::Tree;
@@ -28,6 +30,9 @@ const HIDDEN: f64 = -1e30;
 
 /// A prompt over a cache of more columns than this attends in blocks of this many keys.
 pub(crate) const KEY_BLOCK: usize = 512;
+
+/// The queries of a prompt attended together when it attends in blocks.
+const QUERY_BLOCK: usize = 512;
 
 /// How rotary frequencies are scaled for contexts beyond the trained one (transformers'
 /// `rope_scaling` / `rope_parameters`).
@@ -360,8 +365,9 @@ impl Read<'_> {
     /// (`[b, n]`, position + 1, 0 for none) marks: `[b, L, g, r, d]`; a prompt over more than
     /// [`KEY_BLOCK`] keys in blocks.
     fn attend(&self, k: &Tensor, v: &Tensor, valid: &Tensor) -> Result<Tensor> {
-        match self.q.dims()[1] > 1 && v.dims()[2] > KEY_BLOCK {
-            true => self.blocked(k, v, valid, KEY_BLOCK),
+        let len = self.q.dims()[1];
+        match len > 1 && v.dims()[2] > KEY_BLOCK {
+            true => self.blocked(k, v, valid, (QUERY_BLOCK, KEY_BLOCK)),
             false => self.whole(k, v, valid),
         }
     }
@@ -391,82 +397,6 @@ impl Read<'_> {
     fn whole(&self, k: &Tensor, v: &Tensor, valid: &Tensor) -> Result<Tensor> {
         let p = self.scores(k, valid)?.softmax(-1)?;
         Tensor::einsum("bgrlc,bgcd->blgrd", &[&p, v])
-    }
-
-    /// Attention over the keys in blocks of `block` with a running softmax (the largest score
-    /// so far, the sum of the exponentials and the weighted values, rescaled as the largest
-    /// grows): `[b, L, g, r, d]`, the same as [`Read::whole`] up to rounding.
-    fn blocked(&self, k: &Tensor, v: &Tensor, valid: &Tensor, block: usize) -> Result<Tensor> {
-        let g = k.graph();
-        let [b, len, kvh, rep, hd] = [0, 1, 2, 3, 4].map(|i| self.q.dims()[i]);
-        let cap = v.dims()[2];
-        let run = Running {
-            max: g.full(HIDDEN, DType::F32, &[b, kvh, rep, len])?,
-            sum: g.zeros(DType::F32, &[b, kvh, rep, len])?,
-            acc: g.zeros(DType::F32, &[b, kvh, rep, len, hd])?,
-        };
-        let zero = g.scalar(0.0, DType::I32)?;
-        let whole = cap / block;
-        let (max, sum, acc) = g.fori_loop(0, whole as i64, &run.carry(), |j, state| {
-            let first = j.astype(DType::I32)?.mul(block as f64)?;
-            // The block's columns of the keys (axis 3), the values (axis 2) or `valid` (1).
-            let cut = |t: &Tensor, axis: usize| {
-                let mut sizes = t.dims().to_vec();
-                sizes[axis] = block;
-                let mut starts = vec![&zero; t.rank()];
-                starts[axis] = &first;
-                t.dynamic_slice(&starts, &sizes)
-            };
-            let s = self.scores(&cut(k, 3)?, &cut(valid, 1)?)?;
-            Ok(Running::from(state).update(&s, &cut(v, 2)?)?.carry())
-        })?;
-        let mut run = Running { max, sum, acc };
-        let tail = cap % block;
-        if tail > 0 {
-            let at = cap - tail;
-            let s = self.scores(&k.narrow(3, at, tail)?, &valid.narrow(1, at, tail)?)?;
-            run = run.update(&s, &v.narrow(2, at, tail)?)?;
-        }
-        let out = run.acc.div(&run.sum.expand_dims(-1)?)?; // [b, g, r, L, d]
-        out.transpose(&[0, 3, 1, 2, 4])
-    }
-}
-
-/// A running softmax over key blocks: per query, the largest score so far, the sum of the
-/// exponentials relative to it, and the values weighted by them.
-struct Running {
-    /// `[b, g, r, L]`.
-    max: Tensor,
-    /// `[b, g, r, L]`.
-    sum: Tensor,
-    /// `[b, g, r, L, d]`.
-    acc: Tensor,
-}
-
-impl Running {
-    fn carry(&self) -> (Tensor, Tensor, Tensor) {
-        (self.max.clone(), self.sum.clone(), self.acc.clone())
-    }
-
-    fn from((max, sum, acc): &(Tensor, Tensor, Tensor)) -> Running {
-        Running {
-            max: max.clone(),
-            sum: sum.clone(),
-            acc: acc.clone(),
-        }
-    }
-
-    /// With one more block's scores `s` (`[b, g, r, L, n]`) and values (`[b, g, n, d]`).
-    fn update(&self, s: &Tensor, values: &Tensor) -> Result<Running> {
-        let max = self.max.maximum(&s.max(&[-1])?)?;
-        let p = s.sub(&max.expand_dims(-1)?)?.exp()?;
-        let fade = self.max.sub(&max)?.exp()?;
-        let sum = self.sum.mul(&fade)?.add(&p.sum(&[-1])?)?;
-        let acc = self
-            .acc
-            .mul(&fade.expand_dims(-1)?)?
-            .add(&Tensor::einsum("bgrlc,bgcd->bgrld", &[&p, values])?)?;
-        Ok(Running { max, sum, acc })
     }
 }
 
@@ -566,12 +496,12 @@ mod tests {
     }
 
     /// Two rows over a cache of `cap` columns whose last `len` are the new tokens at `column`:
-    /// row 0 left-padded by 3 columns, row 1 by none; `valid` holds position + 1.
-    fn inputs(len: usize, cap: usize) -> (HostArray, HostArray, usize) {
+    /// row 0 left-padded by `pad` columns, row 1 by none; `valid` holds position + 1.
+    fn inputs(len: usize, cap: usize, pad: usize) -> (HostArray, HostArray, usize) {
         let column = cap - len - 2;
         let (mut valid, mut rotary) = (vec![0f32; 2 * cap], vec![0i32; 2 * len]);
         for r in 0..2 {
-            let pad = if r == 0 { 3 } else { 0 };
+            let pad = if r == 0 { pad } else { 0 };
             for c in pad..column + len {
                 valid[r * cap + c] = (c - pad) as f32 + 1.0;
             }
@@ -587,12 +517,12 @@ mod tests {
         )
     }
 
-    /// The largest difference between `whole` and each of `others` of the same graph.
+    /// The largest difference within the pairs `pairs` gives (over the queries, keys, values
+    /// and `valid` of one graph), row 0 padded by `pad`.
     fn worst(
-        len: usize,
-        cap: usize,
+        (len, cap, pad): (usize, usize, usize),
         cfg: &AttentionConfig,
-        others: impl Fn(&Read<'_>, &Tensor, &Tensor, &Tensor) -> Vec<Tensor>,
+        pairs: impl Fn(&Read<'_>, &Tensor, &Tensor, &Tensor) -> Vec<(Tensor, Tensor)>,
     ) -> f64 {
         let g = Graph::new();
         let q = g.parameter("q", DType::F32, &[2, len, 2, 2, 4]).unwrap();
@@ -600,15 +530,17 @@ mod tests {
         let v = g.parameter("v", DType::F32, &[2, 2, cap, 4]).unwrap();
         let valid = g.parameter("valid", DType::F32, &[2, cap]).unwrap();
         let rotary = g.parameter("rotary", DType::I32, &[2, len]).unwrap();
-        let (valid_in, rotary_in, _) = inputs(len, cap);
+        let (valid_in, rotary_in, _) = inputs(len, cap, pad);
         let read = Read {
             q: &q,
             rotary: &rotary,
             cfg,
             window: cfg.sliding_window,
         };
-        let mut outs = vec![read.whole(&k, &v, &valid).unwrap()];
-        outs.extend(others(&read, &k, &v, &valid));
+        let outs: Vec<Tensor> = pairs(&read, &k, &v, &valid)
+            .into_iter()
+            .flat_map(|(a, b)| [a, b])
+            .collect();
         g.set_outputs(&outs.iter().collect::<Vec<_>>()).unwrap();
         let got = crate::interp::evaluate(
             &g,
@@ -621,14 +553,12 @@ mod tests {
             ],
         )
         .unwrap();
-        let want = got[0].to_f64_vec();
-        got[1..]
-            .iter()
-            .flat_map(|o| {
-                assert_eq!(o.dims(), got[0].dims());
-                o.to_f64_vec()
-                    .iter()
-                    .zip(&want)
+        got.chunks(2)
+            .flat_map(|pair| {
+                assert_eq!(pair[0].dims(), pair[1].dims());
+                let (a, b) = (pair[0].to_f64_vec(), pair[1].to_f64_vec());
+                a.iter()
+                    .zip(&b)
                     .map(|(a, b)| (a - b).abs())
                     .collect::<Vec<_>>()
             })
@@ -637,16 +567,41 @@ mod tests {
 
     #[test]
     fn blocks_with_a_running_softmax_equal_the_whole_cache() {
-        for (window, softcap) in [(None, None), (Some(3), None), (None, Some(1.5))] {
+        // Row 0 padded by 3 (rows at different positions) and by none (block edges exact).
+        let cases = [(None, None), (Some(3), None), (None, Some(1.5))];
+        for ((window, softcap), pad) in cases.into_iter().flat_map(|c| [(c, 3), (c, 0)]) {
             let cfg = config(window, softcap);
-            let d = worst(6, 23, &cfg, |read, k, v, valid| {
-                // 4 divides nothing (a tail of 3); 23 is one block; 5 leaves a tail of 3.
-                [4, 23, 5, 1]
-                    .map(|b| read.blocked(k, v, valid, b).unwrap())
+            let d = worst((6, 23, pad), &cfg, |read, k, v, valid| {
+                // Keys: 4 divides nothing (a tail of 3); 23 is one block; 5 leaves a tail of 3.
+                // Queries: all 6 at once; 2 divides them; 4 leaves a tail of 2.
+                let whole = read.whole(k, v, valid).unwrap();
+                [(6, 4), (6, 23), (6, 5), (6, 1), (2, 4), (4, 5), (1, 3)]
+                    .map(|b| (whole.clone(), read.blocked(k, v, valid, b).unwrap()))
                     .to_vec()
             });
-            assert!(d < 1e-5, "{window:?} {softcap:?}: blocked differs by {d}");
+            assert!(
+                d < 1e-5,
+                "{window:?} {softcap:?} {pad}: blocked differs by {d}"
+            );
         }
+    }
+
+    #[test]
+    fn blocks_differentiate_as_the_whole_cache() {
+        let cfg = config(Some(3), None);
+        // The gradients of the output's weighted sum with respect to the queries, keys and
+        // values: through the loops over query and key blocks and the skipping conditionals.
+        let grads = |read: &Read<'_>, k: &Tensor, v: &Tensor, out: &Tensor| {
+            let w = read.q.graph().iota(DType::F32, out.dims(), 1).unwrap();
+            let loss = out.mul(w.cos().unwrap()).unwrap().sum_all().unwrap();
+            loss.grad(&[read.q, k, v]).unwrap()
+        };
+        let d = worst((6, 23, 0), &cfg, |read, k, v, valid| {
+            let whole = grads(read, k, v, &read.whole(k, v, valid).unwrap());
+            let blocked = grads(read, k, v, &read.blocked(k, v, valid, (4, 5)).unwrap());
+            whole.into_iter().zip(blocked).collect()
+        });
+        assert!(d < 1e-5, "the gradients differ by {d}");
     }
 
     #[test]
