@@ -19,7 +19,7 @@ use crate::error::{Error, Result};
 use crate::optim::AdamW;
 use crate::runtime::Client;
 use crate::serving::{
-    AnySlots, AnySnapshot, DynSlotModel, Piece, Segment, SegmentOutput, SlotModel,
+    AnySlots, AnySnapshot, DynSlotModel, Piece, Segment, SegmentOutput, SlotModel, SlotSize,
 };
 
 /// A causal language model of any family on a device: prompts in, logits and tokens out, and
@@ -201,8 +201,8 @@ impl SlotModel for Box<dyn CausalLm> {
     fn prompt_bucket(&self, len: usize) -> Result<usize> {
         self.as_slots().prompt_bucket(len)
     }
-    fn open_slots(&self, slots: usize, context: usize) -> Result<AnySlots> {
-        self.as_slots().open_slots(slots, context)
+    fn open_slots(&self, slots: usize, size: SlotSize) -> Result<AnySlots> {
+        self.as_slots().open_slots(slots, size)
     }
     fn fill_slots(
         &self,
@@ -215,16 +215,16 @@ impl SlotModel for Box<dyn CausalLm> {
     fn prepare_fill(
         &self,
         slots: usize,
-        context: usize,
+        size: SlotSize,
         rows: usize,
         bucket: usize,
         continued: bool,
     ) -> Result<()> {
         self.as_slots()
-            .prepare_fill(slots, context, rows, bucket, continued)
+            .prepare_fill(slots, size, rows, bucket, continued)
     }
-    fn prepare_segments(&self, slots: usize, context: usize, capacity: usize) -> Result<()> {
-        self.as_slots().prepare_segments(slots, context, capacity)
+    fn prepare_segments(&self, slots: usize, size: SlotSize, capacity: usize) -> Result<()> {
+        self.as_slots().prepare_segments(slots, size, capacity)
     }
     fn run_segment(&self, slots: AnySlots, segment: &Segment) -> Result<(AnySlots, SegmentOutput)> {
         self.as_slots().run_segment(slots, segment)
@@ -256,8 +256,8 @@ impl SlotModel for Box<dyn CausalLm> {
     fn snapshot_bytes(&self, snapshot: &AnySnapshot) -> usize {
         self.as_slots().snapshot_bytes(snapshot)
     }
-    fn prepare_snapshots(&self, slots: usize, context: usize) -> Result<()> {
-        self.as_slots().prepare_snapshots(slots, context)
+    fn prepare_snapshots(&self, slots: usize, size: SlotSize) -> Result<()> {
+        self.as_slots().prepare_snapshots(slots, size)
     }
 }
 

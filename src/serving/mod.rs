@@ -24,6 +24,17 @@ pub use scheduler::Scheduler;
 use crate::error::{Error, Result};
 use crate::sampling::{Penalties, Sampling};
 
+/// What each slot holds at most: the tokens of prompt and generation of one request, fed in
+/// pieces of up to `piece` tokens (a model with attention sizes its caches by both, as each
+/// piece is padded to its bucket before its keys and values are kept).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlotSize {
+    /// The most tokens of prompt and generation.
+    pub context: usize,
+    /// The most prompt tokens fed in one call.
+    pub piece: usize,
+}
+
 /// One segment program call over every slot: what each slot does, and how many steps.
 #[derive(Debug, Clone)]
 pub struct Segment<'a> {
@@ -104,8 +115,8 @@ pub trait SlotModel {
     /// The padded length prompts of `len` tokens are prefilled at (prompts with the same
     /// bucket are prefilled together in one call).
     fn prompt_bucket(&self, len: usize) -> Result<usize>;
-    /// `slots` empty slots, each holding up to `context` tokens of prompt and generation.
-    fn open_slots(&self, slots: usize, context: usize) -> Result<Self::Slots>;
+    /// `slots` empty slots, each holding what `size` says.
+    fn open_slots(&self, slots: usize, size: SlotSize) -> Result<Self::Slots>;
     /// Prefills `rows` (slot index, prompt) together and writes each prompt's state and logits
     /// into its slot; the other slots are untouched. With `continued`, each prompt continues
     /// from the state its slot holds (the next piece of a prompt fed in pieces); else from an
@@ -117,20 +128,20 @@ pub trait SlotModel {
         continued: bool,
     ) -> Result<Self::Slots>;
     /// Compiles, without running, what [`SlotModel::fill_slots`] runs for `rows` prompts of
-    /// bucket `bucket` into `slots` slots of `context` tokens (fresh, and with `continued` also
+    /// bucket `bucket` into `slots` slots of `size` (fresh, and with `continued` also
     /// continuing).
     fn prepare_fill(
         &self,
         slots: usize,
-        context: usize,
+        size: SlotSize,
         rows: usize,
         bucket: usize,
         continued: bool,
     ) -> Result<()>;
     /// Compiles, without running, every segment program [`SlotModel::run_segment`] can run
-    /// over `slots` slots of `context` tokens with `capacity` steps (greedy and sampled), so
+    /// over `slots` slots of `size` with `capacity` steps (greedy and sampled), so
     /// that together with [`SlotModel::prepare_fill`] serving compiles nothing later.
-    fn prepare_segments(&self, slots: usize, context: usize, capacity: usize) -> Result<()>;
+    fn prepare_segments(&self, slots: usize, size: SlotSize, capacity: usize) -> Result<()>;
     /// Runs one segment over all slots (donated as in [`SlotModel::fill_slots`]).
     fn run_segment(
         &self,
@@ -180,8 +191,8 @@ pub trait SlotModel {
     /// The device memory a snapshot holds, in bytes.
     fn snapshot_bytes(&self, snapshot: &Self::Snapshot) -> usize;
     /// Compiles, without running, the snapshot and restore programs for `slots` slots of
-    /// `context` tokens.
-    fn prepare_snapshots(&self, slots: usize, context: usize) -> Result<()>;
+    /// `size`.
+    fn prepare_snapshots(&self, slots: usize, size: SlotSize) -> Result<()>;
 }
 
 /// Checks a segment's per-slot lists against `slots` and its steps against its capacity.
@@ -252,7 +263,7 @@ pub trait DynSlotModel {
     /// [`SlotModel::prompt_bucket`].
     fn prompt_bucket(&self, len: usize) -> Result<usize>;
     /// [`SlotModel::open_slots`].
-    fn open_slots(&self, slots: usize, context: usize) -> Result<AnySlots>;
+    fn open_slots(&self, slots: usize, size: SlotSize) -> Result<AnySlots>;
     /// [`SlotModel::fill_slots`].
     fn fill_slots(
         &self,
@@ -264,13 +275,13 @@ pub trait DynSlotModel {
     fn prepare_fill(
         &self,
         slots: usize,
-        context: usize,
+        size: SlotSize,
         rows: usize,
         bucket: usize,
         continued: bool,
     ) -> Result<()>;
     /// [`SlotModel::prepare_segments`].
-    fn prepare_segments(&self, slots: usize, context: usize, capacity: usize) -> Result<()>;
+    fn prepare_segments(&self, slots: usize, size: SlotSize, capacity: usize) -> Result<()>;
     /// [`SlotModel::run_segment`].
     fn run_segment(&self, slots: AnySlots, segment: &Segment) -> Result<(AnySlots, SegmentOutput)>;
     /// [`SlotModel::programs_compiled`].
@@ -293,7 +304,7 @@ pub trait DynSlotModel {
     /// [`SlotModel::snapshot_bytes`].
     fn snapshot_bytes(&self, snapshot: &AnySnapshot) -> usize;
     /// [`SlotModel::prepare_snapshots`].
-    fn prepare_snapshots(&self, slots: usize, context: usize) -> Result<()>;
+    fn prepare_snapshots(&self, slots: usize, size: SlotSize) -> Result<()>;
 }
 
 impl<M: SlotModel> DynSlotModel for M
@@ -307,9 +318,9 @@ where
     fn prompt_bucket(&self, len: usize) -> Result<usize> {
         SlotModel::prompt_bucket(self, len)
     }
-    fn open_slots(&self, slots: usize, context: usize) -> Result<AnySlots> {
+    fn open_slots(&self, slots: usize, size: SlotSize) -> Result<AnySlots> {
         Ok(AnySlots(Box::new(SlotModel::open_slots(
-            self, slots, context,
+            self, slots, size,
         )?)))
     }
     fn fill_slots(
@@ -324,15 +335,15 @@ where
     fn prepare_fill(
         &self,
         slots: usize,
-        context: usize,
+        size: SlotSize,
         rows: usize,
         bucket: usize,
         continued: bool,
     ) -> Result<()> {
-        SlotModel::prepare_fill(self, slots, context, rows, bucket, continued)
+        SlotModel::prepare_fill(self, slots, size, rows, bucket, continued)
     }
-    fn prepare_segments(&self, slots: usize, context: usize, capacity: usize) -> Result<()> {
-        SlotModel::prepare_segments(self, slots, context, capacity)
+    fn prepare_segments(&self, slots: usize, size: SlotSize, capacity: usize) -> Result<()> {
+        SlotModel::prepare_segments(self, slots, size, capacity)
     }
     fn run_segment(&self, slots: AnySlots, segment: &Segment) -> Result<(AnySlots, SegmentOutput)> {
         let (slots, out) = SlotModel::run_segment(self, slots.take()?, segment)?;
@@ -375,8 +386,8 @@ where
             .downcast_ref::<M::Snapshot>()
             .map_or(0, |s| SlotModel::snapshot_bytes(self, s))
     }
-    fn prepare_snapshots(&self, slots: usize, context: usize) -> Result<()> {
-        SlotModel::prepare_snapshots(self, slots, context)
+    fn prepare_snapshots(&self, slots: usize, size: SlotSize) -> Result<()> {
+        SlotModel::prepare_snapshots(self, slots, size)
     }
 }
 

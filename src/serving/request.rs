@@ -91,6 +91,15 @@ impl SchedulerOptions {
         let most = self.max_prompt.saturating_add(self.max_tokens);
         self.max_context.map_or(most, |c| c.min(most))
     }
+
+    /// What each slot holds: [`SchedulerOptions::context`] tokens, fed in pieces of up to
+    /// `prompt_piece` (at most `max_prompt`).
+    pub fn slot_size(&self) -> super::SlotSize {
+        super::SlotSize {
+            context: self.context(),
+            piece: self.prompt_piece.min(self.max_prompt),
+        }
+    }
 }
 
 impl Default for SchedulerOptions {

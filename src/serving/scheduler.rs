@@ -66,7 +66,7 @@ impl<M: SlotModel> Scheduler<M> {
                 "SchedulerOptions.max_context is 0; it must be at least 2".into(),
             ));
         }
-        let slots = model.open_slots(o.slots, o.context())?;
+        let slots = model.open_slots(o.slots, o.slot_size())?;
         let table = (0..o.slots).map(|_| None).collect();
         let cache = PrefixCache::new(o.prompt_piece, o.prefix_cache_bytes);
         Ok(Scheduler {
@@ -107,15 +107,15 @@ impl<M: SlotModel> Scheduler<M> {
         for &b in &buckets {
             for &g in &sizes {
                 self.model
-                    .prepare_fill(o.slots, o.context(), g, b, pieces)?;
+                    .prepare_fill(o.slots, o.slot_size(), g, b, pieces)?;
                 if mixing {
                     self.model.prepare_mixed(o.slots, g, b)?;
                 }
             }
         }
         self.model
-            .prepare_segments(o.slots, o.context(), o.segment)?;
-        self.model.prepare_snapshots(o.slots, o.context())?;
+            .prepare_segments(o.slots, o.slot_size(), o.segment)?;
+        self.model.prepare_snapshots(o.slots, o.slot_size())?;
         Ok(buckets.len() * sizes.len())
     }
 
@@ -734,7 +734,7 @@ impl<M: SlotModel> Scheduler<M> {
         self.slots = None;
         self.slots = Some(
             self.model
-                .open_slots(self.options.slots, self.options.context())?,
+                .open_slots(self.options.slots, self.options.slot_size())?,
         );
         Ok(events)
     }

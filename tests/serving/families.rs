@@ -203,3 +203,45 @@ fn every_family_reuses_a_cached_prefix_and_copies_n_choices() {
         assert_eq!(s.model().programs_compiled(), compiled, "{name}");
     }
 }
+
+#[test]
+fn a_request_filling_the_context_fits_its_slot_with_the_last_piece_padded() {
+    // A context of 42 tokens fed in pieces of 8: a 41-token prompt's last piece, one token,
+    // is written padded to 16 columns from column 40, past the context. A slot keeps only
+    // real tokens' columns but has room for that: nothing compiles after the warm-up (a slot
+    // too narrow would grow the continuing prefill's caches, a new program), and every
+    // request gives what generate gives it alone.
+    let long = |len: usize, seed: usize| -> Vec<u32> {
+        (0..len)
+            .map(|j| (3 + (seed * 13 + j * 5) % 90) as u32)
+            .collect()
+    };
+    let dirs = ["llama", "mistral", "gemma2"].map(common::hybrid::transformer);
+    for dir in dirs.into_iter().chain([common::hybrid::fixture("bamba")]) {
+        let o = SchedulerOptions {
+            max_prompt: 41,
+            max_context: Some(42),
+            ..options()
+        };
+        let (reference, name, mut s, compiled) = served(&dir, o);
+        let mut asked = Vec::new();
+        for (i, (len, max_tokens)) in [(41, 1), (30, 12), (33, 9), (1, 12), (17, 11)]
+            .into_iter()
+            .enumerate()
+        {
+            let r = Request {
+                prompt: long(len, i),
+                max_tokens,
+                sampling: Sampling::Greedy,
+                ..Default::default()
+            };
+            asked.push((s.submit(r.clone()).unwrap(), r));
+        }
+        let got = drain(&mut s);
+        for (id, r) in &asked {
+            let want = alone(reference.as_ref(), &r.prompt, r.max_tokens);
+            assert_eq!(got[id].0, want, "{name}: request {id}");
+        }
+        assert_eq!(s.model().programs_compiled(), compiled, "{name}");
+    }
+}

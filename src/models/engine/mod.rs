@@ -14,7 +14,7 @@ pub(crate) mod slots;
 pub(crate) use host::*;
 pub(crate) use placement::Placement;
 pub(crate) use programs::{call, check_weight_types, Device, Named, Programs, Value};
-pub(crate) use slots::SlotFamily;
+pub(crate) use slots::{prompt_bucket, SlotFamily};
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};

@@ -18,7 +18,7 @@ use crate::dtype::{DType, TensorType};
 use crate::error::{Error, Result};
 use crate::ops::Graph;
 use crate::runtime::ShardedBuffer;
-use crate::serving::{check_segment, Piece, Segment, SegmentOutput, SlotModel};
+use crate::serving::{check_segment, Piece, Segment, SegmentOutput, SlotModel, SlotSize};
 use crate::sharding::Sharding;
 
 /// The positions a prompt bucket grows by: buckets are this times 1, 2, 3, 4, 6, 8, 12, ...
@@ -50,10 +50,10 @@ pub(crate) trait SlotFamily: Family {
     fn slot_names(&self) -> Vec<String>;
     /// The types of `rows` empty slot rows with caches of `capacity` columns.
     fn slot_types(&self, rows: usize, capacity: usize) -> Result<Vec<TensorType>>;
-    /// The cache columns a slot needs for `context` tokens of prompt and generation (prompts
-    /// padded to their buckets included); 0 for a family without caches, whose rows then
-    /// continue from their slots together.
-    fn slot_capacity(&self, context: usize) -> usize;
+    /// The cache columns a slot of `size` needs (a prompt piece padded to its bucket
+    /// included); 0 for a family without caches, whose rows then continue from their slots
+    /// together.
+    fn slot_capacity(&self, size: SlotSize) -> usize;
     /// The padded length a prompt of `len` tokens is prefilled at ([`prompt_bucket`] unless
     /// the family pads otherwise).
     fn slot_bucket(&self, len: usize) -> Result<usize> {
@@ -377,7 +377,7 @@ impl<F: SlotFamily + Send + Sync> SlotModel for F {
         self.slot_bucket(len)
     }
 
-    fn open_slots(&self, slots: usize, context: usize) -> Result<FamilySlots> {
+    fn open_slots(&self, slots: usize, size: SlotSize) -> Result<FamilySlots> {
         if slots == 0 {
             return Err(Error::InvalidArgument(
                 "serving needs at least one slot".into(),
@@ -389,7 +389,7 @@ impl<F: SlotFamily + Send + Sync> SlotModel for F {
                 "serving runs a model on one device so far; this one spans {devices}"
             )));
         }
-        let capacity = self.slot_capacity(context);
+        let capacity = self.slot_capacity(size);
         let client = self.device().client();
         let zeros = |t: &TensorType| {
             client.sharded_buffer_from_host_array(&HostArray::zeros(t), &Sharding::single())
@@ -403,7 +403,7 @@ impl<F: SlotFamily + Send + Sync> SlotModel for F {
                 .map(zeros)
                 .collect::<Result<_>>()?,
             capacity,
-            context,
+            context: size.context,
         })
     }
 
@@ -447,12 +447,12 @@ impl<F: SlotFamily + Send + Sync> SlotModel for F {
     fn prepare_fill(
         &self,
         slots: usize,
-        context: usize,
+        size: SlotSize,
         rows: usize,
         bucket: usize,
         continued: bool,
     ) -> Result<()> {
-        let capacity = self.slot_capacity(context);
+        let capacity = self.slot_capacity(size);
         self.prepare_prefill(rows, bucket, false, capacity)?;
         self.insert_program(slots, rows, capacity)?;
         if continued {
@@ -465,8 +465,8 @@ impl<F: SlotFamily + Send + Sync> SlotModel for F {
         Ok(())
     }
 
-    fn prepare_segments(&self, slots: usize, context: usize, capacity: usize) -> Result<()> {
-        let columns = self.slot_capacity(context);
+    fn prepare_segments(&self, slots: usize, size: SlotSize, capacity: usize) -> Result<()> {
+        let columns = self.slot_capacity(size);
         let subsets = (0..usize::BITS)
             .map(|i| 1usize << i)
             .take_while(|&m| m < slots);
@@ -478,7 +478,7 @@ impl<F: SlotFamily + Send + Sync> SlotModel for F {
             self.prepare_segment(slots, None, columns, capacity, hold)?;
         }
         // Penalties, biases and log-probabilities: every slot at once.
-        let width = history_width(context, capacity);
+        let width = history_width(size.context, capacity);
         for sample in [false, true] {
             let v = slot_variant(sample, true, Hold::Once);
             self.slot_segment_program(slots, None, columns, capacity, v, width)?;
@@ -655,8 +655,8 @@ impl<F: SlotFamily + Send + Sync> SlotModel for F {
         snapshot.buffers.iter().map(|b| b.bytes_per_device()).sum()
     }
 
-    fn prepare_snapshots(&self, slots: usize, context: usize) -> Result<()> {
-        let capacity = self.slot_capacity(context);
+    fn prepare_snapshots(&self, slots: usize, size: SlotSize) -> Result<()> {
+        let capacity = self.slot_capacity(size);
         self.snapshot_program(slots, capacity)?;
         self.insert_program(slots, 1, capacity).map(drop)
     }

@@ -606,18 +606,8 @@ impl Hybrid {
 pub(super) fn grow(state: HybridState, capacity: usize, cfg: &HybridConfig) -> Result<HybridState> {
     // The columns are axis 1 of `valid`, 3 of the keys and 2 of the values.
     let widen = |a: &HostArray, axis: usize, capacity: usize| -> Result<HostArray> {
-        let dims = a.dims().to_vec();
-        let (outer, old): (usize, usize) = (dims[..axis].iter().product(), dims[axis]);
-        let inner: usize = dims[axis + 1..].iter().product::<usize>() * 4;
-        let bytes = a.to_bytes();
-        let mut out = vec![0u8; outer * capacity * inner];
-        for r in 0..outer {
-            let src = &bytes[r * old * inner..(r + 1) * old * inner];
-            out[r * capacity * inner..r * capacity * inner + old * inner].copy_from_slice(src);
-        }
-        let mut new_dims = dims;
-        new_dims[axis] = capacity;
-        HostArray::from_bytes(&TensorType::new(a.dtype(), &new_dims), &out)
+        let (rows, old) = (a.dims()[0], a.dims()[axis]);
+        take_columns(a, axis, &vec![(0..old).collect(); rows], capacity)
     };
     let sublayers = state
         .sublayers
@@ -637,4 +627,43 @@ pub(super) fn grow(state: HybridState, capacity: usize, cfg: &HybridConfig) -> R
         column: state.column,
         positions: state.positions,
     })
+}
+
+/// `a` (rows first) with axis `axis` rebuilt to `width`: index `j` of row `r` takes index
+/// `from[r][j]` of `a`, zeros after `from[r]`. Runs of consecutive indices are copied at once.
+pub(super) fn take_columns(
+    a: &HostArray,
+    axis: usize,
+    from: &[Vec<usize>],
+    width: usize,
+) -> Result<HostArray> {
+    let dims = a.dims().to_vec();
+    let (rows, old) = (dims[0], dims[axis]);
+    let outer: usize = dims[1..axis].iter().product();
+    let inner = dims[axis + 1..].iter().product::<usize>() * a.dtype().size_in_bytes();
+    let bytes = a.to_bytes();
+    let mut out = vec![0u8; rows * outer * width * inner];
+    for (r, from) in from.iter().enumerate().take(rows) {
+        // (to, from, length) of each run.
+        let mut runs: Vec<(usize, usize, usize)> = Vec::new();
+        for (j, &c) in from.iter().enumerate().take(width) {
+            match runs.last_mut() {
+                Some((to, at, n)) if *to + *n == j && *at + *n == c => *n += 1,
+                _ => runs.push((j, c, 1)),
+            }
+        }
+        for o in 0..outer {
+            let (src, dst) = (
+                (r * outer + o) * old * inner,
+                (r * outer + o) * width * inner,
+            );
+            for &(to, at, n) in &runs {
+                out[dst + to * inner..dst + (to + n) * inner]
+                    .copy_from_slice(&bytes[src + at * inner..src + (at + n) * inner]);
+            }
+        }
+    }
+    let mut dims = dims;
+    dims[axis] = width;
+    HostArray::from_bytes(&TensorType::new(a.dtype(), &dims), &out)
 }

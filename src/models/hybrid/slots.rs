@@ -2,36 +2,31 @@
 //! caches of a fixed capacity and, per row, which cache columns hold real tokens, the column
 //! of its next token and its next rotary position.
 
+use super::config::HybridConfig;
 use super::config::SublayerKind;
 use super::graph::SublayerState;
-use super::model::{grow, Hybrid, HybridState, Kind, CAPACITY_STEP};
+use super::model::{take_columns, Hybrid, HybridState, Kind, CAPACITY_STEP};
 use crate::array::HostArray;
 use crate::compiled::CompiledGraph;
 use crate::dtype::{DType, TensorType};
 use crate::error::{Error, Result};
 use crate::models::common::LayerState;
-use crate::models::engine::{Device, SlotFamily, Value, Variant};
+use crate::models::engine::{prompt_bucket, Device, SlotFamily, Value, Variant};
+use crate::serving::SlotSize;
 
 impl SlotFamily for Hybrid {
     /// The sublayers' tensors, `valid` `[rows, capacity]`, the cache `column` of each row
-    /// (`[rows]` i32) and its rotary `positions`.
+    /// (`[rows]` i32) and its rotary `positions`; each row's real tokens packed into its first
+    /// columns ([`pack`]), so a slot keeps no column of padding.
     fn slot_rows(&self, state: HybridState, capacity: usize) -> Result<Vec<Value>> {
-        if state.capacity() > capacity {
-            return Err(Error::InvalidArgument(format!(
-                "the prompt took {} cache columns, more than a slot's {capacity}",
-                state.column
-            )));
-        }
-        let state = grow(state, capacity, self.config())?;
+        let (state, columns) = pack(state, capacity, self.config())?;
         let rows = state.rows();
         let mut flat: Vec<HostArray> = Vec::new();
         for s in state.sublayers {
             flat.extend(s.tensors().into_iter().cloned());
         }
-        // Fits an i32: a column is below the capacity of a buffer's columns.
-        let column = vec![state.column as i32; rows];
         flat.push(state.valid);
-        flat.push(HostArray::from_vec(&[rows], column)?);
+        flat.push(HostArray::from_vec(&[rows], columns)?);
         flat.push(HostArray::from_vec(&[rows], state.positions)?);
         Ok(flat.into_iter().map(Value::Host).collect())
     }
@@ -102,10 +97,16 @@ impl SlotFamily for Hybrid {
         Ok(types)
     }
 
-    /// Room for `context` tokens with each prompt piece padded (to its bucket, then to the
-    /// Mamba-2 chunk): at most twice its tokens.
-    fn slot_capacity(&self, context: usize) -> usize {
-        (2 * context).next_multiple_of(CAPACITY_STEP) + CAPACITY_STEP
+    /// Room for `size.context` tokens (a slot keeps only real tokens' columns, [`pack`]) and
+    /// for the most a piece of up to `size.piece` tokens is padded by while it is written (to
+    /// its bucket, then to the Mamba-2 chunk), in multiples of 16 columns.
+    fn slot_capacity(&self, size: SlotSize) -> usize {
+        let most = size.piece.clamp(1, size.context.max(1));
+        let padding = (1..=most)
+            .filter_map(|len| Some(self.padding(prompt_bucket(len).ok()?).0 - len))
+            .max()
+            .unwrap_or(0);
+        (size.context + padding).next_multiple_of(16)
     }
 
     fn slot_segment_program(
@@ -144,4 +145,58 @@ impl SlotFamily for Hybrid {
     fn device(&self) -> &dyn Device {
         self.programs()
     }
+}
+
+/// `state` with each row's real tokens (the columns `valid` marks) packed into its first
+/// columns, in order, and the caches fitted to `capacity` columns: the full-attention caches
+/// and `valid` moved column by column, the rings (sliding layers, kept by position) cut or
+/// widened, which keeps what they hold (a ring narrower than its window has not wrapped: a
+/// row's positions are fewer than its columns). Also each row's next column: its real tokens'
+/// count. A row with more real tokens than `capacity` is an error.
+fn pack(
+    state: HybridState,
+    capacity: usize,
+    cfg: &HybridConfig,
+) -> Result<(HybridState, Vec<i32>)> {
+    let valid = state.valid.as_array::<f32>()?;
+    let real: Vec<Vec<usize>> = valid
+        .outer_iter()
+        .map(|row| {
+            let marked = row.iter().enumerate().filter(|(_, &p)| p > 0.0);
+            marked.map(|(c, _)| c).collect()
+        })
+        .collect();
+    if let Some(most) = real.iter().map(Vec::len).max().filter(|&n| n > capacity) {
+        return Err(Error::InvalidArgument(format!(
+            "a slot row would hold {most} tokens, more than its {capacity} cache columns"
+        )));
+    }
+    let sublayers = state
+        .sublayers
+        .iter()
+        .enumerate()
+        .map(|(i, s)| match s {
+            SublayerState::Attention { k, v } => {
+                let width = cfg.cache_columns(i, capacity);
+                let from = match cfg.window(i) {
+                    Some(_) => vec![(0..width.min(v.dims()[2])).collect(); real.len()],
+                    None => real.clone(),
+                };
+                Ok(SublayerState::Attention {
+                    k: take_columns(k, 3, &from, width)?,
+                    v: take_columns(v, 2, &from, width)?,
+                })
+            }
+            other => Ok(other.clone()),
+        })
+        .collect::<Result<_>>()?;
+    // Fits an i32: a count of columns of a buffer.
+    let columns = real.iter().map(|r| r.len() as i32).collect();
+    let state = HybridState {
+        sublayers,
+        valid: take_columns(&state.valid, 1, &real, capacity)?,
+        column: 0,
+        positions: state.positions,
+    };
+    Ok((state, columns))
 }

@@ -200,7 +200,7 @@ impl SlotFamily for Mamba1 {
             .collect())
     }
 
-    fn slot_capacity(&self, _context: usize) -> usize {
+    fn slot_capacity(&self, _size: crate::serving::SlotSize) -> usize {
         0
     }
 

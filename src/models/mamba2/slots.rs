@@ -24,7 +24,7 @@ impl SlotFamily for Mamba2 {
             .collect())
     }
 
-    fn slot_capacity(&self, _context: usize) -> usize {
+    fn slot_capacity(&self, _size: crate::serving::SlotSize) -> usize {
         0
     }
 
