@@ -74,9 +74,10 @@ fn two_pieces_equal_the_whole_prompt() {
 fn long_prompts_in_blocks_equal_short_pieces() {
     // Past 512 cache columns a prompt attends in blocks, and past 512 queries its queries in
     // blocks too (a loop over them, the key blocks no query of a block sees skipped): the whole
-    // ragged prompt (1,100 and 700 tokens) against thirds (at most 367 queries a piece), whose
-    // attention is one block of queries over the key blocks. A sliding window of 4 skips nearly
-    // every key block; Gemma 2 adds soft-capping and alternating windows.
+    // ragged prompt (1,100 and 700 tokens) against thirds of all but its last two tokens (at
+    // most 366 queries a piece), whose attention is one block of queries over the key blocks,
+    // then those two as decode steps over a cache of more than 512 columns. A sliding window
+    // of 4 skips nearly every key block; Gemma 2 adds soft-capping and alternating windows.
     let rows: Vec<Vec<u32>> = [1100usize, 700]
         .iter()
         .enumerate()
@@ -94,8 +95,8 @@ fn long_prompts_in_blocks_equal_short_pieces() {
         let w = whole.logits.to_f64_vec();
         let mut state = None;
         for k in 0..3 {
-            // Each row in thirds: at most 367 queries a piece.
-            let cut = |r: &Vec<u32>, k: usize| k * r.len() / 3;
+            // Each row but its last two tokens in thirds.
+            let cut = |r: &Vec<u32>, k: usize| k * (r.len() - 2) / 3;
             let piece: Vec<Vec<u32>> = rows
                 .iter()
                 .map(|r| r[cut(r, k)..cut(r, k + 1)].to_vec())
@@ -121,6 +122,24 @@ fn long_prompts_in_blocks_equal_short_pieces() {
                 }
             }
             state = Some(out.state);
+        }
+        let mut state = state.unwrap();
+        for back in [2, 1] {
+            let tokens: Vec<u32> = rows.iter().map(|r| r[r.len() - back]).collect();
+            let (logits, next) = m.step(&tokens, state).unwrap();
+            assert!(next.capacity() > 512, "{name}: {} columns", next.capacity());
+            let p = logits.to_f64_vec();
+            for (r, row) in rows.iter().enumerate() {
+                let all = &w[(r * lw + lw - back) * vocab..][..vocab];
+                let size = all.iter().fold(1f64, |a, b| a.max(b.abs()));
+                let d = max_abs(&p[r * vocab..][..vocab], all);
+                assert!(
+                    d < 1e-4 * size,
+                    "{name} row {r} token {}: a step differs by {d} (logits up to {size})",
+                    row.len() - back
+                );
+            }
+            state = next;
         }
     }
 }

@@ -124,11 +124,13 @@ impl Read<'_> {
                 t.dynamic_slice(&starts, &sizes)
             };
             let seen = cut(valid, 1)?;
-            let (keys, values) = (cut(k, 3)?, cut(v, 2)?);
+            // The keys and values are cut in the branch that reads them: a skipped block is
+            // not copied.
             g.cond(
                 &self.may_see(&seen)?,
                 state,
                 |s| {
+                    let (keys, values) = (cut(k, 3)?, cut(v, 2)?);
                     Ok(Running::from(s)
                         .update(&self.scores(&keys, &seen)?, &values)?
                         .carry())
