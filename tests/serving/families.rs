@@ -64,30 +64,42 @@ pub(crate) fn served(dir: &Path, o: SchedulerOptions) -> Served {
     (reference, name, s, compiled)
 }
 
+/// Submits a greedy request of each `(prompt, max_tokens)` to `s`, runs them all, and checks
+/// that each gives the tokens `reference` generates for its prompt alone, ending at its length.
+fn greedy_as_alone(
+    reference: &dyn CausalLm,
+    name: &str,
+    s: &mut Scheduler<Box<dyn CausalLm>>,
+    asks: Vec<(Vec<u32>, usize)>,
+) {
+    let mut asked = Vec::new();
+    for (prompt, max_tokens) in asks {
+        let r = Request {
+            prompt,
+            max_tokens,
+            sampling: Sampling::Greedy,
+            ..Default::default()
+        };
+        asked.push((s.submit(r.clone()).unwrap(), r));
+    }
+    let got = drain(s);
+    for (id, r) in &asked {
+        let want = alone(reference, &r.prompt, r.max_tokens);
+        assert_eq!(
+            got[id].0, want,
+            "{name}: request {id} (prompt {:?})",
+            r.prompt
+        );
+        assert_eq!(got[id].1, Some(FinishReason::Length), "{name}");
+    }
+}
+
 #[test]
 fn every_family_serves_what_generate_gives_alone() {
     for dir in common::one_fixture_per_family() {
         let (reference, name, mut s, compiled) = served(&dir, options());
-        let mut asked = Vec::new();
-        for i in 0..7 {
-            let r = Request {
-                prompt: prompt(i),
-                max_tokens: 3 + (i * 5) % 10,
-                sampling: Sampling::Greedy,
-                ..Default::default()
-            };
-            asked.push((s.submit(r.clone()).unwrap(), r));
-        }
-        let got = drain(&mut s);
-        for (id, r) in &asked {
-            let want = alone(reference.as_ref(), &r.prompt, r.max_tokens);
-            assert_eq!(
-                got[id].0, want,
-                "{name}: request {id} (prompt {:?})",
-                r.prompt
-            );
-            assert_eq!(got[id].1, Some(FinishReason::Length), "{name}");
-        }
+        let asks = (0..7).map(|i| (prompt(i), 3 + (i * 5) % 10)).collect();
+        greedy_as_alone(reference.as_ref(), &name, &mut s, asks);
         assert_eq!(
             s.model().programs_compiled(),
             compiled,
@@ -224,24 +236,12 @@ fn a_request_filling_the_context_fits_its_slot_with_the_last_piece_padded() {
             ..options()
         };
         let (reference, name, mut s, compiled) = served(&dir, o);
-        let mut asked = Vec::new();
-        for (i, (len, max_tokens)) in [(41, 1), (30, 12), (33, 9), (1, 12), (17, 11)]
+        let asks = [(41, 1), (30, 12), (33, 9), (1, 12), (17, 11)]
             .into_iter()
             .enumerate()
-        {
-            let r = Request {
-                prompt: long(len, i),
-                max_tokens,
-                sampling: Sampling::Greedy,
-                ..Default::default()
-            };
-            asked.push((s.submit(r.clone()).unwrap(), r));
-        }
-        let got = drain(&mut s);
-        for (id, r) in &asked {
-            let want = alone(reference.as_ref(), &r.prompt, r.max_tokens);
-            assert_eq!(got[id].0, want, "{name}: request {id}");
-        }
+            .map(|(i, (len, max_tokens))| (long(len, i), max_tokens))
+            .collect();
+        greedy_as_alone(reference.as_ref(), &name, &mut s, asks);
         assert_eq!(s.model().programs_compiled(), compiled, "{name}");
     }
 }
