@@ -30,8 +30,8 @@ const BUCKET_STEP: usize = 16;
 pub(crate) trait SlotFamily: Family {
     /// The state's tensors as slots hold them, in the order of [`SlotFamily::slot_names`]:
     /// each with the rows first (what the family shares between rows, such as a cache column,
-    /// given to each row), caches widened to `capacity` columns. A state whose caches outgrew
-    /// `capacity` is an error. By default the state as [`Family::flatten_state`] gives it (a
+    /// given to each row), caches fitted to `capacity` columns. A state that does not fit is
+    /// an error. By default the state as [`Family::flatten_state`] gives it (a
     /// family without caches or shared tensors).
     fn slot_rows(&self, state: Self::State, capacity: usize) -> Result<Vec<Value>> {
         let _ = capacity;

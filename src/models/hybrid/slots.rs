@@ -195,7 +195,7 @@ fn pack(
     let state = HybridState {
         sublayers,
         valid: take_columns(&state.valid, 1, &real, capacity)?,
-        column: 0,
+        column: 0, // per row: `columns`
         positions: state.positions,
     };
     Ok((state, columns))
