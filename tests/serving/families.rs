@@ -26,6 +26,13 @@ fn prompt(i: usize) -> Vec<u32> {
         .collect()
 }
 
+/// A prompt of `len` tokens of the fixtures' vocabulary, varied by `seed`.
+fn tokens(len: usize, seed: usize) -> Vec<u32> {
+    (0..len)
+        .map(|j| (3 + (seed * 13 + j * 5) % 90) as u32)
+        .collect()
+}
+
 /// Three slots, prompts of up to 23 tokens fed in pieces of up to 8, no prefix cache.
 pub(crate) fn options() -> SchedulerOptions {
     SchedulerOptions {
@@ -223,11 +230,6 @@ fn a_request_filling_the_context_fits_its_slot_with_the_last_piece_padded() {
     // real tokens' columns but has room for that: nothing compiles after the warm-up (a slot
     // too narrow would grow the continuing prefill's caches, a new program), and every
     // request gives what generate gives it alone.
-    let long = |len: usize, seed: usize| -> Vec<u32> {
-        (0..len)
-            .map(|j| (3 + (seed * 13 + j * 5) % 90) as u32)
-            .collect()
-    };
     let dirs = ["llama", "mistral", "gemma2"].map(common::hybrid::transformer);
     for dir in dirs.into_iter().chain([common::hybrid::fixture("bamba")]) {
         let o = SchedulerOptions {
@@ -239,9 +241,36 @@ fn a_request_filling_the_context_fits_its_slot_with_the_last_piece_padded() {
         let asks = [(41, 1), (30, 12), (33, 9), (1, 12), (17, 11)]
             .into_iter()
             .enumerate()
-            .map(|(i, (len, max_tokens))| (long(len, i), max_tokens))
+            .map(|(i, (len, max_tokens))| (tokens(len, i), max_tokens))
             .collect();
         greedy_as_alone(reference.as_ref(), &name, &mut s, asks);
         assert_eq!(s.model().programs_compiled(), compiled, "{name}");
     }
+}
+
+#[test]
+fn a_segment_over_fewer_columns_than_a_sliding_window_gives_what_generate_gives() {
+    // A served segment decodes over the leading columns its rows' tokens need (16, 48 or all
+    // 80 of a slot's columns here). A Mistral with a window of 24: over 16 columns its rings
+    // are cut below the window, over 48 they are whole and wrap; requests growing through
+    // both give what generate gives each alone, and nothing compiles after the warm-up.
+    let dir = common::hybrid::copy_with(
+        "gemma2",
+        "decode-window",
+        |c| c.replace("\"sliding_window\": 4,", "\"sliding_window\": 24,"),
+        |_| true,
+    );
+    let o = SchedulerOptions {
+        max_tokens: 30,
+        max_context: Some(56),
+        ..options()
+    };
+    let (reference, name, mut s, compiled) = served(&dir, o);
+    let asks = [(3, 30), (2, 9), (5, 12), (20, 30), (1, 14), (6, 25)]
+        .into_iter()
+        .enumerate()
+        .map(|(i, (len, max_tokens))| (tokens(len, i), max_tokens))
+        .collect();
+    greedy_as_alone(reference.as_ref(), &name, &mut s, asks);
+    assert_eq!(s.model().programs_compiled(), compiled, "{name}");
 }

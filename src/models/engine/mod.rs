@@ -14,7 +14,7 @@ pub(crate) mod slots;
 pub(crate) use host::*;
 pub(crate) use placement::Placement;
 pub(crate) use programs::{call, check_weight_types, Device, Named, Programs, Value};
-pub(crate) use slots::{prompt_bucket, SlotFamily};
+pub(crate) use slots::{prompt_bucket, SlotFamily, SlotSegment};
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -418,7 +418,7 @@ pub(crate) fn control_parameters(
 }
 
 /// The shape of a segment program ([`segment_outputs`]).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct SegmentShape {
     /// The rows the logits and state hold.
     pub(crate) slots: usize,
@@ -431,6 +431,10 @@ pub(crate) struct SegmentShape {
     pub(crate) steps: usize,
     /// The penalty history's positions.
     pub(crate) width: usize,
+    /// Served slots decoded over their caches' leading columns: each state tensor's dims
+    /// after the rows (in the state's flattened order) that the decoded rows are cut to and
+    /// written back at the start of; `None`: whole.
+    pub(crate) cut: Option<Vec<Vec<usize>>>,
 }
 
 /// The segment program of a streamed generation (or of served slots) for a model whose state
@@ -462,11 +466,8 @@ pub(crate) fn segment_outputs<M: Stepper>(
         Some(m) => Some(g.parameter("rows", DType::I32, &[m])?),
         None => None,
     };
-    let picked: Vec<Tensor> = match &index {
-        Some(i) => all.iter().map(|t| t.take(i)).collect::<Result<_>>()?,
-        None => all.clone(),
-    };
-    let mut picked = picked.into_iter();
+    let cut = shape.cut.as_deref();
+    let mut picked = pick_rows(&all, index.as_ref(), cut)?.into_iter();
     let missing = || Error::InvalidArgument("segment: the state did not rebuild".into());
     let logits = picked.next().ok_or_else(missing)?;
     let states = M::State::unflatten(&all_states, &mut picked).ok_or_else(missing)?;
@@ -505,9 +506,11 @@ pub(crate) fn segment_outputs<M: Stepper>(
     let (out, end, logprobs) = decode_loop(model, start, &max_steps, &picker, shape.steps, v)?;
     let mut state_outs = vec![end.logits];
     end.states.flatten(&mut state_outs);
-    if let Some(index) = &index {
-        state_outs = scatter_rows(all, &state_outs, index)?;
-    }
+    state_outs = match &index {
+        Some(index) => scatter_rows(all, &state_outs, index)?,
+        None if cut.is_some() => write_leading(all, &state_outs)?,
+        None => state_outs,
+    };
     let mut outs = vec![out];
     outs.extend(state_outs);
     outs.push(end.done);
@@ -521,8 +524,69 @@ pub(crate) fn segment_outputs<M: Stepper>(
     Ok(outs)
 }
 
+/// The rows of `all` (`[slots, ...]` each: the logits, then the state) a segment decodes: those
+/// `index` (i32 `[m]`) names, all when `None`; with `cut`, each state tensor's leading part of
+/// the dims `cut` gives it (after the rows), copied alone.
+fn pick_rows(
+    all: &[Tensor],
+    index: Option<&Tensor>,
+    cut: Option<&[Vec<usize>]>,
+) -> Result<Vec<Tensor>> {
+    let g = all[0].graph();
+    let zero = g.scalar(0.0, DType::I32)?;
+    let short = || Error::InvalidArgument("segment: fewer cut dims than state tensors".into());
+    all.iter()
+        .enumerate()
+        .map(|(k, t)| {
+            let dims = match (k, cut) {
+                (0, _) | (_, None) => None,
+                (k, Some(c)) => Some(c.get(k - 1).ok_or_else(short)?),
+            };
+            match (index, dims) {
+                (Some(i), None) => t.take(i),
+                (None, None) => Ok(t.clone()),
+                (None, Some(d)) => {
+                    let mut sizes = vec![t.dims()[0]];
+                    sizes.extend(d);
+                    let starts = vec![&zero; sizes.len()];
+                    t.dynamic_slice(&starts, &sizes)
+                }
+                (Some(i), Some(d)) => {
+                    let mut sizes = vec![1];
+                    sizes.extend(d);
+                    let rows = (0..i.dims()[0])
+                        .map(|r| {
+                            let at = i.narrow(0, r, 1)?.reshape(&[])?;
+                            let mut starts = vec![&at];
+                            starts.extend(std::iter::repeat_n(&zero, d.len()));
+                            t.dynamic_slice(&starts, &sizes)
+                        })
+                        .collect::<Result<Vec<_>>>()?;
+                    Tensor::concat(&rows.iter().collect::<Vec<_>>(), 0)
+                }
+            }
+        })
+        .collect()
+}
+
+/// Each of `into` with the matching one of `parts` written at its start (where it is smaller:
+/// a state decoded over its leading columns).
+fn write_leading(into: Vec<Tensor>, parts: &[Tensor]) -> Result<Vec<Tensor>> {
+    into.into_iter()
+        .zip(parts)
+        .map(|(t, part)| {
+            if t.dims() == part.dims() {
+                return Ok(part.clone());
+            }
+            let zero = t.graph().scalar(0.0, DType::I32)?;
+            t.dynamic_update_slice(part, &vec![&zero; t.rank()])
+        })
+        .collect()
+}
+
 /// Each of `into` (`[slots, ...]`) with the rows of the matching `rows` (`[m, ...]`) written at
-/// the slots `index` (i32 `[m]`) names.
+/// the slots `index` (i32 `[m]`) names (at the start of each row's other axes where `rows` are
+/// smaller).
 pub(crate) fn scatter_rows(
     into: Vec<Tensor>,
     rows: &[Tensor],

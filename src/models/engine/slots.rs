@@ -21,6 +21,10 @@ use crate::runtime::ShardedBuffer;
 use crate::serving::{check_segment, Piece, Segment, SegmentOutput, SlotModel, SlotSize};
 use crate::sharding::Sharding;
 
+mod windows;
+pub(crate) use windows::decode_windows;
+use windows::{decode_columns, windowed};
+
 /// The positions a prompt bucket grows by: buckets are this times 1, 2, 3, 4, 6, 8, 12, ...
 const BUCKET_STEP: usize = 16;
 
@@ -59,19 +63,15 @@ pub(crate) trait SlotFamily: Family {
     fn slot_bucket(&self, len: usize) -> Result<usize> {
         prompt_bucket(len)
     }
-    /// The segment program ([`super::segment_outputs`]) over `slots` slot rows with caches of
-    /// `capacity` columns, decoding all of them or `rows` of them, up to `steps` steps, as
-    /// `v` says ([`slot_variant`]), with a penalty history of `width` positions when it has
-    /// penalties; the rows not decoding keep their state.
-    fn slot_segment_program(
-        &self,
-        slots: usize,
-        rows: Option<usize>,
-        capacity: usize,
-        steps: usize,
-        v: super::Variant,
-        width: usize,
-    ) -> Result<CompiledGraph>;
+    /// The slot tensors (i32 `[rows]`) that bound the cache columns a row holds: no real token
+    /// of a row is at or past the largest of its values in them. None by default (a family
+    /// without caches), which decodes its slots whole.
+    fn slot_extents(&self) -> Vec<usize> {
+        Vec::new()
+    }
+    /// The segment program ([`super::segment_outputs`]) of `s`, as `v` says
+    /// ([`slot_variant`]); the rows not decoding keep their state.
+    fn slot_segment_program(&self, s: SlotSegment, v: super::Variant) -> Result<CompiledGraph>;
     /// Compiles, without running, the prefill of `rows` prompts padded to `len` positions
     /// from an empty state, or with `continued` from slot rows of caches of `capacity`.
     fn prepare_prefill(
@@ -104,6 +104,25 @@ pub(crate) trait SlotFamily: Family {
     }
     /// Its programs on the device.
     fn device(&self) -> &dyn Device;
+}
+
+/// A served segment program's shape ([`SlotFamily::slot_segment_program`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SlotSegment {
+    /// The slot rows.
+    pub(crate) slots: usize,
+    /// The rows decoded when only some are (their indices a parameter); all when `None`.
+    pub(crate) rows: Option<usize>,
+    /// The slots' cache columns.
+    pub(crate) capacity: usize,
+    /// The leading cache columns the decoded rows are decoded over (at most `capacity`; the
+    /// rest of their caches untouched): a segment's attention and copies follow the tokens
+    /// its rows hold, not the slots' capacity.
+    pub(crate) columns: usize,
+    /// Up to this many decode steps.
+    pub(crate) steps: usize,
+    /// The penalty history's positions (with penalties).
+    pub(crate) width: usize,
 }
 
 /// The slots of a served family's model on the device.
@@ -348,19 +367,42 @@ trait Slots: SlotFamily {
 
     /// The segment program over `slots` slots decoding `rows` of them (all when `None`), each
     /// greedy and sampled, holding as `hold` says.
-    fn prepare_segment(
-        &self,
-        slots: usize,
-        rows: Option<usize>,
-        capacity: usize,
-        steps: usize,
-        hold: Hold,
-    ) -> Result<()> {
+    fn prepare_segment(&self, s: SlotSegment, hold: Hold) -> Result<()> {
         for sample in [false, true] {
-            let v = slot_variant(sample, false, hold);
-            self.slot_segment_program(slots, rows, capacity, steps, v, 0)?;
+            self.slot_segment_program(s, slot_variant(sample, false, hold))?;
         }
         Ok(())
+    }
+
+    /// What a segment decodes: the rows (every slot, or the active ones padded to a power of
+    /// two with free slots, whose states need no holding: then also their count; a subset
+    /// unless extras are asked for), how the rows not decoding are held (only a program over a
+    /// slot to keep holds states), and the leading cache columns: the fewest of
+    /// [`decode_windows`] that hold the active rows' tokens and the segment's, unless a
+    /// decoded slot is held or extras are asked for (those programs take the whole capacity).
+    fn segment_rows(
+        &self,
+        slots: &FamilySlots,
+        segment: &Segment,
+    ) -> Result<(Vec<usize>, Option<usize>, Hold, usize)> {
+        let n = slots.logits.dims()[0];
+        let (on, off): (Vec<usize>, Vec<usize>) = (0..n).partition(|&i| segment.active[i]);
+        let free: Vec<usize> = off.into_iter().filter(|&i| !segment.keep[i]).collect();
+        let extras = segment.extras.is_some();
+        let m = on.len().max(1).next_power_of_two();
+        let rows: Vec<usize> = match m < n && on.len() + free.len() >= m && !extras {
+            true => on.iter().chain(&free).take(m).copied().collect(),
+            false => (0..n).collect(),
+        };
+        let subset = (rows.len() < n).then_some(m);
+        let (hold, columns) = match rows.iter().any(|&r| segment.keep[r]) || extras {
+            true => (Hold::Once, slots.capacity),
+            false => (
+                Hold::Never,
+                decode_columns(self, slots, &on, segment.steps)?,
+            ),
+        };
+        Ok((rows, subset, hold, columns))
     }
 }
 
@@ -467,21 +509,43 @@ impl<F: SlotFamily + Send + Sync> SlotModel for F {
 
     fn prepare_segments(&self, slots: usize, size: SlotSize, capacity: usize) -> Result<()> {
         let columns = self.slot_capacity(size);
+        let s = |rows, width| SlotSegment {
+            slots,
+            rows,
+            capacity: columns,
+            columns,
+            steps: capacity,
+            width,
+        };
         let subsets = (0..usize::BITS)
             .map(|i| 1usize << i)
             .take_while(|&m| m < slots);
         // A subset's padding rows are free slots (nothing to hold); all slots, held or not.
-        for rows in subsets {
-            self.prepare_segment(slots, Some(rows), columns, capacity, Hold::Never)?;
+        for rows in subsets.clone() {
+            self.prepare_segment(s(Some(rows), 0), Hold::Never)?;
         }
         for hold in [Hold::Once, Hold::Never] {
-            self.prepare_segment(slots, None, columns, capacity, hold)?;
+            self.prepare_segment(s(None, 0), hold)?;
+        }
+        // Over fewer leading columns, when they pay: a subset or every slot, none held.
+        let windows = match windowed(self, columns)? {
+            true => decode_windows(columns),
+            false => Vec::new(),
+        };
+        for window in windows.into_iter().filter(|&c| c < columns) {
+            for rows in subsets.clone().map(Some).chain([None]) {
+                let short = SlotSegment {
+                    columns: window,
+                    ..s(rows, 0)
+                };
+                self.prepare_segment(short, Hold::Never)?;
+            }
         }
         // Penalties, biases and log-probabilities: every slot at once.
         let width = history_width(size.context, capacity);
         for sample in [false, true] {
             let v = slot_variant(sample, true, Hold::Once);
-            self.slot_segment_program(slots, None, columns, capacity, v, width)?;
+            self.slot_segment_program(s(None, width), v)?;
         }
         Ok(())
     }
@@ -494,23 +558,7 @@ impl<F: SlotFamily + Send + Sync> SlotModel for F {
         let n = slots.logits.dims()[0];
         check_segment(segment, n)?;
         let sample = sampled(segment);
-        // The rows to decode: the active ones, padded to a power of two with free slots (whose
-        // states need no holding); every slot when that is all of them, when too few slots are
-        // free, or with extras. Only a program over a slot to keep holds states.
-        let (on, off): (Vec<usize>, Vec<usize>) = (0..n).partition(|&i| segment.active[i]);
-        let free: Vec<usize> = off.into_iter().filter(|&i| !segment.keep[i]).collect();
-        let m = on.len().max(1).next_power_of_two();
-        let rows: Vec<usize> = match m < n && on.len() + free.len() >= m && segment.extras.is_none()
-        {
-            true => on.iter().chain(&free).take(m).copied().collect(),
-            false => (0..n).collect(),
-        };
-        let subset = (rows.len() < n).then_some(m);
-        let keeps = rows.iter().any(|&r| segment.keep[r]);
-        let hold = match keeps || segment.extras.is_some() {
-            true => Hold::Once,
-            false => Hold::Never,
-        };
+        let (rows, subset, hold, columns) = self.segment_rows(&slots, segment)?;
         let (capacity, n_state) = (slots.capacity, slots.state.len());
         let like = (capacity, slots.context);
         let extras = segment.extras.is_some();
@@ -519,7 +567,15 @@ impl<F: SlotFamily + Send + Sync> SlotModel for F {
             false => 0,
         };
         let v = slot_variant(sample, extras, hold);
-        let program = self.slot_segment_program(n, subset, capacity, segment.capacity, v, width)?;
+        let shape = SlotSegment {
+            slots: n,
+            rows: subset,
+            capacity,
+            columns,
+            steps: segment.capacity,
+            width,
+        };
+        let program = self.slot_segment_program(shape, v)?;
         let mut inputs = self.slot_inputs(slots);
         inputs.extend(segment_controls(self, segment, &rows, subset, sample)?);
         if let Some(x) = &segment.extras {

@@ -11,7 +11,9 @@ use crate::compiled::CompiledGraph;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::models::common::{GenerateOptions, LayerState, ModelState};
-use crate::models::engine::{self, Device, Family, Named, Prefilled, Prepared, Value, Variant};
+use crate::models::engine::{
+    self, Device, Family, Named, Prefilled, Prepared, SlotSegment, Value, Variant,
+};
 use crate::runtime::{Client, ShardedBuffer};
 
 impl Family for Hybrid {
@@ -121,8 +123,16 @@ impl Family for Hybrid {
         width: usize,
         v: Variant,
     ) -> Result<CompiledGraph> {
-        let (rows, cap) = (state.rows(), state.capacity());
-        Hybrid::segment_program(self, rows, None, cap, segment, width, v)
+        let (slots, capacity) = (state.rows(), state.capacity());
+        let s = SlotSegment {
+            slots,
+            rows: None,
+            capacity,
+            columns: capacity,
+            steps: segment,
+            width,
+        };
+        Hybrid::segment_program(self, s, v)
     }
 
     fn flatten_state(&self, state: HybridState) -> Result<Vec<Named>> {

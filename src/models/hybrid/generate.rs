@@ -9,12 +9,13 @@ use super::weights::HybridWeights;
 use super::HybridConfig;
 use crate::array::HostArray;
 use crate::compiled::CompiledGraph;
-use crate::dtype::DType;
+use crate::dtype::{DType, TensorType};
 use crate::error::{Error, Result};
 use crate::models::common::{generate_capacity, GenerateOptions, LayerState};
 use crate::models::engine::attention::{mark_valid, Positions};
 use crate::models::engine::{
-    self, decode_loop, host_input, rows, Decoding, Named, Prepared, SegmentShape, Stepper, Variant,
+    self, decode_loop, host_input, rows, Decoding, Named, Prepared, SegmentShape, SlotFamily,
+    SlotSegment, Stepper, Variant,
 };
 use crate::ops::{Carry, Tensor};
 
@@ -374,21 +375,19 @@ impl Hybrid {
         engine::segments(self, prompts, state, options, segment, true, |_| true)
     }
 
-    /// The segment program of up to `segment` steps from a state of `b` rows and caches of
-    /// `cap` columns (decoding all rows, or `rows` of them), with a penalty history of `width`
-    /// positions (with `v.row_keys`, served slots: a cache column per row).
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn segment_program(
-        &self,
-        b: usize,
-        rows: Option<usize>,
-        cap: usize,
-        segment: usize,
-        width: usize,
-        v: Variant,
-    ) -> Result<CompiledGraph> {
+    /// The segment program of `s` (decoding `s.rows` of `s.slots` rows, or all, over the
+    /// first `s.columns` of their caches of `s.capacity` columns; with `v.row_keys`, served
+    /// slots: a cache column per row).
+    pub(super) fn segment_program(&self, s: SlotSegment, v: Variant) -> Result<CompiledGraph> {
         let cfg = self.config();
-        let key = (Kind::Segment(segment, v, rows), b, width, cap, 0);
+        let (b, cap) = (s.slots, s.capacity);
+        let key = (
+            Kind::Segment(s.steps, v, s.rows),
+            b,
+            s.width,
+            cap,
+            s.columns,
+        );
         self.program(key, |g, w| {
             let steps = Steps {
                 w,
@@ -396,12 +395,17 @@ impl Hybrid {
                 gather: self.gathers(),
             };
             let template = self.empty_state(b, cap)?.sublayers;
+            let cut = match s.columns < cap {
+                true => Some(cut_dims(&self.slot_types(1, s.columns)?)),
+                false => None,
+            };
             let shape = SegmentShape {
                 slots: b,
-                rows,
+                rows: s.rows,
                 vocab: cfg.vocab_size,
-                steps: segment,
-                width,
+                steps: s.steps,
+                width: s.width,
+                cut,
             };
             engine::segment_outputs(g, &steps, shape, v, |g| {
                 carried_parameters(g, &template, b, cap, v.row_keys)
@@ -492,4 +496,9 @@ pub(super) fn unflatten_state<T>(
         column: column.ok_or_else(short)? as usize,
         positions,
     })
+}
+
+/// Each tensor's dims after the rows.
+fn cut_dims(types: &[TensorType]) -> Vec<Vec<usize>> {
+    types.iter().map(|t| t.dims[1..].to_vec()).collect()
 }

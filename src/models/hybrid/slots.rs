@@ -11,7 +11,7 @@ use crate::compiled::CompiledGraph;
 use crate::dtype::{DType, TensorType};
 use crate::error::{Error, Result};
 use crate::models::common::LayerState;
-use crate::models::engine::{prompt_bucket, Device, SlotFamily, Value, Variant};
+use crate::models::engine::{prompt_bucket, Device, SlotFamily, SlotSegment, Value, Variant};
 use crate::serving::SlotSize;
 
 impl SlotFamily for Hybrid {
@@ -109,16 +109,15 @@ impl SlotFamily for Hybrid {
         (size.context + padding).next_multiple_of(16)
     }
 
-    fn slot_segment_program(
-        &self,
-        slots: usize,
-        rows: Option<usize>,
-        capacity: usize,
-        steps: usize,
-        v: Variant,
-        width: usize,
-    ) -> Result<CompiledGraph> {
-        self.segment_program(slots, rows, capacity, steps, width, v)
+    /// Each row's next cache `column` and its next rotary position (a ring writes at the
+    /// position).
+    fn slot_extents(&self) -> Vec<usize> {
+        let n = self.slot_names().len();
+        vec![n - 2, n - 1]
+    }
+
+    fn slot_segment_program(&self, s: SlotSegment, v: Variant) -> Result<CompiledGraph> {
+        self.segment_program(s, v)
     }
 
     fn prepare_prefill(

@@ -11,8 +11,8 @@ use crate::error::{Error, Result};
 use crate::models::common::layers::{describe_ssm, layer_state_names};
 use crate::models::common::{GenerateOptions, ModelState};
 use crate::models::engine::{
-    self, host_input, Device, Family, Named, Prefilled, Prepared, SegmentShape, SlotFamily, Value,
-    Variant,
+    self, host_input, Device, Family, Named, Prefilled, Prepared, SegmentShape, SlotFamily,
+    SlotSegment, Value, Variant,
 };
 use crate::runtime::{Client, ShardedBuffer};
 
@@ -174,11 +174,12 @@ fn segment_program(
         vocab: m.config().vocab_size,
         steps: segment,
         width,
+        cut: None,
     };
     let key = (Kind::Segment(segment, v, width, rows), b, 0, m.scan());
     m.program(key, |g, w| {
         let steps = Steps { w, cfg: m.config() };
-        engine::segment_outputs(g, &steps, shape, v, |g| m.state_parameters(g, b))
+        engine::segment_outputs(g, &steps, shape.clone(), v, |g| m.state_parameters(g, b))
     })
 }
 
@@ -204,16 +205,8 @@ impl SlotFamily for Mamba1 {
         0
     }
 
-    fn slot_segment_program(
-        &self,
-        slots: usize,
-        rows: Option<usize>,
-        _capacity: usize,
-        steps: usize,
-        v: Variant,
-        width: usize,
-    ) -> Result<CompiledGraph> {
-        segment_program(self, slots, rows, steps, width, v)
+    fn slot_segment_program(&self, s: SlotSegment, v: Variant) -> Result<CompiledGraph> {
+        segment_program(self, s.slots, s.rows, s.steps, s.width, v)
     }
 
     fn prepare_prefill(

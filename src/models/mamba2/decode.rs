@@ -212,6 +212,7 @@ impl Mamba2 {
             vocab: self.config().vocab_size,
             steps: segment,
             width,
+            cut: None,
         };
         let steps = Steps {
             w: &w,

@@ -7,7 +7,7 @@ use crate::compiled::CompiledGraph;
 use crate::dtype::TensorType;
 use crate::error::{Error, Result};
 use crate::models::common::layers::layer_state_names;
-use crate::models::engine::{Device, SlotFamily, Variant};
+use crate::models::engine::{Device, SlotFamily, SlotSegment, Variant};
 use crate::ops::Graph;
 use crate::runtime::Client;
 
@@ -34,15 +34,14 @@ impl SlotFamily for Mamba2 {
         })
     }
 
-    fn slot_segment_program(
-        &self,
-        slots: usize,
-        rows: Option<usize>,
-        _capacity: usize,
-        steps: usize,
-        v: Variant,
-        width: usize,
-    ) -> Result<CompiledGraph> {
+    fn slot_segment_program(&self, s: SlotSegment, v: Variant) -> Result<CompiledGraph> {
+        let SlotSegment {
+            slots,
+            rows,
+            steps,
+            width,
+            ..
+        } = s;
         let key = format!("slot segment s{slots} m{rows:?} k{steps} w{width} {v:?}");
         self.program(&key, || {
             self.segment_graph_rows(slots, rows, steps, v, width)
