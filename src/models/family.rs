@@ -114,7 +114,7 @@ pub trait CausalLm: Send + Sync {
 }
 
 /// Every family on the engine that serves (its own slots, or the engine's through
-/// [`SlotFamily`]) is a [`CausalLm`].
+/// `SlotFamily`) is a [`CausalLm`].
 impl<F> CausalLm for F
 where
     F: Family + Trainable + SlotModel + Send + Sync,

@@ -4,7 +4,7 @@
 use super::StepLogprobs;
 use crate::sampling::{Penalties, Sampling};
 
-/// A request's number, unique within a [`Scheduler`].
+/// A request's number, unique within a [`Scheduler`](super::Scheduler).
 pub type RequestId = u64;
 
 /// What a client asks for. [`Request::default`] is an empty prompt, 16 tokens, greedy, and
@@ -158,7 +158,7 @@ pub enum FinishReason {
     Eos,
 }
 
-/// What happened to a request during a [`Scheduler::step`].
+/// What happened to a request during a [`Scheduler::step`](super::Scheduler::step).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Event {
     /// Its prompt is in a slot (prefilled, or in part taken from the prefix cache).

@@ -1,5 +1,5 @@
 //! Gradients and fine-tuning for every family, written once: a family supplies its logits as a
-//! graph of its weights ([`Trainable`]) and where each weight lives in its checkpoint; the
+//! graph of its weights (`Trainable`) and where each weight lives in its checkpoint; the
 //! loss, its gradient under the checkpoint's names ([`Gradients`]), the optimizer step over one
 //! device or several ([`FineTuner`]) and the checkpoint written back are this module's.
 
