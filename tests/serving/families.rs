@@ -101,6 +101,24 @@ fn greedy_as_alone(
     }
 }
 
+/// Serves the checkpoint in `dir` with options `o` a greedy request of each `(prompt length,
+/// max_tokens)` ([`tokens`], seeded by its place), checking each against generate alone
+/// ([`greedy_as_alone`]) and that nothing compiled after the warm-up.
+fn lengths_as_alone(dir: &Path, o: SchedulerOptions, asks: &[(usize, usize)]) {
+    let (reference, name, mut s, compiled) = served(dir, o);
+    let asks = asks
+        .iter()
+        .enumerate()
+        .map(|(i, &(len, max_tokens))| (tokens(len, i), max_tokens))
+        .collect();
+    greedy_as_alone(reference.as_ref(), &name, &mut s, asks);
+    assert_eq!(
+        s.model().programs_compiled(),
+        compiled,
+        "{name}: the workload compiled after the warm-up"
+    );
+}
+
 #[test]
 fn every_family_serves_what_generate_gives_alone() {
     for dir in common::one_fixture_per_family() {
@@ -237,23 +255,17 @@ fn a_request_filling_the_context_fits_its_slot_with_the_last_piece_padded() {
             max_context: Some(42),
             ..options()
         };
-        let (reference, name, mut s, compiled) = served(&dir, o);
-        let asks = [(41, 1), (30, 12), (33, 9), (1, 12), (17, 11)]
-            .into_iter()
-            .enumerate()
-            .map(|(i, (len, max_tokens))| (tokens(len, i), max_tokens))
-            .collect();
-        greedy_as_alone(reference.as_ref(), &name, &mut s, asks);
-        assert_eq!(s.model().programs_compiled(), compiled, "{name}");
+        lengths_as_alone(&dir, o, &[(41, 1), (30, 12), (33, 9), (1, 12), (17, 11)]);
     }
 }
 
 #[test]
 fn a_segment_over_fewer_columns_than_a_sliding_window_gives_what_generate_gives() {
     // A served segment decodes over the leading columns its rows' tokens need (16, 48 or all
-    // 80 of a slot's columns here). A Mistral with a window of 24: over 16 columns its rings
-    // are cut below the window, over 48 they are whole and wrap; requests growing through
-    // both give what generate gives each alone, and nothing compiles after the warm-up.
+    // 80 of a slot's columns here). A Gemma 2 whose sliding layers have a window of 24 (its
+    // global layers' caches make the windows pay): over 16 columns its rings are cut below
+    // the window, over 48 they are whole and wrap; requests growing through both give what
+    // generate gives each alone, and nothing compiles after the warm-up.
     let dir = common::hybrid::copy_with(
         "gemma2",
         "decode-window",
@@ -265,12 +277,9 @@ fn a_segment_over_fewer_columns_than_a_sliding_window_gives_what_generate_gives(
         max_context: Some(56),
         ..options()
     };
-    let (reference, name, mut s, compiled) = served(&dir, o);
-    let asks = [(3, 30), (2, 9), (5, 12), (20, 30), (1, 14), (6, 25)]
-        .into_iter()
-        .enumerate()
-        .map(|(i, (len, max_tokens))| (tokens(len, i), max_tokens))
-        .collect();
-    greedy_as_alone(reference.as_ref(), &name, &mut s, asks);
-    assert_eq!(s.model().programs_compiled(), compiled, "{name}");
+    lengths_as_alone(
+        &dir,
+        o,
+        &[(3, 30), (2, 9), (5, 12), (20, 30), (1, 14), (6, 25)],
+    );
 }
