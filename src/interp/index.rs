@@ -171,6 +171,30 @@ pub(super) fn scatter_add(ctx: &Ctx) -> Result<HostArray> {
     out.ok_or_else(|| ctx.err(format!("cannot add {} into {}", updates.ty(), table.ty())))
 }
 
+/// `ScatterSet`: the table `inputs[0]` with the rows at the integer indices `inputs[1]`
+/// (clamped to `[0, n - 1]`) replaced by the rows of `inputs[2]`; of repeated indices the last
+/// in row-major order is kept.
+pub(super) fn scatter_set(ctx: &Ctx) -> Result<HostArray> {
+    let args = ctx.args(3)?;
+    let (table, indices, updates) = (args[0], args[1], args[2]);
+    let mismatch = || {
+        ctx.err(format!(
+            "cannot set {} at {} in {}",
+            updates.ty(),
+            indices.ty(),
+            table.ty()
+        ))
+    };
+    let (Some(&n), Some(rows)) = (table.dims().first(), int_array(indices)) else {
+        return Err(mismatch());
+    };
+    let last = (n as i128 - 1).max(0);
+    let rows = rows.mapv(|r| r.clamp(0, last) as usize);
+    with_host_array!(table, t => HostElement::peek(updates)
+        .map(|u| HostArray::from(scatter_rows(t, &rows, u, |_, new| new))))
+    .ok_or_else(mismatch)
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::test_util::*;

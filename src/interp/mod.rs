@@ -414,6 +414,7 @@ impl<'a> Ctx<'a> {
             )),
             Op::Take => one(index::take(self)),
             Op::ScatterAdd => one(index::scatter_add(self)),
+            Op::ScatterSet => one(index::scatter_set(self)),
             Op::Sort { axis, descending } => reduce::sort(self, *axis, *descending),
         }?;
         if results.len() != self.node.outputs.len() {

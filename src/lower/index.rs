@@ -1,7 +1,8 @@
 //! Lowering of the primitives that index by runtime values: `DynamicSlice`,
 //! `DynamicUpdateSlice`, `Take` (a `stablehlo.gather` of rows, in the generic form) and
-//! `ScatterAdd` (a `stablehlo.scatter` with an add region, after clamping the indices, since a
-//! scatter's out-of-range windows are implementation-defined where a gather's clamp).
+//! `ScatterAdd` and `ScatterSet` (a `stablehlo.scatter` with an add or a replacing region, after
+//! clamping the indices, since a scatter's out-of-range windows are implementation-defined where
+//! a gather's clamp).
 
 use super::literal::{i64_array, int_list, scalar_or_shaped, tensor_type};
 use super::{Inst, Lowering};
@@ -53,9 +54,9 @@ impl Lowering<'_> {
         res.clone()
     }
 
-    /// The table with the update rows added at the indices, clamped to the table's rows first
-    /// (`index_vector_dim` past the indices' last dimension, as in `take`).
-    pub(super) fn scatter_add(&mut self, n: &Inst) -> String {
+    /// The table with the update rows added (`add`) or written at the indices, clamped to the
+    /// table's rows first (`index_vector_dim` past the indices' last dimension, as in `take`).
+    pub(super) fn scatter(&mut self, n: &Inst, add: bool) -> String {
         let res = &n.res;
         let (table, idx) = (n.tys[0], n.tys[1]);
         let r = idx.rank();
@@ -89,10 +90,14 @@ impl Lowering<'_> {
             n.ins[0], n.ins[2]
         ));
         self.emit(format!("^bb0({res}_a: {scalar}, {res}_b: {scalar}):"));
-        self.emit_inner(format!(
-            "{res}_s = stablehlo.add {res}_a, {res}_b : {scalar}"
-        ));
-        self.emit_inner(format!("stablehlo.return {res}_s : {scalar}"));
+        if add {
+            self.emit_inner(format!(
+                "{res}_s = stablehlo.add {res}_a, {res}_b : {scalar}"
+            ));
+            self.emit_inner(format!("stablehlo.return {res}_s : {scalar}"));
+        } else {
+            self.emit_inner(format!("stablehlo.return {res}_b : {scalar}"));
+        }
         self.emit(format!(
             "}}) {{scatter_dimension_numbers = #stablehlo.scatter<update_window_dims = {}, \
              inserted_window_dims = [0], scatter_dims_to_operand_dims = [0], \

@@ -372,7 +372,8 @@ impl<'g> Lowering<'g> {
             } => self.dot_general(n, [lhs_batch, rhs_batch], [lhs_contract, rhs_contract]),
             Op::Convolution(w) => self.convolution(n, w),
             Op::Take => self.take(n),
-            Op::ScatterAdd => self.scatter_add(n),
+            Op::ScatterAdd => self.scatter(n, true),
+            Op::ScatterSet => self.scatter(n, false),
             Op::ShardingConstraint { spec } => self.sharding_constraint(n, spec),
             Op::AllReduce { kind, axes, mesh } => self.all_reduce(n, *kind, axes, mesh),
             Op::AllGather {

@@ -1,5 +1,5 @@
 //! Gathers: embedding lookup (take rows by index), NumPy's `take` along any axis and
-//! `take_along_axis`, and one-hot encoding.
+//! `take_along_axis`, and one-hot encoding; and their scatters, rows added or replaced.
 //!
 //! `take_along_axis` is built on the `Take` primitive (one `stablehlo.gather`) over the
 //! flattened table, with the flat index of every output element computed from its coordinates
@@ -51,6 +51,40 @@ impl Tensor {
             Op::ScatterAdd,
             &[self, indices, updates],
             "index_add",
+            loc,
+        )
+    }
+
+    /// `self` (a table `[n, rest...]`) with the rows `indices` (integers of shape `I`) names
+    /// replaced by the rows of `updates` (shape `I ++ rest`): JAX's `x.at[indices].set(updates)`
+    /// for in-range indices. Of repeated indices one update is kept (which one is unspecified);
+    /// indices are clamped to `[0, n - 1]` as [`Tensor::take`]'s. On a donated table XLA writes
+    /// the rows in place.
+    ///
+    /// ```
+    /// # use stablegraph::{ops::Graph, DType, HostArray};
+    /// # fn main() -> stablegraph::Result<()> {
+    /// let g = Graph::new();
+    /// let table = g.zeros(DType::F32, &[4, 2])?;
+    /// let ids = g.parameter("ids", DType::I32, &[2])?;
+    /// let rows = g.parameter("rows", DType::F32, &[2, 2])?;
+    /// g.set_outputs(&[&table.index_set(&ids, &rows)?])?;
+    /// let out = g.evaluate(&[
+    ///     HostArray::from_vec(&[2], vec![3i32, 1])?,
+    ///     HostArray::from_vec(&[2, 2], vec![1f32, 2.0, 3.0, 4.0])?,
+    /// ])?;
+    /// assert_eq!(out[0].to_f64_vec(), [0.0, 0.0, 3.0, 4.0, 0.0, 0.0, 1.0, 2.0]);
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[track_caller]
+    pub fn index_set(&self, indices: &Tensor, updates: &Tensor) -> Result<Tensor> {
+        let loc = Location::caller();
+        node(
+            self.graph(),
+            Op::ScatterSet,
+            &[self, indices, updates],
+            "index_set",
             loc,
         )
     }

@@ -320,6 +320,11 @@ pub enum Op {
     /// (in an unspecified order). Indices are clamped to `[0, n-1]` as [`Op::Take`]'s, so this
     /// is `Take`'s transpose.
     ScatterAdd,
+    /// `inputs[0]` (a table `[n, rest...]`) with the rows the integer tensor `inputs[1]`
+    /// (shape `I`) names replaced by the rows of `inputs[2]` (shape `I ++ rest`): `out[idx[i]] =
+    /// updates[i]`; of repeated indices one update is kept (which one is unspecified). Indices
+    /// are clamped to `[0, n-1]` as [`Op::Take`]'s.
+    ScatterSet,
     /// An argument of the region the node belongs to (a loop's state inside its condition or
     /// body). Its position is its place in [`Region::args`](crate::ops::Region::args). No inputs.
     BlockArg,
@@ -509,6 +514,7 @@ impl Op {
             Op::Convolution(_) => "convolution",
             Op::Take => "take",
             Op::ScatterAdd => "scatter_add",
+            Op::ScatterSet => "scatter_set",
             Op::Sort { .. } => "sort",
             Op::BlockArg => "block_arg",
             Op::While { .. } => "while",

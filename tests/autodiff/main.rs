@@ -326,6 +326,16 @@ fn gather_and_sort_rules_match_finite_differences() {
         ],
         |p| p[0].index_add(&p[1], &p[2].exp()?)?.sin(),
     );
+    // Distinct rows: of repeated ones the kept update is unspecified.
+    check(
+        "index_set",
+        vec![
+            rng.array(F64, &[4, 2], -1.0, 1.0),
+            arr(&[3], vec![1, 3, -5]),
+            rng.array(F64, &[3, 2], -1.0, 1.0),
+        ],
+        |p| p[0].index_set(&p[1], &p[2].exp()?)?.sin()?.mul(&p[0]),
+    );
     check(
         "take_along_axis",
         vec![

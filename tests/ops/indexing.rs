@@ -1,5 +1,5 @@
 //! Indexing: dynamic slices (and indices out of range), tril / triu / masked_fill, take /
-//! index_add / one_hot, take_along_axis / take_axis.
+//! index_add / index_set / one_hot, take_along_axis / take_axis.
 
 use super::*;
 
@@ -168,7 +168,7 @@ fn tril_triu_masked_fill() {
 }
 
 #[test]
-fn take_index_add_and_one_hot() {
+fn take_index_add_index_set_and_one_hot() {
     let mut s = Suite::new("take_one_hot", 1801);
     for k in 0..30 {
         let dtype = any_dtype(&mut s.rng);
@@ -242,6 +242,52 @@ fn take_index_add_and_one_hot() {
             array_of(dtype, &tdims, &want),
             tol,
         );
+    }
+    for k in 0..30 {
+        // index_set: each update row written at its clamped index; the indices are distinct
+        // rows (row 0 written as -2, the last as n + 2, both clamped back) since of repeated
+        // ones the kept update is unspecified.
+        let dtype = any_dtype(&mut s.rng);
+        let mut tdims = shape(&mut s.rng, 1, 3);
+        tdims[0] = nz_dim(&mut s.rng);
+        let n = tdims[0];
+        let idx_dtype = [I32, I64, I8][k % 3];
+        let mut rows: Vec<usize> = (0..n).collect();
+        s.rng.shuffle(&mut rows);
+        rows.truncate(s.rng.int(1, n as i64) as usize);
+        s.case(format!(
+            "index_set {dtype}{tdims:?} at {idx_dtype} rows {rows:?}"
+        ));
+        let table = s.param("t", dtype, &tdims, &bits_dist(dtype));
+        let written: Vec<f64> = rows
+            .iter()
+            .map(|&r| match r {
+                0 => -2.0,
+                r if r == n - 1 => (n + 2) as f64,
+                r => r as f64,
+            })
+            .collect();
+        let idx = s.input("i", array_of(idx_dtype, &[rows.len()], &written));
+        let mut udims = vec![rows.len()];
+        udims.extend_from_slice(&tdims[1..]);
+        let upd = s.param("u", dtype, &udims, &bits_dist(dtype));
+        let row: usize = tdims[1..].iter().product();
+        let mut flat: Vec<usize> = (0..n * row).collect();
+        for (p, &r) in rows.iter().enumerate() {
+            for j in 0..row {
+                flat[r * row + j] = n * row + p * row + j;
+            }
+        }
+        // The table's elements, then the updates': `flat` indexes both.
+        let mut bytes = s.value(&table).to_bytes();
+        bytes.extend(s.value(&upd).to_bytes());
+        let both = TensorType::new(dtype, &[bytes.len() / dtype.size_in_bytes()]);
+        let want = gather(
+            &HostArray::from_bytes(&both, &bytes).unwrap(),
+            &tdims,
+            &flat,
+        );
+        s.check_bits(&table.index_set(&idx, &upd).unwrap(), want);
     }
     for k in 0..20 {
         let idx_dtype = [I32, I64, U8, U32, U64][k % 5];

@@ -211,21 +211,24 @@ fn vmap_gathers_from_and_scatters_into_batched_tables() -> Result<()> {
     let shared = g.parameter("shared", I32, &[4])?;
     let updates = g.parameter("updates", F64, &[b, 4, 2])?;
     let emb = g.parameter("emb", F64, &[5, 2])?;
-    let per = |t: &Tensor, i: &Tensor, u: &Tensor| -> Result<Vec<Tensor>> {
+    // Distinct rows for index_set (of repeated ones the kept update is unspecified).
+    let distinct = g.parameter("distinct", I32, &[b, 4])?;
+    let per = |t: &Tensor, i: &Tensor, u: &Tensor, d: &Tensor| -> Result<Vec<Tensor>> {
         // Out-of-range indices clamp per example; repeated ones add up.
         let loss = emb.take(i)?.mul(u)?.sin()?.sum_all()?;
         Ok(vec![
             t.take(i)?,
             t.take(&shared)?,
             t.index_add(i, u)?,
+            t.index_set(d, u)?,
             loss.grad(&[&emb])?.remove(0),
         ])
     };
     let batched = g.vmap(
-        &[&tables, &idx, &updates],
-        &[Some(0), Some(0), Some(0)],
+        &[&tables, &idx, &updates, &distinct],
+        &[Some(0), Some(0), Some(0), Some(0)],
         &[],
-        |a| per(&a[0], &a[1], &a[2]),
+        |a| per(&a[0], &a[1], &a[2], &a[3]),
     )?;
     let mut outs = batched.clone();
     let mut each: Vec<Vec<Tensor>> = Vec::new();
@@ -233,9 +236,10 @@ fn vmap_gathers_from_and_scatters_into_batched_tables() -> Result<()> {
         let t = tables.narrow(0, e, 1)?.reshape(&[5, 2])?;
         let i = idx.narrow(0, e, 1)?.reshape(&[4])?;
         let u = updates.narrow(0, e, 1)?.reshape(&[4, 2])?;
-        each.push(per(&t, &i, &u)?);
+        let d = distinct.narrow(0, e, 1)?.reshape(&[4])?;
+        each.push(per(&t, &i, &u, &d)?);
     }
-    for k in 0..4 {
+    for k in 0..5 {
         let parts: Vec<Tensor> = each
             .iter()
             .map(|r| r[k].expand_dims(0))
@@ -249,11 +253,12 @@ fn vmap_gathers_from_and_scatters_into_batched_tables() -> Result<()> {
         arr(&[4], vec![3i32, 0, 7, 1]),
         rng.array(F64, &[b, 4, 2], -1.0, 1.0),
         rng.array(F64, &[5, 2], -1.0, 1.0),
+        arr(&[b, 4], vec![4i32, 0, 2, 1, 1, 3, 0, 2, 2, 4, 3, 0]),
     ];
     for out in [g.evaluate(&ins)?, g.compile(&client())?.run(&ins)?] {
-        for k in 0..4 {
-            assert_eq!(out[k].dims(), out[4 + k].dims(), "result {k}");
-            for (a, e) in out[k].to_f64_vec().iter().zip(out[4 + k].to_f64_vec()) {
+        for k in 0..5 {
+            assert_eq!(out[k].dims(), out[5 + k].dims(), "result {k}");
+            for (a, e) in out[k].to_f64_vec().iter().zip(out[5 + k].to_f64_vec()) {
                 assert!((a - e).abs() <= 1e-12, "result {k}: {a} vs {e}");
             }
         }

@@ -1,5 +1,5 @@
 //! Rules of the primitives that index by runtime values: `DynamicSlice`,
-//! `DynamicUpdateSlice`, `Take`, `ScatterAdd`. Their type rules first, then their VJP rules,
+//! `DynamicUpdateSlice`, `Take`, `ScatterAdd`, `ScatterSet`. Their type rules first, then their VJP rules,
 //! then their batching rules.
 
 use super::batching::{front, BatchStep, Batched};
@@ -57,17 +57,18 @@ pub(super) fn dynamic_update_slice(operands: &[&TensorType]) -> Rule<TensorType>
     Ok((*x).clone())
 }
 
-/// `ScatterAdd`: a number table of rank 1 or more with at least one row, integer indices of any
-/// shape `I`, and updates of the table's dtype and shape `I ++ table[1..]`; the table's type.
-pub(super) fn scatter_add(operands: &[&TensorType]) -> Rule<TensorType> {
+/// `ScatterAdd` and `ScatterSet` (`name`): a table of rank 1 or more with at least one row
+/// (numbers, for an add), integer indices of any shape `I`, and updates of the table's dtype and
+/// shape `I ++ table[1..]`; the table's type.
+pub(super) fn scatter(operands: &[&TensorType], name: &str) -> Rule<TensorType> {
     let [table, indices, updates] = arity(operands)?;
     if table.rank() == 0 || table.dims[0] == 0 || !indices.dtype.is_int() {
         return Err(format!(
-            "scatter_add needs a table of rank >= 1 with rows and integer indices, got table \
+            "{name} needs a table of rank >= 1 with rows and integer indices, got table \
              {table} and indices {indices}"
         ));
     }
-    if table.dtype == DType::Pred {
+    if table.dtype == DType::Pred && name == "scatter_add" {
         return Err(format!("scatter_add adds numbers, not {table}"));
     }
     let mut dims = indices.dims.clone();
@@ -139,6 +140,21 @@ pub(super) fn scatter_add_vjp(s: &Step) -> Result<Cotangents> {
         out[2] = Some(ct.take(&s.inputs[1])?);
     }
     out[0] = Some(ct);
+    Ok(out)
+}
+
+/// `ScatterSet`: the table's cotangent with the replaced rows zeroed; the updates', its rows at
+/// the indices (exact for distinct indices; of repeated ones, as the kept update is unspecified,
+/// so is which update's cotangent is nonzero).
+pub(super) fn scatter_set_vjp(s: &Step) -> Result<Cotangents> {
+    let ct = s.ct(0)?;
+    let mut out = s.none();
+    if s.want[2] {
+        out[2] = Some(ct.take(&s.inputs[1])?);
+    }
+    if s.want[0] {
+        out[0] = Some(ct.index_set(&s.inputs[1], &zeros_like(&s.inputs[2])?)?);
+    }
     Ok(out)
 }
 
@@ -254,12 +270,12 @@ pub(super) fn take_batch(s: &BatchStep) -> Result<Vec<Batched>> {
     batched_table(s)
 }
 
-/// `ScatterAdd`: [`batched_table`]'s.
-pub(super) fn scatter_add_batch(s: &BatchStep) -> Result<Vec<Batched>> {
+/// `ScatterAdd` and `ScatterSet`: [`batched_table`]'s.
+pub(super) fn scatter_batch(s: &BatchStep) -> Result<Vec<Batched>> {
     batched_table(s)
 }
 
-/// `take` from, or `scatter_add` into, a batched table `[B, n, rest...]`: the batch folded into
+/// `take` from, or `scatter_add` or `scatter_set` into, a batched table `[B, n, rest...]`: the batch folded into
 /// the rows (`[B * n, rest...]`) and each example's indices, clamped to its own `n` rows as the
 /// primitive clamps, offset by `example * n`.
 fn batched_table(s: &BatchStep) -> Result<Vec<Batched>> {
@@ -278,11 +294,11 @@ fn batched_table(s: &BatchStep) -> Result<Vec<Batched>> {
     let rows = idx
         .clamp(0.0, (n - 1) as f64)?
         .add(&example.mul(n as f64)?)?;
-    let out = if matches!(s.node.op, Op::Take) {
-        flat.take(&rows)?
-    } else {
-        let table_dims: Vec<isize> = table.dims().iter().map(|&d| d as isize).collect();
-        flat.index_add(&rows, &all[2])?.reshape(&table_dims)?
+    let table_dims: Vec<isize> = table.dims().iter().map(|&d| d as isize).collect();
+    let out = match s.node.op {
+        Op::Take => flat.take(&rows)?,
+        Op::ScatterSet => flat.index_set(&rows, &all[2])?.reshape(&table_dims)?,
+        _ => flat.index_add(&rows, &all[2])?.reshape(&table_dims)?,
     };
     Ok(vec![(out, true)])
 }

@@ -141,7 +141,8 @@ fn dispatch(op: &Op, operands: &[&TensorType], target: Option<&TensorType>) -> R
         )),
         Op::Convolution(w) => one(conv::convolution(operands, w)),
         Op::Take => one(index::take(operands)),
-        Op::ScatterAdd => one(index::scatter_add(operands)),
+        Op::ScatterAdd => one(index::scatter(operands, "scatter_add")),
+        Op::ScatterSet => one(index::scatter(operands, "scatter_set")),
         Op::ShardingConstraint { .. } => one(collectives::sharding_constraint(operands)),
         Op::OptimizationBarrier => {
             if operands.is_empty() {
@@ -224,6 +225,7 @@ pub(crate) fn vjp(s: &Step) -> Result<Cotangents> {
         Op::Convolution(w) => conv::convolution_vjp(s, w),
         Op::Take => index::take_vjp(s),
         Op::ScatterAdd => index::scatter_add_vjp(s),
+        Op::ScatterSet => index::scatter_set_vjp(s),
         Op::Sort { axis, descending } => reduce::sort_vjp(s, *axis, *descending),
         Op::ShardingConstraint { .. } => collectives::sharding_constraint_vjp(s),
         Op::OptimizationBarrier => shape::optimization_barrier_vjp(s),
@@ -294,7 +296,7 @@ pub(crate) fn batch(s: &BatchStep) -> Result<Vec<Batched>> {
         } => linalg::dot_general_batch(s, [lhs_batch, rhs_batch], [lhs_contract, rhs_contract]),
         Op::Convolution(w) => conv::convolution_batch(s, w),
         Op::Take => index::take_batch(s),
-        Op::ScatterAdd => index::scatter_add_batch(s),
+        Op::ScatterAdd | Op::ScatterSet => index::scatter_batch(s),
         Op::Sort { axis, descending } => reduce::sort_batch(s, *axis, *descending),
         Op::OptimizationBarrier => shape::optimization_barrier_batch(s),
         Op::ShardingConstraint { spec } => collectives::sharding_constraint_batch(s, spec),

@@ -535,6 +535,30 @@ fn index_rules() {
 }
 
 #[test]
+fn scatter_set_rules() {
+    // The table's type, any dtype (pred too), updates of the indices' shape then the rows.
+    let idx = t(DType::I32, &[2, 4]);
+    let table = t(DType::Pred, &[7, 3]);
+    let upd = t(DType::Pred, &[2, 4, 3]);
+    assert_eq!(
+        ok1(Op::ScatterSet, &[table.clone(), idx.clone(), upd]),
+        table
+    );
+    rejects(
+        Op::ScatterSet,
+        &[table.clone(), idx.clone(), t(DType::Pred, &[2, 3])],
+        None,
+        "the updates must be pred[2, 4, 3]",
+    );
+    rejects(
+        Op::ScatterSet,
+        &[t(DType::F32, &[0, 3]), idx, t(DType::F32, &[2, 4, 3])],
+        None,
+        "scatter_set needs a table of rank >= 1 with rows",
+    );
+}
+
+#[test]
 fn reduce_rules() {
     let x = t(DType::I32, &[2, 3, 4]);
     let reduce = |kind, axes: &[usize]| Op::Reduce {
