@@ -256,6 +256,15 @@ impl SlotModel for Box<dyn CausalLm> {
     fn snapshot_bytes(&self, snapshot: &AnySnapshot) -> usize {
         self.as_slots().snapshot_bytes(snapshot)
     }
+    fn fits(&self, slots: &AnySlots, tokens: &[usize]) -> bool {
+        self.as_slots().fits(slots, tokens)
+    }
+    fn reserve(&self, slots: &mut AnySlots, slot: usize, tokens: usize) -> Result<()> {
+        self.as_slots().reserve(slots, slot, tokens)
+    }
+    fn release(&self, slots: &mut AnySlots, slot: usize) {
+        self.as_slots().release(slots, slot)
+    }
     fn prepare_snapshots(&self, slots: usize, size: SlotSize) -> Result<()> {
         self.as_slots().prepare_snapshots(slots, size)
     }

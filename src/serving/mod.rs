@@ -33,6 +33,10 @@ pub struct SlotSize {
     pub context: usize,
     /// The most prompt tokens fed in one call.
     pub piece: usize,
+    /// The tokens the slots' paged caches hold together (a model that pages its caches keeps
+    /// them in one pool of pages, which a request takes as it is admitted); `None`: room for
+    /// every slot's whole context.
+    pub pool: Option<usize>,
 }
 
 /// One segment program call over every slot: what each slot does, and how many steps.
@@ -193,6 +197,23 @@ pub trait SlotModel {
     /// Compiles, without running, the snapshot and restore programs for `slots` slots of
     /// `size`.
     fn prepare_snapshots(&self, slots: usize, size: SlotSize) -> Result<()>;
+    /// Whether slots that hold nothing could now take requests of `tokens` tokens of prompt
+    /// and generation each, together (always, for a model without paged caches).
+    fn fits(&self, slots: &Self::Slots, tokens: &[usize]) -> bool {
+        let _ = (slots, tokens);
+        true
+    }
+    /// Gives slot `slot` the cache room of `tokens` tokens, what it held before released
+    /// first; an error when there is not as much room ([`SlotModel::fits`] says first).
+    /// Without a reservation a slot takes room as it fills, while there is some.
+    fn reserve(&self, slots: &mut Self::Slots, slot: usize, tokens: usize) -> Result<()> {
+        let _ = (slots, slot, tokens);
+        Ok(())
+    }
+    /// Gives the cache room slot `slot` holds back (it holds nothing after).
+    fn release(&self, slots: &mut Self::Slots, slot: usize) {
+        let _ = (slots, slot);
+    }
 }
 
 /// Checks a segment's per-slot lists against `slots` and its steps against its capacity.
@@ -305,6 +326,12 @@ pub trait DynSlotModel {
     fn snapshot_bytes(&self, snapshot: &AnySnapshot) -> usize;
     /// [`SlotModel::prepare_snapshots`].
     fn prepare_snapshots(&self, slots: usize, size: SlotSize) -> Result<()>;
+    /// [`SlotModel::fits`].
+    fn fits(&self, slots: &AnySlots, tokens: &[usize]) -> bool;
+    /// [`SlotModel::reserve`].
+    fn reserve(&self, slots: &mut AnySlots, slot: usize, tokens: usize) -> Result<()>;
+    /// [`SlotModel::release`].
+    fn release(&self, slots: &mut AnySlots, slot: usize);
 }
 
 impl<M: SlotModel> DynSlotModel for M
@@ -388,6 +415,19 @@ where
     }
     fn prepare_snapshots(&self, slots: usize, size: SlotSize) -> Result<()> {
         SlotModel::prepare_snapshots(self, slots, size)
+    }
+    fn fits(&self, slots: &AnySlots, tokens: &[usize]) -> bool {
+        let slots = slots.0.downcast_ref::<M::Slots>();
+        slots.is_some_and(|s| SlotModel::fits(self, s, tokens))
+    }
+    fn reserve(&self, slots: &mut AnySlots, slot: usize, tokens: usize) -> Result<()> {
+        let slots = slots.0.downcast_mut::<M::Slots>().ok_or_else(other_model)?;
+        SlotModel::reserve(self, slots, slot, tokens)
+    }
+    fn release(&self, slots: &mut AnySlots, slot: usize) {
+        if let Some(slots) = slots.0.downcast_mut::<M::Slots>() {
+            SlotModel::release(self, slots, slot);
+        }
     }
 }
 

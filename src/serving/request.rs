@@ -82,6 +82,11 @@ pub struct SchedulerOptions {
     /// plugin, see docs/serving.md; and when a decoding slot asks for penalties, a bias or
     /// log-probabilities) a step prefills, then runs a segment.
     pub mixed: bool,
+    /// The tokens of prompt and generation all slots' caches hold together, for a model that
+    /// keeps its attention caches in pages ([`super::SlotSize::pool`]): a request is admitted
+    /// when its prompt and `max_tokens` fit in what the running ones leave, so many slots of a
+    /// long context need not all be backed. `None`: every slot its whole context.
+    pub kv_tokens: Option<usize>,
 }
 
 impl SchedulerOptions {
@@ -98,6 +103,7 @@ impl SchedulerOptions {
         super::SlotSize {
             context: self.context(),
             piece: self.prompt_piece.min(self.max_prompt),
+            pool: self.kv_tokens,
         }
     }
 }
@@ -105,7 +111,8 @@ impl SchedulerOptions {
 impl Default for SchedulerOptions {
     /// 8 slots, segments of 4 steps, 64 queued, prefill 4 at a time in pieces of up to 128
     /// tokens, prompts up to 2,048 tokens and up to 2,048 new tokens, no `eos`, a context of
-    /// both, a prefix cache of 1 GiB, prefill alternating with decode.
+    /// both, a prefix cache of 1 GiB, prefill alternating with decode, caches for every slot's
+    /// whole context.
     fn default() -> Self {
         SchedulerOptions {
             slots: 8,
@@ -119,6 +126,7 @@ impl Default for SchedulerOptions {
             max_context: None,
             prefix_cache_bytes: 1 << 30,
             mixed: false,
+            kv_tokens: None,
         }
     }
 }

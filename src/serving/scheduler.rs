@@ -376,6 +376,15 @@ impl<M: SlotModel> Scheduler<M> {
         if free.len() < head.ids.len() {
             return Ok(None);
         }
+        let need = vec![self.need(&head.request); head.ids.len()];
+        // The cache room of the requests that ended goes back first.
+        let slots = self.slots.as_mut().ok_or_else(lost)?;
+        for &i in &free {
+            self.model.release(slots, i);
+        }
+        if !self.model.fits(slots, &need) {
+            return Ok(self.never_fits());
+        }
         if head.ids.len() > 1 || self.cache.peek(&head.request.prompt).is_some() {
             let Some(q) = self.queue.pop_front() else {
                 return Ok(None);
@@ -390,6 +399,11 @@ impl<M: SlotModel> Scheduler<M> {
             .map(|(slot, _, r)| (*slot, r.prompt.clone()))
             .collect();
         let mut started = Vec::with_capacity(group.len());
+        for (slot, _, r) in &group {
+            let need = self.need(r);
+            let slots = self.slots.as_mut().ok_or_else(lost)?;
+            self.model.reserve(slots, *slot, need)?;
+        }
         for (slot, id, r) in group {
             // A group holds no prompt that a cached prefix starts.
             self.cache.miss(r.prompt.len());
@@ -401,6 +415,32 @@ impl<M: SlotModel> Scheduler<M> {
             self.fill(&rows)?;
         }
         Ok(Some(started))
+    }
+
+    /// The cache room a request reserves: its prompt and `max_tokens`.
+    fn need(&self, r: &Request) -> usize {
+        (r.prompt.len() + r.max_tokens).min(self.options.context())
+    }
+
+    /// When the queue's head does not fit the free cache room: nothing (it waits for the
+    /// running requests), or, when none runs, its choices failed (it never will fit).
+    fn never_fits(&mut self) -> Option<Vec<Event>> {
+        if self.table.iter().any(Option::is_some) {
+            return None;
+        }
+        let q = self.queue.pop_front()?;
+        let need = self.need(&q.request);
+        let error = format!(
+            "{} choices of {need} tokens of prompt and max_tokens do not fit the slots' key/value \
+             caches of {} tokens",
+            q.ids.len(),
+            self.options.kv_tokens.unwrap_or(0)
+        );
+        let failed = |&id| Event::Failed {
+            id,
+            error: error.clone(),
+        };
+        Some(q.ids.iter().map(failed).collect())
     }
 
     /// Admits `q` into the first of `free` (from its cached prefix, else its first piece),
@@ -418,6 +458,11 @@ impl<M: SlotModel> Scheduler<M> {
             return Ok(Vec::new());
         };
         let prompt = r.prompt.clone();
+        let need = self.need(&r);
+        let slots = self.slots.as_mut().ok_or_else(lost)?;
+        for &slot in &free[..q.ids.len()] {
+            self.model.reserve(slots, slot, need)?;
+        }
         self.table[first] = Some(running(id, r, None));
         for (k, (id, r)) in requests.enumerate() {
             self.table[free[k + 1]] = Some(running(id, r, Some(first)));
@@ -557,12 +602,19 @@ impl<M: SlotModel> Scheduler<M> {
         let first = bucket(&head.request);
         let room = free.len().min(self.options.prefill_batch);
         let mut picked = Vec::new();
+        let mut needs = Vec::new();
+        let slots = self.slots.as_ref()?;
         for (at, q) in self.queue.iter().enumerate() {
             if picked.len() == room {
                 break;
             }
             let alone = q.ids.len() > 1 || self.cache.peek(&q.request.prompt).is_some();
             if at == 0 || (!alone && bucket(&q.request) == first) {
+                // In order: a request that does not fit the cache room stops the group.
+                needs.push(self.need(&q.request));
+                if !self.model.fits(slots, &needs) {
+                    break;
+                }
                 picked.push(at);
             }
         }

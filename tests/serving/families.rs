@@ -27,7 +27,7 @@ fn prompt(i: usize) -> Vec<u32> {
 }
 
 /// A prompt of `len` tokens of the fixtures' vocabulary, varied by `seed`.
-fn tokens(len: usize, seed: usize) -> Vec<u32> {
+pub(crate) fn tokens(len: usize, seed: usize) -> Vec<u32> {
     (0..len)
         .map(|j| (3 + (seed * 13 + j * 5) % 90) as u32)
         .collect()
@@ -47,6 +47,7 @@ pub(crate) fn options() -> SchedulerOptions {
         max_context: None,
         prefix_cache_bytes: 0,
         mixed: false,
+        kv_tokens: None,
     }
 }
 

@@ -7,6 +7,7 @@ mod common;
 
 mod extras;
 mod families;
+mod pages;
 mod prefix;
 mod scheduler;
 

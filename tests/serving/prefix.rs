@@ -32,6 +32,7 @@ fn options(cache: usize) -> SchedulerOptions {
         max_context: None,
         prefix_cache_bytes: cache,
         mixed: false,
+        kv_tokens: None,
     }
 }
 

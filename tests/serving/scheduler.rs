@@ -34,6 +34,7 @@ fn options(slots: usize, segment: usize) -> SchedulerOptions {
         max_context: None,
         prefix_cache_bytes: 0,
         mixed: false,
+        kv_tokens: None,
     }
 }
 

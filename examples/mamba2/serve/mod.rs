@@ -67,6 +67,12 @@ pub(crate) struct ServeArgs {
     /// tokens (and room for padding) per slot. Longer requests are answered 400.
     #[arg(long, value_name = "N")]
     max_context: Option<usize>,
+    /// The tokens of prompt and generation all slots' key/value caches hold together (a
+    /// transformer or hybrid keeps them in pages of 16 columns shared by the slots): a request
+    /// waits until its prompt and max_tokens fit beside the running ones, so --slots times
+    /// --max-context need not all be backed by memory. Default: every slot its whole context.
+    #[arg(long, value_name = "N")]
+    kv_tokens: Option<usize>,
     /// Require `Authorization: Bearer KEY` on every endpoint but /health (also read from
     /// STABLEGRAPH_API_KEY).
     #[arg(
@@ -145,6 +151,7 @@ pub(crate) fn serve(a: ServeArgs) -> Result<()> {
         max_context: a.max_context,
         prefix_cache_bytes: a.prefix_cache_mb.saturating_mul(1 << 20),
         mixed: a.mixed,
+        kv_tokens: a.kv_tokens,
     };
     let opened = a.model.open_any(false)?;
     let (template, stop_ids) = chat_setup(&opened.source)?;

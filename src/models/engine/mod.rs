@@ -14,6 +14,7 @@ pub(crate) mod slots;
 pub(crate) use host::*;
 pub(crate) use placement::Placement;
 pub(crate) use programs::{call, check_weight_types, Device, Named, Programs, Value};
+use slots::{gather_pages, scatter_pages};
 pub(crate) use slots::{prompt_bucket, SlotFamily, SlotSegment};
 
 use crate::dtype::DType;
@@ -435,6 +436,22 @@ pub(crate) struct SegmentShape {
     /// after the rows (in the state's flattened order) that the decoded rows are cut to and
     /// written back at the start of; `None`: whole.
     pub(crate) cut: Option<Vec<Vec<usize>>>,
+    /// Served slots whose caches are paged ([`slots::PageTable`]): the program then also takes
+    /// the page table, `pages` (i32 `[slots, capacity / PAGE]`).
+    pub(crate) paged: Option<PagedState>,
+}
+
+/// Which of a segment's state tensors are pools of pages.
+#[derive(Debug, Clone)]
+pub(crate) struct PagedState {
+    /// Each state tensor's paged column axis, in the state's flattened order (`None`: not
+    /// paged).
+    pub(crate) axes: Vec<Option<usize>>,
+    /// A slot's cache columns.
+    pub(crate) capacity: usize,
+    /// The state tensor (i32 `[rows]`) of each row's next cache column: a segment writes only
+    /// the pages from there on back.
+    pub(crate) column: usize,
 }
 
 /// The segment program of a streamed generation (or of served slots) for a model whose state
@@ -467,7 +484,21 @@ pub(crate) fn segment_outputs<M: Stepper>(
         None => None,
     };
     let cut = shape.cut.as_deref();
-    let mut picked = pick_rows(&all, index.as_ref(), cut)?.into_iter();
+    let paged = match &shape.paged {
+        Some(p) => {
+            let t = slots::PageTable::array_type(shape.slots, p.capacity);
+            Some((p, g.parameter("pages", t.dtype, &t.dims)?))
+        }
+        None => None,
+    };
+    let pages = paged.as_ref().map(|(p, t)| (*p, t));
+    let picked = pick_rows(&all, index.as_ref(), cut, pages)?;
+    // Where the decoded rows write their first new keys and values, when paged.
+    let first = match &shape.paged {
+        Some(p) => Some(picked.get(1 + p.column).ok_or_else(missing_column)?.clone()),
+        None => None,
+    };
+    let mut picked = picked.into_iter();
     let missing = || Error::InvalidArgument("segment: the state did not rebuild".into());
     let logits = picked.next().ok_or_else(missing)?;
     let states = M::State::unflatten(&all_states, &mut picked).ok_or_else(missing)?;
@@ -506,11 +537,11 @@ pub(crate) fn segment_outputs<M: Stepper>(
     let (out, end, logprobs) = decode_loop(model, start, &max_steps, &picker, shape.steps, v)?;
     let mut state_outs = vec![end.logits];
     end.states.flatten(&mut state_outs);
-    state_outs = match &index {
-        Some(index) => scatter_rows(all, &state_outs, index)?,
-        None if cut.is_some() => write_leading(all, &state_outs)?,
-        None => state_outs,
+    let written = match first {
+        Some(c) => Some((c, shape.steps)),
+        None => None,
     };
+    state_outs = put_back(all, state_outs, index.as_ref(), pages, written)?;
     let mut outs = vec![out];
     outs.extend(state_outs);
     outs.push(end.done);
@@ -526,11 +557,13 @@ pub(crate) fn segment_outputs<M: Stepper>(
 
 /// The rows of `all` (`[slots, ...]` each: the logits, then the state) a segment decodes: those
 /// `index` (i32 `[m]`) names, all when `None`; with `cut`, each state tensor's leading part of
-/// the dims `cut` gives it (after the rows), copied alone.
+/// the dims `cut` gives it (after the rows), copied alone; a paged one (`paged`, with the page
+/// table) gathered from its rows' pages.
 fn pick_rows(
     all: &[Tensor],
     index: Option<&Tensor>,
     cut: Option<&[Vec<usize>]>,
+    paged: Option<(&PagedState, &Tensor)>,
 ) -> Result<Vec<Tensor>> {
     let g = all[0].graph();
     let zero = g.scalar(0.0, DType::I32)?;
@@ -542,6 +575,10 @@ fn pick_rows(
                 (0, _) | (_, None) => None,
                 (k, Some(c)) => Some(c.get(k - 1).ok_or_else(short)?),
             };
+            if let Some((axis, p, pages)) = paged_axis(paged, k) {
+                let columns = dims.map_or(p.capacity, |d| d[axis - 1]);
+                return gather_pages(t, &page_rows(pages, index, columns)?, axis);
+            }
             match (index, dims) {
                 (Some(i), None) => t.take(i),
                 (None, None) => Ok(t.clone()),
@@ -567,6 +604,112 @@ fn pick_rows(
             }
         })
         .collect()
+}
+
+/// The paged column axis of `all`'s tensor `k` (the logits first, never paged), with the
+/// paging and the page table.
+fn paged_axis<'a>(
+    paged: Option<(&'a PagedState, &'a Tensor)>,
+    k: usize,
+) -> Option<(usize, &'a PagedState, &'a Tensor)> {
+    let (p, pages) = paged?;
+    let axis = p.axes.get(k.checked_sub(1)?).copied().flatten()?;
+    Some((axis, p, pages))
+}
+
+/// The page table's rows for the decoded rows (`index`, all when `None`), their first pages
+/// up to `columns`.
+fn page_rows(pages: &Tensor, index: Option<&Tensor>, columns: usize) -> Result<Tensor> {
+    let rows = match index {
+        Some(i) => pages.take(i)?,
+        None => pages.clone(),
+    };
+    rows.narrow(1, 0, columns / slots::PAGE)
+}
+
+fn missing_column() -> Error {
+    Error::InvalidArgument("segment: the paged state has no column tensor".into())
+}
+
+/// Each of `all` (the logits, then the state, every slot) with the decoded rows `outs` written
+/// back ([`pick_rows`]'s inverse): at the rows `index` names (all when `None`), at the start of
+/// each row where `outs` are smaller, a paged one into its rows' pages: with `written` (each
+/// row's first column written, i32 `[rows]`, and the most columns written after it) only the
+/// pages those columns can fall in.
+fn put_back(
+    all: Vec<Tensor>,
+    outs: Vec<Tensor>,
+    index: Option<&Tensor>,
+    paged: Option<(&PagedState, &Tensor)>,
+    written: Option<(Tensor, usize)>,
+) -> Result<Vec<Tensor>> {
+    all.into_iter()
+        .zip(outs)
+        .enumerate()
+        .map(|(k, (t, out))| {
+            if let Some((axis, _, pages)) = paged_axis(paged, k) {
+                let table = page_rows(pages, index, out.dims()[axis])?;
+                return match &written {
+                    Some((first, steps)) => {
+                        let (table, out) = written_pages(&table, &out, axis, first, *steps)?;
+                        scatter_pages(&t, &table, &out, axis)
+                    }
+                    None => scatter_pages(&t, &table, &out, axis),
+                };
+            }
+            let one = std::slice::from_ref(&out);
+            Ok(match index {
+                Some(index) => scatter_rows(vec![t], one, index)?.remove(0),
+                None => write_leading(vec![t], one)?.remove(0),
+            })
+        })
+        .collect()
+}
+
+/// The pages of `rows` (`[m, ...]`, `n` pages of columns on `axis`, their page table rows
+/// `table` `[m, n]`) that columns `first ..= first + steps - 1` of each row may fall in: the
+/// table's entries and the rows' columns of `ceil(steps / PAGE) + 1` pages from the first's
+/// page (moved back to stay inside the window); all when that is no fewer.
+fn written_pages(
+    table: &Tensor,
+    rows: &Tensor,
+    axis: usize,
+    first: &Tensor,
+    steps: usize,
+) -> Result<(Tensor, Tensor)> {
+    let (m, n) = (table.dims()[0], table.dims()[1]);
+    let t = steps.div_ceil(slots::PAGE) + 1;
+    if t >= n {
+        return Ok((table.clone(), rows.clone()));
+    }
+    let g = table.graph();
+    // The first page written back, per row: at most n - t.
+    let start = first
+        .astype(DType::I32)?
+        .div(slots::PAGE as f64)? // not negative: an integer division floors
+        .clamp(0.0, (n - t) as f64)?;
+    let at = start
+        .expand_dims(1)?
+        .add(&g.iota(DType::I32, &[m, t], 1)?)?;
+    let table = table.take_along_axis(&at, 1)?;
+    let zero = g.scalar(0.0, DType::I32)?;
+    let mut sizes = rows.dims().to_vec();
+    sizes[0] = 1;
+    sizes[axis] = t * slots::PAGE;
+    let parts = (0..m)
+        .map(|r| {
+            let column = start
+                .narrow(0, r, 1)?
+                .reshape(&[])?
+                .mul(slots::PAGE as f64)?;
+            let row = g.scalar(r as f64, DType::I32)?;
+            let mut starts = vec![&zero; rows.rank()];
+            starts[0] = &row;
+            starts[axis] = &column;
+            rows.dynamic_slice(&starts, &sizes)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok((table, Tensor::concat(&parts.iter().collect::<Vec<_>>(), 0)?))
 }
 
 /// Each of `into` with the matching one of `parts` written at its start (where it is smaller:

@@ -11,17 +11,21 @@ use super::programs::{call, Named, Value};
 use super::slot_inputs::{
     check_mixed, extras_inputs, piece_inputs, read_logprobs, sampled, segment_controls,
 };
-use super::{bucket_chunks, last_position, scatter_rows, Device, Family, Hold, Prefilled};
+use super::{bucket_chunks, last_position, Device, Family, Hold, Prefilled};
 use crate::array::HostArray;
 use crate::compiled::CompiledGraph;
 use crate::dtype::{DType, TensorType};
 use crate::error::{Error, Result};
-use crate::ops::Graph;
 use crate::runtime::ShardedBuffer;
 use crate::serving::{check_segment, Piece, Segment, SegmentOutput, SlotModel, SlotSize};
 use crate::sharding::Sharding;
 
+mod graphs;
+mod pages;
 mod windows;
+use graphs::{slot_outputs, SlotPrograms};
+pub(crate) use pages::{gather_pages, scatter_pages, stored_types, PageTable, PAGE};
+use pages::{paged_axes, row_extents};
 pub(crate) use windows::decode_windows;
 use windows::{decode_columns, windowed};
 
@@ -54,6 +58,12 @@ pub(crate) trait SlotFamily: Family {
     fn slot_names(&self) -> Vec<String>;
     /// The types of `rows` empty slot rows with caches of `capacity` columns.
     fn slot_types(&self, rows: usize, capacity: usize) -> Result<Vec<TensorType>>;
+    /// Each slot tensor's column axis where the slots keep it paged ([`pages`]: its cache
+    /// columns in a pool of pages shared by the slots), in the order of
+    /// [`SlotFamily::slot_names`]; `None` (or a shorter list) where not. None paged by default.
+    fn slot_pages(&self) -> Vec<Option<usize>> {
+        Vec::new()
+    }
     /// The cache columns a slot of `size` needs (a prompt piece padded to its bucket
     /// included); 0 for a family without caches, whose rows then continue from their slots
     /// together.
@@ -123,6 +133,9 @@ pub(crate) struct SlotSegment {
     pub(crate) steps: usize,
     /// The penalty history's positions (with penalties).
     pub(crate) width: usize,
+    /// The pages of the pool the paged slot tensors are kept in ([`SlotFamily::slot_pages`]);
+    /// `None`: every slot tensor rows first.
+    pub(crate) pages: Option<usize>,
 }
 
 /// The slots of a served family's model on the device.
@@ -130,12 +143,29 @@ pub(crate) struct SlotSegment {
 pub struct FamilySlots {
     /// The logits of each slot's next token, `[slots, vocab]`.
     logits: ShardedBuffer,
-    /// Each slot's state, every tensor with the slots first.
+    /// Each slot's state, every tensor with the slots first (a paged one a pool of pages).
     state: Vec<ShardedBuffer>,
+    /// Everything but the buffers.
+    shell: Shell,
+}
+
+/// What [`FamilySlots`] are besides their buffers.
+#[derive(Debug, Clone)]
+struct Shell {
     /// The cache columns of each slot.
     capacity: usize,
     /// The tokens of prompt and generation each slot holds at most.
     context: usize,
+    /// The pages each slot holds of the pool its paged tensors are kept in, and the pool's
+    /// pages; `None` when the family pages nothing.
+    pages: Option<(PageTable, usize)>,
+}
+
+impl Shell {
+    /// The pool's pages, where paged.
+    fn pool(&self) -> Option<usize> {
+        self.pages.as_ref().map(|(_, n)| *n)
+    }
 }
 
 /// One slot's next-token logits and state, copied out of [`FamilySlots`] (1 row each, the
@@ -155,72 +185,6 @@ pub(crate) fn prompt_bucket(len: usize) -> Result<usize> {
         .ok_or_else(|| {
             Error::InvalidArgument(format!("a prompt of {len} tokens is too long to prefill"))
         })
-}
-
-/// The program that writes `rows` prefilled rows (logits and state of `row_types`) into the
-/// slots (`slot_types`, donated; the tensors named `names`, the rows' `row_` and the name) at
-/// the slot index of each (i32 `[rows]`).
-fn insert_graph(
-    vocab: usize,
-    names: &[String],
-    slot_types: &[TensorType],
-    row_types: &[TensorType],
-) -> Result<Graph> {
-    let g = Graph::new();
-    let (slots, rows) = (slot_types[0].dims[0], row_types[0].dims[0]);
-    let logits = g.parameter("logits", DType::F32, &[slots, vocab])?;
-    g.donate(&logits)?;
-    let mut targets = vec![logits];
-    for (name, t) in names.iter().zip(slot_types) {
-        let p = g.parameter(name, t.dtype, &t.dims)?;
-        g.donate(&p)?;
-        targets.push(p);
-    }
-    let mut sources = vec![g.parameter("row_logits", DType::F32, &[rows, vocab])?];
-    for (name, t) in names.iter().zip(row_types) {
-        sources.push(g.parameter(&format!("row_{name}"), t.dtype, &t.dims)?);
-    }
-    let index = g.parameter("slot_index", DType::I32, &[rows])?;
-    let outs = scatter_rows(targets, &sources, &index)?;
-    g.set_outputs(&outs.iter().collect::<Vec<_>>())?;
-    Ok(g)
-}
-
-/// What a segment or mixed program returns, read: the tokens, the slots' logits and state
-/// (`1 + n_state` buffers), the keys (after `done`, not read), and the outputs after them.
-#[allow(clippy::type_complexity)]
-fn slot_outputs(
-    outs: Vec<ShardedBuffer>,
-    n_state: usize,
-) -> Result<(Vec<i32>, Vec<ShardedBuffer>, Vec<u32>, Vec<ShardedBuffer>)> {
-    let mut outs = outs.into_iter();
-    let missing = || Error::InvalidArgument("a slot program returned too little".into());
-    let tokens = outs.next().ok_or_else(missing)?.to_vec::<i32>()?;
-    let state: Vec<ShardedBuffer> = outs.by_ref().take(1 + n_state).collect();
-    let _done = outs.next().ok_or_else(missing)?;
-    let keys = outs.next().ok_or_else(missing)?.to_vec::<u32>()?;
-    if state.len() != 1 + n_state {
-        return Err(missing());
-    }
-    Ok((tokens, state, keys, outs.collect()))
-}
-
-/// The program that copies the rows the index (i32 `[rows]`) names out of slots of
-/// `slot_types` (named `names`; not donated).
-fn extract_graph(names: &[String], slot_types: &[TensorType], rows: usize) -> Result<Graph> {
-    let g = Graph::new();
-    let params = names
-        .iter()
-        .zip(slot_types)
-        .map(|(name, t)| g.parameter(name, t.dtype, &t.dims))
-        .collect::<Result<Vec<_>>>()?;
-    let index = g.parameter("slot_index", DType::I32, &[rows])?;
-    let outs = params
-        .iter()
-        .map(|t| t.take(&index))
-        .collect::<Result<Vec<_>>>()?;
-    g.set_outputs(&outs.iter().collect::<Vec<_>>())?;
-    Ok(g)
 }
 
 /// The serving variant of the segment program: inactive rows' states held as `hold` says
@@ -246,29 +210,15 @@ fn history_width(context: usize, steps: usize) -> usize {
     context + steps
 }
 
+/// Slot tensor `i` of `state`; an error naming it where there is none.
+fn slot_tensor(state: &[ShardedBuffer], i: usize) -> Result<&ShardedBuffer> {
+    state
+        .get(i)
+        .ok_or_else(|| Error::InvalidArgument(format!("the slots have no state tensor {i}")))
+}
+
 /// Slot helpers over any [`SlotFamily`].
-trait Slots: SlotFamily {
-    /// The insert program for `rows` rows into `slots` slots of `capacity` columns.
-    fn insert_program(&self, slots: usize, rows: usize, capacity: usize) -> Result<CompiledGraph> {
-        let key = format!("slot insert s{slots} r{rows} c{capacity}");
-        self.device().named(&key, &mut || {
-            insert_graph(
-                self.vocab_size(),
-                &self.slot_names(),
-                &self.slot_types(slots, capacity)?,
-                &self.slot_types(rows, capacity)?,
-            )
-        })
-    }
-
-    /// The extract program of `rows` rows out of `slots` slots of `capacity` columns.
-    fn extract_program(&self, slots: usize, rows: usize, capacity: usize) -> Result<CompiledGraph> {
-        let key = format!("slot extract s{slots} r{rows} c{capacity}");
-        self.device().named(&key, &mut || {
-            extract_graph(&self.slot_names(), &self.slot_types(slots, capacity)?, rows)
-        })
-    }
-
+trait Slots: SlotPrograms {
     /// Runs a segment or mixed program on the weights and `inputs`, its outputs read
     /// ([`slot_outputs`]).
     #[allow(clippy::type_complexity)]
@@ -287,16 +237,31 @@ trait Slots: SlotFamily {
         slot_outputs(outs, n_state)
     }
 
-    /// The slots' logits and state as named inputs.
-    fn slot_inputs(&self, slots: FamilySlots) -> Vec<Named> {
+    /// The slots' logits, state and page table (where paged) as named inputs, and the rest of
+    /// them.
+    fn slot_inputs(&self, slots: FamilySlots) -> Result<(Vec<Named>, Shell)> {
         let mut inputs = vec![("logits".to_string(), Value::Device(slots.logits))];
         let names = self.slot_names().into_iter();
         inputs.extend(names.zip(slots.state.into_iter().map(Value::Device)));
-        inputs
+        if let Some((table, _)) = &slots.shell.pages {
+            inputs.push(host_input("pages", table.array()?));
+        }
+        Ok((inputs, slots.shell))
     }
 
-    /// Slots shaped as `like` from a program's outputs: the logits, then the state.
-    fn slots_of(&self, outs: Vec<ShardedBuffer>, like: (usize, usize)) -> Result<FamilySlots> {
+    /// The page table of `slots` on the device, where paged.
+    fn page_buffer(&self, slots: &FamilySlots) -> Result<Option<ShardedBuffer>> {
+        let Some((table, _)) = &slots.shell.pages else {
+            return Ok(None);
+        };
+        let client = self.device().client();
+        client
+            .sharded_buffer_from_host_array(&table.array()?, &Sharding::single())
+            .map(Some)
+    }
+
+    /// Slots of `shell` from a program's outputs: the logits, then the state.
+    fn slots_of(&self, outs: Vec<ShardedBuffer>, shell: Shell) -> Result<FamilySlots> {
         let mut outs = outs.into_iter();
         let logits = outs
             .next()
@@ -304,31 +269,42 @@ trait Slots: SlotFamily {
         Ok(FamilySlots {
             logits,
             state: outs.collect(),
-            capacity: like.0,
-            context: like.1,
+            shell,
         })
     }
 
-    /// `slots` with the prefilled rows `pre` written at `index`.
+    /// `slots` with the prefilled rows `pre` written at `index` (each paged slot first given
+    /// the pages its tokens take).
     fn insert(
         &self,
-        slots: FamilySlots,
+        mut slots: FamilySlots,
         index: &[usize],
         pre: Prefilled<Self::State>,
     ) -> Result<FamilySlots> {
         let n_slots = slots.logits.dims()[0];
-        let (capacity, like) = (slots.capacity, (slots.capacity, slots.context));
-        let program = self.insert_program(n_slots, index.len(), capacity)?;
-        let mut inputs = self.slot_inputs(slots);
+        let (capacity, pool) = (slots.shell.capacity, slots.shell.pool());
+        let program = self.insert_program(n_slots, index.len(), capacity, pool)?;
+        let rows = self.slot_rows(pre.state, capacity)?;
+        if let Some((table, _)) = &mut slots.shell.pages {
+            let held = row_extents(self, |i| match rows.get(i) {
+                Some(Value::Host(a)) => Ok(a.as_array::<i32>()?.iter().copied().collect()),
+                Some(Value::Device(b)) => b.to_vec::<i32>(),
+                None => Err(Error::InvalidArgument(format!("no slot tensor {i}"))),
+            })?;
+            for (&slot, tokens) in index.iter().zip(held) {
+                table.grow(slot, tokens)?;
+            }
+        }
+        let (mut inputs, shell) = self.slot_inputs(slots)?;
         inputs.push(host_input("row_logits", last_position(&pre.logits)?));
         let names = self.slot_names().into_iter().map(|n| format!("row_{n}"));
-        inputs.extend(names.zip(self.slot_rows(pre.state, capacity)?));
+        inputs.extend(names.zip(rows));
         // Fits an i32: slot indices are below n_slots, which a buffer's row count bounds.
         let index: Vec<i32> = index.iter().map(|&i| i as i32).collect();
         let index = HostArray::from_vec(&[index.len()], index)?;
         inputs.push(host_input("slot_index", index));
         let outs = call(self.device().client(), &program, &[], inputs)?;
-        self.slots_of(outs, like)
+        self.slots_of(outs, shell)
     }
 
     /// Slot indices (each below the slots' count, so an i32) as an i32 buffer on the device.
@@ -343,26 +319,17 @@ trait Slots: SlotFamily {
     /// The state of the slots `index` names, as a state of as many rows.
     fn extract(&self, slots: &FamilySlots, index: &[usize]) -> Result<Self::State> {
         let n_slots = slots.logits.dims()[0];
-        let program = self.extract_program(n_slots, index.len(), slots.capacity)?;
+        let (capacity, pool) = (slots.shell.capacity, slots.shell.pool());
+        let program = self.extract_program(n_slots, index.len(), capacity, pool)?;
         let mut args: Vec<(&str, &ShardedBuffer)> = Vec::new();
         let names = self.slot_names();
         args.extend(names.iter().map(String::as_str).zip(&slots.state));
         let at = self.slot_index(index)?;
         args.push(("slot_index", &at));
+        let pages = self.page_buffer(slots)?;
+        args.extend(pages.iter().map(|p| ("pages", p)));
         let rows = program.run_named(&[], &args)?;
         self.state_of_slot_rows(rows.into_iter().map(Value::Device).collect())
-    }
-
-    /// The program copying one slot's logits and state out of `slots` slots of `capacity`.
-    fn snapshot_program(&self, slots: usize, capacity: usize) -> Result<CompiledGraph> {
-        let key = format!("slot snapshot s{slots} c{capacity}");
-        self.device().named(&key, &mut || {
-            let mut names = vec!["logits".to_string()];
-            names.extend(self.slot_names());
-            let mut types = vec![TensorType::new(DType::F32, &[slots, self.vocab_size()])];
-            types.extend(self.slot_types(slots, capacity)?);
-            extract_graph(&names, &types, 1)
-        })
     }
 
     /// The segment program over `slots` slots decoding `rows` of them (all when `None`), each
@@ -396,13 +363,42 @@ trait Slots: SlotFamily {
         };
         let subset = (rows.len() < n).then_some(m);
         let (hold, columns) = match rows.iter().any(|&r| segment.keep[r]) || extras {
-            true => (Hold::Once, slots.capacity),
+            true => (Hold::Once, slots.shell.capacity),
             false => (
                 Hold::Never,
                 decode_columns(self, slots, &on, segment.steps)?,
             ),
         };
         Ok((rows, subset, hold, columns))
+    }
+
+    /// Gives each row `segment` decodes the pages its tokens and the segment's steps take.
+    fn grow_pages(&self, slots: &mut FamilySlots, segment: &Segment) -> Result<()> {
+        let FamilySlots { state, shell, .. } = slots;
+        let Some((table, _)) = &mut shell.pages else {
+            return Ok(());
+        };
+        let held = row_extents(self, |i| slot_tensor(state, i)?.to_vec::<i32>())?;
+        for (r, tokens) in held.into_iter().enumerate() {
+            if segment.active.get(r) == Some(&true) {
+                table.grow(r, tokens.saturating_add(segment.steps))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The page table of `slots` slots of `size` and its pool's pages, where `size` asks for a
+    /// pool and the family pages its caches.
+    fn page_table(&self, slots: usize, size: SlotSize) -> Result<Option<(PageTable, usize)>> {
+        let capacity = self.slot_capacity(size);
+        let n = self.slot_types(1, capacity)?.len();
+        let Some(tokens) = size.pool else {
+            return Ok(None);
+        };
+        if capacity == 0 || paged_axes(self, n).iter().all(Option::is_none) {
+            return Ok(None);
+        }
+        Ok(Some(PageTable::new(slots, capacity, tokens)))
     }
 }
 
@@ -432,20 +428,22 @@ impl<F: SlotFamily + Send + Sync> SlotModel for F {
             )));
         }
         let capacity = self.slot_capacity(size);
+        let pages = self.page_table(slots, size)?;
+        let pool = pages.as_ref().map(|(_, n)| *n);
         let client = self.device().client();
         let zeros = |t: &TensorType| {
             client.sharded_buffer_from_host_array(&HostArray::zeros(t), &Sharding::single())
         };
         let vocab = Family::vocab_size(self);
+        let (stored, _, _) = self.slot_storage(slots, 1, capacity, pool)?;
         Ok(FamilySlots {
             logits: zeros(&TensorType::new(DType::F32, &[slots, vocab]))?,
-            state: self
-                .slot_types(slots, capacity)?
-                .iter()
-                .map(zeros)
-                .collect::<Result<_>>()?,
-            capacity,
-            context: size.context,
+            state: stored.iter().map(zeros).collect::<Result<_>>()?,
+            shell: Shell {
+                capacity,
+                context: size.context,
+                pages,
+            },
         })
     }
 
@@ -468,7 +466,7 @@ impl<F: SlotFamily + Send + Sync> SlotModel for F {
         let bucket = self.slot_bucket(longest)?;
         let index: Vec<usize> = rows.iter().map(|(i, _)| *i).collect();
         let prompts: Vec<Vec<u32>> = rows.iter().map(|(_, p)| p.to_vec()).collect();
-        if !continued || slots.capacity == 0 {
+        if !continued || slots.shell.capacity == 0 {
             // Without caches, rows continue from their slots together.
             let init = match continued {
                 true => Some(self.extract(&slots, &index)?),
@@ -495,20 +493,22 @@ impl<F: SlotFamily + Send + Sync> SlotModel for F {
         continued: bool,
     ) -> Result<()> {
         let capacity = self.slot_capacity(size);
+        let pool = self.page_table(slots, size)?.map(|(_, n)| n);
         self.prepare_prefill(rows, bucket, false, capacity)?;
-        self.insert_program(slots, rows, capacity)?;
+        self.insert_program(slots, rows, capacity, pool)?;
         if continued {
             // Rows continue together without caches, one by one with them.
             let together = if capacity == 0 { rows } else { 1 };
             self.prepare_prefill(together, bucket, true, capacity)?;
-            self.extract_program(slots, together, capacity)?;
-            self.insert_program(slots, together, capacity)?;
+            self.extract_program(slots, together, capacity, pool)?;
+            self.insert_program(slots, together, capacity, pool)?;
         }
         Ok(())
     }
 
     fn prepare_segments(&self, slots: usize, size: SlotSize, capacity: usize) -> Result<()> {
         let columns = self.slot_capacity(size);
+        let pages = self.page_table(slots, size)?.map(|(_, n)| n);
         let s = |rows, width| SlotSegment {
             slots,
             rows,
@@ -516,6 +516,7 @@ impl<F: SlotFamily + Send + Sync> SlotModel for F {
             columns,
             steps: capacity,
             width,
+            pages,
         };
         let subsets = (0..usize::BITS)
             .map(|i| 1usize << i)
@@ -559,11 +560,13 @@ impl<F: SlotFamily + Send + Sync> SlotModel for F {
         check_segment(segment, n)?;
         let sample = sampled(segment);
         let (rows, subset, hold, columns) = self.segment_rows(&slots, segment)?;
-        let (capacity, n_state) = (slots.capacity, slots.state.len());
-        let like = (capacity, slots.context);
+        let mut slots = slots;
+        self.grow_pages(&mut slots, segment)?;
+        let (capacity, n_state) = (slots.shell.capacity, slots.state.len());
+        let context = slots.shell.context;
         let extras = segment.extras.is_some();
         let width = match extras {
-            true => history_width(slots.context, segment.capacity),
+            true => history_width(context, segment.capacity),
             false => 0,
         };
         let v = slot_variant(sample, extras, hold);
@@ -574,12 +577,13 @@ impl<F: SlotFamily + Send + Sync> SlotModel for F {
             columns,
             steps: segment.capacity,
             width,
+            pages: slots.shell.pool(),
         };
         let program = self.slot_segment_program(shape, v)?;
-        let mut inputs = self.slot_inputs(slots);
+        let (mut inputs, shell) = self.slot_inputs(slots)?;
         inputs.extend(segment_controls(self, segment, &rows, subset, sample)?);
         if let Some(x) = &segment.extras {
-            inputs.extend(extras_inputs(self.vocab_size(), x, like.1, width)?);
+            inputs.extend(extras_inputs(self.vocab_size(), x, context, width)?);
         }
         let (tokens, state, new_keys, outs) = self.run_slots(&program, inputs, n_state)?;
         // Back to one entry per slot: rows not decoded hold max(eos, 0) and keep their key.
@@ -598,7 +602,7 @@ impl<F: SlotFamily + Send + Sync> SlotModel for F {
             // After the history (tokens, matched, len): the log-probabilities.
             out.logprobs = read_logprobs(outs.get(3..).unwrap_or_default(), segment)?;
         }
-        Ok((self.slots_of(state, like)?, out))
+        Ok((self.slots_of(state, shell)?, out))
     }
 
     fn programs_compiled(&self) -> usize {
@@ -619,8 +623,8 @@ impl<F: SlotFamily + Send + Sync> SlotModel for F {
         let bucket = check_mixed(self, pieces, segment, n)?;
         let sample = sampled(segment);
         let program = self.slot_mixed_program(n, pieces.len(), bucket, sample)?;
-        let (n_state, like) = (slots.state.len(), (slots.capacity, slots.context));
-        let mut inputs = self.slot_inputs(slots);
+        let n_state = slots.state.len();
+        let (mut inputs, shell) = self.slot_inputs(slots)?;
         let all: Vec<usize> = (0..n).collect();
         let controls = segment_controls(self, segment, &all, None, sample)?;
         inputs.extend(controls.into_iter().filter(|(name, _)| name != "max_steps"));
@@ -641,7 +645,7 @@ impl<F: SlotFamily + Send + Sync> SlotModel for F {
             out.tokens[r] = vec![tokens[r] as u32];
             out.keys[r] = [new_keys[2 * r], new_keys[2 * r + 1]];
         }
-        Ok((self.slots_of(state, like)?, out))
+        Ok((self.slots_of(state, shell)?, out))
     }
 
     fn prepare_mixed(&self, slots: usize, rows: usize, bucket: usize) -> Result<()> {
@@ -661,35 +665,46 @@ impl<F: SlotFamily + Send + Sync> SlotModel for F {
                 "snapshot: slot {slot} is outside the {n_slots} slots"
             )));
         }
-        let program = self.snapshot_program(n_slots, slots.capacity)?;
+        let (capacity, pool) = (slots.shell.capacity, slots.shell.pool());
+        let program = self.snapshot_program(n_slots, capacity, pool)?;
         let at = self.slot_index(&[slot])?;
         let mut args: Vec<(&str, &ShardedBuffer)> = vec![("logits", &slots.logits)];
         let names = self.slot_names();
         args.extend(names.iter().map(String::as_str).zip(&slots.state));
         args.push(("slot_index", &at));
+        let pages = self.page_buffer(slots)?;
+        args.extend(pages.iter().map(|p| ("pages", p)));
         Ok(SlotSnapshot {
             buffers: program.run_named(&[], &args)?,
-            capacity: slots.capacity,
+            capacity,
         })
     }
 
     fn restore(
         &self,
-        slots: FamilySlots,
+        mut slots: FamilySlots,
         slot: usize,
         snapshot: &SlotSnapshot,
     ) -> Result<FamilySlots> {
         let n_slots = slots.logits.dims()[0];
-        if slot >= n_slots || snapshot.capacity != slots.capacity {
+        let capacity = slots.shell.capacity;
+        if slot >= n_slots || snapshot.capacity != capacity {
             return Err(Error::InvalidArgument(format!(
                 "restore: slot {slot} of {n_slots}, or a snapshot of slots with {} cache \
-                 columns into slots with {}",
-                snapshot.capacity, slots.capacity
+                 columns into slots with {capacity}",
+                snapshot.capacity
             )));
         }
-        let (capacity, like) = (slots.capacity, (slots.capacity, slots.context));
-        let program = self.insert_program(n_slots, 1, capacity)?;
+        let program = self.insert_program(n_slots, 1, capacity, slots.shell.pool())?;
+        if let Some((table, _)) = &mut slots.shell.pages {
+            let held = row_extents(self, |i| match snapshot.buffers.get(1 + i) {
+                Some(b) => b.to_vec::<i32>(),
+                None => Err(Error::InvalidArgument(format!("no slot tensor {i}"))),
+            })?;
+            table.grow(slot, held.first().copied().unwrap_or(0))?;
+        }
         let at = self.slot_index(&[slot])?;
+        let pages = self.page_buffer(&slots)?;
         let names: Vec<String> = self.slot_names();
         let row_names: Vec<String> = names.iter().map(|n| format!("row_{n}")).collect();
         let mut args: Vec<(&str, &ShardedBuffer)> = vec![("logits", &slots.logits)];
@@ -702,9 +717,11 @@ impl<F: SlotFamily + Send + Sync> SlotModel for F {
                 .zip(&snapshot.buffers[1..]),
         );
         args.push(("slot_index", &at));
+        args.extend(pages.iter().map(|p| ("pages", p)));
         let outs = program.run_named(&[], &args)?;
+        let shell = slots.shell.clone();
         drop(slots);
-        self.slots_of(outs, like)
+        self.slots_of(outs, shell)
     }
 
     fn snapshot_bytes(&self, snapshot: &SlotSnapshot) -> usize {
@@ -713,7 +730,29 @@ impl<F: SlotFamily + Send + Sync> SlotModel for F {
 
     fn prepare_snapshots(&self, slots: usize, size: SlotSize) -> Result<()> {
         let capacity = self.slot_capacity(size);
-        self.snapshot_program(slots, capacity)?;
-        self.insert_program(slots, 1, capacity).map(drop)
+        let pool = self.page_table(slots, size)?.map(|(_, n)| n);
+        self.snapshot_program(slots, capacity, pool)?;
+        self.insert_program(slots, 1, capacity, pool).map(drop)
+    }
+
+    fn fits(&self, slots: &FamilySlots, tokens: &[usize]) -> bool {
+        slots
+            .shell
+            .pages
+            .as_ref()
+            .is_none_or(|(table, _)| table.fits(tokens))
+    }
+
+    fn reserve(&self, slots: &mut FamilySlots, slot: usize, tokens: usize) -> Result<()> {
+        match &mut slots.shell.pages {
+            Some((table, _)) => table.reserve(slot, tokens),
+            None => Ok(()),
+        }
+    }
+
+    fn release(&self, slots: &mut FamilySlots, slot: usize) {
+        if let Some((table, _)) = &mut slots.shell.pages {
+            table.release(slot);
+        }
     }
 }

@@ -131,6 +131,7 @@ impl Family for Hybrid {
             columns: capacity,
             steps: segment,
             width,
+            pages: None,
         };
         Hybrid::segment_program(self, s, v)
     }

@@ -14,8 +14,8 @@ use crate::error::{Error, Result};
 use crate::models::common::{generate_capacity, GenerateOptions, LayerState};
 use crate::models::engine::attention::{mark_valid, Positions};
 use crate::models::engine::{
-    self, decode_loop, host_input, rows, Decoding, Named, Prepared, SegmentShape, SlotFamily,
-    SlotSegment, Stepper, Variant,
+    self, decode_loop, host_input, rows, Decoding, Named, PagedState, Prepared, SegmentShape,
+    SlotFamily, SlotSegment, Stepper, Variant,
 };
 use crate::ops::{Carry, Tensor};
 
@@ -382,7 +382,7 @@ impl Hybrid {
         let cfg = self.config();
         let (b, cap) = (s.slots, s.capacity);
         let key = (
-            Kind::Segment(s.steps, v, s.rows),
+            Kind::Segment(s.steps, v, s.rows, s.pages),
             b,
             s.width,
             cap,
@@ -399,6 +399,21 @@ impl Hybrid {
                 true => Some(cut_dims(&self.slot_types(1, s.columns)?)),
                 false => None,
             };
+            // Paged: the full-attention caches are pools of pages.
+            let axes = self.slot_pages();
+            let stored = s
+                .pages
+                .map(|pages| -> Result<_> {
+                    let types = self.slot_types(b, cap)?;
+                    Ok(engine::slots::stored_types(&types, &axes, Some(pages)))
+                })
+                .transpose()?;
+            let column = self.slot_extents().first().copied().unwrap_or(0);
+            let paged = s.pages.map(|_| PagedState {
+                axes,
+                capacity: cap,
+                column,
+            });
             let shape = SegmentShape {
                 slots: b,
                 rows: s.rows,
@@ -406,9 +421,10 @@ impl Hybrid {
                 steps: s.steps,
                 width: s.width,
                 cut,
+                paged,
             };
             engine::segment_outputs(g, &steps, shape, v, |g| {
-                carried_parameters(g, &template, b, cap, v.row_keys)
+                carried_parameters(g, &template, (b, cap), v.row_keys, stored.as_deref())
             })
         })
     }
@@ -437,18 +453,22 @@ impl Hybrid {
 }
 
 /// A [`Carried`] of parameters shaped like `template`'s sublayer states, with `b` rows and
-/// caches of `cap` columns; with `per_row`, one cache column per row (`[b]`, served slots),
-/// else one for all.
+/// caches of `cap` columns (`(b, cap)`), or where given as `stored` (the served slots' tensors
+/// as kept, paged ones pools of pages); with `per_row`, one cache column per row (`[b]`,
+/// served slots), else one for all.
 fn carried_parameters(
     g: &crate::ops::Graph,
     template: &[SublayerState<HostArray>],
-    b: usize,
-    cap: usize,
+    (b, cap): (usize, usize),
     per_row: bool,
+    stored: Option<&[TensorType]>,
 ) -> Result<Carried> {
     let mut n = 0;
     let mut param = |dtype: DType, dims: &[usize]| {
         n += 1;
+        let dims = stored
+            .and_then(|s| s.get(n - 1))
+            .map_or(dims, |t| &t.dims[..]);
         g.parameter(&format!("state.{n}"), dtype, dims)
     };
     let mut sublayers = Vec::with_capacity(template.len());

@@ -85,8 +85,9 @@ pub(super) enum Kind {
     Step,
     /// Generation in one program, up to this many tokens.
     Generate(usize, Variant),
-    /// A stream's segment of this many tokens, decoding all rows or this many of them.
-    Segment(usize, Variant, Option<usize>),
+    /// A stream's segment of this many tokens, decoding all rows or this many of them, its
+    /// full-attention caches in a pool of this many pages or rows first.
+    Segment(usize, Variant, Option<usize>, Option<usize>),
 }
 
 /// A Bamba, Granite 4.0-H or Nemotron-H model whose weights live on `client`'s first device.

@@ -109,6 +109,23 @@ impl SlotFamily for Hybrid {
         (size.context + padding).next_multiple_of(16)
     }
 
+    /// The full-attention caches, their columns on axis 3 (keys, `[rows, heads, head_dim,
+    /// columns]`) and 2 (values); the rings of sliding layers (a window's columns) are not
+    /// paged.
+    fn slot_pages(&self) -> Vec<Option<usize>> {
+        let c = self.config();
+        let mut axes = Vec::new();
+        for (i, kind) in c.sublayers.iter().enumerate() {
+            match kind {
+                SublayerKind::Mamba => axes.extend([None, None]),
+                SublayerKind::Attention if c.window(i).is_none() => axes.extend([Some(3), Some(2)]),
+                SublayerKind::Attention => axes.extend([None, None]),
+                _ => {}
+            }
+        }
+        axes
+    }
+
     /// Each row's next cache `column` and its next rotary position (a ring writes at the
     /// position).
     fn slot_extents(&self) -> Vec<usize> {

@@ -175,6 +175,7 @@ fn segment_program(
         steps: segment,
         width,
         cut: None,
+        paged: None,
     };
     let key = (Kind::Segment(segment, v, width, rows), b, 0, m.scan());
     m.program(key, |g, w| {

@@ -213,6 +213,7 @@ impl Mamba2 {
             steps: segment,
             width,
             cut: None,
+            paged: None,
         };
         let steps = Steps {
             w: &w,

@@ -3,9 +3,10 @@
 //! shorter windows of them, so its attention and its copies of rows follow the tokens held,
 //! not the capacity.
 
-use super::{FamilySlots, SlotFamily};
+use super::pages::row_extents;
+use super::{slot_tensor, FamilySlots, SlotFamily};
 use crate::dtype::TensorType;
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 /// The fractions of the slots' capacity a served segment may decode over ([`decode_windows`]):
 /// each adds a segment program per decoded row count and sampling (about 25-50 MB of memory
@@ -61,26 +62,21 @@ pub(super) fn decode_columns<F: SlotFamily + ?Sized>(
     rows: &[usize],
     steps: usize,
 ) -> Result<usize> {
-    if !windowed(f, slots.capacity)? {
-        return Ok(slots.capacity);
+    let capacity = slots.shell.capacity;
+    if !windowed(f, capacity)? {
+        return Ok(capacity);
     }
-    let mut most = 0;
-    for i in f.slot_extents() {
-        let bound = slots.state.get(i).ok_or_else(|| {
-            Error::InvalidArgument(format!("slot tensor {i} bounds the columns; none such"))
-        })?;
-        let values = bound.to_vec::<i32>()?;
-        for &r in rows {
-            let at = values.get(r).copied().unwrap_or(i32::MAX);
-            // Not negative: `max(0)`.
-            most = most.max(at.max(0) as usize);
-        }
-    }
+    let held = row_extents(f, |i| slot_tensor(&slots.state, i)?.to_vec::<i32>())?;
+    let most = rows
+        .iter()
+        .map(|&r| held.get(r).copied().unwrap_or(usize::MAX))
+        .max()
+        .unwrap_or(0);
     let need = most.saturating_add(steps);
-    Ok(decode_windows(slots.capacity)
+    Ok(decode_windows(capacity)
         .into_iter()
         .find(|&c| c >= need)
-        .unwrap_or(slots.capacity))
+        .unwrap_or(capacity))
 }
 
 #[cfg(test)]
