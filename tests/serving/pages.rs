@@ -6,12 +6,12 @@
 
 use crate::common;
 use crate::families::{options, served, tokens};
+use crate::prefix::greedy;
 use crate::{alone, drain};
 
 use std::collections::BTreeMap;
 
-use stablegraph::models::Sampling;
-use stablegraph::serving::{Event, Request, RequestId, Scheduler, SchedulerOptions, SlotModel};
+use stablegraph::serving::{Event, RequestId, Scheduler, SchedulerOptions, SlotModel};
 
 /// [`options`] (three slots of 36 tokens: 64 cache columns, four pages of 16) with caches for
 /// `kv_tokens` tokens in all.
@@ -19,16 +19,6 @@ fn paged(kv_tokens: usize) -> SchedulerOptions {
     SchedulerOptions {
         kv_tokens: Some(kv_tokens),
         ..options()
-    }
-}
-
-/// A greedy request for `prompt` and `max_tokens`.
-fn greedy(prompt: Vec<u32>, max_tokens: usize) -> Request {
-    Request {
-        prompt,
-        max_tokens,
-        sampling: Sampling::Greedy,
-        ..Default::default()
     }
 }
 

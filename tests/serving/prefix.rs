@@ -36,7 +36,8 @@ fn options(cache: usize) -> SchedulerOptions {
     }
 }
 
-fn greedy(prompt: Vec<u32>, max_tokens: usize) -> Request {
+/// A greedy request for `prompt` and `max_tokens`.
+pub(crate) fn greedy(prompt: Vec<u32>, max_tokens: usize) -> Request {
     Request {
         prompt,
         max_tokens,
