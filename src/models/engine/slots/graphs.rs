@@ -1,5 +1,6 @@
-//! The slot programs that move rows in and out of served slots: insert, extract and
-//! snapshot, over slots whose tensors are rows first or, where paged, pools of pages.
+//! The slot programs that move rows in and out of served slots (insert, extract and snapshot,
+//! over slots whose tensors are rows first or, where paged, pools of pages), and the reading
+//! of a segment program's outputs.
 
 use super::pages::{gather_pages, paged_axes, scatter_pages, stored_types, PageTable};
 use super::SlotFamily;
