@@ -132,11 +132,14 @@ pub(crate) struct PageTable {
 
 impl PageTable {
     /// The table of `slots` slots of `capacity` columns over a pool whose caches hold `tokens`
-    /// tokens (in whole pages, at least one slot's capacity), and the pool's pages (the
-    /// scratch page included).
+    /// tokens (in whole pages, at least one slot's capacity and at most every slot's), and the
+    /// pool's pages (the scratch page included).
     pub(crate) fn new(slots: usize, capacity: usize, tokens: usize) -> (PageTable, usize) {
         let per_slot = capacity.div_ceil(PAGE);
-        let pages = tokens.div_ceil(PAGE).max(per_slot);
+        let pages = tokens
+            .div_ceil(PAGE)
+            .min(per_slot.saturating_mul(slots))
+            .max(per_slot);
         // Fits an i32: a pool's pages index a device buffer.
         let free = (1..=pages as i32).rev().collect();
         let table = PageTable {
@@ -263,6 +266,9 @@ mod tests {
         // Two slots of 64 columns (4 pages each) over 96 tokens: 6 pages and the scratch one.
         let (mut t, pages) = PageTable::new(2, 64, 96);
         assert_eq!(pages, 7);
+        // No fewer than one slot's pages, no more than both slots'.
+        assert_eq!(PageTable::new(2, 64, 1).1, 5);
+        assert_eq!(PageTable::new(2, 64, 10_000).1, 9);
         t.reserve(0, 17)?; // 2 pages, 4 left
         assert!(t.fits(&[64]) && !t.fits(&[64, 1]));
         t.grow(0, 32)?; // no more
