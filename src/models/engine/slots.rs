@@ -27,7 +27,7 @@ use graphs::{slot_outputs, SlotPrograms};
 pub(crate) use pages::{gather_pages, scatter_pages, stored_types, PageTable, PAGE};
 use pages::{paged_axes, row_extents};
 pub(crate) use windows::decode_windows;
-use windows::{decode_columns, windowed};
+use windows::{decode_columns, held_tokens, windowed};
 
 /// The positions a prompt bucket grows by: buckets are this times 1, 2, 3, 4, 6, 8, 12, ...
 const BUCKET_STEP: usize = 16;
@@ -156,15 +156,15 @@ struct Shell {
     capacity: usize,
     /// The tokens of prompt and generation each slot holds at most.
     context: usize,
-    /// The pages each slot holds of the pool its paged tensors are kept in, and the pool's
-    /// pages; `None` when the family pages nothing.
-    pages: Option<(PageTable, usize)>,
+    /// The pages each slot holds of the pool its paged tensors are kept in; `None` when they
+    /// are not paged.
+    pages: Option<PageTable>,
 }
 
 impl Shell {
     /// The pool's pages, where paged.
     fn pool(&self) -> Option<usize> {
-        self.pages.as_ref().map(|(_, n)| *n)
+        self.pages.as_ref().map(PageTable::pool)
     }
 }
 
@@ -243,7 +243,7 @@ trait Slots: SlotPrograms {
         let mut inputs = vec![("logits".to_string(), Value::Device(slots.logits))];
         let names = self.slot_names().into_iter();
         inputs.extend(names.zip(slots.state.into_iter().map(Value::Device)));
-        if let Some((table, _)) = &slots.shell.pages {
+        if let Some(table) = &slots.shell.pages {
             inputs.push(host_input("pages", table.array()?));
         }
         Ok((inputs, slots.shell))
@@ -251,7 +251,7 @@ trait Slots: SlotPrograms {
 
     /// The page table of `slots` on the device, where paged.
     fn page_buffer(&self, slots: &FamilySlots) -> Result<Option<ShardedBuffer>> {
-        let Some((table, _)) = &slots.shell.pages else {
+        let Some(table) = &slots.shell.pages else {
             return Ok(None);
         };
         let client = self.device().client();
@@ -285,7 +285,7 @@ trait Slots: SlotPrograms {
         let (capacity, pool) = (slots.shell.capacity, slots.shell.pool());
         let program = self.insert_program(n_slots, index.len(), capacity, pool)?;
         let rows = self.slot_rows(pre.state, capacity)?;
-        if let Some((table, _)) = &mut slots.shell.pages {
+        if let Some(table) = &mut slots.shell.pages {
             let held = row_extents(self, |i| match rows.get(i) {
                 Some(Value::Host(a)) => Ok(a.as_array::<i32>()?.iter().copied().collect()),
                 Some(Value::Device(b)) => b.to_vec::<i32>(),
@@ -345,13 +345,15 @@ trait Slots: SlotPrograms {
     /// two with free slots, whose states need no holding: then also their count; a subset
     /// unless extras are asked for), how the rows not decoding are held (only a program over a
     /// slot to keep holds states), and the leading cache columns: the fewest of
-    /// [`decode_windows`] that hold the active rows' tokens and the segment's, unless a
-    /// decoded slot is held or extras are asked for (those programs take the whole capacity).
+    /// [`decode_windows`] that hold the active rows' tokens (`windows`: each slot's, where
+    /// segments decode over windows) and the segment's, unless a decoded slot is held or
+    /// extras are asked for (those programs take the whole capacity).
     fn segment_rows(
         &self,
         slots: &FamilySlots,
         segment: &Segment,
-    ) -> Result<(Vec<usize>, Option<usize>, Hold, usize)> {
+        windows: Option<&[usize]>,
+    ) -> (Vec<usize>, Option<usize>, Hold, usize) {
         let n = slots.logits.dims()[0];
         let (on, off): (Vec<usize>, Vec<usize>) = (0..n).partition(|&i| segment.active[i]);
         let free: Vec<usize> = off.into_iter().filter(|&i| !segment.keep[i]).collect();
@@ -362,24 +364,26 @@ trait Slots: SlotPrograms {
             false => (0..n).collect(),
         };
         let subset = (rows.len() < n).then_some(m);
+        let capacity = slots.shell.capacity;
         let (hold, columns) = match rows.iter().any(|&r| segment.keep[r]) || extras {
-            true => (Hold::Once, slots.shell.capacity),
+            true => (Hold::Once, capacity),
             false => (
                 Hold::Never,
-                decode_columns(self, slots, &on, segment.steps)?,
+                windows.map_or(capacity, |held| {
+                    decode_columns(capacity, held, &on, segment.steps)
+                }),
             ),
         };
-        Ok((rows, subset, hold, columns))
+        (rows, subset, hold, columns)
     }
 
-    /// Gives each row `segment` decodes the pages its tokens and the segment's steps take.
-    fn grow_pages(&self, slots: &mut FamilySlots, segment: &Segment) -> Result<()> {
-        let FamilySlots { state, shell, .. } = slots;
-        let Some((table, _)) = &mut shell.pages else {
+    /// Gives each row `segment` decodes the pages its tokens (`held`, each slot's) and the
+    /// segment's steps take.
+    fn grow_pages(&self, slots: &mut FamilySlots, segment: &Segment, held: &[usize]) -> Result<()> {
+        let Some(table) = &mut slots.shell.pages else {
             return Ok(());
         };
-        let held = row_extents(self, |i| slot_tensor(state, i)?.to_vec::<i32>())?;
-        for (r, tokens) in held.into_iter().enumerate() {
+        for (r, &tokens) in held.iter().enumerate() {
             if segment.active.get(r) == Some(&true) {
                 table.grow(r, tokens.saturating_add(segment.steps))?;
             }
@@ -387,14 +391,14 @@ trait Slots: SlotPrograms {
         Ok(())
     }
 
-    /// The page table of `slots` slots of `size` and its pool's pages, where `size` asks for a
-    /// pool and the family pages its caches.
-    fn page_table(&self, slots: usize, size: SlotSize) -> Result<Option<(PageTable, usize)>> {
-        let capacity = self.slot_capacity(size);
-        let n = self.slot_types(1, capacity)?.len();
+    /// The page table of `slots` slots of `size`, where `size` asks for a pool and the family
+    /// pages its caches.
+    fn page_table(&self, slots: usize, size: SlotSize) -> Result<Option<PageTable>> {
         let Some(tokens) = size.pool else {
             return Ok(None);
         };
+        let capacity = self.slot_capacity(size);
+        let n = self.slot_types(1, capacity)?.len();
         if capacity == 0 || paged_axes(self, n).iter().all(Option::is_none) {
             return Ok(None);
         }
@@ -429,7 +433,7 @@ impl<F: SlotFamily + Send + Sync> SlotModel for F {
         }
         let capacity = self.slot_capacity(size);
         let pages = self.page_table(slots, size)?;
-        let pool = pages.as_ref().map(|(_, n)| *n);
+        let pool = pages.as_ref().map(PageTable::pool);
         let client = self.device().client();
         let zeros = |t: &TensorType| {
             client.sharded_buffer_from_host_array(&HostArray::zeros(t), &Sharding::single())
@@ -493,7 +497,7 @@ impl<F: SlotFamily + Send + Sync> SlotModel for F {
         continued: bool,
     ) -> Result<()> {
         let capacity = self.slot_capacity(size);
-        let pool = self.page_table(slots, size)?.map(|(_, n)| n);
+        let pool = self.page_table(slots, size)?.map(|t| t.pool());
         self.prepare_prefill(rows, bucket, false, capacity)?;
         self.insert_program(slots, rows, capacity, pool)?;
         if continued {
@@ -508,7 +512,7 @@ impl<F: SlotFamily + Send + Sync> SlotModel for F {
 
     fn prepare_segments(&self, slots: usize, size: SlotSize, capacity: usize) -> Result<()> {
         let columns = self.slot_capacity(size);
-        let pages = self.page_table(slots, size)?.map(|(_, n)| n);
+        let pages = self.page_table(slots, size)?.map(|t| t.pool());
         let s = |rows, width| SlotSegment {
             slots,
             rows,
@@ -559,9 +563,16 @@ impl<F: SlotFamily + Send + Sync> SlotModel for F {
         let n = slots.logits.dims()[0];
         check_segment(segment, n)?;
         let sample = sampled(segment);
-        let (rows, subset, hold, columns) = self.segment_rows(&slots, segment)?;
+        // What each slot holds, read once where windows or pages need it.
+        let windowed = windowed(self, slots.shell.capacity)?;
+        let held = match windowed || slots.shell.pages.is_some() {
+            true => held_tokens(self, &slots)?,
+            false => Vec::new(),
+        };
+        let windows = windowed.then_some(&held[..]);
+        let (rows, subset, hold, columns) = self.segment_rows(&slots, segment, windows);
         let mut slots = slots;
-        self.grow_pages(&mut slots, segment)?;
+        self.grow_pages(&mut slots, segment, &held)?;
         let (capacity, n_state) = (slots.shell.capacity, slots.state.len());
         let context = slots.shell.context;
         let extras = segment.extras.is_some();
@@ -696,7 +707,7 @@ impl<F: SlotFamily + Send + Sync> SlotModel for F {
             )));
         }
         let program = self.insert_program(n_slots, 1, capacity, slots.shell.pool())?;
-        if let Some((table, _)) = &mut slots.shell.pages {
+        if let Some(table) = &mut slots.shell.pages {
             let held = row_extents(self, |i| match snapshot.buffers.get(1 + i) {
                 Some(b) => b.to_vec::<i32>(),
                 None => Err(Error::InvalidArgument(format!("no slot tensor {i}"))),
@@ -730,7 +741,7 @@ impl<F: SlotFamily + Send + Sync> SlotModel for F {
 
     fn prepare_snapshots(&self, slots: usize, size: SlotSize) -> Result<()> {
         let capacity = self.slot_capacity(size);
-        let pool = self.page_table(slots, size)?.map(|(_, n)| n);
+        let pool = self.page_table(slots, size)?.map(|t| t.pool());
         self.snapshot_program(slots, capacity, pool)?;
         self.insert_program(slots, 1, capacity, pool).map(drop)
     }
@@ -740,18 +751,18 @@ impl<F: SlotFamily + Send + Sync> SlotModel for F {
             .shell
             .pages
             .as_ref()
-            .is_none_or(|(table, _)| table.fits(tokens))
+            .is_none_or(|table| table.fits(tokens))
     }
 
     fn reserve(&self, slots: &mut FamilySlots, slot: usize, tokens: usize) -> Result<()> {
         match &mut slots.shell.pages {
-            Some((table, _)) => table.reserve(slot, tokens),
+            Some(table) => table.reserve(slot, tokens),
             None => Ok(()),
         }
     }
 
     fn release(&self, slots: &mut FamilySlots, slot: usize) {
-        if let Some((table, _)) = &mut slots.shell.pages {
+        if let Some(table) = &mut slots.shell.pages {
             table.release(slot);
         }
     }

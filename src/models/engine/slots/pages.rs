@@ -128,13 +128,14 @@ pub(crate) struct PageTable {
     free: Vec<i32>,
     /// The pages a slot's whole capacity spans.
     per_slot: usize,
+    /// The pool's pages, the scratch page included.
+    pool: usize,
 }
 
 impl PageTable {
     /// The table of `slots` slots of `capacity` columns over a pool whose caches hold `tokens`
-    /// tokens (in whole pages, at least one slot's capacity and at most every slot's), and the
-    /// pool's pages (the scratch page included).
-    pub(crate) fn new(slots: usize, capacity: usize, tokens: usize) -> (PageTable, usize) {
+    /// tokens (in whole pages, at least one slot's capacity and at most every slot's).
+    pub(crate) fn new(slots: usize, capacity: usize, tokens: usize) -> PageTable {
         let per_slot = capacity.div_ceil(PAGE);
         let pages = tokens
             .div_ceil(PAGE)
@@ -142,12 +143,17 @@ impl PageTable {
             .max(per_slot);
         // Fits an i32: a pool's pages index a device buffer.
         let free = (1..=pages as i32).rev().collect();
-        let table = PageTable {
+        PageTable {
             held: vec![Vec::new(); slots],
             free,
             per_slot,
-        };
-        (table, pages + 1)
+            pool: pages + 1,
+        }
+    }
+
+    /// The pool's pages, the scratch page included.
+    pub(crate) fn pool(&self) -> usize {
+        self.pool
     }
 
     /// The pages `tokens` tokens take in a slot (at most its capacity's).
@@ -264,11 +270,11 @@ mod tests {
     #[test]
     fn slots_reserve_and_release_whole_pages() -> Result<()> {
         // Two slots of 64 columns (4 pages each) over 96 tokens: 6 pages and the scratch one.
-        let (mut t, pages) = PageTable::new(2, 64, 96);
-        assert_eq!(pages, 7);
+        let mut t = PageTable::new(2, 64, 96);
+        assert_eq!(t.pool(), 7);
         // No fewer than one slot's pages, no more than both slots'.
-        assert_eq!(PageTable::new(2, 64, 1).1, 5);
-        assert_eq!(PageTable::new(2, 64, 10_000).1, 9);
+        assert_eq!(PageTable::new(2, 64, 1).pool(), 5);
+        assert_eq!(PageTable::new(2, 64, 10_000).pool(), 9);
         t.reserve(0, 17)?; // 2 pages, 4 left
         assert!(t.fits(&[64]) && !t.fits(&[64, 1]));
         t.grow(0, 32)?; // no more

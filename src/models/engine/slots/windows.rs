@@ -53,30 +53,34 @@ pub(super) fn windowed<F: SlotFamily + ?Sized>(f: &F, capacity: usize) -> Result
     Ok(caches.saturating_mul(WINDOW_SHARE) >= weights)
 }
 
-/// The leading cache columns `f` decodes the `rows` of `slots` over for up to `steps` steps:
-/// the fewest of [`decode_windows`] that hold every row's tokens and the steps' (read from the
-/// slot tensors [`SlotFamily::slot_extents`] names); all of them unless [`windowed`].
-pub(super) fn decode_columns<F: SlotFamily + ?Sized>(
-    f: &F,
-    slots: &FamilySlots,
+/// The leading cache columns of slots of `capacity` the `rows` decode over for up to `steps`
+/// steps: the fewest of [`decode_windows`] that hold every row's tokens (`held`, each slot's
+/// as [`held_tokens`] reads them) and the steps'.
+pub(super) fn decode_columns(
+    capacity: usize,
+    held: &[usize],
     rows: &[usize],
     steps: usize,
-) -> Result<usize> {
-    let capacity = slots.shell.capacity;
-    if !windowed(f, capacity)? {
-        return Ok(capacity);
-    }
-    let held = row_extents(f, |i| slot_tensor(&slots.state, i)?.to_vec::<i32>())?;
+) -> usize {
     let most = rows
         .iter()
         .map(|&r| held.get(r).copied().unwrap_or(usize::MAX))
         .max()
         .unwrap_or(0);
     let need = most.saturating_add(steps);
-    Ok(decode_windows(capacity)
+    decode_windows(capacity)
         .into_iter()
         .find(|&c| c >= need)
-        .unwrap_or(capacity))
+        .unwrap_or(capacity)
+}
+
+/// The tokens each of `slots` holds at most, read from the slot tensors
+/// [`SlotFamily::slot_extents`] names.
+pub(super) fn held_tokens<F: SlotFamily + ?Sized>(
+    f: &F,
+    slots: &FamilySlots,
+) -> Result<Vec<usize>> {
+    row_extents(f, |i| slot_tensor(&slots.state, i)?.to_vec::<i32>())
 }
 
 #[cfg(test)]
